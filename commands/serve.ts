@@ -1,0 +1,50 @@
+import { Command, Flags } from '@oclif/core';
+import { startServer } from '../src/http/server.js';
+
+export default class Serve extends Command {
+  static override summary = 'Run the svcq server.';
+  static override description = `Serves the queues of every host defined under --root, the management API and the tools API.
+Everything the server keeps lives under --root: definitions in <root>/<host>/svc-*, everything else in <root>/_svcq/.
+The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/master-token (created with mode 0600 on first start).`;
+  static override examples = ['<%= config.bin %> serve --root ./data', '<%= config.bin %> serve --root ./data --port 0 --show-token'];
+
+  static override flags = {
+    root: Flags.string({ description: 'folder that holds definitions, items, logs and stats', env: 'SVCQ_ROOT', default: './data' }),
+    port: Flags.integer({ description: 'TCP port (0 picks a free one)', env: 'SVCQ_PORT', default: 8080, min: 0, max: 65535 }),
+    bind: Flags.string({ description: 'address to listen on', env: 'SVCQ_BIND', default: '127.0.0.1' }),
+    'master-token': Flags.string({ description: 'master token for /api (default: SVCQ_MASTER_TOKEN, else <root>/_svcq/master-token)', env: 'SVCQ_MASTER_TOKEN' }),
+    'show-token': Flags.boolean({ description: 'print the master token at start', default: false }),
+    'max-body': Flags.integer({ description: 'largest request body in bytes', env: 'SVCQ_MAX_BODY', default: 1024 * 1024, min: 1024 }),
+  };
+
+  async run(): Promise<void> {
+    const { flags } = await this.parse(Serve);
+    let server;
+    try {
+      server = await startServer({ root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], maxBody: flags['max-body'] });
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      const why = e.code === 'EADDRINUSE' ? `port ${flags.port} on ${flags.bind} is already in use` : e.code === 'EACCES' ? `permission denied (${e.message})` : e.message;
+      this.error(`cannot start: ${why}`, { exit: 1 });
+    }
+    if (server.masterTokenFile) this.log(`master token in ${server.masterTokenFile}${server.masterTokenCreated ? ' (new)' : ''}`);
+    if (flags['show-token']) this.log(`master token: ${server.masterToken}`);
+    this.log(`listening on ${server.url}`);
+
+    await new Promise<void>((resolve) => {
+      const stop = (): void => {
+        process.off('SIGINT', stop);
+        process.off('SIGTERM', stop);
+        resolve();
+      };
+      process.on('SIGINT', stop);
+      process.on('SIGTERM', stop);
+    });
+    // A second signal while stopping ends the process at once.
+    const force = (): never => process.exit(130);
+    process.once('SIGINT', force);
+    process.once('SIGTERM', force);
+    await server.close();
+    process.exit(0);
+  }
+}

@@ -1,0 +1,51 @@
+import { Command, Flags, type Interfaces } from '@oclif/core';
+import { ClientError, SvcqClient } from '../client/client.js';
+
+export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>;
+
+/**
+ * What every client command shares: `--url`, `--token` (flags or SVCQ_URL / SVCQ_TOKEN),
+ * `--json`, one client, and errors printed as one sentence on stderr with a non-zero exit.
+ */
+export abstract class BaseCommand<T extends typeof Command> extends Command {
+  static override enableJsonFlag = true;
+
+  static override baseFlags = {
+    url: Flags.string({ description: 'server URL', env: 'SVCQ_URL', default: 'http://127.0.0.1:8080', helpGroup: 'CONNECTION' }),
+    token: Flags.string({ description: 'bearer token: the master token for management and tools, a user token for queues', env: 'SVCQ_TOKEN', helpGroup: 'CONNECTION' }),
+  };
+
+  protected flags!: BaseFlags<T>;
+
+  override async init(): Promise<void> {
+    await super.init();
+    const { flags } = await this.parse({ flags: this.ctor.flags, baseFlags: (this.ctor as typeof BaseCommand).baseFlags, args: this.ctor.args, strict: this.ctor.strict, enableJsonFlag: true });
+    this.flags = flags as BaseFlags<T>;
+  }
+
+  protected client(extra: { host?: string } = {}): SvcqClient {
+    return new SvcqClient({ url: this.flags.url, token: this.flags.token, host: extra.host });
+  }
+
+  /** One sentence on stderr (or `{ error }` with --json), never a stack trace. */
+  protected override async catch(err: Error & { exitCode?: number; oclif?: { exit?: number } }): Promise<unknown> {
+    if (err instanceof ClientError || err instanceof UserError) {
+      if (this.jsonEnabled()) this.logJson({ error: err.message });
+      else process.stderr.write(`svcq: ${err.message}\n`);
+      this.exit(err instanceof UserError ? err.exitCode : 1);
+    }
+    return super.catch(err);
+  }
+}
+
+/** A mistake in what the user asked for, with the exit code to leave with. */
+export class UserError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode = 2,
+  ) {
+    super(message);
+  }
+}
+
+export const hostFlag = Flags.string({ description: 'queue domain sent as the Host header (e.g. jobs.example.com)', env: 'SVCQ_HOST', helpGroup: 'CONNECTION' });

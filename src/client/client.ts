@@ -1,0 +1,189 @@
+import http from 'node:http';
+import type { Manifest } from '../definitions/manifest.js';
+
+export const CLIENT_API = 2;
+
+export interface ClientOptions {
+  /** Base URL of the server, e.g. http://127.0.0.1:8080 */
+  url: string;
+  /** Master token (management and tools) or user token (queues); none for public queue operations. */
+  token?: string;
+  /** Queue domain sent as the Host header for queue calls. */
+  host?: string;
+}
+
+/** A failure a person can act on: `message` is the one sentence a command prints. */
+export class ClientError extends Error {
+  constructor(
+    message: string,
+    readonly status?: number,
+    readonly body?: unknown,
+    /** true for failures worth retrying: the server could not be reached, or answered 5xx */
+    readonly transient = false,
+  ) {
+    super(message);
+  }
+}
+
+export interface RawResponse {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  body: Buffer;
+}
+
+export interface PostResult {
+  ok: true;
+  id: string;
+  status: string;
+}
+export interface ItemRecord {
+  ok: true;
+  id: string;
+  status: string;
+  postedBy: string;
+  postedAt: number;
+  updatedAt: number;
+  finishedAt: number | null;
+  attempts: number;
+  progress: unknown;
+  result: unknown;
+  error: unknown;
+}
+export type ClaimResult =
+  | { ok: true; empty: true }
+  | { ok: true; empty?: undefined; id: string; item: Record<string, unknown>; attempts: number; lease: { worker: string; until: number } };
+export interface SubmitResult {
+  ok: true;
+  accepted: boolean;
+  status: string;
+}
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+
+/**
+ * The one HTTP client every command uses. It pins `/api/v2` for management and tools, sends the
+ * queue domain as the Host header for queue calls, and turns the server's answers into results or
+ * into a {@link ClientError} with a sentence a person can act on.
+ */
+export class SvcqClient {
+  private readonly base: URL;
+
+  constructor(readonly options: ClientOptions) {
+    try {
+      this.base = new URL(options.url);
+    } catch {
+      throw new ClientError(`--url "${options.url}" is not a valid URL (expected e.g. http://127.0.0.1:8080)`);
+    }
+    if (this.base.protocol !== 'http:') throw new ClientError(`--url "${options.url}": only http:// is supported`);
+  }
+
+  /** Sends one request; resolves with whatever the server answered. Rejects only when it could not be reached. */
+  request(method: string, path: string, opts: { body?: string | Buffer; headers?: Record<string, string>; queueHost?: boolean; timeoutMs?: number } = {}): Promise<RawResponse> {
+    const headers: Record<string, string> = { ...opts.headers };
+    if (this.options.token) headers.authorization = `Bearer ${this.options.token}`;
+    if (opts.queueHost && this.options.host) headers.host = this.options.host;
+    if (opts.body !== undefined) {
+      headers['content-type'] ??= 'application/json';
+      headers['content-length'] = String(Buffer.byteLength(opts.body));
+    }
+    return new Promise((resolve, reject) => {
+      const req = http.request(
+        { protocol: 'http:', hostname: this.base.hostname, port: this.base.port || 80, method, path: `${this.base.pathname.replace(/\/$/, '')}${path}`, headers, agent },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
+          res.on('error', (err) => reject(this.unreachable(err)));
+        },
+      );
+      if (opts.timeoutMs) req.setTimeout(opts.timeoutMs, () => req.destroy(new Error('timed out')));
+      req.on('error', (err) => reject(this.unreachable(err)));
+      req.end(opts.body);
+    });
+  }
+
+  private unreachable(err: Error): ClientError {
+    const code = (err as NodeJS.ErrnoException).code;
+    return new ClientError(`cannot reach the server at ${this.options.url} (${code ?? err.message})`, undefined, undefined, true);
+  }
+
+  /** Sends a request and parses a JSON answer, turning error statuses into ClientErrors. */
+  async json<T>(method: string, path: string, opts: Parameters<SvcqClient['request']>[2] & { ok?: number[] } = {}): Promise<T> {
+    const res = await this.request(method, path, opts);
+    return this.parse<T>(res, opts.ok ?? [200]);
+  }
+
+  parse<T>(res: RawResponse, ok: number[] = [200]): T {
+    let body: unknown;
+    try {
+      body = res.body.length ? JSON.parse(res.body.toString('utf8')) : undefined;
+    } catch {
+      body = res.body.toString('utf8');
+    }
+    if (ok.includes(res.status)) return body as T;
+    throw explain(res.status, body);
+  }
+
+  // --- management (master token) ---
+  version(): Promise<{ api: number }> {
+    return this.json('GET', '/api/version');
+  }
+  manifest(): Promise<Manifest> {
+    return this.json('GET', `/api/v${CLIENT_API}/manifest`);
+  }
+  putDefinition(path: string, bytes: Buffer): Promise<{ ok: true }> {
+    return this.json('PUT', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`, { body: bytes });
+  }
+  deleteDefinition(path: string): Promise<{ deleted: boolean }> {
+    return this.json('DELETE', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`);
+  }
+
+  // --- tools (master token) ---
+  /** GET of a tools list or snapshot endpoint, e.g. `logs`, `stats`, `stats/now`, `tasks`. */
+  tool<T>(endpoint: string): Promise<T> {
+    return this.json('GET', `/api/v${CLIENT_API}/${endpoint}`);
+  }
+  /** Raw bytes of a tools file endpoint from byte `from` on (Range `bytes=N-`). */
+  async toolFile(endpoint: string, query: Record<string, string>, from = 0): Promise<Buffer> {
+    const qs = new URLSearchParams(query).toString();
+    const res = await this.request('GET', `/api/v${CLIENT_API}/${endpoint}?${qs}`, { headers: from > 0 ? { range: `bytes=${from}-` } : {} });
+    if (res.status === 200 || res.status === 206) return res.body;
+    return this.parse<never>(res);
+  }
+
+  // --- queues (user token or public, Host header) ---
+  post(queue: string, item: string, idempotencyKey?: string): Promise<PostResult> {
+    return this.json('POST', `/${encodeURIComponent(queue)}`, { body: item, queueHost: true, headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : {} });
+  }
+  item(queue: string, id: string, waitSeconds = 0): Promise<ItemRecord> {
+    const wait = waitSeconds > 0 ? `?wait=${waitSeconds}` : '';
+    return this.json('GET', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}${wait}`, { queueHost: true });
+  }
+  claim(queue: string, body: { worker?: string; criteria?: Record<string, unknown>; wait?: number }): Promise<ClaimResult> {
+    return this.json('POST', `/${encodeURIComponent(queue)}/claim`, { body: JSON.stringify(body), queueHost: true });
+  }
+  submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: string): Promise<SubmitResult> {
+    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/${kind}`, { body: record, queueHost: true });
+  }
+  cancel(queue: string, id: string): Promise<SubmitResult> {
+    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/cancel`, { queueHost: true });
+  }
+}
+
+/** The sentence for an error status (decisions §1.2). */
+function explain(status: number, body: unknown): ClientError {
+  if (status === 426) return new ClientError(`the server speaks another API version (it says: ${describe(body)}); this client speaks /api/v${CLIENT_API}`, status, body);
+  const record = (typeof body === 'object' && body !== null ? body : {}) as { error?: unknown; errors?: Array<{ path?: string; message?: string }> };
+  if (status === 404 && record.error === 'not found') return new ClientError('not found (wrong token, host or queue?)', status, body);
+  if (status === 404 && record.error === 'no such item') return new ClientError('no such item', status, body);
+  if (Array.isArray(record.errors)) {
+    const parts = record.errors.map((e) => (e.path && e.path !== '/' ? `${e.path}: ${e.message}` : String(e.message)));
+    return new ClientError(`rejected: ${parts.join('; ')}`, status, body);
+  }
+  if (typeof record.error === 'string') return new ClientError(record.error, status, body, status >= 500);
+  return new ClientError(`the server answered HTTP ${status}`, status, body, status >= 500);
+}
+
+function describe(body: unknown): string {
+  return typeof body === 'object' && body !== null && 'error' in body ? String((body as { error: unknown }).error) : JSON.stringify(body);
+}

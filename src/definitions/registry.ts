@@ -1,0 +1,162 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { mkdir, open, readFile, rename, rm, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { resolveQueue, type AccessPolicy, type QueueConfig } from '../engine/config.js';
+import { scanDefinitions, sha256Hex, type Manifest } from './manifest.js';
+import { parseDefinition, type ItemValidator } from './schemas.js';
+import type { DefinitionPath } from './names.js';
+
+/** What the server knows of one queue right now. Replaced whole on every PUT. */
+export interface QueueRuntime {
+  host: string;
+  name: string;
+  /** `<host>/<name>`: how the store names the queue. */
+  key: string;
+  config: QueueConfig;
+  access: AccessPolicy;
+  validator: ItemValidator | null;
+}
+
+interface HostDefinitions {
+  queues: Map<string, QueueRuntime>;
+  /** user name → sha256 of the user's token */
+  users: Map<string, Buffer>;
+}
+
+export class DefinitionError extends Error {
+  constructor(message: string) {
+    super(message);
+  }
+}
+
+/**
+ * The stored definitions: exact bytes on disk under `<root>/<host>/svc-*`, and their parsed form
+ * in memory so that a request never reads a file. A PUT or DELETE takes effect for the next
+ * request (decisions §2.4).
+ */
+export class DefinitionRegistry {
+  private readonly hosts = new Map<string, HostDefinitions>();
+  private readonly hashes = new Map<string, string>();
+
+  private constructor(private readonly root: string) {}
+
+  /** Loads every stored definition under `root`. A stored file that no longer parses is skipped with a warning. */
+  static async load(root: string, warn: (line: string) => void = () => {}): Promise<DefinitionRegistry> {
+    const registry = new DefinitionRegistry(root);
+    await mkdir(root, { recursive: true });
+    const { found } = await scanDefinitions(root);
+    for (const def of found) {
+      const bytes = await readFile(def.file);
+      const error = registry.apply(def, bytes);
+      if (error) warn(`skipping stored definition ${error}`);
+    }
+    return registry;
+  }
+
+  manifest(): Manifest {
+    return Object.fromEntries([...this.hashes.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+  }
+
+  queue(host: string, name: string): QueueRuntime | undefined {
+    return this.hosts.get(host)?.queues.get(name);
+  }
+
+  hasHost(host: string): boolean {
+    return this.hosts.has(host);
+  }
+
+  /**
+   * The user of `host` whose token this is, compared in constant time against every user of
+   * the host (no early exit), or undefined.
+   */
+  userForToken(host: string, token: string): string | undefined {
+    const users = this.hosts.get(host)?.users;
+    if (!users) return undefined;
+    const digest = createHash('sha256').update(token).digest();
+    let match: string | undefined;
+    for (const [name, sha] of users) {
+      if (timingSafeEqual(sha, digest) && match === undefined) match = name;
+    }
+    return match;
+  }
+
+  /** Validates, then writes the exact bytes atomically, then makes them live. Throws DefinitionError for a bad body. */
+  async put(at: DefinitionPath, bytes: Buffer): Promise<void> {
+    const parsed = parseDefinition(at, bytes);
+    if ('error' in parsed) throw new DefinitionError(parsed.error);
+    await writeAtomically(path.join(this.root, at.path), bytes);
+    this.apply(at, bytes);
+  }
+
+  /** Removes a stored definition; false when there was none. */
+  async delete(at: DefinitionPath): Promise<boolean> {
+    const file = path.join(this.root, at.path);
+    const existed = await stat(file).then(() => true, () => false);
+    if (existed) {
+      await rm(file, { force: true });
+      await fsyncDir(path.dirname(file));
+    }
+    const host = this.hosts.get(at.host);
+    if (at.kind === 'queue') host?.queues.delete(at.name);
+    else host?.users.delete(at.name);
+    if (host && host.queues.size === 0 && host.users.size === 0) this.hosts.delete(at.host);
+    this.hashes.delete(at.path);
+    return existed;
+  }
+
+  /** Makes parsed bytes live in memory; returns an error sentence instead when they do not parse. */
+  private apply(at: DefinitionPath, bytes: Buffer): string | undefined {
+    const parsed = parseDefinition(at, bytes);
+    if ('error' in parsed) return parsed.error;
+    let host = this.hosts.get(at.host);
+    if (!host) this.hosts.set(at.host, (host = { queues: new Map(), users: new Map() }));
+    if (parsed.kind === 'user') {
+      host.users.set(at.name, Buffer.from(parsed.user.tokenSha256, 'hex'));
+    } else {
+      const access: AccessPolicy = parsed.queue.access ?? {};
+      host.queues.set(at.name, {
+        host: at.host,
+        name: at.name,
+        key: `${at.host}/${at.name}`,
+        config: resolveQueue(parsed.queue),
+        access,
+        validator: parsed.validator,
+      });
+    }
+    this.hashes.set(at.path, sha256Hex(bytes));
+    return undefined;
+  }
+}
+
+/**
+ * temp file, fsync, rename, fsync of the folder: a crash leaves the old bytes or the new ones,
+ * never a torn file. On failure the temp file is removed and nothing else changed.
+ */
+export async function writeAtomically(file: string, bytes: Buffer | string): Promise<void> {
+  const dir = path.dirname(file);
+  await mkdir(dir, { recursive: true });
+  const tmp = path.join(dir, `.${path.basename(file)}.${process.pid}.${Date.now()}.tmp`);
+  try {
+    const handle = await open(tmp, 'w', 0o644);
+    try {
+      await handle.writeFile(bytes);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(tmp, file);
+  } catch (err) {
+    await rm(tmp, { force: true });
+    throw err;
+  }
+  await fsyncDir(dir);
+}
+
+export async function fsyncDir(dir: string): Promise<void> {
+  const handle = await open(dir, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}

@@ -1,0 +1,142 @@
+import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import addFormatsModule from 'ajv-formats';
+import type { DefinitionPath } from './names.js';
+
+/** A queue definition as stored (decisions §2.2); defaults are applied by {@link resolveQueue}. */
+export interface QueueDefinition {
+  leaseSeconds?: number;
+  maxAttempts?: number;
+  retryDelaySeconds?: number;
+  timeoutSeconds?: number | null;
+  retainFrom?: 'finished' | 'fetched';
+  retainSeconds?: number;
+  'svc-queue-archivePayloads'?: boolean;
+  access?: Partial<Record<Operation, 'public' | string[]>>;
+  schema?: Record<string, unknown> | boolean;
+  description?: string;
+}
+
+export interface UserDefinition {
+  'svc-user-name': string;
+  tokenSha256: string;
+}
+
+export type Operation = 'post' | 'fetch' | 'work';
+
+const accessRule = {
+  oneOf: [
+    { const: 'public' },
+    { type: 'array', items: { type: 'string', pattern: '^[a-z0-9][a-z0-9_-]{0,63}$' }, uniqueItems: true },
+  ],
+};
+
+const queueSchema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    leaseSeconds: { type: 'integer', minimum: 1, maximum: 86400 },
+    maxAttempts: { type: 'integer', minimum: 1, maximum: 1000 },
+    retryDelaySeconds: { type: 'integer', minimum: 0, maximum: 86400 },
+    timeoutSeconds: { oneOf: [{ type: 'integer', minimum: 1 }, { type: 'null' }] },
+    retainFrom: { enum: ['finished', 'fetched'] },
+    retainSeconds: { type: 'integer', minimum: 0 },
+    'svc-queue-archivePayloads': { type: 'boolean' },
+    access: {
+      type: 'object',
+      additionalProperties: false,
+      properties: { post: accessRule, fetch: accessRule, work: accessRule },
+    },
+    schema: { type: ['object', 'boolean'] },
+    description: { type: 'string' },
+  },
+} as const;
+
+const userSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['svc-user-name', 'tokenSha256'],
+  properties: {
+    'svc-user-name': { type: 'string' },
+    tokenSha256: { type: 'string', pattern: '^[0-9a-f]{64}$' },
+  },
+} as const;
+
+/** One ajv instance for definitions and one for queue item schemas, both built once. */
+const addFormats = addFormatsModule.default;
+const definitionsAjv = new Ajv2020({ allErrors: false, strict: false });
+const validateQueueDef = definitionsAjv.compile(queueSchema);
+const validateUserDef = definitionsAjv.compile(userSchema);
+
+const itemAjv = new Ajv2020({ allErrors: true, strict: false });
+addFormats(itemAjv);
+
+export type ItemValidator = ValidateFunction;
+
+/** Compiles a queue's item `schema`, or throws with ajv's own words about what is wrong. */
+export function compileItemSchema(schema: Record<string, unknown> | boolean): ItemValidator {
+  // Definitions are replaced often: cached schemas keyed by $id would collide, so none is kept.
+  itemAjv.removeSchema();
+  return itemAjv.compile(schema);
+}
+
+/** One sentence for the first thing ajv found. */
+export function describeAjvError(error: ErrorObject): string {
+  const where = error.instancePath === '' ? '' : `${error.instancePath.slice(1).replace(/\//g, '.')} `;
+  switch (error.keyword) {
+    case 'additionalProperties':
+      return `unknown field "${(error.params as { additionalProperty: string }).additionalProperty}"${where ? ` in ${where.trim()}` : ''}`;
+    case 'required':
+      return `missing field "${(error.params as { missingProperty: string }).missingProperty}"`;
+    case 'pattern':
+      return `${where}has the wrong form`;
+    case 'oneOf':
+      return `${where}must be ${where.startsWith('access') ? '"public" or an array of user names' : 'a valid value'}`;
+    default:
+      return `${where}${error.message ?? 'is invalid'}`;
+  }
+}
+
+export type ParsedDefinition =
+  | { kind: 'queue'; queue: QueueDefinition; validator: ItemValidator | null }
+  | { kind: 'user'; user: UserDefinition };
+
+/**
+ * Parses and validates a definition's bytes for the folder its path names (interface §4.5 rule 2).
+ * Returns the definition, or `{ error }` with one sentence naming the file and the problem.
+ */
+export function parseDefinition(at: DefinitionPath, bytes: Buffer | string): ParsedDefinition | { error: string } {
+  const file = at.path;
+  let value: unknown;
+  try {
+    value = JSON.parse(typeof bytes === 'string' ? bytes : bytes.toString('utf8'));
+  } catch (err) {
+    return { error: `${file}: not valid JSON (${(err as Error).message})` };
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    return { error: `${file}: a definition must be a JSON object` };
+  }
+  if (at.kind === 'user') {
+    if (!validateUserDef(value)) return { error: `${file}: ${describeAjvError(validateUserDef.errors![0]!)}` };
+    const user = value as unknown as UserDefinition;
+    if (user['svc-user-name'] !== at.name) {
+      return { error: `${file}: svc-user-name "${user['svc-user-name']}" must equal the file name "${at.name}"` };
+    }
+    return { kind: 'user', user };
+  }
+  if (!validateQueueDef(value)) return { error: `${file}: ${describeAjvError(validateQueueDef.errors![0]!)}` };
+  const queue = value as QueueDefinition;
+  for (const [op, rule] of Object.entries(queue.access ?? {})) {
+    if (Array.isArray(rule) && rule.includes('public')) {
+      return { error: `${file}: access.${op} names the reserved user "public"; write "public" instead of a list` };
+    }
+  }
+  let validator: ItemValidator | null = null;
+  if (queue.schema !== undefined) {
+    try {
+      validator = compileItemSchema(queue.schema);
+    } catch (err) {
+      return { error: `${file}: schema does not compile: ${(err as Error).message}` };
+    }
+  }
+  return { kind: 'queue', queue, validator };
+}

@@ -1,0 +1,38 @@
+import type { Operation, QueueDefinition } from '../definitions/schemas.js';
+
+/** A queue's rules with every default of decisions §2.2 applied. */
+export interface QueueConfig {
+  leaseMs: number;
+  maxAttempts: number;
+  retryDelayMs: number;
+  timeoutMs: number | null;
+  retainFrom: 'finished' | 'fetched';
+  retainMs: number;
+  archivePayloads: boolean;
+}
+
+export type AccessPolicy = Partial<Record<Operation, 'public' | readonly string[]>>;
+
+export function resolveQueue(def: QueueDefinition): QueueConfig {
+  return {
+    leaseMs: (def.leaseSeconds ?? 60) * 1000,
+    maxAttempts: def.maxAttempts ?? 3,
+    retryDelayMs: (def.retryDelaySeconds ?? 0) * 1000,
+    timeoutMs: def.timeoutSeconds == null ? null : def.timeoutSeconds * 1000,
+    retainFrom: def.retainFrom ?? 'finished',
+    retainMs: (def.retainSeconds ?? 604800) * 1000,
+    archivePayloads: def['svc-queue-archivePayloads'] ?? false,
+  };
+}
+
+/**
+ * Access decision (interface §5, decisions §2.2 `access`): `user` is the name the caller's token
+ * belongs to on this host, or null when no token was sent. An operation not listed is allowed to
+ * nobody. A present but unknown token never reaches here: it is the wall already.
+ */
+export function allows(policy: AccessPolicy, op: Operation, user: string | null): boolean {
+  const rule = policy[op];
+  if (rule === undefined) return false;
+  if (rule === 'public') return true;
+  return user !== null && rule.includes(user);
+}

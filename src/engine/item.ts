@@ -1,0 +1,32 @@
+/** Item statuses (decisions §3.1). */
+export type ItemStatus = 'pending' | 'claimed' | 'processing' | 'finished' | 'failed' | 'timedout' | 'cancelled';
+
+export const TERMINAL: ReadonlySet<ItemStatus> = new Set(['finished', 'failed', 'timedout', 'cancelled']);
+
+export function isTerminal(status: ItemStatus): boolean {
+  return TERMINAL.has(status);
+}
+
+export type TaskEventKind =
+  | 'posted'
+  | 'claimed'
+  | 'progress'
+  | 'finished'
+  | 'error'
+  | 'requeued'
+  | 'failed'
+  | 'timedout'
+  | 'cancelled'
+  | 'purged';
+
+/** One line of the task history (decisions §5). */
+export interface TaskEvent {
+  ts: number;
+  host: string;
+  queue: string;
+  id: string;
+  event: TaskEventKind;
+  attempts?: number;
+  worker?: string;
+  status?: ItemStatus;
+}

@@ -1,0 +1,47 @@
+import express, { type NextFunction, type Request, type Response } from 'express';
+import cors from 'cors';
+import { bearerToken, tokensEqual } from './auth.js';
+import type { ServerContext } from './context.js';
+import { NotFound, sendError, sendJson } from './errors.js';
+import { manageRouter } from './manage-router.js';
+import { toolsRouter } from './tools-router.js';
+
+export const API_VERSION = 2;
+
+/**
+ * Builds the Express app that serves `/api/…`: management and tools, master token only. It never
+ * listens; `server.ts` puts it behind the queue domain's own router.
+ */
+export function createApp(ctx: ServerContext): express.Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.set('query parser', 'simple');
+
+  // Preflights under /api/ get no special answer: they fall through to the wall (decisions §4).
+  app.use(cors({ origin: '*', preflightContinue: true }));
+
+  app.use((req: Request, _res: Response, next: NextFunction) => {
+    const token = bearerToken(req);
+    if (typeof token !== 'string' || !tokensEqual(token, ctx.masterToken)) return next(new NotFound());
+    next();
+  });
+
+  app.get('/api/version', (_req, res) => sendJson(res, 200, { api: API_VERSION }));
+
+  app.use((req: Request, _res: Response, next: NextFunction) => {
+    const version = /^\/api\/v(\d+)(?:\/|$)/.exec(req.path);
+    if (version && Number(version[1]) !== API_VERSION) {
+      return sendJson(_res, 426, { error: `this server speaks /api/v${API_VERSION}`, api: API_VERSION });
+    }
+    next();
+  });
+
+  app.use(`/api/v${API_VERSION}`, manageRouter(ctx));
+  app.use(`/api/v${API_VERSION}`, toolsRouter(ctx));
+
+  app.use((_req: Request, _res: Response, next: NextFunction) => next(new NotFound()));
+  // Express recognises an error handler by its four parameters.
+  app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => sendError(res, err));
+  return app;
+}

@@ -1,0 +1,34 @@
+import type { DefinitionRegistry } from '../definitions/registry.js';
+import type { Store } from '../store/store.js';
+
+/** One access-log line (decisions §5): never a token, never a query string. */
+export interface AccessEntry {
+  ts: number;
+  method: string;
+  host: string;
+  path: string;
+  status: number;
+  ms: number;
+  bytes: number;
+  ip: string;
+}
+
+/** Takes access lines off the request path: `record` never waits for a disk. */
+export interface AccessLogSink {
+  record(entry: AccessEntry): void;
+}
+
+/** Everything a request handler may use. Built by `startServer`, or by a test for `createApp`. */
+export interface ServerContext {
+  root: string;
+  masterToken: string;
+  registry: DefinitionRegistry;
+  store: Store;
+  accessLog: AccessLogSink;
+  /** Largest request body accepted, in bytes (decisions §3.5, `--max-body`). */
+  maxBody: number;
+  /** Milliseconds since the epoch; tests may pass a fake. */
+  now: () => number;
+  /** Aborted when the server begins to stop: long polls answer at once. */
+  stopping: AbortSignal;
+}

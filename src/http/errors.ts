@@ -1,0 +1,79 @@
+import type { ServerResponse } from 'node:http';
+import { DefinitionError } from '../definitions/registry.js';
+import { sendWall } from './wall.js';
+
+/** Errors that know their HTTP answer. Every layer throws these; {@link sendError} is the one place that answers them. */
+export class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly body: unknown,
+  ) {
+    super(typeof body === 'object' && body !== null && 'error' in body ? String((body as { error: unknown }).error) : `HTTP ${status}`);
+  }
+}
+
+export interface FieldError {
+  path: string;
+  message: string;
+}
+
+/** The wall: a denied or unknown request. */
+export class NotFound extends HttpError {
+  constructor() {
+    super(404, null);
+  }
+}
+
+/** 400 `{ ok: false, errors }` for queue endpoints (decisions §3.5). */
+export class Rejected extends HttpError {
+  constructor(errors: FieldError[], status = 400) {
+    super(status, { ok: false, errors });
+  }
+}
+
+export class NoSuchItem extends HttpError {
+  constructor() {
+    super(404, { ok: false, error: 'no such item' });
+  }
+}
+
+/** 400 `{ error }` for management and tools endpoints. */
+export class BadRequest extends HttpError {
+  constructor(message: string) {
+    super(400, { error: message });
+  }
+}
+
+export function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  sendRawJson(res, status, JSON.stringify(body));
+}
+
+/** Answers with JSON text that is already serialised (the hot queue endpoints build theirs by hand). */
+export function sendRawJson(res: ServerResponse, status: number, json: string): void {
+  res.writeHead(status, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(json),
+    'access-control-allow-origin': '*',
+  });
+  res.end(json);
+}
+
+/** Maps any thrown value to its response. Unknown errors are a 500 with one line on stderr and no stack in the reply. */
+export function sendError(res: ServerResponse, err: unknown): void {
+  if (err instanceof NotFound) return sendWall(res);
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  if (err instanceof HttpError) return sendJson(res, err.status, err.body);
+  if (err instanceof DefinitionError) return sendJson(res, 400, { error: err.message });
+  const status = (err as { status?: unknown; type?: unknown }).status;
+  if (status === 413 || (err as { type?: unknown }).type === 'entity.too.large') {
+    return sendJson(res, 413, { error: 'request body too large' });
+  }
+  if (status === 400 && (err as { type?: unknown }).type !== undefined) {
+    return sendJson(res, 400, { error: 'request body could not be read' });
+  }
+  process.stderr.write(`svcq: internal error: ${(err as Error)?.stack ?? String(err)}\n`);
+  sendJson(res, 500, { error: 'internal server error' });
+}

@@ -1,0 +1,32 @@
+import express, { Router } from 'express';
+import { parseDefinitionPath } from '../definitions/names.js';
+import type { ServerContext } from './context.js';
+import { BadRequest, sendJson } from './errors.js';
+
+/** Definition sync (interface §4.5): the manifest, and one definition put or deleted at a time. */
+export function manageRouter(ctx: ServerContext): Router {
+  const router = Router();
+
+  router.get('/manifest', (_req, res) => sendJson(res, 200, ctx.registry.manifest()));
+
+  const definitionPath = (raw: unknown) => {
+    const parsed = parseDefinitionPath(raw);
+    if ('error' in parsed) throw new BadRequest(parsed.error);
+    return parsed;
+  };
+
+  // The body is kept as raw bytes whatever its content type: the stored file is exactly what was sent.
+  router.put('/def', express.raw({ type: () => true, limit: ctx.maxBody }), async (req, res) => {
+    const at = definitionPath(req.query.path);
+    const body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+    await ctx.registry.put(at, body);
+    sendJson(res, 200, { ok: true });
+  });
+
+  router.delete('/def', async (req, res) => {
+    const at = definitionPath(req.query.path);
+    sendJson(res, 200, { deleted: await ctx.registry.delete(at) });
+  });
+
+  return router;
+}

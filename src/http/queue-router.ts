@@ -1,0 +1,212 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import FindMyWay from 'find-my-way';
+import cors from 'cors';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import type { ErrorObject } from 'ajv';
+import type { Operation } from '../definitions/schemas.js';
+import type { QueueRuntime } from '../definitions/registry.js';
+import { allows } from '../engine/config.js';
+import type { Criteria } from '../engine/criteria.js';
+import type { StatusRecord, SubmitOutcome } from '../store/store.js';
+import { bearerToken, requestHost } from './auth.js';
+import type { ServerContext } from './context.js';
+import { NoSuchItem, NotFound, Rejected, sendError, sendRawJson, type FieldError } from './errors.js';
+
+/**
+ * The queue domain: producer and worker endpoints (interface §4.1–§4.3, decisions §3), routed by
+ * the Host header. These are the hot paths, so they run on `node:http` with find-my-way instead of
+ * through Express (whose own per-request cost is several times that of the work done here); the
+ * wall and the error mapping are the same functions Express uses (`errors.ts`, `wall.ts`).
+ */
+
+const ID = /^[0-9a-f]{16}$/;
+const IDEMPOTENCY_KEY = /^[\x20-\x7e]{1,200}$/;
+
+const requestAjv = new Ajv2020({ allErrors: true, strict: false });
+const validateClaim = requestAjv.compile({
+  type: 'object',
+  properties: {
+    worker: { type: 'string', minLength: 1, maxLength: 200 },
+    criteria: { type: 'object' },
+    wait: { type: 'integer', minimum: 0, maximum: 30 },
+  },
+});
+
+const preflight = cors({
+  origin: '*',
+  methods: ['GET', 'POST', 'OPTIONS'],
+  allowedHeaders: ['authorization', 'content-type', 'idempotency-key', 'range'],
+  maxAge: 600,
+});
+
+type QueueHandler = (req: IncomingMessage, res: ServerResponse, queue: QueueRuntime, params: Record<string, string | undefined>, query: Record<string, string>) => Promise<void>;
+
+export type RequestListener = (req: IncomingMessage, res: ServerResponse) => void;
+
+export function createQueueRouter(ctx: ServerContext): RequestListener {
+  const router = FindMyWay({
+    ignoreTrailingSlash: false,
+    caseSensitive: true,
+    defaultRoute: (_req, res) => sendError(res, new NotFound()),
+    onBadUrl: (_path, _req, res) => sendError(res, new NotFound()),
+  });
+
+  /** Resolves host, queue, token and access; anything short of allowed is the wall. */
+  const route = (method: 'GET' | 'POST', path: string, op: Operation, handler: QueueHandler): void => {
+    router.on(method, path, (req, res, params, _store, query) => {
+      const queue = ctx.registry.queue(requestHost(req), params.queue ?? '');
+      if (!queue) return sendError(res, new NotFound());
+      const token = bearerToken(req);
+      let user: string | null = null;
+      if (token !== undefined) {
+        const found = token === null ? undefined : ctx.registry.userForToken(queue.host, token);
+        if (found === undefined) return sendError(res, new NotFound());
+        user = found;
+      }
+      if (!allows(queue.access, op, user)) return sendError(res, new NotFound());
+      (req as IncomingMessage & { svcqUser?: string }).svcqUser = user ?? 'public';
+      handler(req, res, queue, params, query).catch((err: unknown) => sendError(res, err));
+    });
+  };
+
+  route('POST', '/:queue', 'post', async (req, res, queue) => {
+    const body = await readBody(req, ctx.maxBody);
+    const item = parseObject(body, 'the item');
+    if (queue.validator && !queue.validator(item)) throw new Rejected(ajvErrors(queue.validator.errors ?? []));
+    const key = req.headers['idempotency-key'];
+    if (key !== undefined && (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key))) {
+      throw new Rejected([{ path: 'Idempotency-Key', message: 'must be 1 to 200 printable ASCII characters' }]);
+    }
+    const postedBy = (req as IncomingMessage & { svcqUser?: string }).svcqUser ?? 'public';
+    const out = await ctx.store.post(queue, { body, postedBy, idempotencyKey: key });
+    sendRawJson(res, 200, `{"ok":true,"id":"${out.id}","status":"${out.status}"}`);
+  });
+
+  route('GET', '/:queue/items/:id', 'fetch', async (req, res, queue, params, query) => {
+    const id = params.id ?? '';
+    const waitMs = waitParam(query.wait);
+    if (!ID.test(id)) throw new NoSuchItem();
+    const record = await ctx.store.get(queue, id, waitMs, closeSignal(req, res, ctx));
+    if (!record) throw new NoSuchItem();
+    sendRawJson(res, 200, statusJson(record));
+  });
+
+  route('POST', '/:queue/claim', 'work', async (req, res, queue) => {
+    const body = await readBody(req, ctx.maxBody);
+    const input = body.trim() === '' ? {} : parseObject(body, 'the claim request');
+    if (!validateClaim(input)) throw new Rejected(ajvErrors(validateClaim.errors ?? []));
+    const { worker, criteria, wait } = input as { worker?: string; criteria?: Criteria; wait?: number };
+    const claimed = await ctx.store.claim(queue, {
+      worker: worker ?? 'anonymous',
+      criteria,
+      waitMs: (wait ?? 0) * 1000,
+      signal: wait ? closeSignal(req, res, ctx) : undefined,
+    });
+    if (!claimed) return sendRawJson(res, 200, '{"ok":true,"empty":true}');
+    sendRawJson(
+      res,
+      200,
+      `{"ok":true,"id":"${claimed.id}","item":${claimed.item},"attempts":${claimed.attempts},"lease":{"worker":${JSON.stringify(claimed.lease.worker)},"until":${claimed.lease.until}}}`,
+    );
+  });
+
+  const submission = (kind: 'progress' | 'result' | 'error'): QueueHandler => async (req, res, queue, params) => {
+    const body = await readBody(req, ctx.maxBody);
+    parseObject(body, `the ${kind} record`);
+    const id = params.id ?? '';
+    if (!ID.test(id)) throw new NoSuchItem();
+    answerSubmission(res, await ctx.store[kind](queue, id, body));
+  };
+  route('POST', '/:queue/items/:id/progress', 'work', submission('progress'));
+  route('POST', '/:queue/items/:id/result', 'work', submission('result'));
+  route('POST', '/:queue/items/:id/error', 'work', submission('error'));
+  route('POST', '/:queue/items/:id/cancel', 'post', async (req, res, queue, params) => {
+    await readBody(req, ctx.maxBody);
+    const id = params.id ?? '';
+    if (!ID.test(id)) throw new NoSuchItem();
+    answerSubmission(res, await ctx.store.cancel(queue, id));
+  });
+
+  router.on('OPTIONS', '*', (req, res) => {
+    preflight(req, res, () => sendError(res, new NotFound()));
+  });
+
+  return (req, res) => router.lookup(req, res);
+}
+
+function answerSubmission(res: ServerResponse, outcome: SubmitOutcome | null): void {
+  if (!outcome) throw new NoSuchItem();
+  sendRawJson(res, 200, `{"ok":true,"accepted":${outcome.accepted},"status":"${outcome.status}"}`);
+}
+
+/** The status record as JSON text; stored bodies are spliced in as they are. */
+export function statusJson(r: StatusRecord): string {
+  return `{"ok":true,"id":"${r.id}","status":"${r.status}","postedBy":${JSON.stringify(r.postedBy)},"postedAt":${r.postedAt},"updatedAt":${r.updatedAt},"finishedAt":${r.finishedAt},"attempts":${r.attempts},"progress":${r.progress},"result":${r.result},"error":${r.error}}`;
+}
+
+/** Reads the whole body as UTF-8 text, refusing (413) past `limit` bytes without buffering more. */
+export function readBody(req: IncomingMessage, limit: number): Promise<string> {
+  const declared = Number(req.headers['content-length']);
+  if (declared > limit) {
+    req.resume();
+    return Promise.reject(tooLarge(limit));
+  }
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        req.removeAllListeners('data');
+        req.resume();
+        reject(tooLarge(limit));
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => resolve(chunks.length === 1 ? chunks[0]!.toString('utf8') : Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+function tooLarge(limit: number): Rejected {
+  return new Rejected([{ path: '', message: `the request body is larger than ${limit} bytes` }], 413);
+}
+
+function parseObject(text: string, what: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new Rejected([{ path: '', message: `${what} is not valid JSON` }]);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new Rejected([{ path: '', message: `${what} must be a JSON object` }]);
+  }
+  return value as Record<string, unknown>;
+}
+
+function waitParam(raw: string | undefined): number {
+  if (raw === undefined) return 0;
+  if (!/^\d{1,2}$/.test(raw) || Number(raw) > 30) throw new Rejected([{ path: 'wait', message: 'must be an integer number of seconds from 0 to 30' }]);
+  return Number(raw) * 1000;
+}
+
+export function ajvErrors(errors: ErrorObject[]): FieldError[] {
+  return errors.map((e) => {
+    const missing = e.keyword === 'required' ? `/${(e.params as { missingProperty: string }).missingProperty}` : '';
+    return { path: `${e.instancePath}${missing}` || '/', message: e.message ?? 'is invalid' };
+  });
+}
+
+/** Aborts when the caller hangs up before the answer, or when the server starts to stop. */
+function closeSignal(req: IncomingMessage, res: ServerResponse, ctx: ServerContext): AbortSignal {
+  const controller = new AbortController();
+  const abort = (): void => controller.abort();
+  res.once('close', abort);
+  req.socket.once('close', abort);
+  if (ctx.stopping.aborted) controller.abort();
+  else ctx.stopping.addEventListener('abort', abort, { once: true });
+  res.once('finish', () => ctx.stopping.removeEventListener('abort', abort));
+  return controller.signal;
+}

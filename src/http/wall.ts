@@ -1,0 +1,23 @@
+import type { ServerResponse } from 'node:http';
+
+/**
+ * The wall (interface §5.3, decisions §4): every denied or unknown request gets exactly this
+ * response, whatever was asked and whatever headers an earlier layer had set, so that a probe
+ * learns nothing from status, headers or body.
+ */
+const BODY = Buffer.from('{"error":"not found"}');
+const HEADERS = {
+  'content-type': 'application/json; charset=utf-8',
+  'content-length': String(BODY.length),
+  'access-control-allow-origin': '*',
+};
+
+export function sendWall(res: ServerResponse): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  for (const name of res.getHeaderNames()) res.removeHeader(name);
+  res.writeHead(404, HEADERS);
+  res.end(BODY);
+}

@@ -1,0 +1,107 @@
+import type { QueueConfig } from '../engine/config.js';
+import type { Criteria } from '../engine/criteria.js';
+import type { ItemStatus, TaskEvent } from '../engine/item.js';
+
+/** Which queue an operation is for, with its rules as they stand for this request. */
+export interface QueueRef {
+  /** `<host>/<name>` */
+  key: string;
+  host: string;
+  name: string;
+  config: QueueConfig;
+}
+
+export interface PostInput {
+  /** The item exactly as the producer sent it: JSON text of one object. */
+  body: string;
+  postedBy: string;
+  idempotencyKey?: string;
+}
+
+export interface PostOutcome {
+  id: string;
+  status: ItemStatus;
+  /** false when an Idempotency-Key matched an earlier item and nothing was created */
+  created: boolean;
+}
+
+export interface ClaimInput {
+  worker: string;
+  criteria?: Criteria;
+  /** How long to hold the request for a matching item (0 = answer at once). */
+  waitMs: number;
+  /** Aborted when the caller went away or the server is stopping: then nothing is claimed. */
+  signal?: AbortSignal;
+}
+
+export interface Claimed {
+  id: string;
+  /** The item's JSON text, as posted. */
+  item: string;
+  attempts: number;
+  lease: { worker: string; until: number };
+}
+
+export interface SubmitOutcome {
+  accepted: boolean;
+  status: ItemStatus;
+}
+
+/** An item's status record (interface §2.1). `progress`, `result` and `error` are JSON text or null. */
+export interface StatusRecord {
+  id: string;
+  status: ItemStatus;
+  postedBy: string;
+  postedAt: number;
+  updatedAt: number;
+  finishedAt: number | null;
+  attempts: number;
+  progress: string | null;
+  result: string | null;
+  error: string | null;
+}
+
+export type PayloadKind = 'item' | 'progress' | 'result' | 'error';
+
+/**
+ * Where a store puts what outlives an item: task events and archived payloads. A store awaits
+ * both before it acknowledges the change they describe (decisions §5, §6).
+ */
+export interface StoreHooks {
+  /** Appends task events durably; resolves once they are on disk. */
+  events(events: TaskEvent[]): Promise<void>;
+  /** Archives a payload's exact bytes durably (only called for queues with archivePayloads on). */
+  archive(host: string, queue: string, id: string, kind: PayloadKind, body: string): Promise<void>;
+}
+
+/**
+ * The storage contract, written in queue operations. Every method that changes an item resolves
+ * only once the change is durable: a resolved promise is the 200 the caller is about to send.
+ * An id the queue does not hold gives null. Implementations: the embedded store (journal and
+ * snapshots under `<root>/_svcq/store`), and later PostgreSQL.
+ */
+export interface Store {
+  /** Loads or connects; after it resolves every acknowledged item is back. */
+  open(): Promise<void>;
+  /** Answers waiting claims and fetches, makes everything durable and releases files or connections. */
+  close(): Promise<void>;
+  /** Creates a pending item, or returns the earlier item with the same idempotency key. */
+  post(queue: QueueRef, input: PostInput): Promise<PostOutcome>;
+  /** Leases the oldest pending item that matches, or null when none did within `waitMs`. */
+  claim(queue: QueueRef, input: ClaimInput): Promise<Claimed | null>;
+  /**
+   * The item's status record, held up to `waitMs` until the item is terminal. The first fetch that
+   * returns a terminal item stamps it as fetched (retention with `retainFrom: "fetched"`).
+   */
+  get(queue: QueueRef, id: string, waitMs: number, signal?: AbortSignal): Promise<StatusRecord | null>;
+  /** Records progress (a heartbeat that extends the lease) unless the item is terminal. */
+  progress(queue: QueueRef, id: string, body: string): Promise<SubmitOutcome | null>;
+  /** Finishes the item unless it is terminal, whoever sends it. */
+  result(queue: QueueRef, id: string, body: string): Promise<SubmitOutcome | null>;
+  /** Records an error; the item is re-queued or failed by the attempts rule (decisions §3.2, §3.4). */
+  error(queue: QueueRef, id: string, body: string): Promise<SubmitOutcome | null>;
+  /** Cancels a non-terminal item (decisions §3.6). */
+  cancel(queue: QueueRef, id: string): Promise<SubmitOutcome | null>;
+  /** How many items the queue holds, by status (for tests, benchmarks and operators). */
+  counts(queue: QueueRef): Promise<Partial<Record<ItemStatus, number>>>;
+}
