@@ -1,0 +1,26 @@
+import { expect } from 'chai';
+import { request } from './support/http.js';
+import { cleanupTemp, startServer, type TestServer } from './support/server.js';
+
+describe('svcq serve (smoke)', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer();
+  });
+  after(async () => {
+    await server.stop();
+    cleanupTemp(server.root);
+  });
+
+  it('answers GET /api/version with { api: 2 } for the master token (interface §4.5)', async () => {
+    const reply = await request(server.url, '/api/version', { token: server.masterToken });
+    expect(reply.status).to.equal(200);
+    expect(reply.json).to.deep.equal({ api: 2 });
+  });
+
+  it('exits 0 on SIGTERM (decisions §1.1)', async () => {
+    const other = await startServer();
+    expect(await other.stop('SIGTERM')).to.equal(0);
+    cleanupTemp(other.root);
+  });
+});

@@ -1,0 +1,87 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const BIN = path.join(REPO, 'bin/run.js');
+
+/** A fresh temp folder, removed by `cleanupTemp`. */
+export function tempDir(prefix = 'svcq-test-'): string {
+  return mkdtempSync(path.join(tmpdir(), prefix));
+}
+
+export function cleanupTemp(dir: string): void {
+  rmSync(dir, { recursive: true, force: true });
+}
+
+export interface TestServer {
+  url: string;
+  port: number;
+  root: string;
+  masterToken: string;
+  proc: ChildProcess;
+  /** Everything the server printed so far. */
+  output(): string;
+  /** SIGTERM (or another signal) and wait for the exit code. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+  /** kill -9: no flush, no goodbye. */
+  kill9(): Promise<void>;
+}
+
+export interface StartOptions {
+  root?: string;
+  masterToken?: string;
+  /** Extra `svcq serve` flags. */
+  args?: string[];
+  env?: Record<string, string>;
+  port?: number;
+}
+
+/** Spawns a real `svcq serve` (the built binary) on a temp root and waits for its `listening on` line. */
+export async function startServer(options: StartOptions = {}): Promise<TestServer> {
+  const root = options.root ?? tempDir();
+  const masterToken = options.masterToken ?? 'master-test-token-0123456789abcdef';
+  const proc = spawn(process.execPath, [BIN, 'serve', '--root', root, '--port', String(options.port ?? 0), '--master-token', masterToken, ...(options.args ?? [])], {
+    env: { ...process.env, ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  proc.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+  proc.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start within 20 s:\n${out}`)), 20_000);
+    const check = (): void => {
+      const m = /listening on (http:\/\/\S+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]!);
+      }
+    };
+    proc.stdout!.on('data', check);
+    proc.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`server exited with ${code} before listening:\n${out}`));
+    });
+  });
+  return {
+    url,
+    port: Number(new URL(url).port),
+    root,
+    masterToken,
+    proc,
+    output: () => out,
+    async stop(signal: NodeJS.Signals = 'SIGTERM') {
+      if (proc.exitCode !== null) return proc.exitCode;
+      proc.kill(signal);
+      return exited;
+    },
+    async kill9() {
+      if (proc.exitCode !== null || proc.signalCode !== null) return;
+      proc.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
