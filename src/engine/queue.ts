@@ -1,0 +1,340 @@
+import BTreeModule from 'sorted-btree';
+import type { QueueConfig } from './config.js';
+import { matches, type Criteria } from './criteria.js';
+import { DeadlineHeap } from './deadline-heap.js';
+import { isTerminal, type ItemStatus, type TaskEventKind } from './item.js';
+
+// sorted-btree is CommonJS with its class on `default`.
+const BTree = BTreeModule.default;
+type BTree<K, V> = InstanceType<typeof BTreeModule.default<K, V>>;
+
+/**
+ * One item as the engine keeps it. Bodies (item, progress, result, error) stay JSON text as
+ * received: they are never parsed again except to match criteria, and are spliced into replies.
+ */
+export interface Item {
+  id: string;
+  /** Claim order: postedAt, then arrival. Unique and increasing within a queue; kept on re-queue. */
+  ord: number;
+  body: string;
+  postedBy: string;
+  postedAt: number;
+  idempotencyKey: string | null;
+  status: ItemStatus;
+  updatedAt: number;
+  finishedAt: number | null;
+  attempts: number;
+  leaseWorker: string | null;
+  leaseUntil: number | null;
+  /** A re-queued item is not claimable before this (retryDelaySeconds). */
+  availableAt: number;
+  progress: string | null;
+  result: string | null;
+  error: string | null;
+  /** Stamped by the first fetch that returned the item terminal (retainFrom: "fetched"). */
+  fetchedAt: number | null;
+}
+
+/** What an operation did, for the store to make durable and to report. */
+export interface Change {
+  item: Item;
+  /** Events in the order they happened. */
+  events: Array<{ event: TaskEventKind; worker?: string }>;
+  /** The item left the queue for good (retention): the store deletes it. */
+  purged?: boolean;
+}
+
+export interface Outcome {
+  accepted: boolean;
+  status: ItemStatus;
+  change?: Change;
+}
+
+const LEASE_EXPIRED = '{"reason":"lease expired"}';
+
+/**
+ * The semantics of one queue (decisions §3), as plain in-memory code with the clock passed in.
+ * It touches no file and no network: the store makes its changes durable.
+ *
+ * Costs do not grow with the backlog: pending items sit in a B+tree ordered by claim order, so a
+ * claim without criteria takes the first entry, and a claim with criteria walks in order and stops
+ * at the first match; every time-driven rule (lease end, retry delay, timeout, retention) has a
+ * heap of deadlines, so `tick` only looks at what is due.
+ */
+export class Queue {
+  readonly items = new Map<string, Item>();
+  private readonly pending: BTree<number, Item> = new BTree<number, Item>();
+  private readonly byKey = new Map<string, Item>();
+  private readonly leases = new DeadlineHeap<Item>();
+  private readonly delayed = new DeadlineHeap<Item>();
+  private readonly timeouts = new DeadlineHeap<Item>();
+  private readonly retention = new DeadlineHeap<Item>();
+  private lastOrd = 0;
+
+  constructor(public config: QueueConfig) {}
+
+  get size(): number {
+    return this.items.size;
+  }
+
+  /** The order number for an item posted at `now`: after every earlier one, by time first. */
+  nextOrd(now: number): number {
+    this.lastOrd = Math.max(this.lastOrd + 1, now * 1024);
+    return this.lastOrd;
+  }
+
+  /** The item an idempotency key already names, if it is still in the queue. */
+  byIdempotencyKey(key: string): Item | undefined {
+    return this.byKey.get(key);
+  }
+
+  post(fields: { id: string; body: string; postedBy: string; idempotencyKey: string | null }, now: number): Change {
+    const item: Item = {
+      id: fields.id,
+      ord: this.nextOrd(now),
+      body: fields.body,
+      postedBy: fields.postedBy,
+      postedAt: now,
+      idempotencyKey: fields.idempotencyKey,
+      status: 'pending',
+      updatedAt: now,
+      finishedAt: null,
+      attempts: 0,
+      leaseWorker: null,
+      leaseUntil: null,
+      availableAt: 0,
+      progress: null,
+      result: null,
+      error: null,
+      fetchedAt: null,
+    };
+    this.restore(item);
+    return { item, events: [{ event: 'posted' }] };
+  }
+
+  /**
+   * Puts an item back exactly as it was stored (start-up replay), or replaces the stored state
+   * of one already here, and rebuilds its index and deadline entries.
+   */
+  restore(item: Item): void {
+    const previous = this.items.get(item.id);
+    if (previous) {
+      this.pending.delete(previous.ord);
+      if (previous.idempotencyKey !== null) this.byKey.delete(previous.idempotencyKey);
+    }
+    this.items.set(item.id, item);
+    if (item.idempotencyKey !== null) this.byKey.set(item.idempotencyKey, item);
+    if (item.ord > this.lastOrd) this.lastOrd = item.ord;
+    this.index(item);
+  }
+
+  /** Removes an item for good (a purge replayed, or a restore of a deleted record). */
+  remove(id: string): void {
+    const item = this.items.get(id);
+    if (!item) return;
+    this.items.delete(id);
+    this.pending.delete(item.ord);
+    if (item.idempotencyKey !== null && this.byKey.get(item.idempotencyKey) === item) this.byKey.delete(item.idempotencyKey);
+  }
+
+  /** Files an item under the index or deadlines its state calls for. Stale heap entries are skipped when popped. */
+  private index(item: Item): void {
+    if (item.status === 'pending') {
+      if (item.availableAt > 0) this.delayed.push(item.availableAt, item);
+      else this.pending.set(item.ord, item);
+    } else if (item.status === 'claimed' || item.status === 'processing') {
+      if (item.leaseUntil !== null) this.leases.push(item.leaseUntil, item);
+    }
+    if (!isTerminal(item.status) && this.config.timeoutMs !== null) this.timeouts.push(item.postedAt + this.config.timeoutMs, item);
+    const from = this.retentionStart(item);
+    if (from !== null) this.retention.push(from + this.config.retainMs, item);
+  }
+
+  private retentionStart(item: Item): number | null {
+    if (!isTerminal(item.status)) return null;
+    return this.config.retainFrom === 'fetched' ? item.fetchedAt : item.finishedAt;
+  }
+
+  /** Leases the oldest pending item that passes every criterion, or returns null. */
+  claim(worker: string, criteria: Criteria | undefined, now: number): Change | null {
+    let found: Item | undefined;
+    if (criteria === undefined || Object.keys(criteria).length === 0) {
+      found = this.pending.size > 0 ? this.pending.get(this.pending.minKey()!) : undefined;
+    } else {
+      for (const [, item] of this.pending.entries()) {
+        if (matches(JSON.parse(item.body) as Record<string, unknown>, criteria)) {
+          found = item;
+          break;
+        }
+      }
+    }
+    if (!found) return null;
+    return this.lease(found, worker, now);
+  }
+
+  /** Leases this pending item if it passes the criteria (a waiting claim offered a new item). */
+  claimItem(item: Item, worker: string, criteria: Criteria | undefined, now: number): Change | null {
+    if (item.status !== 'pending' || this.pending.get(item.ord) !== item) return null;
+    if (criteria !== undefined && !matches(JSON.parse(item.body) as Record<string, unknown>, criteria)) return null;
+    return this.lease(item, worker, now);
+  }
+
+  private lease(item: Item, worker: string, now: number): Change {
+    this.pending.delete(item.ord);
+    item.status = 'claimed';
+    item.attempts += 1;
+    item.leaseWorker = worker;
+    item.leaseUntil = now + this.config.leaseMs;
+    item.availableAt = 0;
+    item.updatedAt = now;
+    this.leases.push(item.leaseUntil, item);
+    return { item, events: [{ event: 'claimed', worker }] };
+  }
+
+  /** An accepted progress is a heartbeat: the lease runs leaseSeconds from now again. */
+  progress(id: string, body: string, now: number): Outcome | null {
+    const item = this.items.get(id);
+    if (!item) return null;
+    if (isTerminal(item.status)) return { accepted: false, status: item.status };
+    item.progress = body;
+    item.updatedAt = now;
+    if (item.status === 'pending') {
+      // Progress for an item waiting to be re-queued: the worker is alive after all, so it keeps the item.
+      this.pending.delete(item.ord);
+      item.availableAt = 0;
+    }
+    item.status = 'processing';
+    item.leaseUntil = now + this.config.leaseMs;
+    this.leases.push(item.leaseUntil, item);
+    return { accepted: true, status: item.status, change: { item, events: [{ event: 'progress', worker: item.leaseWorker ?? undefined }] } };
+  }
+
+  /** A result for any non-terminal item is accepted, whoever sends it. */
+  result(id: string, body: string, now: number): Outcome | null {
+    const item = this.items.get(id);
+    if (!item) return null;
+    if (isTerminal(item.status)) return { accepted: false, status: item.status };
+    item.result = body;
+    this.finish(item, 'finished', now);
+    return { accepted: true, status: item.status, change: { item, events: [{ event: 'finished', worker: item.leaseWorker ?? undefined }] } };
+  }
+
+  /** Records an error; the item is re-queued, or failed when its attempts are used up (decisions §3.4). */
+  error(id: string, body: string, now: number): Outcome | null {
+    const item = this.items.get(id);
+    if (!item) return null;
+    if (isTerminal(item.status)) return { accepted: false, status: item.status };
+    item.error = body;
+    const events: Change['events'] = [{ event: 'error', worker: item.leaseWorker ?? undefined }];
+    events.push({ event: this.requeueOrFail(item, now) });
+    return { accepted: true, status: item.status, change: { item, events } };
+  }
+
+  cancel(id: string, now: number): Outcome | null {
+    const item = this.items.get(id);
+    if (!item) return null;
+    if (isTerminal(item.status)) return { accepted: false, status: item.status };
+    this.finish(item, 'cancelled', now);
+    return { accepted: true, status: item.status, change: { item, events: [{ event: 'cancelled' }] } };
+  }
+
+  /**
+   * Stamps the first fetch of a terminal item (retainFrom: "fetched" starts retention here).
+   * Returns the change when there was one to record.
+   */
+  fetched(item: Item, now: number): Change | null {
+    if (!isTerminal(item.status) || item.fetchedAt !== null) return null;
+    item.fetchedAt = now;
+    if (this.config.retainFrom === 'fetched') this.retention.push(now + this.config.retainMs, item);
+    return { item, events: [] };
+  }
+
+  private finish(item: Item, status: ItemStatus, now: number): void {
+    this.pending.delete(item.ord);
+    item.status = status;
+    item.updatedAt = now;
+    item.finishedAt = now;
+    item.leaseUntil = null;
+    item.availableAt = 0;
+    if (this.config.retainFrom === 'finished') this.retention.push(now + this.config.retainMs, item);
+  }
+
+  /** decisions §3.2: pending again (keeping its place) while attempts remain, else failed. */
+  private requeueOrFail(item: Item, now: number): 'requeued' | 'failed' {
+    if (item.attempts < this.config.maxAttempts) {
+      item.status = 'pending';
+      item.updatedAt = now;
+      item.leaseUntil = null;
+      item.availableAt = this.config.retryDelayMs > 0 ? now + this.config.retryDelayMs : 0;
+      this.index(item);
+      return 'requeued';
+    }
+    this.finish(item, 'failed', now);
+    return 'failed';
+  }
+
+  /** Applies every time-driven rule that is due at `now` and returns what changed. */
+  tick(now: number): Change[] {
+    const changes: Change[] = [];
+    for (let item = this.leases.popDue(now); item; item = this.leases.popDue(now)) {
+      if ((item.status !== 'claimed' && item.status !== 'processing') || item.leaseUntil === null || item.leaseUntil > now) continue;
+      const outcome = item.attempts < this.config.maxAttempts ? 'requeued' : 'failed';
+      if (outcome === 'failed') item.error = LEASE_EXPIRED;
+      this.requeueOrFail(item, now);
+      changes.push({ item, events: [{ event: outcome, worker: item.leaseWorker ?? undefined }] });
+    }
+    for (let item = this.delayed.popDue(now); item; item = this.delayed.popDue(now)) {
+      if (item.status !== 'pending' || item.availableAt === 0 || item.availableAt > now) continue;
+      item.availableAt = 0;
+      this.pending.set(item.ord, item);
+      changes.push({ item, events: [] });
+    }
+    if (this.config.timeoutMs !== null) {
+      for (let item = this.timeouts.popDue(now); item; item = this.timeouts.popDue(now)) {
+        if (isTerminal(item.status) || !this.items.has(item.id)) continue;
+        if (item.postedAt + this.config.timeoutMs > now) {
+          this.timeouts.push(item.postedAt + this.config.timeoutMs, item);
+          continue;
+        }
+        this.finish(item, 'timedout', now);
+        changes.push({ item, events: [{ event: 'timedout' }] });
+      }
+    }
+    for (let item = this.retention.popDue(now); item; item = this.retention.popDue(now)) {
+      const from = this.retentionStart(item);
+      if (from === null || !this.items.has(item.id)) continue;
+      if (from + this.config.retainMs > now) {
+        this.retention.push(from + this.config.retainMs, item);
+        continue;
+      }
+      this.remove(item.id);
+      changes.push({ item, events: [{ event: 'purged' }], purged: true });
+    }
+    return changes;
+  }
+
+  /** When `tick` next has something to do, or null. */
+  nextDeadline(): number | null {
+    let next: number | null = null;
+    for (const heap of [this.leases, this.delayed, this.timeouts, this.retention]) {
+      const at = heap.peek();
+      if (at !== undefined && (next === null || at < next)) next = at;
+    }
+    return next;
+  }
+
+  /** Replaces the queue's rules (a PUT of its definition). Deadlines already filed are re-checked when they come due. */
+  reconfigure(config: QueueConfig): void {
+    if (config.timeoutMs !== null && this.config.timeoutMs === null) {
+      for (const item of this.items.values()) if (!isTerminal(item.status)) this.timeouts.push(item.postedAt + config.timeoutMs, item);
+    }
+    this.config = config;
+  }
+
+  /** Items by status (operators, tests, benchmarks): a full scan, not for hot paths. */
+  counts(): Partial<Record<ItemStatus, number>> {
+    const out: Partial<Record<ItemStatus, number>> = {};
+    for (const item of this.items.values()) out[item.status] = (out[item.status] ?? 0) + 1;
+    return out;
+  }
+}

@@ -1,0 +1,293 @@
+import { open as openCallback, read, close as closeCallback } from 'node:fs';
+import { mkdir, readdir, rm, rename, open, truncate } from 'node:fs/promises';
+import path from 'node:path';
+import { Low } from 'lowdb';
+import { JSONFile } from 'lowdb/node';
+import type { Item } from '../engine/queue.js';
+import { fsyncDir } from '../definitions/registry.js';
+import { AppendFile } from './append-file.js';
+
+/**
+ * The embedded store's files, in `<root>/_svcq/store/`:
+ *
+ * - `journal-N.jsonl`: every change, one JSON array per line, appended and group-committed.
+ * - `snapshot-N.jsonl`: every live item as of the moment journal-N was started, streamed line by
+ *   line and renamed into place once complete and fsynced.
+ * - `meta.json` (lowdb): which generation N is current. It is switched only once snapshot-N is
+ *   safely on disk, and older files are removed only after that.
+ *
+ * Start-up loads snapshot-N and replays journal-N, then any later journal (a crash while a
+ * snapshot was being written leaves one). Records carry an item's whole state, so replaying a
+ * record twice, or over a snapshot line written later than it, converges on the last state.
+ *
+ * Why not one lowdb JSON document per queue, rewritten on every change: that costs O(backlog)
+ * per request, and a single JSON string of a million items runs into V8's string length limit.
+ */
+
+/** `["i", queue, id, ord, body, postedBy, postedAt, idempotencyKey, ...state]`: a whole item (post, snapshot). */
+/** `["u", queue, id, ...state]`: an item's state after a change. */
+/** `["d", queue, id]`: the item is gone (retention). */
+type StateFields = [Item['status'], number, number | null, number, string | null, number | null, number, string | null, string | null, string | null, number | null];
+
+function stateOf(item: Item): StateFields {
+  return [item.status, item.updatedAt, item.finishedAt, item.attempts, item.leaseWorker, item.leaseUntil, item.availableAt, item.progress, item.result, item.error, item.fetchedAt];
+}
+
+function applyState(item: Item, s: StateFields): void {
+  [item.status, item.updatedAt, item.finishedAt, item.attempts, item.leaseWorker, item.leaseUntil, item.availableAt, item.progress, item.result, item.error, item.fetchedAt] = s;
+}
+
+export function itemRecord(queue: string, item: Item): string {
+  return `${JSON.stringify(['i', queue, item.id, item.ord, item.body, item.postedBy, item.postedAt, item.idempotencyKey, ...stateOf(item)])}\n`;
+}
+
+export function updateRecord(queue: string, item: Item): string {
+  return `${JSON.stringify(['u', queue, item.id, ...stateOf(item)])}\n`;
+}
+
+export function deleteRecord(queue: string, id: string): string {
+  return `${JSON.stringify(['d', queue, id])}\n`;
+}
+
+/** Every live item found on disk, by queue. */
+export type LoadedItems = Map<string, Map<string, Item>>;
+
+interface Meta {
+  format: 1;
+  generation: number;
+  snapshotAt: number | null;
+  snapshotItems: number;
+}
+
+export interface JournalOptions {
+  dir: string;
+  warn: (line: string) => void;
+  /** Journal bytes past which a snapshot is taken (at least this, and at least twice the last snapshot). */
+  compactBytes?: number;
+}
+
+export class Journal {
+  private meta!: Low<Meta>;
+  private file!: AppendFile;
+  private generation = 0;
+  /** Number of the journal being appended to: the generation, or later after a crash mid-snapshot. */
+  private current = 0;
+  private snapshotBytes = 0;
+  private compacting: Promise<void> | undefined;
+  private readonly compactBytes: number;
+
+  constructor(private readonly options: JournalOptions) {
+    this.compactBytes = options.compactBytes ?? 64 * 1024 * 1024;
+  }
+
+  /** Loads snapshot and journals and opens the journal for appending. */
+  async open(): Promise<LoadedItems> {
+    const { dir, warn } = this.options;
+    await mkdir(dir, { recursive: true });
+    this.meta = new Low<Meta>(new JSONFile<Meta>(path.join(dir, 'meta.json')), { format: 1, generation: 0, snapshotAt: null, snapshotItems: 0 });
+    await this.meta.read();
+    this.generation = this.meta.data.generation;
+
+    const items: LoadedItems = new Map();
+    const snapshot = path.join(dir, `snapshot-${this.generation}.jsonl`);
+    if (this.generation > 0) {
+      const loaded = await readRecords(snapshot, items, warn, false);
+      this.snapshotBytes = loaded.bytes;
+    }
+    const journals = (await readdir(dir))
+      .map((f) => /^journal-(\d+)\.jsonl$/.exec(f))
+      .filter((m): m is RegExpExecArray => m !== null && Number(m[1]) >= this.generation)
+      .map((m) => Number(m[1]))
+      .sort((a, b) => a - b);
+    let last = this.generation;
+    let lastSize = 0;
+    for (const n of journals) {
+      const loaded = await readRecords(path.join(dir, `journal-${n}.jsonl`), items, warn, true);
+      last = n;
+      lastSize = loaded.bytes;
+    }
+    // Appending goes on in the newest journal, which covers everything since the current snapshot.
+    this.file = await AppendFile.open(path.join(dir, `journal-${last}.jsonl`), lastSize);
+    this.current = last;
+    return items;
+  }
+
+  /** Appends records; resolves once they are on disk. */
+  append(records: string): Promise<void> {
+    return this.file.append(records);
+  }
+
+  /** Appends records that nobody waits for (time-driven changes); they go with the next group. */
+  appendLater(records: string): void {
+    this.file.appendLater(records);
+  }
+
+  /** Resolves once everything appended so far is on disk. */
+  sync(): Promise<void> {
+    return this.file.sync();
+  }
+
+  /** True when the journal has grown enough that a snapshot would pay for itself. */
+  wantsSnapshot(): boolean {
+    return !this.compacting && this.file.size > Math.max(this.compactBytes, 2 * this.snapshotBytes);
+  }
+
+  /**
+   * Starts a new generation: appends go to a new journal from now on, and `items` (all live
+   * items, iterated while the server keeps running) are streamed into the new snapshot.
+   */
+  snapshot(items: () => Iterable<[string, Item]>): Promise<void> {
+    if (this.compacting) return this.compacting;
+    this.compacting = this.writeSnapshot(items).finally(() => {
+      this.compacting = undefined;
+    });
+    return this.compacting;
+  }
+
+  private async writeSnapshot(items: () => Iterable<[string, Item]>): Promise<void> {
+    const { dir } = this.options;
+    const next = this.current + 1;
+    const previous = this.file;
+    this.file = await AppendFile.open(path.join(dir, `journal-${next}.jsonl`));
+    this.current = next;
+    await previous.close();
+
+    const tmp = path.join(dir, `snapshot-${next}.jsonl.tmp`);
+    const handle = await open(tmp, 'w', 0o644);
+    let bytes = 0;
+    let count = 0;
+    try {
+      let chunk = '';
+      for (const [queue, item] of items()) {
+        chunk += itemRecord(queue, item);
+        count++;
+        if (chunk.length > 1 << 20) {
+          bytes += (await handle.write(chunk)).bytesWritten;
+          chunk = '';
+          // Let requests run between chunks; the iteration tolerates changes made meanwhile.
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+      }
+      if (chunk) bytes += (await handle.write(chunk)).bytesWritten;
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(tmp, path.join(dir, `snapshot-${next}.jsonl`));
+    await fsyncDir(dir);
+
+    this.meta.data = { format: 1, generation: next, snapshotAt: Date.now(), snapshotItems: count };
+    await this.meta.write();
+    const metaHandle = await open(path.join(dir, 'meta.json'), 'r');
+    await metaHandle.sync();
+    await metaHandle.close();
+    await fsyncDir(dir);
+    this.generation = next;
+    this.snapshotBytes = bytes;
+
+    for (const f of await readdir(dir)) {
+      const m = /^(journal|snapshot)-(\d+)\.jsonl$/.exec(f);
+      // Everything numbered below the new generation is covered by the new snapshot.
+      if (m && Number(m[2]) < next) await rm(path.join(dir, f), { force: true });
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.compacting;
+    await this.file.close();
+  }
+}
+
+/**
+ * Reads one file of records into `items`. A torn or unparsable last record (a crash mid-write)
+ * is skipped with one warning, and cut off a journal so that appending continues cleanly; one
+ * in the middle is skipped with a warning.
+ */
+async function readRecords(file: string, items: LoadedItems, warn: (line: string) => void, truncateTorn: boolean): Promise<{ bytes: number }> {
+  let fd: number;
+  try {
+    fd = await new Promise<number>((resolve, reject) => openCallback(file, 'r', (err, fd) => (err ? reject(err) : resolve(fd))));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { bytes: 0 };
+    throw err;
+  }
+  const chunkSize = 16 * 1024 * 1024;
+  let buffer = Buffer.alloc(chunkSize);
+  let filled = 0;
+  let offset = 0; // file offset of buffer[0]
+  let good = 0; // file offset just past the last good record
+  let lineNo = 0;
+  let torn: string | undefined;
+  try {
+    for (;;) {
+      if (filled === buffer.length) {
+        // A single record larger than the buffer: grow it.
+        const bigger = Buffer.alloc(buffer.length * 2);
+        buffer.copy(bigger, 0, 0, filled);
+        buffer = bigger;
+      }
+      const n = await new Promise<number>((resolve, reject) => read(fd, buffer, filled, buffer.length - filled, offset + filled, (err, n) => (err ? reject(err) : resolve(n))));
+      filled += n;
+      let start = 0;
+      for (;;) {
+        const end = buffer.indexOf(10, start);
+        if (end === -1 || end >= filled) break;
+        lineNo++;
+        const text = buffer.toString('utf8', start, end);
+        if (!applyRecord(text, items)) {
+          if (torn !== undefined) warn(`${path.basename(file)}: record ${lineNo - 1} is corrupt and was skipped`);
+          torn = `${path.basename(file)}: record ${lineNo} is corrupt`;
+        } else {
+          if (torn !== undefined) warn(`${torn} and was skipped`);
+          torn = undefined;
+          good = offset + end + 1;
+        }
+        start = end + 1;
+      }
+      if (n === 0) {
+        if (start < filled) torn = `${path.basename(file)}: the last record is torn (${filled - start} bytes without an end)`;
+        break;
+      }
+      buffer.copy(buffer, 0, start, filled);
+      offset += start;
+      filled -= start;
+    }
+  } finally {
+    await new Promise<void>((resolve) => closeCallback(fd, () => resolve()));
+  }
+  if (torn !== undefined) {
+    warn(`${torn}; skipped${truncateTorn ? ' and cut off' : ''}`);
+    if (truncateTorn) await truncate(file, good);
+  }
+  return { bytes: good };
+}
+
+function applyRecord(text: string, items: LoadedItems): boolean {
+  let record: unknown[];
+  try {
+    record = JSON.parse(text) as unknown[];
+  } catch {
+    return false;
+  }
+  if (!Array.isArray(record) || typeof record[1] !== 'string' || typeof record[2] !== 'string') return false;
+  const [type, queue, id] = record as [string, string, string];
+  let byId = items.get(queue);
+  if (!byId) items.set(queue, (byId = new Map()));
+  if (type === 'i' && record.length === 19) {
+    const [, , , ord, body, postedBy, postedAt, idempotencyKey] = record as [string, string, string, number, string, string, number, string | null];
+    const item = { id, ord, body, postedBy, postedAt, idempotencyKey } as Item;
+    applyState(item, record.slice(8) as StateFields);
+    byId.set(id, item);
+    return true;
+  }
+  if (type === 'u' && record.length === 14) {
+    const item = byId.get(id);
+    if (item) applyState(item, record.slice(3) as StateFields);
+    return true;
+  }
+  if (type === 'd' && record.length === 3) {
+    byId.delete(id);
+    return true;
+  }
+  return false;
+}
