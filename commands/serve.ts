@@ -15,13 +15,16 @@ The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/m
     'master-token': Flags.string({ description: 'master token for /api (default: SVCQ_MASTER_TOKEN, else <root>/_svcq/master-token)', env: 'SVCQ_MASTER_TOKEN' }),
     'show-token': Flags.boolean({ description: 'print the master token at start', default: false }),
     'max-body': Flags.integer({ description: 'largest request body in bytes', env: 'SVCQ_MAX_BODY', default: 1024 * 1024, min: 1024 }),
+    'log-max-bytes': Flags.integer({ description: 'rotate the access log once it passes this many bytes', default: 16 * 1024 * 1024, min: 1 }),
+    'log-keep': Flags.integer({ description: 'rotated access logs to keep', default: 20, min: 0 }),
+    'stats-interval': Flags.integer({ description: 'milliseconds between server-health samples', default: 15_000, min: 100 }),
   };
 
   async run(): Promise<void> {
     const { flags } = await this.parse(Serve);
     let server;
     try {
-      server = await startServer({ root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], maxBody: flags['max-body'] });
+      server = await startServer({ root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'] });
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       const why = e.code === 'EADDRINUSE' ? `port ${flags.port} on ${flags.bind} is already in use` : e.code === 'EACCES' ? `permission denied (${e.message})` : e.message;

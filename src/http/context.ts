@@ -25,6 +25,8 @@ export interface ServerContext {
   registry: DefinitionRegistry;
   store: Store;
   accessLog: AccessLogSink;
+  /** Milliseconds between stats samples, as `GET /api/v2/stats` reports it (default 15000). */
+  statsInterval?: number;
   /** Largest request body accepted, in bytes (decisions §3.5, `--max-body`). */
   maxBody: number;
   /** Milliseconds since the epoch; tests may pass a fake. */

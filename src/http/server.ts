@@ -15,6 +15,10 @@ export interface ServeOptions {
   bind: string;
   masterToken?: string;
   maxBody?: number;
+  /** Access-log rotation size in bytes, rotated files kept, and ms between stats samples (decisions §5). */
+  logMaxBytes?: number;
+  logKeep?: number;
+  statsInterval?: number;
   /** Where warnings go (a torn journal record, a definition that no longer parses). */
   warn?: (line: string) => void;
 }
@@ -44,7 +48,7 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
   const home = homeOf(root);
   const master = await resolveMasterToken(home, options.masterToken);
   const registry = await DefinitionRegistry.load(root, warn);
-  const tools = await openTools({ home });
+  const tools = await openTools({ home, logMaxBytes: options.logMaxBytes, logKeep: options.logKeep, statsInterval: options.statsInterval, warn });
   const store = new EmbeddedStore({
     dir: path.join(home, 'store'),
     hooks: tools.hooks,
@@ -63,6 +67,7 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
     registry,
     store,
     accessLog: tools.accessLog,
+    statsInterval: tools.sampler.intervalMs,
     maxBody: options.maxBody ?? 1024 * 1024,
     now: Date.now,
     stopping: stopping.signal,
@@ -72,8 +77,9 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
 
   const server: Server = createServer({ keepAliveTimeout: 65_000 }, (req: IncomingMessage, res: ServerResponse) => {
     const started = performance.now();
-    res.once('finish', () => logRequest(ctx, req, res, started));
+    // Taken now: Express rewrites req.url while it routes into a mounted router.
     const url = req.url ?? '/';
+    res.once('finish', () => logRequest(ctx, req, res, url, started));
     if (url === '/api' || url.startsWith('/api/') || url.startsWith('/api?')) app(req, res);
     else queues(req, res);
   });
@@ -104,8 +110,7 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
   };
 }
 
-function logRequest(ctx: ServerContext, req: IncomingMessage, res: ServerResponse, started: number): void {
-  const url = req.url ?? '/';
+function logRequest(ctx: ServerContext, req: IncomingMessage, res: ServerResponse, url: string, started: number): void {
   const q = url.indexOf('?');
   ctx.accessLog.record({
     ts: Date.now(),

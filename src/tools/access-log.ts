@@ -1,23 +1,132 @@
+import { createWriteStream, type WriteStream } from 'node:fs';
+import { mkdir, readdir, rename, rm, stat, utimes } from 'node:fs/promises';
 import path from 'node:path';
+import { finished } from 'node:stream/promises';
 import type { AccessEntry, AccessLogSink } from '../http/context.js';
-import { AppendFile } from '../store/append-file.js';
+import { ACTIVE_LOG, rotatedLogName, rotatedLogTs, sizeOf } from './files.js';
+
+export interface AccessLogOptions {
+  /** `<root>/_svcq/logs` */
+  dir: string;
+  /** The active file is rotated once it grows past this many bytes (`--log-max-bytes`). */
+  maxBytes: number;
+  /** How many rotated files are kept; older ones are removed (`--log-keep`). */
+  keep: number;
+  warn: (line: string) => void;
+}
 
 /**
- * The access log (decisions §5): lines are queued in memory and written by the file's own group
- * writes, so a request never waits for them.
+ * The access log (decisions §5). `record` hands the line to a buffered file stream and returns:
+ * a request never waits for a disk, and the lines are not fsynced (an access log promises no
+ * durability, and syncing would compete with the store's own group commits). Past `maxBytes` the
+ * active file is renamed `access-<ts>.log`, where `ts` is its modification time in ms, made one
+ * ms later than the previous rotation's when two land in the same ms, and written back with
+ * `utimes` so that name and mtime agree and stay put.
  */
 export class AccessLog implements AccessLogSink {
-  private constructor(private readonly file: AppendFile) {}
+  private stream: WriteStream | undefined;
+  /** Lines recorded while a rotation runs: they belong to the next active file. */
+  private held: string[] = [];
+  private rotating: Promise<void> | undefined;
+  private closed = false;
 
-  static async open(dir: string): Promise<AccessLog> {
-    return new AccessLog(await AppendFile.open(path.join(dir, 'access.log')));
+  private constructor(
+    private readonly options: AccessLogOptions,
+    /** Bytes in the active file, counting what is buffered. */
+    private size: number,
+    /** `ts` of the newest rotated file. */
+    private lastTs: number,
+  ) {}
+
+  static async open(options: AccessLogOptions): Promise<AccessLog> {
+    await mkdir(options.dir, { recursive: true });
+    let lastTs = 0;
+    for (const name of await readdir(options.dir)) lastTs = Math.max(lastTs, rotatedLogTs(name) ?? 0);
+    const log = new AccessLog(options, (await sizeOf(path.join(options.dir, ACTIVE_LOG))) ?? 0, lastTs);
+    if (log.size > options.maxBytes) log.rotate();
+    return log;
+  }
+
+  private get activeFile(): string {
+    return path.join(this.options.dir, ACTIVE_LOG);
   }
 
   record(entry: AccessEntry): void {
-    this.file.appendLater(`${JSON.stringify(entry)}\n`);
+    // A request that finishes while the server shuts down has nowhere left to go.
+    if (this.closed) return;
+    const line = `${JSON.stringify(entry)}\n`;
+    if (this.rotating) {
+      this.held.push(line);
+      return;
+    }
+    this.write(line);
+    if (this.size > this.options.maxBytes) this.rotate();
   }
 
-  close(): Promise<void> {
-    return this.file.close();
+  private write(line: string): void {
+    this.stream ??= this.openStream();
+    this.stream.write(line);
+    this.size += Buffer.byteLength(line);
+  }
+
+  private openStream(): WriteStream {
+    const stream = createWriteStream(this.activeFile, { flags: 'a' });
+    stream.on('error', (err) => {
+      this.options.warn(`access log: ${err.message}`);
+      // The next line opens a fresh stream rather than writing into a broken one.
+      if (this.stream === stream) this.stream = undefined;
+    });
+    return stream;
+  }
+
+  private rotate(): void {
+    const stream = this.stream;
+    this.stream = undefined;
+    this.rotating = (async () => {
+      try {
+        if (stream) await finished(stream.end());
+        await this.moveActiveAside();
+        await this.prune();
+      } catch (err) {
+        this.options.warn(`access log rotation: ${(err as Error).message}`);
+      }
+      this.size = (await sizeOf(this.activeFile).catch(() => null)) ?? 0;
+      this.rotating = undefined;
+      // The next active file exists from now on, so a reader never sees a moment without one.
+      if (!this.closed) this.stream ??= this.openStream();
+      const held = this.held;
+      this.held = [];
+      for (const line of held) this.write(line);
+      if (this.size > this.options.maxBytes && !this.closed) this.rotate();
+    })();
+  }
+
+  private async moveActiveAside(): Promise<void> {
+    const info = await stat(this.activeFile);
+    const ts = Math.max(Math.round(info.mtimeMs), this.lastTs + 1);
+    const target = path.join(this.options.dir, rotatedLogName(ts));
+    await rename(this.activeFile, target);
+    this.lastTs = ts;
+    await utimes(target, ts / 1000, ts / 1000);
+  }
+
+  /** Keeps the newest `keep` rotated files. */
+  private async prune(): Promise<void> {
+    const rotated = (await readdir(this.options.dir))
+      .map((name) => ({ name, ts: rotatedLogTs(name) }))
+      .filter((f): f is { name: string; ts: number } => f.ts !== undefined)
+      .sort((a, b) => a.ts - b.ts);
+    for (const old of rotated.slice(0, Math.max(0, rotated.length - this.options.keep))) {
+      await rm(path.join(this.options.dir, old.name), { force: true });
+    }
+  }
+
+  /** Writes every line recorded so far, then closes the file. */
+  async close(): Promise<void> {
+    this.closed = true;
+    while (this.rotating) await this.rotating;
+    const stream = this.stream;
+    this.stream = undefined;
+    if (stream) await finished(stream.end()).catch((err: Error) => this.options.warn(`access log: ${err.message}`));
   }
 }

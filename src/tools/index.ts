@@ -1,13 +1,27 @@
-import path from 'node:path';
 import type { AccessLogSink } from '../http/context.js';
 import type { StoreHooks } from '../store/store.js';
 import { AccessLog } from './access-log.js';
+import { logsDir, payloadsDir, statsDir, tasksDir } from './files.js';
 import { PayloadArchive } from './payload-archive.js';
+import { StatsSampler } from './stats.js';
 import { TaskEventLog } from './task-events.js';
+
+export const TOOLS_DEFAULTS = {
+  logMaxBytes: 16 * 1024 * 1024,
+  logKeep: 20,
+  statsInterval: 15_000,
+} as const;
 
 export interface ToolsOptions {
   /** `<root>/_svcq` */
   home: string;
+  /** Rotate the access log past this many bytes (default 16 MiB). */
+  logMaxBytes?: number;
+  /** Rotated access logs kept (default 20). */
+  logKeep?: number;
+  /** Milliseconds between stats samples (default 15000). */
+  statsInterval?: number;
+  warn?: (line: string) => void;
 }
 
 export interface Tools {
@@ -15,23 +29,38 @@ export interface Tools {
   hooks: StoreHooks;
   tasks: TaskEventLog;
   payloads: PayloadArchive;
+  sampler: StatsSampler;
+  /** Stops sampling and flushes the access log and the task history. */
   close(): Promise<void>;
 }
 
-/** Opens everything the server keeps beside the store: access log, task history, payload archive. */
+/**
+ * Opens everything the server keeps beside the store: access log, stats sampler (started here, so
+ * the first sample is taken at start), task history and payload archive.
+ */
 export async function openTools(options: ToolsOptions): Promise<Tools> {
-  const accessLog = await AccessLog.open(path.join(options.home, 'logs'));
-  const tasks = new TaskEventLog(path.join(options.home, 'tasks'));
-  const payloads = new PayloadArchive(path.join(options.home, 'payloads'));
+  const warn = options.warn ?? ((line: string) => process.stderr.write(`svcq: warning: ${line}\n`));
+  const accessLog = await AccessLog.open({
+    dir: logsDir(options.home),
+    maxBytes: options.logMaxBytes ?? TOOLS_DEFAULTS.logMaxBytes,
+    keep: options.logKeep ?? TOOLS_DEFAULTS.logKeep,
+    warn,
+  });
+  const tasks = new TaskEventLog(tasksDir(options.home));
+  const payloads = new PayloadArchive(payloadsDir(options.home));
+  const sampler = new StatsSampler(statsDir(options.home), options.statsInterval ?? TOOLS_DEFAULTS.statsInterval, warn);
+  sampler.start();
   return {
     accessLog,
     tasks,
     payloads,
+    sampler,
     hooks: {
       events: (events) => tasks.append(events),
       archive: (host, queue, id, kind, body) => payloads.write(host, queue, id, kind, body),
     },
     async close() {
+      await sampler.stop();
       await Promise.all([accessLog.close(), tasks.close()]);
     },
   };

@@ -2,6 +2,11 @@ import path from 'node:path';
 import type { PayloadKind } from '../store/store.js';
 import { writeAtomically } from '../definitions/registry.js';
 
+/** `<dir>/<host>/<queue>/<id>.<kind>`: callers pass only validated host, queue, id and kind. */
+export function payloadFile(dir: string, host: string, queue: string, id: string, kind: PayloadKind): string {
+  return path.join(dir, host, queue, `${id}.${kind}`);
+}
+
 /**
  * Archived payloads (decisions §5): the exact bytes of an item, its latest accepted progress, its
  * result and its latest error, one file each under `<root>/_svcq/payloads/<host>/<queue>/<id>.<kind>`,
@@ -11,7 +16,7 @@ export class PayloadArchive {
   constructor(readonly dir: string) {}
 
   fileFor(host: string, queue: string, id: string, kind: PayloadKind): string {
-    return path.join(this.dir, host, queue, `${id}.${kind}`);
+    return payloadFile(this.dir, host, queue, id, kind);
   }
 
   async write(host: string, queue: string, id: string, kind: PayloadKind, body: string): Promise<void> {

@@ -1,11 +1,10 @@
 import path from 'node:path';
 import type { TaskEvent } from '../engine/item.js';
+import { fsyncDir } from '../definitions/registry.js';
 import { AppendFile } from '../store/append-file.js';
+import { taskFileName, utcDay } from './files.js';
 
-/** `YYYY-MM-DD` of a UTC day. */
-export function utcDay(ms: number): string {
-  return new Date(ms).toISOString().slice(0, 10);
-}
+export { utcDay } from './files.js';
 
 /**
  * The task history (decisions §5): one JSON line per event in `tasks-YYYY-MM-DD.log` under
@@ -15,19 +14,24 @@ export function utcDay(ms: number): string {
 export class TaskEventLog {
   private file: AppendFile | undefined;
   private day = '';
+  private opening: Promise<void> | undefined;
 
   constructor(readonly dir: string) {}
 
+  /** Appends events durably; resolves once they are on disk. Events of another UTC day go to that day's file. */
   async append(events: TaskEvent[]): Promise<void> {
-    if (events.length === 0) return;
-    const day = utcDay(events[0]!.ts);
-    if (day !== this.day || !this.file) await this.switchTo(day);
-    let lines = '';
-    for (const event of events) lines += `${JSON.stringify(event)}\n`;
-    await this.file!.append(lines);
+    let start = 0;
+    while (start < events.length) {
+      const day = utcDay(events[start]!.ts);
+      let end = start + 1;
+      while (end < events.length && utcDay(events[end]!.ts) === day) end++;
+      let lines = '';
+      for (let i = start; i < end; i++) lines += `${JSON.stringify(events[i])}\n`;
+      if (day !== this.day || !this.file) await this.switchTo(day);
+      await this.file!.append(lines);
+      start = end;
+    }
   }
-
-  private opening: Promise<void> | undefined;
 
   private async switchTo(day: string): Promise<void> {
     // Concurrent first appends of a new day share one open.
@@ -35,7 +39,10 @@ export class TaskEventLog {
     if (day === this.day && this.file) return;
     this.opening = (async () => {
       const previous = this.file;
-      this.file = await AppendFile.open(path.join(this.dir, `tasks-${day}.log`));
+      const file = path.join(this.dir, taskFileName(day));
+      this.file = await AppendFile.open(file);
+      // A new day-file's name must survive a crash as well as the bytes written into it.
+      await fsyncDir(this.dir);
       this.day = day;
       await previous?.close();
     })();
@@ -47,7 +54,9 @@ export class TaskEventLog {
   }
 
   async close(): Promise<void> {
+    while (this.opening) await this.opening;
     await this.file?.close();
     this.file = undefined;
+    this.day = '';
   }
 }

@@ -1,0 +1,208 @@
+import { appendFile, mkdir, statfs } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import si from 'systeminformation';
+import { statFileName, utcDay, type StatType } from './files.js';
+
+/** One core's cumulative times since boot, in ms (as `os.cpus()` counts them). */
+export interface CoreTimes {
+  user: number;
+  nice: number;
+  sys: number;
+  idle: number;
+  irq: number;
+}
+
+export interface CpuStats {
+  model: string;
+  cores: CoreTimes[];
+}
+
+/** Bytes. `used` is what is not available (page cache that can be dropped counts as available). */
+export interface MemoryStats {
+  total: number;
+  used: number;
+  available: number;
+  free: number;
+}
+
+/** Bytes of the filesystem holding `/`; `free` is what an unprivileged writer can still use. */
+export interface DiskStats {
+  path: string;
+  total: number;
+  used: number;
+  free: number;
+}
+
+/** Cumulative bytes since boot. */
+export interface DiskIoStats {
+  readBytes: number;
+  writeBytes: number;
+}
+
+/** Cumulative bytes since boot over every interface but loopback. */
+export interface NetIoStats {
+  rxBytes: number;
+  txBytes: number;
+}
+
+/** `GET /api/v2/stats/now` (interface §4.6). A metric the host cannot report is null. */
+export interface Snapshot {
+  /** Unix time in seconds. */
+  ts: number;
+  /** Seconds since boot. */
+  uptime: number;
+  hostname: string;
+  /** 1, 5 and 15 minute load averages. */
+  load: number[];
+  cpu: CpuStats | null;
+  memory: MemoryStats | null;
+  disk: DiskStats | null;
+  diskIo: DiskIoStats | null;
+  netIo: NetIoStats | null;
+}
+
+/** What one line of a stats day-file holds besides its `ts` (ms), by type (decisions §5). */
+export interface StatSamples {
+  cpu: CpuStats;
+  memory: MemoryStats;
+  disk: DiskStats;
+  diskio: DiskIoStats;
+  netio: NetIoStats;
+}
+
+/** A probe that hangs (a stuck `lsblk`, a slow /proc) counts as a metric the host cannot report. */
+const PROBE_TIMEOUT_MS = 5000;
+
+async function probe<T>(read: () => Promise<T | null> | T | null): Promise<T | null> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<null>((resolve) => {
+    timer = setTimeout(() => resolve(null), PROBE_TIMEOUT_MS);
+    timer.unref();
+  });
+  try {
+    return await Promise.race([Promise.resolve().then(read), timeout]);
+  } catch {
+    return null;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function finite(...values: number[]): boolean {
+  return values.every((v) => typeof v === 'number' && Number.isFinite(v));
+}
+
+function readCpu(): CpuStats | null {
+  const cpus = os.cpus();
+  if (cpus.length === 0) return null;
+  return {
+    model: cpus[0]!.model.trim(),
+    cores: cpus.map(({ times }) => ({ user: times.user, nice: times.nice, sys: times.sys, idle: times.idle, irq: times.irq })),
+  };
+}
+
+async function readMemory(): Promise<MemoryStats | null> {
+  const mem = await si.mem().catch(() => null);
+  if (mem && finite(mem.total, mem.available, mem.free) && mem.total > 0) {
+    return { total: mem.total, used: mem.total - mem.available, available: mem.available, free: mem.free };
+  }
+  const total = os.totalmem();
+  const free = os.freemem();
+  return { total, used: total - free, available: free, free };
+}
+
+async function readDisk(): Promise<DiskStats | null> {
+  const fs = await statfs('/');
+  const total = fs.blocks * fs.bsize;
+  if (!finite(total) || total <= 0) return null;
+  return { path: '/', total, used: (fs.blocks - fs.bfree) * fs.bsize, free: fs.bavail * fs.bsize };
+}
+
+async function readDiskIo(): Promise<DiskIoStats | null> {
+  const io = await si.fsStats();
+  if (!io || !finite(io.rx, io.wx)) return null;
+  return { readBytes: io.rx, writeBytes: io.wx };
+}
+
+async function readNetIo(): Promise<NetIoStats | null> {
+  const ifaces = (await si.networkStats('*')).filter((n) => n.iface !== 'lo' && finite(n.rx_bytes, n.tx_bytes));
+  if (ifaces.length === 0) return null;
+  return { rxBytes: ifaces.reduce((sum, n) => sum + n.rx_bytes, 0), txBytes: ifaces.reduce((sum, n) => sum + n.tx_bytes, 0) };
+}
+
+/** One live snapshot; every probe runs at once and none can make it fail. */
+export async function takeSnapshot(): Promise<Snapshot> {
+  const now = Date.now();
+  const [cpu, memory, disk, diskIo, netIo] = await Promise.all([probe(readCpu), probe(readMemory), probe(readDisk), probe(readDiskIo), probe(readNetIo)]);
+  return {
+    ts: Math.floor(now / 1000),
+    uptime: Math.floor(os.uptime()),
+    hostname: os.hostname(),
+    load: os.loadavg(),
+    cpu,
+    memory,
+    disk,
+    diskIo,
+    netIo,
+  };
+}
+
+/** The day-file lines of one snapshot, by type; a metric the host could not report has no line. */
+export function samplesOf(snapshot: Snapshot): Partial<StatSamples> {
+  const out: Partial<StatSamples> = {};
+  if (snapshot.cpu) out.cpu = snapshot.cpu;
+  if (snapshot.memory) out.memory = snapshot.memory;
+  if (snapshot.disk) out.disk = snapshot.disk;
+  if (snapshot.diskIo) out.diskio = snapshot.diskIo;
+  if (snapshot.netIo) out.netio = snapshot.netIo;
+  return out;
+}
+
+/**
+ * Appends one line per type to `<type>-YYYY-MM-DD.log` (UTC day) every `intervalMs`, the first
+ * at start (decisions §5). A sample still running when the next is due makes that one skip
+ * rather than pile up. Its timer never keeps the process alive.
+ */
+export class StatsSampler {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+
+  constructor(
+    readonly dir: string,
+    readonly intervalMs: number,
+    private readonly warn: (line: string) => void,
+  ) {}
+
+  start(): void {
+    this.tick();
+    this.timer = setInterval(() => this.tick(), this.intervalMs);
+    this.timer.unref();
+  }
+
+  private tick(): void {
+    if (this.running) return;
+    this.running = this.sample()
+      .catch((err: Error) => this.warn(`stats sample: ${err.message}`))
+      .finally(() => {
+        this.running = undefined;
+      });
+  }
+
+  private async sample(): Promise<void> {
+    const ts = Date.now();
+    const samples = samplesOf(await takeSnapshot());
+    await mkdir(this.dir, { recursive: true });
+    const day = utcDay(ts);
+    for (const [type, fields] of Object.entries(samples) as Array<[StatType, object]>) {
+      await appendFile(path.join(this.dir, statFileName(type, day)), `${JSON.stringify({ ts, ...fields })}\n`);
+    }
+  }
+
+  /** Stops the timer and waits for a sample being written. */
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.running;
+  }
+}
