@@ -78,7 +78,7 @@ export class SvcqClient {
   }
 
   /** Sends one request; resolves with whatever the server answered. Rejects only when it could not be reached. */
-  request(method: string, path: string, opts: { body?: string | Buffer; headers?: Record<string, string>; queueHost?: boolean; timeoutMs?: number } = {}): Promise<RawResponse> {
+  request(method: string, path: string, opts: { body?: string | Buffer; headers?: Record<string, string>; queueHost?: boolean; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<RawResponse> {
     const headers: Record<string, string> = { ...opts.headers };
     if (this.options.token) headers.authorization = `Bearer ${this.options.token}`;
     if (opts.queueHost && this.options.host) headers.host = this.options.host;
@@ -88,7 +88,7 @@ export class SvcqClient {
     }
     return new Promise((resolve, reject) => {
       const req = http.request(
-        { protocol: 'http:', hostname: this.base.hostname, port: this.base.port || 80, method, path: `${this.base.pathname.replace(/\/$/, '')}${path}`, headers, agent },
+        { protocol: 'http:', hostname: this.base.hostname, port: this.base.port || 80, method, path: `${this.base.pathname.replace(/\/$/, '')}${path}`, headers, agent, signal: opts.signal },
         (res) => {
           const chunks: Buffer[] = [];
           res.on('data', (c: Buffer) => chunks.push(c));
@@ -159,8 +159,9 @@ export class SvcqClient {
     const wait = waitSeconds > 0 ? `?wait=${waitSeconds}` : '';
     return this.json('GET', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}${wait}`, { queueHost: true });
   }
-  claim(queue: string, body: { worker?: string; criteria?: Record<string, unknown>; wait?: number }): Promise<ClaimResult> {
-    return this.json('POST', `/${encodeURIComponent(queue)}/claim`, { body: JSON.stringify(body), queueHost: true });
+  /** `opts.signal` abandons a long-poll claim (a stopping worker); `opts.timeoutMs` bounds a silent server. */
+  claim(queue: string, body: { worker?: string; criteria?: Record<string, unknown>; wait?: number }, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<ClaimResult> {
+    return this.json('POST', `/${encodeURIComponent(queue)}/claim`, { body: JSON.stringify(body), queueHost: true, ...opts });
   }
   submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: string): Promise<SubmitResult> {
     return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/${kind}`, { body: record, queueHost: true });

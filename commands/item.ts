@@ -1,0 +1,48 @@
+import { Args, Flags } from '@oclif/core';
+import { BaseCommand, hostFlag } from '../src/cli/base-command.js';
+import { waitForItem } from '../src/cli/producer.js';
+import type { ItemRecord } from '../src/client/client.js';
+
+export default class Item extends BaseCommand<typeof Item> {
+  static override summary = "Show an item's status record.";
+  static override description = 'With --wait, long-polls until the item is terminal (finished, failed, timedout or cancelled), riding out a server restart.';
+  static override examples = ['<%= config.bin %> item thumbnails 0123456789abcdef --host jobs.example.com --wait'];
+
+  static override args = {
+    queue: Args.string({ description: 'queue name', required: true }),
+    id: Args.string({ description: 'item id (16 hex characters)', required: true }),
+  };
+
+  static override flags = {
+    host: hostFlag,
+    wait: Flags.boolean({ description: 'wait until the item is terminal', default: false }),
+  };
+
+  async run(): Promise<ItemRecord> {
+    const { args } = await this.parse(Item);
+    const client = this.client({ host: this.flags.host });
+    const record = this.flags.wait
+      ? await waitForItem(client, args.queue, args.id, (message) => this.logToStderr(`svcq: ${message}; trying again`))
+      : await client.item(args.queue, args.id);
+    this.log(summary(record));
+    return record;
+  }
+}
+
+/** The status record as a person reads it: one field a line, bodies as compact JSON. */
+function summary(r: ItemRecord): string {
+  const time = (ms: number | null): string => (ms === null ? '-' : new Date(ms).toISOString());
+  const body = (v: unknown): string => (v === null || v === undefined ? '-' : JSON.stringify(v));
+  const took = r.finishedAt === null ? '' : ` (${((r.finishedAt - r.postedAt) / 1000).toFixed(1)} s after posting)`;
+  return [
+    `id        ${r.id}`,
+    `status    ${r.status}`,
+    `attempts  ${r.attempts}`,
+    `posted    ${time(r.postedAt)} by ${r.postedBy}`,
+    `updated   ${time(r.updatedAt)}`,
+    `finished  ${time(r.finishedAt)}${took}`,
+    `progress  ${body(r.progress)}`,
+    `result    ${body(r.result)}`,
+    `error     ${body(r.error)}`,
+  ].join('\n');
+}

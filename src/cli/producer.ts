@@ -1,0 +1,127 @@
+import type { ItemRecord, PostResult, SvcqClient } from '../client/client.js';
+import { ClientError } from '../client/client.js';
+import { backoffMs, isTransient, sleep } from '../worker/backoff.js';
+import { UserError } from './base-command.js';
+
+/** One item to post: its JSON text and where it came from, for messages. */
+export interface ItemInput {
+  json: string;
+  /** "the item argument", or "line 3 of stdin" */
+  source: string;
+}
+
+/** Parses the JSON argument of `svcq post`: one JSON object, or a sentence saying what is wrong (exit 2). */
+export function parseItemArgument(text: string): ItemInput {
+  checkObject(text, 'the item argument');
+  return { json: text, source: 'the item argument' };
+}
+
+/**
+ * Parses what `svcq post` read from stdin: one JSON object (pretty-printed or not), or JSON lines,
+ * one object per line (blank lines skipped). Nothing is posted unless every line parses.
+ */
+export function parseItemsFromStdin(text: string): ItemInput[] {
+  if (text.trim() === '') throw new UserError('stdin is empty: expected a JSON object or JSON lines');
+  try {
+    const whole: unknown = JSON.parse(text);
+    if (isObject(whole)) return [{ json: text.trim(), source: 'stdin' }];
+  } catch {
+    // not one value: read it as JSON lines below
+  }
+  const items: ItemInput[] = [];
+  const lines = text.split('\n');
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i]!.trim();
+    if (line === '') continue;
+    const source = `line ${i + 1} of stdin`;
+    checkObject(line, source);
+    items.push({ json: line, source });
+  }
+  return items;
+}
+
+function checkObject(text: string, source: string): void {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw new UserError(`${source} is not valid JSON: ${(err as Error).message}`);
+  }
+  if (!isObject(value)) throw new UserError(`${source} must be a JSON object, not ${describe(value)}`);
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  return `a ${typeof value}`;
+}
+
+export type PostOutcome = { input: ItemInput; result: PostResult } | { input: ItemInput; error: string };
+
+/**
+ * Posts many items, `parallel` at a time, and returns the outcomes in input order. A rejected
+ * item does not stop the others; a server that cannot be reached is retried a few times first.
+ */
+export async function postMany(
+  client: SvcqClient,
+  queue: string,
+  items: ItemInput[],
+  options: { parallel?: number; idempotencyKey?: string; onDone?: (count: number) => void } = {},
+): Promise<PostOutcome[]> {
+  const outcomes: PostOutcome[] = new Array(items.length);
+  let next = 0;
+  let count = 0;
+  const lane = async (): Promise<void> => {
+    while (next < items.length) {
+      const index = next++;
+      const input = items[index]!;
+      // One key per item: the same key on every line would collapse them into the first.
+      const key = options.idempotencyKey === undefined ? undefined : items.length === 1 ? options.idempotencyKey : `${options.idempotencyKey}:${index + 1}`;
+      try {
+        outcomes[index] = { input, result: await postWithRetry(client, queue, input.json, key) };
+      } catch (err) {
+        if (err instanceof ClientError && err.message.startsWith('not found')) throw err;
+        outcomes[index] = { input, error: err instanceof Error ? err.message : String(err) };
+      }
+      options.onDone?.(++count);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(options.parallel ?? 8, items.length) }, lane));
+  return outcomes;
+}
+
+async function postWithRetry(client: SvcqClient, queue: string, json: string, key: string | undefined): Promise<PostResult> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await client.post(queue, json, key);
+    } catch (err) {
+      // Without a key a retried post may create the item twice, so only unreachable servers are retried then.
+      const retry = isTransient(err) && attempt < 4 && (key !== undefined || (err as ClientError).status === undefined);
+      if (!retry) throw err;
+      await sleep(backoffMs(attempt));
+    }
+  }
+}
+
+/** Statuses after which an item changes no more (decisions §3.1). */
+export const TERMINAL_STATUSES = new Set(['finished', 'failed', 'timedout', 'cancelled']);
+
+/** Long-polls an item until it is terminal (decisions §3.6), riding out a server restart. */
+export async function waitForItem(client: SvcqClient, queue: string, id: string, onRetry?: (message: string) => void): Promise<ItemRecord> {
+  let failures = 0;
+  for (;;) {
+    try {
+      const record = await client.item(queue, id, 30);
+      failures = 0;
+      if (TERMINAL_STATUSES.has(record.status)) return record;
+    } catch (err) {
+      if (!isTransient(err)) throw err;
+      onRetry?.((err as Error).message);
+      await sleep(backoffMs(failures++));
+    }
+  }
+}

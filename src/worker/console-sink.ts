@@ -1,0 +1,134 @@
+import type { WorkerEvent, WorkerSink } from './events.js';
+
+export interface ConsoleSinkOptions {
+  /** Where JSON event lines go (stdout), or null for none. */
+  json: NodeJS.WritableStream | null;
+  /** Redraw a live status line on `stderr` (only when it is a terminal). */
+  statusLine: boolean;
+  stderr: NodeJS.WritableStream;
+  queue: string;
+  /** Test hook: the clock used for rates. */
+  now?: () => number;
+}
+
+const RATE_WINDOW_MS = 10_000;
+const REDRAW_MS = 100;
+
+/**
+ * What a person or a program sees of `svcq work`: JSON event lines on stdout for programs, a
+ * status line redrawn in place on a terminal, CMD's stderr passed through with the item id in
+ * front of each line, and the events worth a person's attention as plain lines on stderr.
+ */
+export class ConsoleSink implements WorkerSink {
+  private done = 0;
+  private failed = 0;
+  private ids: readonly string[] = [];
+  private readonly completions: number[] = [];
+  private readonly started: number;
+  private drawn = false;
+  private redrawTimer?: NodeJS.Timeout;
+  private ticker?: NodeJS.Timeout;
+  private readonly now: () => number;
+
+  constructor(private readonly options: ConsoleSinkOptions) {
+    this.now = options.now ?? Date.now;
+    this.started = this.now();
+    // The rate decays while nothing finishes, so the line is redrawn even when nothing happens.
+    if (options.statusLine) this.ticker = setInterval(() => this.redraw(), 1000).unref();
+  }
+
+  event(e: WorkerEvent): void {
+    if (e.event === 'finished' || e.event === 'failed' || e.event === 'cancelled') {
+      if (e.event === 'finished') this.done++;
+      else this.failed++;
+      this.completions.push(this.now());
+    }
+    if (this.options.json) this.options.json.write(`${JSON.stringify({ ...e, ts: this.now() })}\n`);
+    else {
+      const line = humanLine(e);
+      if (line) this.printAbove(line);
+    }
+    this.scheduleRedraw();
+  }
+
+  stderrLine(id: string, line: string): void {
+    this.printAbove(`[${id}] ${line}`);
+  }
+
+  running(ids: readonly string[]): void {
+    this.ids = ids;
+    this.scheduleRedraw();
+  }
+
+  close(): void {
+    clearInterval(this.ticker);
+    clearTimeout(this.redrawTimer);
+    this.redrawTimer = undefined;
+    if (this.options.statusLine) {
+      this.redraw();
+      this.options.stderr.write('\n');
+      this.drawn = false;
+    }
+  }
+
+  /** The status line's text. */
+  statusText(): string {
+    const now = this.now();
+    while (this.completions.length && this.completions[0]! < now - RATE_WINDOW_MS) this.completions.shift();
+    const span = Math.max(1, Math.min(RATE_WINDOW_MS, now - this.started)) / 1000;
+    const rate = this.completions.length / span;
+    const shown = this.ids.slice(0, 3).join(' ') + (this.ids.length > 3 ? ` +${this.ids.length - 3}` : '');
+    return `${this.options.queue}: running ${this.ids.length} · done ${this.done} · failed ${this.failed} · ${rate.toFixed(1)}/s${shown ? ` · ${shown}` : ''}`;
+  }
+
+  private printAbove(line: string): void {
+    const { stderr, statusLine } = this.options;
+    if (statusLine && this.drawn) stderr.write('\r\x1b[K');
+    this.drawn = false;
+    stderr.write(`${line}\n`);
+    if (statusLine) this.scheduleRedraw();
+  }
+
+  private scheduleRedraw(): void {
+    if (!this.options.statusLine || this.redrawTimer) return;
+    this.redrawTimer = setTimeout(() => {
+      this.redrawTimer = undefined;
+      this.redraw();
+    }, REDRAW_MS);
+    this.redrawTimer.unref();
+  }
+
+  private redraw(): void {
+    if (!this.options.statusLine) return;
+    const columns = (this.options.stderr as NodeJS.WriteStream).columns ?? 100;
+    this.options.stderr.write(`\r\x1b[K${this.statusText().slice(0, Math.max(20, columns - 1))}`);
+    this.drawn = true;
+  }
+}
+
+/** The events a person should read as a line of their own; the rest only move the status line. */
+function humanLine(e: WorkerEvent): string | undefined {
+  switch (e.event) {
+    case 'failed': {
+      const why = e.timedOut ? 'timed out' : e.signal ? `killed by ${e.signal}` : `exit code ${e.exitCode}`;
+      const next = !e.accepted ? `item already ${e.status}` : e.status === 'pending' ? 'will be retried' : `item ${e.status}`;
+      return `${e.id} failed (${why}, attempt ${e.attempts}); ${next}`;
+    }
+    case 'cancelled':
+      return `${e.id} is ${e.status}: its command was stopped`;
+    case 'retry':
+      return `${e.what}${e.id ? ` for ${e.id}` : ''} failed (${e.message}); trying again in ${(e.delayMs / 1000).toFixed(1)} s`;
+    case 'error':
+      return `${e.id ? `${e.id}: ` : ''}${e.message}`;
+    case 'warning':
+      return `${e.id ? `${e.id}: ` : ''}${e.message}`;
+    case 'empty':
+      return 'nothing to do: the queue is empty';
+    case 'stopping':
+      return e.force ? `stopping ${e.running} running command(s)…` : `finishing ${e.running} running command(s), claiming nothing new (signal again to stop them)…`;
+    case 'stopped':
+      return `stopped: ${e.done} done, ${e.failed} failed`;
+    default:
+      return undefined;
+  }
+}

@@ -1,0 +1,211 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { StringDecoder } from 'node:string_decoder';
+
+/** How much of CMD's stderr an error record keeps (decisions §1.3). */
+export const STDERR_TAIL_BYTES = 4096;
+/** After SIGTERM, how long CMD gets before SIGKILL. */
+export const KILL_GRACE_MS = 5000;
+
+const PROGRESS_PREFIX = '::progress';
+
+export interface JobSpec {
+  /** Shell command line, run as `sh -c CMD`. */
+  command: string;
+  /** Written to CMD's stdin, then stdin is closed. */
+  input: string;
+  /** Added to the worker's own environment. */
+  env: Record<string, string>;
+  /** SIGTERM after this long (then SIGKILL after a grace). */
+  timeoutMs?: number;
+  /** A `::progress` line, already turned into the JSON text of a progress record. */
+  onProgress(record: string): void;
+  /** One complete line of CMD's stderr, without its newline. */
+  onStderrLine(line: string): void;
+  /** A `::progress` line that could not be understood. */
+  onWarning(message: string): void;
+}
+
+export interface JobOutcome {
+  /** null when CMD ended by a signal or never started */
+  exitCode: number | null;
+  signal: NodeJS.Signals | null;
+  /** stdout without the `::progress` lines */
+  stdout: string;
+  /** The last {@link STDERR_TAIL_BYTES} of stderr. */
+  stderrTail: string;
+  timedOut: boolean;
+  /** Why CMD could not be started, if it could not. */
+  spawnError?: string;
+}
+
+/**
+ * One run of CMD for one item. CMD gets its own process group, so a Ctrl-C at the terminal reaches
+ * the worker alone (which then lets CMD finish), and stopping CMD stops whatever it started too.
+ */
+export class Job {
+  readonly done: Promise<JobOutcome>;
+  private readonly child: ChildProcess;
+  private killTimer?: NodeJS.Timeout;
+  private timeoutTimer?: NodeJS.Timeout;
+  private timedOut = false;
+  private exited = false;
+
+  constructor(spec: JobSpec) {
+    this.child = spawn('sh', ['-c', spec.command], {
+      env: { ...process.env, ...spec.env },
+      stdio: ['pipe', 'pipe', 'pipe'],
+      detached: true,
+    });
+    const stdout = new LineSplitter((line) => {
+      if (line.startsWith(PROGRESS_PREFIX) && (line.length === PROGRESS_PREFIX.length || line[PROGRESS_PREFIX.length] === ' ')) {
+        const record = progressRecord(line.slice(PROGRESS_PREFIX.length).trim());
+        if (record === undefined) spec.onWarning(`ignored a progress line that is neither an integer nor a JSON object: ${line.slice(0, 200)}`);
+        else spec.onProgress(record);
+        return false;
+      }
+      return true;
+    });
+    const stderr = new LineSplitter((line) => {
+      spec.onStderrLine(line);
+      return false;
+    });
+    let tail = Buffer.alloc(0);
+    this.child.stdout!.on('data', (chunk: Buffer) => stdout.push(chunk));
+    this.child.stderr!.on('data', (chunk: Buffer) => {
+      tail = Buffer.concat([tail, chunk]);
+      if (tail.length > STDERR_TAIL_BYTES) tail = tail.subarray(tail.length - STDERR_TAIL_BYTES);
+      stderr.push(chunk);
+    });
+    // CMD may exit without reading its input: the broken pipe is its business, not a worker failure.
+    this.child.stdin!.on('error', () => {});
+    this.child.stdin!.end(spec.input);
+    if (spec.timeoutMs) {
+      this.timeoutTimer = setTimeout(() => {
+        this.timedOut = true;
+        this.terminate();
+      }, spec.timeoutMs);
+    }
+
+    this.done = new Promise<JobOutcome>((resolve) => {
+      let spawnError: string | undefined;
+      let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+      let finished = false;
+      const finish = (): void => {
+        if (finished) return;
+        finished = true;
+        clearTimeout(this.timeoutTimer);
+        clearTimeout(this.killTimer);
+        stdout.end();
+        stderr.end();
+        resolve({
+          exitCode: exit?.code ?? null,
+          signal: exit?.signal ?? null,
+          stdout: stdout.kept,
+          stderrTail: spawnError ?? tail.toString('utf8'),
+          timedOut: this.timedOut,
+          spawnError,
+        });
+      };
+      this.child.once('error', (err) => {
+        spawnError = `could not start sh: ${err.message}`;
+        this.exited = true;
+        finish();
+      });
+      this.child.once('exit', (code, signal) => {
+        exit = { code, signal };
+        this.exited = true;
+        // Something CMD started in the background may hold stdout open: do not wait for it forever.
+        const grace = setTimeout(() => {
+          this.child.stdout!.destroy();
+          this.child.stderr!.destroy();
+        }, 1000);
+        this.child.once('close', () => {
+          clearTimeout(grace);
+          finish();
+        });
+      });
+    });
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /** SIGTERM to CMD's process group; SIGKILL if it is still there after {@link KILL_GRACE_MS}. */
+  terminate(): void {
+    if (this.exited || this.killTimer) return;
+    this.signalGroup('SIGTERM');
+    this.killTimer = setTimeout(() => this.signalGroup('SIGKILL'), KILL_GRACE_MS);
+  }
+
+  private signalGroup(signal: NodeJS.Signals): void {
+    const pid = this.child.pid;
+    if (pid === undefined) return;
+    try {
+      process.kill(-pid, signal);
+    } catch {
+      // The group is already gone.
+    }
+  }
+}
+
+/**
+ * The progress record for what follows `::progress`: an integer n is `{"percent":n}`, a JSON
+ * object is taken as it is; anything else is undefined.
+ */
+export function progressRecord(text: string): string | undefined {
+  if (/^-?\d+$/.test(text)) return JSON.stringify({ percent: Number(text) });
+  try {
+    const value: unknown = JSON.parse(text);
+    if (typeof value === 'object' && value !== null && !Array.isArray(value)) return text;
+  } catch {
+    // not JSON
+  }
+  return undefined;
+}
+
+/**
+ * The result record for what CMD printed (decisions §1.3): the text itself when it is one JSON
+ * object, else `{"output": text}` without the final newline.
+ */
+export function resultRecord(stdout: string): string {
+  const trimmed = stdout.trim();
+  if (trimmed.startsWith('{')) {
+    try {
+      const value: unknown = JSON.parse(trimmed);
+      if (typeof value === 'object' && value !== null && !Array.isArray(value)) return trimmed;
+    } catch {
+      // not one JSON object: plain output
+    }
+  }
+  return JSON.stringify({ output: stdout.replace(/\r?\n$/, '') });
+}
+
+/** Splits a byte stream into UTF-8 lines; lines the callback returns true for are kept. */
+class LineSplitter {
+  kept = '';
+  private readonly decoder = new StringDecoder('utf8');
+  private partial = '';
+
+  constructor(private readonly onLine: (line: string) => boolean) {}
+
+  push(chunk: Buffer): void {
+    this.feed(this.decoder.write(chunk));
+  }
+
+  end(): void {
+    this.feed(this.decoder.end());
+    if (this.partial !== '') {
+      const last = this.partial;
+      this.partial = '';
+      if (this.onLine(last)) this.kept += last;
+    }
+  }
+
+  private feed(text: string): void {
+    if (text === '') return;
+    const lines = (this.partial + text).split('\n');
+    this.partial = lines.pop()!;
+    for (const line of lines) if (this.onLine(line.replace(/\r$/, ''))) this.kept += `${line}\n`;
+  }
+}

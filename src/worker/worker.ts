@@ -1,0 +1,319 @@
+import { ClientError, type SvcqClient, type SubmitResult } from '../client/client.js';
+import { backoffMs, errorMessage, isTransient, sleep } from './backoff.js';
+import type { WorkerSink } from './events.js';
+import { Job, resultRecord, type JobOutcome } from './job.js';
+
+export interface WorkerOptions {
+  queue: string;
+  /** Shell command line run for each item (`sh -c`). */
+  command: string;
+  /** Items handled at once (≥ 1). */
+  concurrency: number;
+  /** Claim criteria (interface §4.3). */
+  criteria?: Record<string, unknown>;
+  /** Name sent with each claim. */
+  worker: string;
+  /** Handle one item, then stop. */
+  once: boolean;
+  /** Stop CMD after this many seconds and report an error. */
+  timeoutSeconds?: number;
+  /** Seconds each claim long-polls (decisions §3.3: 0–30). */
+  waitSeconds: number;
+}
+
+/** How `run()` ended, as the command's exit code. */
+export const EXIT = {
+  ok: 0,
+  /** a fatal error (e.g. the queue is not there), or `--once` with a failed CMD */
+  failed: 1,
+  /** `--once` and the queue stayed empty */
+  empty: 3,
+} as const;
+
+/** When the lease length cannot be read from a claim (clocks disagree), heartbeat this often. */
+const FALLBACK_HEARTBEAT_MS = 1000;
+
+interface Running {
+  id: string;
+  attempts: number;
+  job?: Job;
+  /** Latest progress record from CMD, re-posted as the heartbeat. */
+  latest?: string;
+  /** A progress post is wanted. */
+  dirty: boolean;
+  sending?: Promise<void>;
+  /** Set when the server says the item is already terminal: CMD is stopped, nothing more is sent. */
+  terminal?: string;
+}
+
+/**
+ * The generic worker (decisions §1.3): claims items, runs CMD for each, keeps the lease alive
+ * while CMD runs, and delivers the result or the error. It never drops a result it could not
+ * deliver: it retries it, claiming nothing new meanwhile.
+ */
+export class Worker {
+  private stopping = false;
+  private forcing = false;
+  private abandoning = false;
+  private readonly claims = new AbortController();
+  private readonly abandon = new AbortController();
+  private readonly running = new Map<string, Running>();
+  /** Deliveries that failed at least once and are being retried. */
+  private undelivered = 0;
+  private gateWaiters: Array<() => void> = [];
+  private done = 0;
+  private failed = 0;
+  private exitCode: number = EXIT.ok;
+
+  constructor(
+    private readonly client: SvcqClient,
+    private readonly options: WorkerOptions,
+    private readonly sink: WorkerSink,
+  ) {}
+
+  /** Works until stopped (or, with `once`, one item); resolves with the exit code. */
+  async run(): Promise<number> {
+    const { queue, worker, once } = this.options;
+    const concurrency = once ? 1 : Math.max(1, this.options.concurrency);
+    this.sink.event({ event: 'started', queue, worker, concurrency });
+    await Promise.all(Array.from({ length: concurrency }, () => this.slot()));
+    this.sink.event({ event: 'stopped', done: this.done, failed: this.failed });
+    this.sink.close();
+    return this.exitCode;
+  }
+
+  /** First signal: claim nothing new, let running commands finish and deliver. */
+  stop(): void {
+    if (this.stopping) return;
+    this.stopping = true;
+    this.sink.event({ event: 'stopping', running: this.running.size, force: false });
+    this.claims.abort();
+    this.openGate();
+  }
+
+  /** Second signal: stop the running commands too; their error records are still delivered. */
+  force(): void {
+    if (this.forcing) return;
+    this.stop();
+    this.forcing = true;
+    this.sink.event({ event: 'stopping', running: this.running.size, force: true });
+    for (const r of this.running.values()) r.job?.terminate();
+  }
+
+  /** Third signal: give up on deliveries still being retried (each is reported as an error). */
+  giveUp(): void {
+    this.force();
+    this.abandoning = true;
+    this.abandon.abort();
+  }
+
+  private async slot(): Promise<void> {
+    while (!this.stopping) {
+      await this.deliveriesSettled();
+      if (this.stopping) break;
+      const claim = await this.claim();
+      if (claim === 'stop') break;
+      if (claim === 'empty') {
+        if (this.options.once) {
+          this.sink.event({ event: 'empty' });
+          this.exitCode = EXIT.empty;
+          break;
+        }
+        continue;
+      }
+      const ok = await this.handle(claim.id, claim.item, claim.attempts, claim.lease.until);
+      if (this.options.once) {
+        if (!ok) this.exitCode = EXIT.failed;
+        break;
+      }
+    }
+  }
+
+  private async claim(): Promise<'stop' | 'empty' | { id: string; item: Record<string, unknown>; attempts: number; lease: { until: number } }> {
+    const { queue, worker, criteria, waitSeconds } = this.options;
+    for (let attempt = 0; ; attempt++) {
+      if (this.stopping) return 'stop';
+      try {
+        const res = await this.client.claim(
+          queue,
+          { worker, criteria, wait: waitSeconds },
+          // A server that holds the request well past the long-poll is treated as gone.
+          { signal: this.claims.signal, timeoutMs: (waitSeconds + 15) * 1000 },
+        );
+        if (res.empty) return 'empty';
+        return res;
+      } catch (err) {
+        if (this.stopping) return 'stop';
+        if (!isTransient(err)) {
+          this.sink.event({ event: 'error', message: `cannot claim from ${queue}: ${errorMessage(err)}` });
+          this.exitCode = EXIT.failed;
+          this.stop();
+          return 'stop';
+        }
+        const delayMs = backoffMs(attempt);
+        this.sink.event({ event: 'retry', what: 'claim', attempt: attempt + 1, delayMs, message: errorMessage(err) });
+        await sleep(delayMs, this.claims.signal);
+      }
+    }
+  }
+
+  /** Runs CMD for one claimed item and delivers what came of it; true when CMD succeeded. */
+  private async handle(id: string, item: Record<string, unknown>, attempts: number, leaseUntil: number): Promise<boolean> {
+    const { queue, command, timeoutSeconds } = this.options;
+    const state: Running = { id, attempts, dirty: false };
+    this.running.set(id, state);
+    this.sink.running([...this.running.keys()]);
+    this.sink.event({ event: 'claimed', id, attempts });
+    const started = Date.now();
+
+    const job = new Job({
+      command,
+      input: JSON.stringify(item),
+      env: { SVCQ_QUEUE: queue, SVCQ_ITEM_ID: id, SVCQ_ATTEMPT: String(attempts) },
+      timeoutMs: timeoutSeconds ? timeoutSeconds * 1000 : undefined,
+      onProgress: (record) => {
+        state.latest = record;
+        state.dirty = true;
+        void this.pumpProgress(state);
+      },
+      onStderrLine: (line) => this.sink.stderrLine(id, line),
+      onWarning: (message) => this.sink.event({ event: 'warning', id, message }),
+    });
+    state.job = job;
+    if (this.forcing) job.terminate();
+
+    // An accepted progress extends the lease (decisions §3.2): beat three times per lease.
+    const leaseMs = leaseUntil - Date.now();
+    const every = leaseMs > 0 ? Math.max(100, Math.floor(leaseMs / 3)) : FALLBACK_HEARTBEAT_MS;
+    const heartbeat = setInterval(() => {
+      state.dirty = true;
+      void this.pumpProgress(state);
+    }, every);
+
+    let outcome: JobOutcome;
+    try {
+      outcome = await job.done;
+    } finally {
+      clearInterval(heartbeat);
+    }
+    // Progress first: once the result is in, the item is terminal and a late progress is discarded.
+    state.dirty = false;
+    await state.sending;
+    const ms = Date.now() - started;
+
+    let ok = false;
+    if (state.terminal) {
+      this.failed++;
+      this.sink.event({ event: 'cancelled', id, status: state.terminal });
+    } else if (outcome.exitCode === 0 && !outcome.timedOut) {
+      const answer = await this.deliverResult(id, resultRecord(outcome.stdout));
+      if (answer) {
+        ok = true;
+        this.done++;
+        this.sink.event({ event: 'finished', id, attempts, ms, accepted: answer.accepted, status: answer.status });
+      } else this.failed++;
+    } else {
+      const record = {
+        exitCode: outcome.exitCode,
+        signal: outcome.signal,
+        stderr: outcome.stderrTail,
+        ...(outcome.timedOut ? { reason: `timed out after ${timeoutSeconds} s` } : {}),
+      };
+      const answer = await this.deliver('error', id, JSON.stringify(record));
+      this.failed++;
+      if (answer) {
+        this.sink.event({ event: 'failed', id, attempts, ms, exitCode: outcome.exitCode, signal: outcome.signal, timedOut: outcome.timedOut, accepted: answer.accepted, status: answer.status });
+      }
+    }
+    this.running.delete(id);
+    this.sink.running([...this.running.keys()]);
+    return ok;
+  }
+
+  /** Posts the latest progress (or `{}` as a bare heartbeat), one post at a time. */
+  private pumpProgress(state: Running): Promise<void> {
+    if (state.sending) return state.sending;
+    state.sending = (async () => {
+      while (state.dirty && !state.terminal) {
+        state.dirty = false;
+        try {
+          const answer = await this.client.submit(this.options.queue, state.id, 'progress', state.latest ?? '{}');
+          if (!answer.accepted) this.itemEnded(state, answer.status);
+        } catch (err) {
+          // Not retried here: the next heartbeat is the retry.
+          if (isTransient(err)) this.sink.event({ event: 'retry', what: 'progress', id: state.id, attempt: 1, delayMs: 0, message: errorMessage(err) });
+          else if (err instanceof ClientError && err.message === 'no such item') this.itemEnded(state, 'gone');
+          else this.sink.event({ event: 'error', id: state.id, message: `progress not accepted: ${errorMessage(err)}` });
+        }
+      }
+    })().finally(() => {
+      state.sending = undefined;
+    });
+    return state.sending;
+  }
+
+  /** The item is terminal on the server (e.g. cancelled, decisions §3.6): CMD's work is moot. */
+  private itemEnded(state: Running, status: string): void {
+    state.terminal = status;
+    state.job?.terminate();
+  }
+
+  /** Delivers a result; a result the server rejects (too large, say) becomes an error record instead. */
+  private async deliverResult(id: string, record: string): Promise<SubmitResult | undefined> {
+    try {
+      return await this.deliver('result', id, record, true);
+    } catch (err) {
+      this.sink.event({ event: 'error', id, message: `result rejected (${errorMessage(err)}); reporting an error instead` });
+      await this.deliver('error', id, JSON.stringify({ exitCode: 0, signal: null, stderr: '', reason: `result rejected: ${errorMessage(err)}` }));
+      return undefined;
+    }
+  }
+
+  /**
+   * Submits until the server answers. While a delivery is being retried nothing new is claimed,
+   * so a worker cut off from its server does not pile up results it cannot hand in.
+   */
+  private async deliver(kind: 'result' | 'error', id: string, record: string, rethrowRejection = false): Promise<SubmitResult | undefined> {
+    let retrying = false;
+    try {
+      for (let attempt = 0; ; attempt++) {
+        try {
+          return await this.client.submit(this.options.queue, id, kind, record);
+        } catch (err) {
+          if (!isTransient(err)) {
+            if (rethrowRejection && err instanceof ClientError && err.status !== 404) throw err;
+            this.sink.event({ event: 'error', id, message: `${kind} not delivered: ${errorMessage(err)}` });
+            return undefined;
+          }
+          if (!retrying) {
+            retrying = true;
+            this.undelivered++;
+          }
+          if (this.abandoning) {
+            this.sink.event({ event: 'error', id, message: `${kind} not delivered (gave up on signal): ${errorMessage(err)}` });
+            return undefined;
+          }
+          const delayMs = backoffMs(attempt);
+          this.sink.event({ event: 'retry', what: kind, id, attempt: attempt + 1, delayMs, message: errorMessage(err) });
+          await sleep(delayMs, this.abandon.signal);
+        }
+      }
+    } finally {
+      if (retrying) {
+        this.undelivered--;
+        if (this.undelivered === 0) this.openGate();
+      }
+    }
+  }
+
+  private deliveriesSettled(): Promise<void> {
+    if (this.undelivered === 0 || this.stopping) return Promise.resolve();
+    return new Promise((resolve) => this.gateWaiters.push(resolve));
+  }
+
+  private openGate(): void {
+    const waiters = this.gateWaiters;
+    this.gateWaiters = [];
+    for (const w of waiters) w();
+  }
+}
