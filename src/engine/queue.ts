@@ -4,8 +4,10 @@ import { matches, type Criteria } from './criteria.js';
 import { DeadlineHeap } from './deadline-heap.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from './item.js';
 
-// sorted-btree is CommonJS with its class on `default`.
-const BTree = BTreeModule.default;
+// sorted-btree is CommonJS with its class on `exports.default`; Node's ESM loader hands over the
+// exports object, while some loaders (tsx) already unwrap it.
+type BTreeClass = typeof BTreeModule.default;
+const BTree: BTreeClass = (BTreeModule as unknown as { default?: BTreeClass }).default ?? (BTreeModule as unknown as BTreeClass);
 type BTree<K, V> = InstanceType<typeof BTreeModule.default<K, V>>;
 
 /**

@@ -1,0 +1,74 @@
+import { expect } from 'chai';
+import { matches } from '../../src/engine/criteria.js';
+
+describe('criteria matching (interface §4.3, decisions §3.3)', () => {
+  const item = { n: 5, s: 'm', b: true, z: null, arr: [1, { x: 2 }], obj: { k: 1 } };
+
+  it('a bare primitive matches by strict equality of JSON type and value', () => {
+    expect(matches(item, { n: 5 })).to.equal(true);
+    expect(matches(item, { n: '5' })).to.equal(false);
+    expect(matches(item, { b: true, z: null })).to.equal(true);
+    expect(matches(item, { b: 1 })).to.equal(false);
+  });
+
+  it('a bare array matches by deep equality', () => {
+    expect(matches(item, { arr: [1, { x: 2 }] })).to.equal(true);
+    expect(matches(item, { arr: [1, { x: 3 }] })).to.equal(false);
+    expect(matches(item, { arr: [1] })).to.equal(false);
+  });
+
+  it('eq is bare equality, also for objects; ne needs the field present and different', () => {
+    expect(matches(item, { obj: { eq: { k: 1 } } })).to.equal(true);
+    expect(matches(item, { n: { eq: 6 } })).to.equal(false);
+    expect(matches(item, { n: { ne: 6 } })).to.equal(true);
+    expect(matches(item, { n: { ne: 5 } })).to.equal(false);
+    expect(matches(item, { missing: { ne: 1 } })).to.equal(false);
+  });
+
+  it('lt lte gt gte compare two numbers', () => {
+    expect(matches(item, { n: { lt: 6 } })).to.equal(true);
+    expect(matches(item, { n: { lt: 5 } })).to.equal(false);
+    expect(matches(item, { n: { lte: 5 } })).to.equal(true);
+    expect(matches(item, { n: { gt: 4 } })).to.equal(true);
+    expect(matches(item, { n: { gt: 5 } })).to.equal(false);
+    expect(matches(item, { n: { gte: 5 } })).to.equal(true);
+  });
+
+  it('lt lte gt gte compare two strings by code unit order', () => {
+    expect(matches(item, { s: { lt: 'n' } })).to.equal(true);
+    expect(matches(item, { s: { gt: 'M' } })).to.equal(true); // 'm' (0x6d) > 'M' (0x4d)
+    expect(matches(item, { s: { gte: 'm', } })).to.equal(true);
+    expect(matches(item, { s: { lte: 'l' } })).to.equal(false);
+  });
+
+  it('comparisons of mixed or non-comparable types fail closed', () => {
+    expect(matches(item, { n: { lt: '9' } })).to.equal(false);
+    expect(matches(item, { s: { gt: 1 } })).to.equal(false);
+    expect(matches(item, { b: { gte: false } })).to.equal(false);
+    expect(matches(item, { z: { lt: 1 } })).to.equal(false);
+  });
+
+  it('in needs an array and matches strict-equal membership', () => {
+    expect(matches(item, { n: { in: [1, 5] } })).to.equal(true);
+    expect(matches(item, { n: { in: ['5'] } })).to.equal(false);
+    expect(matches(item, { n: { in: 5 } })).to.equal(false);
+    expect(matches(item, { arr: { in: [[1, { x: 2 }]] } })).to.equal(true);
+  });
+
+  it('a missing field, an unknown operator or several keys fail closed', () => {
+    expect(matches(item, { nope: 1 })).to.equal(false);
+    expect(matches(item, { n: { between: [1, 9] } })).to.equal(false);
+    expect(matches(item, { n: { gt: 1, lt: 9 } })).to.equal(false);
+    expect(matches(item, { n: {} })).to.equal(false);
+  });
+
+  it('every criterion must pass; no criteria matches everything', () => {
+    expect(matches(item, { n: 5, s: 'x' })).to.equal(false);
+    expect(matches(item, { n: 5, s: 'm' })).to.equal(true);
+    expect(matches(item, {})).to.equal(true);
+  });
+
+  it('inherited properties are not item fields', () => {
+    expect(matches(item, { toString: { ne: 1 } })).to.equal(false);
+  });
+});

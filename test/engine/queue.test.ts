@@ -1,0 +1,276 @@
+import { expect } from 'chai';
+import { resolveQueue } from '../../src/engine/config.js';
+import type { QueueDefinition } from '../../src/definitions/schemas.js';
+import { Queue } from '../../src/engine/queue.js';
+
+/** A queue driven by a fake clock: `t` is advanced by hand, nothing sleeps. */
+function setup(def: QueueDefinition = {}) {
+  const q = new Queue(resolveQueue(def));
+  let seq = 0;
+  const clock = { t: 1_000_000 };
+  const post = (body: object = {}, key: string | null = null) =>
+    q.post({ id: (seq++).toString(16).padStart(16, '0'), body: JSON.stringify(body), postedBy: 'alice', idempotencyKey: key }, clock.t).item;
+  return { q, clock, post };
+}
+
+describe('queue engine (decisions §3)', () => {
+  describe('posting and claiming', () => {
+    it('a posted item is pending with no attempts (interface §3)', () => {
+      const { post } = setup();
+      const item = post({ a: 1 });
+      expect(item.status).to.equal('pending');
+      expect(item.attempts).to.equal(0);
+      expect(item.finishedAt).to.equal(null);
+    });
+
+    it('claim takes the oldest pending item first (interface §4.2 rule 1)', () => {
+      const { q, clock, post } = setup();
+      const first = post();
+      clock.t += 1;
+      const second = post();
+      expect(q.claim('w', undefined, clock.t)!.item.id).to.equal(first.id);
+      expect(q.claim('w', undefined, clock.t)!.item.id).to.equal(second.id);
+      expect(q.claim('w', undefined, clock.t)).to.equal(null);
+    });
+
+    it('items posted in the same millisecond are claimed in arrival order', () => {
+      const { q, clock, post } = setup();
+      const ids = [post(), post(), post()].map((i) => i.id);
+      expect([1, 2, 3].map(() => q.claim('w', undefined, clock.t)!.item.id)).to.deep.equal(ids);
+    });
+
+    it('claim increments attempts and sets the lease {worker, until = now + leaseSeconds} (decisions §3.2)', () => {
+      const { q, clock, post } = setup({ leaseSeconds: 30 });
+      post();
+      const { item } = q.claim('w1', undefined, clock.t)!;
+      expect(item.status).to.equal('claimed');
+      expect(item.attempts).to.equal(1);
+      expect(item.leaseWorker).to.equal('w1');
+      expect(item.leaseUntil).to.equal(clock.t + 30_000);
+    });
+
+    it('claim with criteria returns the oldest match and leaves the others pending (decisions §3.3)', () => {
+      const { q, clock, post } = setup();
+      post({ kind: 'a' });
+      const b = post({ kind: 'b' });
+      post({ kind: 'b' });
+      expect(q.claim('w', { kind: 'b' }, clock.t)!.item.id).to.equal(b.id);
+      expect(q.claim('w', { kind: 'c' }, clock.t)).to.equal(null);
+      expect(q.counts()).to.deep.equal({ pending: 2, claimed: 1 });
+    });
+  });
+
+  describe('submissions', () => {
+    it('an accepted progress makes the item processing and extends the lease (a heartbeat)', () => {
+      const { q, clock, post } = setup({ leaseSeconds: 10 });
+      const item = post();
+      q.claim('w', undefined, clock.t);
+      clock.t += 8_000;
+      const out = q.progress(item.id, '{"percent":50}', clock.t)!;
+      expect(out).to.include({ accepted: true, status: 'processing' });
+      expect(item.leaseUntil).to.equal(clock.t + 10_000);
+      clock.t += 8_000; // past the first lease, within the extended one
+      expect(q.tick(clock.t)).to.have.length(0);
+      expect(item.status).to.equal('processing');
+    });
+
+    it('a result finishes a non-terminal item and sets finishedAt (interface §4.2 rule 6)', () => {
+      const { q, clock, post } = setup();
+      const item = post();
+      q.claim('w', undefined, clock.t);
+      clock.t += 5;
+      expect(q.result(item.id, '{"output":"x"}', clock.t)).to.include({ accepted: true, status: 'finished' });
+      expect(item.finishedAt).to.equal(clock.t);
+      expect(item.result).to.equal('{"output":"x"}');
+    });
+
+    it('a result is accepted even for a pending item that was never claimed', () => {
+      const { q, clock, post } = setup();
+      const item = post();
+      expect(q.result(item.id, '{}', clock.t)).to.include({ accepted: true, status: 'finished' });
+      expect(q.claim('w', undefined, clock.t)).to.equal(null);
+    });
+
+    it('submissions to a terminal item are accepted:false with its status and change nothing (interface §3)', () => {
+      const { q, clock, post } = setup();
+      const item = post();
+      q.result(item.id, '{"first":1}', clock.t);
+      const before = { ...item };
+      clock.t += 10;
+      expect(q.result(item.id, '{"second":1}', clock.t)).to.deep.equal({ accepted: false, status: 'finished' });
+      expect(q.progress(item.id, '{}', clock.t)).to.deep.equal({ accepted: false, status: 'finished' });
+      expect(q.error(item.id, '{}', clock.t)).to.deep.equal({ accepted: false, status: 'finished' });
+      expect(q.cancel(item.id, clock.t)).to.deep.equal({ accepted: false, status: 'finished' });
+      expect(item).to.deep.equal(before);
+    });
+
+    it('unknown ids give null (decisions §3.7)', () => {
+      const { q, clock } = setup();
+      expect(q.progress('ffffffffffffffff', '{}', clock.t)).to.equal(null);
+      expect(q.result('ffffffffffffffff', '{}', clock.t)).to.equal(null);
+      expect(q.error('ffffffffffffffff', '{}', clock.t)).to.equal(null);
+      expect(q.cancel('ffffffffffffffff', clock.t)).to.equal(null);
+    });
+
+    it('an error re-queues while attempts remain, then fails with the submitted record (decisions §3.4, §7)', () => {
+      const { q, clock, post } = setup({ maxAttempts: 2 });
+      const item = post();
+      q.claim('w', undefined, clock.t);
+      const first = q.error(item.id, '{"e":1}', clock.t)!;
+      expect(first).to.include({ accepted: true, status: 'pending' });
+      expect(first.change!.events.map((e) => e.event)).to.deep.equal(['error', 'requeued']);
+      q.claim('w', undefined, clock.t);
+      const second = q.error(item.id, '{"e":2}', clock.t)!;
+      expect(second).to.include({ accepted: true, status: 'failed' });
+      expect(second.change!.events.map((e) => e.event)).to.deep.equal(['error', 'failed']);
+      expect(item.error).to.equal('{"e":2}');
+      expect(item.finishedAt).to.equal(clock.t);
+    });
+
+    it('cancel makes a non-terminal item cancelled, and it is never claimed (decisions §3.6)', () => {
+      const { q, clock, post } = setup();
+      const item = post();
+      expect(q.cancel(item.id, clock.t)).to.include({ accepted: true, status: 'cancelled' });
+      expect(q.claim('w', undefined, clock.t)).to.equal(null);
+      expect(q.result(item.id, '{}', clock.t)).to.deep.equal({ accepted: false, status: 'cancelled' });
+    });
+  });
+
+  describe('time-driven rules', () => {
+    it('an expired lease re-queues the item, which keeps its place before younger items (decisions §3.2)', () => {
+      const { q, clock, post } = setup({ leaseSeconds: 10, maxAttempts: 3 });
+      const old = post();
+      clock.t += 1;
+      q.claim('w', undefined, clock.t);
+      const young = post();
+      clock.t += 10_001;
+      const changes = q.tick(clock.t);
+      expect(changes.map((c) => c.events[0]!.event)).to.deep.equal(['requeued']);
+      expect(old.status).to.equal('pending');
+      expect(q.claim('w', undefined, clock.t)!.item.id).to.equal(old.id);
+      expect(old.attempts).to.equal(2);
+      expect(q.claim('w', undefined, clock.t)!.item.id).to.equal(young.id);
+    });
+
+    it('a lease that ends on the last attempt fails the item with {reason: "lease expired"} (decisions §7)', () => {
+      const { q, clock, post } = setup({ leaseSeconds: 1, maxAttempts: 1 });
+      const item = post();
+      q.claim('w', undefined, clock.t);
+      clock.t += 1_000;
+      q.tick(clock.t);
+      expect(item.status).to.equal('failed');
+      expect(JSON.parse(item.error!)).to.deep.equal({ reason: 'lease expired' });
+      expect(item.finishedAt).to.equal(clock.t);
+    });
+
+    it('a lease is not expired a millisecond early', () => {
+      const { q, clock, post } = setup({ leaseSeconds: 1 });
+      const item = post();
+      q.claim('w', undefined, clock.t);
+      clock.t += 999;
+      expect(q.tick(clock.t)).to.have.length(0);
+      expect(item.status).to.equal('claimed');
+    });
+
+    it('a late result after the lease was re-queued is still accepted (decisions §3.2)', () => {
+      const { q, clock, post } = setup({ leaseSeconds: 1 });
+      const item = post();
+      q.claim('w1', undefined, clock.t);
+      clock.t += 2_000;
+      q.tick(clock.t);
+      expect(item.status).to.equal('pending');
+      expect(q.result(item.id, '{"late":true}', clock.t)).to.include({ accepted: true, status: 'finished' });
+      expect(q.claim('w2', undefined, clock.t)).to.equal(null);
+    });
+
+    it('retryDelaySeconds keeps a re-queued item unclaimable until the delay has passed (decisions §2.2)', () => {
+      const { q, clock, post } = setup({ retryDelaySeconds: 5 });
+      const item = post();
+      q.claim('w', undefined, clock.t);
+      q.error(item.id, '{}', clock.t);
+      expect(q.claim('w', undefined, clock.t)).to.equal(null);
+      clock.t += 4_999;
+      q.tick(clock.t);
+      expect(q.claim('w', undefined, clock.t)).to.equal(null);
+      clock.t += 1;
+      q.tick(clock.t);
+      expect(q.claim('w', undefined, clock.t)!.item.id).to.equal(item.id);
+      expect(q.nextDeadline()).to.not.equal(null);
+    });
+
+    it('timeoutSeconds after postedAt makes a non-terminal item timedout (decisions §2.2)', () => {
+      const { q, clock, post } = setup({ timeoutSeconds: 3 });
+      const waiting = post();
+      const working = post();
+      q.claim('w', undefined, clock.t);
+      clock.t += 2_999;
+      expect(q.tick(clock.t)).to.have.length(0);
+      clock.t += 1;
+      const changes = q.tick(clock.t);
+      expect(changes.map((c) => c.events[0]!.event)).to.deep.equal(['timedout', 'timedout']);
+      expect(waiting.status).to.equal('timedout');
+      expect(working.status).to.equal('timedout');
+      expect(q.result(working.id, '{}', clock.t)).to.deep.equal({ accepted: false, status: 'timedout' });
+    });
+
+    it('retention from "finished" purges a terminal item retainSeconds after it finished (decisions §2.2)', () => {
+      const { q, clock, post } = setup({ retainSeconds: 60 });
+      const item = post();
+      q.result(item.id, '{}', clock.t);
+      clock.t += 59_999;
+      expect(q.tick(clock.t)).to.have.length(0);
+      clock.t += 1;
+      const changes = q.tick(clock.t);
+      expect(changes).to.have.length(1);
+      expect(changes[0]!.purged).to.equal(true);
+      expect(q.items.has(item.id)).to.equal(false);
+    });
+
+    it('retention from "fetched" starts at the first fetch of the terminal item, and never-fetched items are kept', () => {
+      const { q, clock, post } = setup({ retainFrom: 'fetched', retainSeconds: 10 });
+      const fetchedOne = post();
+      const neverFetched = post();
+      q.result(fetchedOne.id, '{}', clock.t);
+      q.result(neverFetched.id, '{}', clock.t);
+      clock.t += 100_000;
+      expect(q.tick(clock.t)).to.have.length(0);
+      expect(q.fetched(fetchedOne, clock.t)).to.not.equal(null);
+      expect(q.fetched(fetchedOne, clock.t + 5)).to.equal(null); // only the first fetch stamps
+      clock.t += 10_000;
+      expect(q.tick(clock.t).map((c) => c.item.id)).to.deep.equal([fetchedOne.id]);
+      expect(q.items.has(neverFetched.id)).to.equal(true);
+    });
+
+    it('a fetch of a non-terminal item stamps nothing', () => {
+      const { q, clock, post } = setup({ retainFrom: 'fetched' });
+      const item = post();
+      expect(q.fetched(item, clock.t)).to.equal(null);
+      expect(item.fetchedAt).to.equal(null);
+    });
+  });
+
+  describe('idempotency and restore', () => {
+    it('an idempotency key finds the item it created until the item is purged (decisions §3.5)', () => {
+      const { q, clock, post } = setup({ retainSeconds: 1 });
+      const item = post({}, 'key-1');
+      expect(q.byIdempotencyKey('key-1')).to.equal(item);
+      q.result(item.id, '{}', clock.t);
+      clock.t += 1_000;
+      q.tick(clock.t);
+      expect(q.byIdempotencyKey('key-1')).to.equal(undefined);
+    });
+
+    it('restore rebuilds indexes: a restored pending item is claimable, a restored lease still expires', () => {
+      const { q, clock, post } = setup({ leaseSeconds: 5 });
+      const a = post();
+      const b = post();
+      q.claim('w', undefined, clock.t);
+      const copy = new Queue(q.config);
+      copy.restore({ ...a });
+      copy.restore({ ...b });
+      expect(copy.claim('w', undefined, clock.t + 1_000)!.item.id).to.equal(b.id);
+      clock.t += 5_000;
+      expect(copy.tick(clock.t).map((c) => [c.item.id, c.events[0]!.event])).to.deep.equal([[a.id, 'requeued']]);
+    });
+  });
+});
