@@ -1,0 +1,95 @@
+import chalk from 'chalk';
+import Table from 'cli-table3';
+
+/** What `GET /api/v2/logs` answers (interface §4.6). */
+export interface LogList {
+  active: { size: number } | null;
+  rotated: Array<{ ts: number; size: number }>;
+}
+
+/** What `GET /api/v2/stats` answers. */
+export interface StatList {
+  interval: number;
+  files: Array<{ name: string; type: string; date: string; size: number }>;
+}
+
+/** What `GET /api/v2/tasks` answers. */
+export interface TaskList {
+  files: Array<{ name: string; date: string; size: number }>;
+}
+
+const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+
+/** `1536` → `1.5 KiB`. */
+export function humanBytes(bytes: number): string {
+  let value = bytes;
+  let unit = 0;
+  while (Math.abs(value) >= 1024 && unit < UNITS.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return unit === 0 ? `${value} B` : `${value.toFixed(value < 10 ? 1 : 0)} ${UNITS[unit]}`;
+}
+
+/** `93784` → `1d 2h 3m`. */
+export function humanDuration(seconds: number): string {
+  const d = Math.floor(seconds / 86400);
+  const h = Math.floor((seconds % 86400) / 3600);
+  const m = Math.floor((seconds % 3600) / 60);
+  if (d > 0) return `${d}d ${h}h ${m}m`;
+  if (h > 0) return `${h}h ${m}m`;
+  return `${m}m ${Math.floor(seconds % 60)}s`;
+}
+
+/** A ms timestamp as local `YYYY-MM-DD HH:MM:SS.mmm`. */
+export function localTime(ms: number): string {
+  const d = new Date(ms);
+  const pad = (n: number, w = 2): string => String(n).padStart(w, '0');
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+}
+
+/** A table with a bold header; sizes are right-aligned by the caller's `align`. */
+export function table(head: string[], rows: string[][], align?: Array<'left' | 'right'>): string {
+  const t = new Table({
+    head: head.map((h) => chalk.bold(h)),
+    colAligns: align,
+    style: { head: [], border: [] },
+    // No rule between rows: a day's worth of files stays compact.
+    chars: { mid: '', 'left-mid': '', 'mid-mid': '', 'right-mid': '' },
+  });
+  t.push(...rows);
+  return t.toString();
+}
+
+export function logListTable(list: LogList): string {
+  const rows = list.rotated.map((r) => [`access-${r.ts}.log`, String(r.ts), localTime(r.ts), humanBytes(r.size)]);
+  rows.push([chalk.green('access.log (active)'), 'active', '', list.active ? humanBytes(list.active.size) : chalk.dim('none')]);
+  const total = list.rotated.reduce((sum, r) => sum + r.size, list.active?.size ?? 0);
+  return `${table(['file', '--which', 'rotated at', 'size'], rows, ['left', 'left', 'left', 'right'])}\n${list.rotated.length} rotated, ${humanBytes(total)} in all`;
+}
+
+export function statListTable(list: StatList): string {
+  if (list.files.length === 0) return `no stats files yet (sampled every ${list.interval / 1000} s)`;
+  const rows = list.files.map((f) => [f.name, f.type, f.date, humanBytes(f.size)]);
+  return `${table(['name', 'type', 'date (UTC)', 'size'], rows, ['left', 'left', 'left', 'right'])}\nsampled every ${list.interval / 1000} s`;
+}
+
+export function taskListTable(list: TaskList): string {
+  if (list.files.length === 0) return 'no task history yet';
+  const rows = list.files.map((f) => [f.name, f.date, humanBytes(f.size)]);
+  return table(['name', 'date (UTC)', 'size'], rows, ['left', 'left', 'right']);
+}
+
+/** The lines of a JSON-lines file as values (for --json); a line that does not parse is kept as its text. */
+export function parseJsonLines(text: string): unknown[] {
+  return text
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .map((line) => {
+      try {
+        return JSON.parse(line) as unknown;
+      } catch {
+        return line;
+      }
+    });
+}

@@ -1,0 +1,74 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { SvcqClient } from '../../client/client.js';
+import type { LogList } from './format.js';
+
+export interface TailOptions {
+  /** Where new bytes go, whole lines only. */
+  write: (chunk: Buffer) => void;
+  /** Pause between polls (default 1000 ms). */
+  intervalMs?: number;
+  /** Stops the loop. */
+  signal?: AbortSignal;
+}
+
+/** Bytes up to and including the last newline: a line still being written waits for the next poll. */
+export function wholeLines(chunk: Buffer): Buffer {
+  return chunk.subarray(0, chunk.lastIndexOf(0x0a) + 1);
+}
+
+async function pause(options: TailOptions): Promise<boolean> {
+  try {
+    await sleep(options.intervalMs ?? 1000, undefined, { signal: options.signal });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Follows a day-file that only grows (stats, tasks), like `tail -f`: each poll asks for the bytes
+ * from the last offset on with `Range: bytes=N-`. Runs until the signal aborts.
+ */
+export async function tailFile(client: SvcqClient, endpoint: string, query: Record<string, string>, from: number, options: TailOptions): Promise<void> {
+  let offset = from;
+  while (await pause(options)) {
+    const lines = wholeLines(await client.toolFile(endpoint, query, offset));
+    if (lines.length === 0) continue;
+    options.write(lines);
+    offset += lines.length;
+  }
+}
+
+/**
+ * Follows the active access log across rotations, like `tail -F`. A rotated file that appeared
+ * since the last poll is the file that was being read: its rest is read from the old offset (and
+ * any file rotated after it whole), then the new active file from its start. An active file that
+ * shrank without a rotation is read again from its start.
+ */
+export async function tailAccessLog(client: SvcqClient, from: number, options: TailOptions): Promise<void> {
+  let offset = from;
+  let newest = newestRotated(await client.tool<LogList>('logs'));
+  while (await pause(options)) {
+    const list = await client.tool<LogList>('logs');
+    const fresh = list.rotated.filter((r) => r.ts > newest);
+    if (fresh.length > 0) {
+      for (const [i, file] of fresh.entries()) {
+        const rest = await client.toolFile('logs/file', { which: String(file.ts) }, i === 0 ? offset : 0);
+        if (rest.length > 0) options.write(rest);
+      }
+      newest = newestRotated(list);
+      offset = 0;
+    } else if (list.active && list.active.size < offset) {
+      offset = 0;
+    }
+    if (!list.active) continue;
+    const lines = wholeLines(await client.toolFile('logs/file', { which: 'active' }, offset));
+    if (lines.length === 0) continue;
+    options.write(lines);
+    offset += lines.length;
+  }
+}
+
+function newestRotated(list: LogList): number {
+  return list.rotated.reduce((max, r) => Math.max(max, r.ts), 0);
+}
