@@ -41,6 +41,7 @@ export function isQueueName(name: string): boolean {
  * exact shapes is refused.
  */
 export function parseDefinitionPath(raw: unknown): DefinitionPath | { error: string } {
+  if (Array.isArray(raw)) return { error: 'path is given more than once: send exactly one path=<host>/svc-queues/<name>.json or <host>/svc-users/<name>.json' };
   if (typeof raw !== 'string' || raw === '') {
     return { error: 'path is required: expected <host>/svc-queues/<name>.json or <host>/svc-users/<name>.json' };
   }

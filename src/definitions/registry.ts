@@ -1,9 +1,9 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { mkdir, open, readFile, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { resolveQueue, type AccessPolicy, type QueueConfig } from '../engine/config.js';
 import { scanDefinitions, sha256Hex, type Manifest } from './manifest.js';
-import { parseDefinition, type ItemValidator } from './schemas.js';
+import { parseDefinition, type ItemValidator, type ParsedDefinition } from './schemas.js';
 import type { DefinitionPath } from './names.js';
 
 /** What the server knows of one queue right now. Replaced whole on every PUT. */
@@ -37,6 +37,11 @@ export class DefinitionError extends Error {
 export class DefinitionRegistry {
   private readonly hosts = new Map<string, HostDefinitions>();
   private readonly hashes = new Map<string, string>();
+  /**
+   * Writes and deletes run one at a time, so that the file on disk and the definition in memory
+   * always come from the same request, even when two PUTs of one path race.
+   */
+  private writes: Promise<unknown> = Promise.resolve();
 
   private constructor(private readonly root: string) {}
 
@@ -84,12 +89,24 @@ export class DefinitionRegistry {
   async put(at: DefinitionPath, bytes: Buffer): Promise<void> {
     const parsed = parseDefinition(at, bytes);
     if ('error' in parsed) throw new DefinitionError(parsed.error);
-    await writeAtomically(path.join(this.root, at.path), bytes);
-    this.apply(at, bytes);
+    await this.serially(async () => {
+      await writeAtomically(path.join(this.root, at.path), bytes);
+      this.live(at, parsed, bytes);
+    });
   }
 
   /** Removes a stored definition; false when there was none. */
-  async delete(at: DefinitionPath): Promise<boolean> {
+  delete(at: DefinitionPath): Promise<boolean> {
+    return this.serially(() => this.remove(at));
+  }
+
+  private serially<T>(task: () => Promise<T>): Promise<T> {
+    const run = this.writes.then(task, task);
+    this.writes = run.catch(() => undefined);
+    return run;
+  }
+
+  private async remove(at: DefinitionPath): Promise<boolean> {
     const file = path.join(this.root, at.path);
     const existed = await stat(file).then(() => true, () => false);
     if (existed) {
@@ -108,6 +125,11 @@ export class DefinitionRegistry {
   private apply(at: DefinitionPath, bytes: Buffer): string | undefined {
     const parsed = parseDefinition(at, bytes);
     if ('error' in parsed) return parsed.error;
+    this.live(at, parsed, bytes);
+    return undefined;
+  }
+
+  private live(at: DefinitionPath, parsed: ParsedDefinition, bytes: Buffer): void {
     let host = this.hosts.get(at.host);
     if (!host) this.hosts.set(at.host, (host = { queues: new Map(), users: new Map() }));
     if (parsed.kind === 'user') {
@@ -124,7 +146,6 @@ export class DefinitionRegistry {
       });
     }
     this.hashes.set(at.path, sha256Hex(bytes));
-    return undefined;
   }
 }
 
@@ -134,8 +155,12 @@ export class DefinitionRegistry {
  */
 export async function writeAtomically(file: string, bytes: Buffer | string): Promise<void> {
   const dir = path.dirname(file);
-  await mkdir(dir, { recursive: true });
-  const tmp = path.join(dir, `.${path.basename(file)}.${process.pid}.${Date.now()}.tmp`);
+  const created = await mkdir(dir, { recursive: true });
+  // A folder made just now is only durable once the entry naming it is: fsync each new level's parent.
+  if (created !== undefined) {
+    for (let at = dir; at.length >= created.length; at = path.dirname(at)) await fsyncDir(path.dirname(at));
+  }
+  const tmp = path.join(dir, `.${path.basename(file)}.${randomBytes(6).toString('hex')}.tmp`);
   try {
     const handle = await open(tmp, 'w', 0o644);
     try {

@@ -79,21 +79,52 @@ export function compileItemSchema(schema: Record<string, unknown> | boolean): It
   return itemAjv.compile(schema);
 }
 
-/** One sentence for the first thing ajv found. */
-export function describeAjvError(error: ErrorObject): string {
-  const where = error.instancePath === '' ? '' : `${error.instancePath.slice(1).replace(/\//g, '.')} `;
-  switch (error.keyword) {
-    case 'additionalProperties':
-      return `unknown field "${(error.params as { additionalProperty: string }).additionalProperty}"${where ? ` in ${where.trim()}` : ''}`;
-    case 'required':
-      return `missing field "${(error.params as { missingProperty: string }).missingProperty}"`;
-    case 'pattern':
-      return `${where}has the wrong form`;
-    case 'oneOf':
-      return `${where}must be ${where.startsWith('access') ? '"public" or an array of user names' : 'a valid value'}`;
-    default:
-      return `${where}${error.message ?? 'is invalid'}`;
+/** What each definition field must be, in the words an error sentence uses. */
+const FIELD_RULE: Record<string, string> = {
+  leaseSeconds: 'an integer from 1 to 86400',
+  maxAttempts: 'an integer from 1 to 1000',
+  retryDelaySeconds: 'an integer from 0 to 86400',
+  timeoutSeconds: 'an integer of at least 1, or null',
+  retainFrom: '"finished" or "fetched"',
+  retainSeconds: 'an integer of at least 0',
+  'svc-queue-archivePayloads': 'true or false',
+  access: 'an object with any of post, fetch and work',
+  'access.post': '"public" or an array of distinct user names',
+  'access.fetch': '"public" or an array of distinct user names',
+  'access.work': '"public" or an array of distinct user names',
+  schema: 'a JSON Schema (an object or a boolean)',
+  description: 'a string',
+  'svc-user-name': 'a string',
+  tokenSha256: '64 lowercase hexadecimal characters (the sha256 of the token)',
+};
+
+/** One sentence for the first thing ajv found, naming the field and what it must be. */
+export function describeAjvError(error: ErrorObject, value?: unknown): string {
+  const segments = error.instancePath.split('/').slice(1);
+  if (error.keyword === 'additionalProperties') {
+    const where = segments.join('.');
+    return `unknown field "${(error.params as { additionalProperty: string }).additionalProperty}"${where ? ` in ${where}` : ''}`;
   }
+  if (error.keyword === 'required') return `missing field "${(error.params as { missingProperty: string }).missingProperty}"`;
+  // A bad element of an access list is reported against the list itself: that is the field a person edits.
+  for (let n = segments.length; n > 0; n--) {
+    const field = segments.slice(0, n).join('.');
+    const rule = FIELD_RULE[field];
+    if (rule) return `${field} must be ${rule} (got ${shortJson(pick(value, segments.slice(0, n)))})`;
+  }
+  const where = segments.join('.');
+  return `${where ? `${where} ` : ''}${error.message ?? 'is invalid'}`;
+}
+
+function pick(value: unknown, segments: string[]): unknown {
+  let at = value;
+  for (const s of segments) at = typeof at === 'object' && at !== null ? (at as Record<string, unknown>)[s] : undefined;
+  return at;
+}
+
+function shortJson(value: unknown): string {
+  const text = JSON.stringify(value) ?? String(value);
+  return text.length > 60 ? `${text.slice(0, 57)}...` : text;
 }
 
 export type ParsedDefinition =
@@ -116,14 +147,14 @@ export function parseDefinition(at: DefinitionPath, bytes: Buffer | string): Par
     return { error: `${file}: a definition must be a JSON object` };
   }
   if (at.kind === 'user') {
-    if (!validateUserDef(value)) return { error: `${file}: ${describeAjvError(validateUserDef.errors![0]!)}` };
+    if (!validateUserDef(value)) return { error: `${file}: ${describeAjvError(validateUserDef.errors![0]!, value)}` };
     const user = value as unknown as UserDefinition;
     if (user['svc-user-name'] !== at.name) {
       return { error: `${file}: svc-user-name "${user['svc-user-name']}" must equal the file name "${at.name}"` };
     }
     return { kind: 'user', user };
   }
-  if (!validateQueueDef(value)) return { error: `${file}: ${describeAjvError(validateQueueDef.errors![0]!)}` };
+  if (!validateQueueDef(value)) return { error: `${file}: ${describeAjvError(validateQueueDef.errors![0]!, value)}` };
   const queue = value as QueueDefinition;
   for (const [op, rule] of Object.entries(queue.access ?? {})) {
     if (Array.isArray(rule) && rule.includes('public')) {

@@ -17,9 +17,20 @@ export function createApp(ctx: ServerContext): express.Express {
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
+  // A route is a method and an exact path (decisions §4): `/API/V2/manifest` or `/api/v2/manifest/`
+  // are unknown routes, not spellings of a known one.
+  app.set('case sensitive routing', true);
+  app.set('strict routing', true);
 
   // Preflights under /api/ get no special answer: they fall through to the wall (decisions §4).
   app.use(cors({ origin: '*', preflightContinue: true }));
+
+  // Only the methods the tables list. Express would otherwise answer HEAD from a GET route and
+  // OPTIONS with an `Allow` list, and both would tell a probe which routes exist.
+  app.use((req: Request, _res: Response, next: NextFunction) => {
+    if (req.method !== 'GET' && req.method !== 'PUT' && req.method !== 'DELETE') return next(new NotFound());
+    next();
+  });
 
   app.use((req: Request, _res: Response, next: NextFunction) => {
     const token = bearerToken(req);
@@ -29,10 +40,10 @@ export function createApp(ctx: ServerContext): express.Express {
 
   app.get('/api/version', (_req, res) => sendJson(res, 200, { api: API_VERSION }));
 
-  app.use((req: Request, _res: Response, next: NextFunction) => {
+  app.use((req: Request, res: Response, next: NextFunction) => {
     const version = /^\/api\/v(\d+)(?:\/|$)/.exec(req.path);
     if (version && Number(version[1]) !== API_VERSION) {
-      return sendJson(_res, 426, { error: `this server speaks /api/v${API_VERSION}`, api: API_VERSION });
+      return sendJson(res, 426, { error: `this server speaks /api/v${API_VERSION}`, api: API_VERSION });
     }
     next();
   });

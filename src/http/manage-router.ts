@@ -5,7 +5,7 @@ import { BadRequest, sendJson } from './errors.js';
 
 /** Definition sync (interface §4.5): the manifest, and one definition put or deleted at a time. */
 export function manageRouter(ctx: ServerContext): Router {
-  const router = Router();
+  const router = Router({ strict: true, caseSensitive: true });
 
   router.get('/manifest', (_req, res) => sendJson(res, 200, ctx.registry.manifest()));
 
