@@ -1,0 +1,128 @@
+import { readFile, stat } from 'node:fs/promises';
+import { scanDefinitions, sha256Hex } from '../definitions/manifest.js';
+import { parseDefinitionPath } from '../definitions/names.js';
+import { parseDefinition } from '../definitions/schemas.js';
+import { ClientError, type SvcqClient } from './client.js';
+
+/** One local definition ready to upload. */
+export interface LocalDefinition {
+  /** Server-relative path, `<host>/svc-queues/<name>.json` or `<host>/svc-users/<name>.json`. */
+  path: string;
+  bytes: Buffer;
+  sha256: string;
+}
+
+/** A local file that would not be accepted, with the one sentence that says why. */
+export interface InvalidDefinition {
+  path: string;
+  error: string;
+}
+
+/** What a sync did, or with `dryRun` would do. */
+export interface SyncReport {
+  put: string[];
+  deleted: string[];
+  unchanged: number;
+  dryRun: boolean;
+}
+
+export interface SyncOptions {
+  dryRun?: boolean;
+  /** Called after each PUT or DELETE with how many of the planned changes are done. */
+  onProgress?: (done: number, total: number) => void;
+  /** How many requests may be in flight at once. */
+  concurrency?: number;
+}
+
+/** Local validation failed: nothing was sent (interface, synchronisation flow step 2; decisions §7). */
+export class InvalidDefinitions extends Error {
+  constructor(readonly invalid: InvalidDefinition[]) {
+    super(`nothing uploaded: ${invalid.length} definition${invalid.length === 1 ? '' : 's'} did not validate`);
+  }
+}
+
+/**
+ * Reads and validates every definition below `dir` exactly as the server will (same path rule,
+ * same schemas). A file under a definition folder whose host or name breaks the rules counts as
+ * invalid rather than being left out silently: the server would never accept it either.
+ */
+export async function loadLocalDefinitions(dir: string): Promise<{ definitions: LocalDefinition[]; invalid: InvalidDefinition[] }> {
+  const isDir = await stat(dir).then((s) => s.isDirectory(), () => false);
+  if (!isDir) throw new ClientError(`"${dir}" is not a folder`);
+  const { found, skipped } = await scanDefinitions(dir);
+  const invalid: InvalidDefinition[] = skipped.map((rel) => {
+    const parsed = parseDefinitionPath(rel);
+    return { path: rel, error: 'error' in parsed ? parsed.error : `${rel}: not a definition path` };
+  });
+  const definitions: LocalDefinition[] = [];
+  for (const def of found) {
+    const bytes = await readFile(def.file);
+    const parsed = parseDefinition(def, bytes);
+    if ('error' in parsed) invalid.push({ path: def.path, error: parsed.error });
+    else definitions.push({ path: def.path, bytes, sha256: sha256Hex(bytes) });
+  }
+  return { definitions, invalid };
+}
+
+/**
+ * The synchronisation flow at the end of interface.md: validate everything locally (and send
+ * nothing if anything fails), read the manifest, PUT each file whose hash differs or is absent,
+ * then DELETE each stored path with no local file. Hashes are recomputed every run; nothing is
+ * remembered between runs. Deletes come last so that a failed PUT leaves every stored
+ * definition in place.
+ */
+export async function syncDefinitions(client: SvcqClient, dir: string, options: SyncOptions = {}): Promise<SyncReport> {
+  const { definitions, invalid } = await loadLocalDefinitions(dir);
+  if (invalid.length > 0) throw new InvalidDefinitions(invalid);
+
+  const manifest = await client.manifest();
+  const local = new Set(definitions.map((d) => d.path));
+  const toPut = definitions.filter((d) => manifest[d.path] !== d.sha256);
+  const toDelete = Object.keys(manifest)
+    .filter((p) => !local.has(p))
+    .sort();
+  const report: SyncReport = {
+    put: toPut.map((d) => d.path),
+    deleted: toDelete,
+    unchanged: definitions.length - toPut.length,
+    dryRun: options.dryRun ?? false,
+  };
+  if (report.dryRun) return report;
+
+  const total = toPut.length + toDelete.length;
+  let done = 0;
+  const step = (): void => options.onProgress?.(++done, total);
+  const concurrency = options.concurrency ?? 8;
+  await inBatches(toPut, concurrency, async (d) => {
+    await client.putDefinition(d.path, d.bytes).catch((err: unknown) => {
+      throw err instanceof ClientError && !err.transient && !err.message.startsWith(d.path) ? new ClientError(`${d.path}: ${err.message}`, err.status, err.body) : err;
+    });
+    step();
+  });
+  await inBatches(toDelete, concurrency, async (p) => {
+    await client.deleteDefinition(p);
+    step();
+  });
+  return report;
+}
+
+/** Runs `work` over `items` with at most `limit` at once; the first failure stops new work and is thrown. */
+async function inBatches<T>(items: T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  let failed = false;
+  const lane = async (): Promise<void> => {
+    while (!failed && next < items.length) {
+      const item = items[next++]!;
+      try {
+        await work(item);
+      } catch (err) {
+        failed = true;
+        throw err;
+      }
+    }
+  };
+  const lanes = Array.from({ length: Math.min(limit, items.length) }, lane);
+  const results = await Promise.allSettled(lanes);
+  const rejected = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (rejected) throw rejected.reason;
+}
