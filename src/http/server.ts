@@ -79,7 +79,9 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
     const started = performance.now();
     // Taken now: Express rewrites req.url while it routes into a mounted router.
     const url = req.url ?? '/';
-    res.once('finish', () => logRequest(ctx, req, res, url, started));
+    // Bytes on the wire, headers included: a response written with writeHead(status, headers) keeps no content-length to read back.
+    const sentBefore = req.socket.bytesWritten;
+    res.once('finish', () => logRequest(ctx, req, res, url, started, req.socket.bytesWritten - sentBefore));
     if (url === '/api' || url.startsWith('/api/') || url.startsWith('/api?')) app(req, res);
     else queues(req, res);
   });
@@ -110,7 +112,7 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
   };
 }
 
-function logRequest(ctx: ServerContext, req: IncomingMessage, res: ServerResponse, url: string, started: number): void {
+function logRequest(ctx: ServerContext, req: IncomingMessage, res: ServerResponse, url: string, started: number, bytes: number): void {
   const q = url.indexOf('?');
   ctx.accessLog.record({
     ts: Date.now(),
@@ -119,7 +121,7 @@ function logRequest(ctx: ServerContext, req: IncomingMessage, res: ServerRespons
     path: q === -1 ? url : url.slice(0, q),
     status: res.statusCode,
     ms: Math.round((performance.now() - started) * 1000) / 1000,
-    bytes: Number(res.getHeader('content-length') ?? 0),
+    bytes,
     ip: req.socket.remoteAddress ?? '',
   });
 }

@@ -1,0 +1,187 @@
+import { expect } from 'chai';
+import { readFileSync, readdirSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { request } from '../support/http.js';
+import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { eventually, expectBadRequest, expectEmpty200, expectIntegers, tools } from './helpers.js';
+
+interface LogList {
+  active: { size: number } | null;
+  rotated: Array<{ ts: number; size: number }>;
+}
+
+async function logList(server: TestServer): Promise<LogList> {
+  const reply = await tools(server, 'logs');
+  expect(reply.status).to.equal(200);
+  return reply.json as LogList;
+}
+
+/** Waits until the active log holds a line whose path is `marker`, and returns every line. */
+async function linesUntil(server: TestServer, marker: string): Promise<Array<Record<string, unknown>>> {
+  return eventually(`an access line for ${marker}`, async () => {
+    const reply = await tools(server, 'logs/file?which=active');
+    const lines = reply.text.split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>);
+    return lines.some((l) => l.path === marker) ? lines : undefined;
+  });
+}
+
+describe('access log and /api/v2/logs (interface §4.6, decisions §5)', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer();
+  });
+  after(async () => {
+    await server.stop();
+    cleanupTemp(server.root);
+  });
+
+  it('writes one access line per request with ts, method, host, path, status, ms, bytes and ip (decisions §5)', async () => {
+    await request(server.url, '/shape-check', { host: 'jobs.shape.test' });
+    const lines = await linesUntil(server, '/shape-check');
+    const line = lines.find((l) => l.path === '/shape-check')!;
+    expect(Object.keys(line).sort()).to.deep.equal(['bytes', 'host', 'ip', 'method', 'ms', 'path', 'status', 'ts']);
+    expect(line).to.include({ method: 'GET', host: 'jobs.shape.test', status: 404 });
+    expectIntegers(line, ['ts', 'status', 'bytes'], 'line');
+    expect(line.ms).to.be.a('number').at.least(0);
+    expect(line.ip).to.be.a('string').and.not.equal('');
+    expect(line.bytes).to.be.above(0);
+  });
+
+  it('never writes a token or a query string into an access line (decisions §5)', async () => {
+    await request(server.url, '/api/v2/logs?secret=query-value-1', { token: server.masterToken });
+    await request(server.url, '/privacy-queue/items/0123456789abcdef?wait=0&token=query-value-2', { host: 'jobs.privacy.test', token: 'user-token-value-3' });
+    const lines = await linesUntil(server, '/privacy-queue/items/0123456789abcdef');
+    expect(lines.some((l) => l.path === '/api/v2/logs')).to.equal(true);
+    const text = JSON.stringify(lines);
+    for (const secret of [server.masterToken, 'query-value-1', 'query-value-2', 'user-token-value-3', 'Bearer']) expect(text).not.to.include(secret);
+    for (const line of lines) expect(line.path).not.to.include('?');
+  });
+
+  it('lists the active log as { size } and the rotated ones as [{ ts, size }] (interface §4.6)', async () => {
+    await request(server.url, '/list-check', { host: 'jobs.list.test' });
+    await linesUntil(server, '/list-check');
+    const list = await logList(server);
+    expect(Object.keys(list).sort()).to.deep.equal(['active', 'rotated']);
+    expect(list.active).to.be.an('object');
+    expectIntegers(list.active!, ['size'], 'active');
+    expect(list.active!.size).to.be.above(0);
+    expect(list.rotated).to.be.an('array').that.is.empty;
+  });
+
+  it('streams the active log as application/octet-stream with accept-ranges: bytes (interface §4.6)', async () => {
+    const reply = await tools(server, 'logs/file?which=active');
+    expect(reply.status).to.equal(200);
+    expect(reply.headers['content-type']).to.equal('application/octet-stream');
+    expect(reply.headers['accept-ranges']).to.equal('bytes');
+    expect(reply.headers['content-range']).to.equal(undefined);
+    expect(Number(reply.headers['content-length'])).to.equal(reply.body.length);
+    expect(reply.text.endsWith('\n')).to.equal(true);
+  });
+
+  it('answers Range: bytes=N- with 206, content-range bytes N-LAST/SIZE and the bytes from N (decisions §5)', async () => {
+    const full = await tools(server, 'logs/file?which=active');
+    const from = 10;
+    const part = await tools(server, 'logs/file?which=active', { range: `bytes=${from}-` });
+    expect(part.status).to.equal(206);
+    const m = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(String(part.headers['content-range']));
+    expect(m, String(part.headers['content-range'])).to.not.equal(null);
+    const [, start, last, size] = m!.map(Number) as [number, number, number, number];
+    expect(start).to.equal(from);
+    expect(last).to.equal(size - 1);
+    expect(part.body.length).to.equal(size - from);
+    expect(part.headers['accept-ranges']).to.equal('bytes');
+    // The log grows with every request, this one included: what the first read saw is a prefix.
+    expect(part.body.subarray(0, full.body.length - from).equals(full.body.subarray(from))).to.equal(true);
+  });
+
+  it('answers a Range at or past the end with an empty 200 (interface §4.6)', async () => {
+    const full = await tools(server, 'logs/file?which=active');
+    expectEmpty200(await tools(server, 'logs/file?which=active', { range: 'bytes=999999999-' }), 'far past the end');
+    const size = (await logList(server)).active!.size;
+    expect(size).to.be.at.least(full.body.length);
+    const atEnd = await tools(server, 'logs/file?which=active', { range: `bytes=${size + 4096}-` });
+    expectEmpty200(atEnd, 'past the end');
+  });
+
+  it('ignores any Range form other than bytes=N- and sends the whole file with 200 (decisions §5)', async () => {
+    for (const range of ['bytes=0-10', 'bytes=-5', 'bytes=5-10,20-', 'items=0-', 'bytes=x-', 'bytes = 5-']) {
+      const reply = await tools(server, 'logs/file?which=active', { range });
+      expect(reply.status, range).to.equal(200);
+      expect(reply.headers['content-range'], range).to.equal(undefined);
+      expect(reply.body.length, range).to.be.above(20);
+      expect(reply.text.startsWith('{"ts":'), range).to.equal(true);
+    }
+  });
+
+  it('answers a well-formed which that names no file with an empty 200 (decisions §5)', async () => {
+    expectEmpty200(await tools(server, 'logs/file?which=1234567890123'), 'unknown ts');
+    expectEmpty200(await tools(server, 'logs/file?which=1234567890123', { range: 'bytes=0-' }), 'unknown ts with Range');
+  });
+
+  it('rejects a malformed which with 400 { error }, traversal attempts included (decisions §5)', async () => {
+    const bad = ['', '..%2Faccess.log', '%2e%2e', '../access.log', '%2Fetc%2Fpasswd', '/etc/passwd', 'access.log', 'Active', '12ab', '-1', '1.5', '12345678901234567890'];
+    for (const which of bad) expectBadRequest(await tools(server, `logs/file?which=${which}`), `which=${which}`);
+    expectBadRequest(await tools(server, 'logs/file'), 'no which');
+    expectBadRequest(await tools(server, 'logs/file?which=active&which=active'), 'which twice');
+  });
+
+  it('puts the tools endpoints behind the wall without the master token (interface §5)', async () => {
+    for (const endpoint of ['logs', 'logs/file?which=active', 'stats', 'stats/now', 'tasks', 'tasks/file?name=tasks-2026-01-01.log']) {
+      const reply = await request(server.url, `/api/v2/${endpoint}`, { token: 'wrong-token' });
+      expect(reply.status, endpoint).to.equal(404);
+      expect(reply.json, endpoint).to.deep.equal({ error: 'not found' });
+    }
+  });
+
+  it('writes the last lines to disk when the server shuts down (decisions §1.1)', async () => {
+    const other = await startServer();
+    try {
+      await request(other.url, '/last-words', { host: 'jobs.shutdown.test' });
+      expect(await other.stop()).to.equal(0);
+      const text = readFileSync(path.join(other.root, '_svcq/logs/access.log'), 'utf8');
+      expect(text).to.include('"path":"/last-words"');
+    } finally {
+      cleanupTemp(other.root);
+    }
+  });
+});
+
+describe('access log rotation (decisions §5)', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer({ args: ['--log-max-bytes', '2000', '--log-keep', '3'] });
+  });
+  after(async () => {
+    await server.stop();
+    cleanupTemp(server.root);
+  });
+
+  it('rotates past --log-max-bytes into files with unique ts = mtime, listed oldest first, keeping the newest --log-keep', async () => {
+    // About 130 bytes a line: 100 requests make several rotations, more than are kept.
+    for (let i = 0; i < 100; i++) await request(server.url, `/rotate-${i}`, { host: 'jobs.rotate.test' });
+    const list = await eventually('three rotated files', async () => {
+      const l = await logList(server);
+      return l.rotated.length === 3 ? l : undefined;
+    });
+    const ts = list.rotated.map((r) => r.ts);
+    expect(ts).to.deep.equal([...ts].sort((a, b) => a - b));
+    expect(new Set(ts).size).to.equal(3);
+    const onDisk = readdirSync(path.join(server.root, '_svcq/logs')).filter((n) => n !== 'access.log');
+    expect(onDisk.sort()).to.deep.equal(ts.map((t) => `access-${t}.log`).sort());
+    for (const r of list.rotated) {
+      expectIntegers(r, ['ts', 'size'], 'rotated');
+      expect(r.size).to.be.above(2000);
+      const file = path.join(server.root, '_svcq/logs', `access-${r.ts}.log`);
+      expect(Math.round(statSync(file).mtimeMs)).to.equal(r.ts);
+      const reply = await tools(server, `logs/file?which=${r.ts}`);
+      expect(reply.status).to.equal(200);
+      expect(reply.body.length).to.equal(r.size);
+      expect(reply.text.split('\n').filter(Boolean).every((l) => JSON.parse(l) as unknown)).to.equal(true);
+    }
+    // The newest requests are in the files that were kept, the oldest were dropped with their file.
+    const kept = (await Promise.all(list.rotated.map((r) => tools(server, `logs/file?which=${r.ts}`)))).map((r) => r.text).join('');
+    expect(kept).not.to.include('"path":"/rotate-0"');
+    const later = await tools(server, `logs/file?which=${ts[2]}`, { range: 'bytes=5-' });
+    expect(later.status).to.equal(206);
+  });
+});
