@@ -65,7 +65,7 @@ describe('access log and /api/v2/logs (interface §4.6, decisions §5)', () => {
     expect(list.active).to.be.an('object');
     expectIntegers(list.active!, ['size'], 'active');
     expect(list.active!.size).to.be.above(0);
-    expect(list.rotated).to.be.an('array').that.is.empty;
+    expect(list.rotated).to.deep.equal([]);
   });
 
   it('streams the active log as application/octet-stream with accept-ranges: bytes (interface §4.6)', async () => {
