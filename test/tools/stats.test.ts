@@ -1,0 +1,156 @@
+import { expect } from 'chai';
+import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { eventually, expectBadRequest, expectEmpty200, expectIntegers, today, tools } from './helpers.js';
+
+interface StatList {
+  interval: number;
+  files: Array<{ name: string; type: string; date: string; size: number }>;
+}
+
+const TYPES = ['cpu', 'disk', 'diskio', 'memory', 'netio'];
+
+function expectCores(cores: unknown, where: string): void {
+  expect(cores, where).to.be.an('array').with.length.above(0);
+  for (const core of cores as Array<Record<string, unknown>>) {
+    expect(Object.keys(core).sort(), where).to.deep.equal(['idle', 'irq', 'nice', 'sys', 'user']);
+    for (const v of Object.values(core)) expect(v, where).to.be.a('number').at.least(0);
+  }
+}
+
+function expectNumbers(record: unknown, fields: string[], where: string): void {
+  expect(record, where).to.be.an('object');
+  for (const field of fields) expect((record as Record<string, unknown>)[field], `${where}.${field}`).to.be.a('number').at.least(0);
+}
+
+describe('server-health stats (interface §4.6, decisions §5)', () => {
+  let server: TestServer;
+  let started: number;
+  before(async () => {
+    started = Date.now();
+    server = await startServer({ args: ['--stats-interval', '200'] });
+  });
+  after(async () => {
+    await server.stop();
+    cleanupTemp(server.root);
+  });
+
+  async function statList(): Promise<StatList> {
+    const reply = await tools(server, 'stats');
+    expect(reply.status).to.equal(200);
+    return reply.json as StatList;
+  }
+
+  it('writes a first sample of cpu and memory when the server starts, each line { ts (ms), ...fields } (decisions §5)', async () => {
+    const day = today();
+    await eventually('cpu and memory day-files', async () => {
+      const names = (await statList()).files.map((f) => f.name);
+      return names.includes(`cpu-${day}.log`) && names.includes(`memory-${day}.log`) ? true : undefined;
+    });
+    const cpu = (await tools(server, `stats/file?name=cpu-${day}.log`)).text.split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(Object.keys(cpu[0]!).sort()).to.deep.equal(['cores', 'model', 'ts']);
+    expectIntegers(cpu[0]!, ['ts'], 'cpu line');
+    expect(cpu[0]!.ts as number).to.be.within(started - 1000, Date.now());
+    expect(cpu[0]!.model).to.be.a('string');
+    expectCores(cpu[0]!.cores, 'cpu line');
+    const memory = JSON.parse((await tools(server, `stats/file?name=memory-${day}.log`)).text.split('\n')[0]!) as Record<string, unknown>;
+    expect(Object.keys(memory).sort()).to.deep.equal(['available', 'free', 'total', 'ts', 'used']);
+    expectIntegers(memory, ['ts', 'total', 'used', 'available', 'free'], 'memory line');
+  });
+
+  it('keeps sampling every --stats-interval ms', async () => {
+    const name = `cpu-${today()}.log`;
+    await eventually('three cpu samples', async () => {
+      const lines = (await tools(server, `stats/file?name=${name}`)).text.split('\n').filter(Boolean);
+      return lines.length >= 3 ? true : undefined;
+    });
+  });
+
+  it('lists { interval, files: [{ name, type, date, size }] } sorted by name (interface §4.6)', async () => {
+    const list = await statList();
+    expect(Object.keys(list).sort()).to.deep.equal(['files', 'interval']);
+    expect(list.interval).to.equal(200);
+    expect(list.files.map((f) => f.name)).to.deep.equal(list.files.map((f) => f.name).sort());
+    for (const file of list.files) {
+      expect(Object.keys(file).sort()).to.deep.equal(['date', 'name', 'size', 'type']);
+      expect(TYPES).to.include(file.type);
+      expect(file.date).to.match(/^\d{4}-\d{2}-\d{2}$/);
+      expect(file.name).to.equal(`${file.type}-${file.date}.log`);
+      expectIntegers(file, ['size'], file.name);
+      expect(file.size).to.be.above(0);
+    }
+  });
+
+  it('streams a day-file as octet-stream with Range: bytes=N- → 206, and past the end → empty 200 (interface §4.6)', async () => {
+    const name = `memory-${today()}.log`;
+    const full = await tools(server, `stats/file?name=${name}`);
+    expect(full.status).to.equal(200);
+    expect(full.headers['content-type']).to.equal('application/octet-stream');
+    expect(full.headers['accept-ranges']).to.equal('bytes');
+    const part = await tools(server, `stats/file?name=${name}`, { range: 'bytes=3-' });
+    expect(part.status).to.equal(206);
+    expect(String(part.headers['content-range'])).to.match(/^bytes 3-\d+\/\d+$/);
+    expect(part.body.subarray(0, full.body.length - 3).equals(full.body.subarray(3))).to.equal(true);
+    expectEmpty200(await tools(server, `stats/file?name=${name}`, { range: 'bytes=99999999-' }), 'past the end');
+    const ignored = await tools(server, `stats/file?name=${name}`, { range: 'bytes=3-10' });
+    expect(ignored.status).to.equal(200);
+    expect(ignored.body.subarray(0, full.body.length).equals(full.body)).to.equal(true);
+  });
+
+  it('answers a well-formed name with no file with an empty 200 (decisions §5)', async () => {
+    expectEmpty200(await tools(server, 'stats/file?name=cpu-1999-01-01.log'), 'old day');
+    expectEmpty200(await tools(server, 'stats/file?name=netio-2999-12-31.log', { range: 'bytes=0-' }), 'future day');
+  });
+
+  it('rejects a malformed name with 400 { error }, traversal attempts included (decisions §5)', async () => {
+    const day = today();
+    const bad = [
+      '',
+      `..%2Fstats%2Fcpu-${day}.log`,
+      `%2e%2e%2fcpu-${day}.log`,
+      `../cpu-${day}.log`,
+      '%2Fetc%2Fpasswd',
+      `cpu-${day}.log%2F..`,
+      `gpu-${day}.log`,
+      'cpu-2026-1-1.log',
+      `CPU-${day}.log`,
+      `cpu-${day}.log.bak`,
+      `tasks-${day}.log`,
+      `cpu-${day}.log%00`,
+    ];
+    for (const name of bad) expectBadRequest(await tools(server, `stats/file?name=${name}`), `name=${name}`);
+    expectBadRequest(await tools(server, 'stats/file'), 'no name');
+    expectBadRequest(await tools(server, `stats/file?name=cpu-${day}.log&name=cpu-${day}.log`), 'name twice');
+  });
+
+  it('answers stats/now with exactly the fields, types and units of interface §4.6; what the host cannot report is null', async () => {
+    const reply = await tools(server, 'stats/now');
+    expect(reply.status).to.equal(200);
+    const now = reply.json as Record<string, unknown>;
+    expect(Object.keys(now).sort()).to.deep.equal(['cpu', 'disk', 'diskIo', 'hostname', 'load', 'memory', 'netIo', 'ts', 'uptime']);
+    expectIntegers(now, ['ts', 'uptime'], 'now');
+    expect(now.ts as number).to.be.within(Math.floor(Date.now() / 1000) - 5, Math.ceil(Date.now() / 1000) + 1);
+    expect(now.uptime as number).to.be.above(0).and.below(Date.now() / 1000 / 2);
+    expect(now.hostname).to.be.a('string').and.not.equal('');
+    expect(now.load).to.be.an('array').with.length(3);
+    for (const l of now.load as unknown[]) expect(l).to.be.a('number').at.least(0);
+    const cpu = now.cpu as Record<string, unknown>;
+    expect(Object.keys(cpu).sort()).to.deep.equal(['cores', 'model']);
+    expect(cpu.model).to.be.a('string');
+    expectCores(cpu.cores, 'cpu');
+    expect(Object.keys(now.memory as object).sort()).to.deep.equal(['available', 'free', 'total', 'used']);
+    expectNumbers(now.memory, ['total', 'used', 'available', 'free'], 'memory');
+    if (now.disk !== null) {
+      expect(Object.keys(now.disk as object).sort()).to.deep.equal(['free', 'path', 'total', 'used']);
+      expect((now.disk as { path: unknown }).path).to.equal('/');
+      expectNumbers(now.disk, ['total', 'used', 'free'], 'disk');
+    }
+    if (now.diskIo !== null) {
+      expect(Object.keys(now.diskIo as object).sort()).to.deep.equal(['readBytes', 'writeBytes']);
+      expectNumbers(now.diskIo, ['readBytes', 'writeBytes'], 'diskIo');
+    }
+    if (now.netIo !== null) {
+      expect(Object.keys(now.netIo as object).sort()).to.deep.equal(['rxBytes', 'txBytes']);
+      expectNumbers(now.netIo, ['rxBytes', 'txBytes'], 'netIo');
+    }
+  });
+});
