@@ -1,0 +1,159 @@
+import { expect } from 'chai';
+import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { newQueue, type Json } from './queue-api.js';
+
+const HOST = 'poll.example.com';
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Runs `work` and reports how long it took. */
+async function timed<T>(work: Promise<T>, since = Date.now()): Promise<{ value: T; ms: number }> {
+  const value = await work;
+  return { value, ms: Date.now() - since };
+}
+
+describe('long polls over HTTP', function () {
+  this.timeout(20_000);
+  let server: TestServer;
+  before(async () => {
+    server = await startServer();
+  });
+  after(async () => {
+    await server.stop();
+    cleanupTemp(server.root);
+  });
+
+  it('holds a claim with wait and answers it as soon as an item is posted (decisions §3.3)', async () => {
+    const q = await newQueue(server, HOST);
+    const start = Date.now();
+    const waiting = timed(q.claim({ worker: 'patient', wait: 5 }), start);
+    await sleep(300);
+    const id = await q.post({ n: 1 });
+    const { value: claim, ms } = await waiting;
+    expect(claim).to.deep.include({ ok: true, id, item: { n: 1 }, attempts: 1 });
+    expect((claim.lease as Json).worker).to.equal('patient');
+    expect(ms).to.be.within(250, 1500);
+    expect(await q.fetch(id)).to.include({ status: 'claimed' });
+  });
+
+  it('answers an unanswerable claim with wait: 1 with empty after about a second (decisions §3.3)', async () => {
+    const q = await newQueue(server, HOST);
+    const { value, ms } = await timed(q.claim({ wait: 1 }));
+    expect(value).to.deep.equal({ ok: true, empty: true });
+    expect(ms).to.be.within(900, 2500);
+  });
+
+  it('wakes a waiting claim only for an item that matches its criteria (decisions §3.3)', async () => {
+    const q = await newQueue(server, HOST);
+    const start = Date.now();
+    const waiting = timed(q.claim({ wait: 5, criteria: { kind: 'b' } }), start);
+    await sleep(200);
+    const a = await q.post({ kind: 'a' });
+    await sleep(200);
+    const b = await q.post({ kind: 'b' });
+    const { value: claim, ms } = await waiting;
+    expect(claim.id).to.equal(b);
+    expect(ms).to.be.within(350, 1500);
+    expect(await q.fetch(a)).to.include({ status: 'pending', attempts: 0 });
+  });
+
+  it('gives one posted item to exactly one of two waiting claims; the other ends empty (interface §4.2 rule 2)', async () => {
+    const q = await newQueue(server, HOST);
+    const start = Date.now();
+    const first = timed(q.claim({ wait: 1 }), start);
+    const second = timed(q.claim({ wait: 1 }), start);
+    await sleep(200);
+    const id = await q.post({ n: 1 });
+    const results = await Promise.all([first, second]);
+    const winners = results.filter((r) => r.value.id === id);
+    const losers = results.filter((r) => r.value.empty === true);
+    expect(winners).to.have.length(1);
+    expect(losers).to.have.length(1);
+    expect(winners[0]!.ms).to.be.below(900);
+    expect(losers[0]!.ms).to.be.at.least(900);
+    expect(await q.fetch(id)).to.include({ attempts: 1 });
+  });
+
+  it('wakes a waiting claim when an expired lease re-queues an item (decisions §3.2, §3.3)', async () => {
+    const q = await newQueue(server, HOST, { leaseSeconds: 1, maxAttempts: 3 });
+    const id = await q.post({ n: 1 });
+    const first = await q.claim({ worker: 'lost' });
+    const until = (first.lease as Json).until as number;
+    const { value: claim } = await timed(q.claim({ worker: 'next', wait: 5 }));
+    expect(claim).to.include({ id, attempts: 2 });
+    expect(Date.now()).to.be.within(until - 50, until + 1000);
+  });
+
+  it('wakes a waiting claim when a re-queued item’s retry delay passes (decisions §2.2, §3.3)', async () => {
+    const q = await newQueue(server, HOST, { retryDelaySeconds: 1, maxAttempts: 3 });
+    const id = await q.post({ n: 1 });
+    await q.claim();
+    const start = Date.now();
+    await q.submit(id, 'error', { code: 1 });
+    const { value: claim, ms } = await timed(q.claim({ wait: 5 }), start);
+    expect(claim).to.include({ id, attempts: 2 });
+    expect(ms).to.be.within(900, 2000);
+  });
+
+  it('holds GET …/items/<id>?wait and answers as soon as the item is terminal (decisions §3.6)', async () => {
+    const q = await newQueue(server, HOST);
+    const id = await q.post({ n: 1 });
+    await q.claim();
+    const start = Date.now();
+    const waiting = timed(q.fetch(id, '?wait=5'), start);
+    await sleep(300);
+    await q.submit(id, 'result', { output: 'ready' });
+    const { value: record, ms } = await waiting;
+    expect(record).to.deep.include({ status: 'finished', result: { output: 'ready' } });
+    expect(ms).to.be.within(250, 1500);
+  });
+
+  it('answers a fetch with wait at once for a terminal item, and after the wait for one that stays open (decisions §3.6)', async () => {
+    const q = await newQueue(server, HOST);
+    const done = await q.post({ n: 1 });
+    await q.submit(done, 'cancel');
+    const quick = await timed(q.fetch(done, '?wait=5'));
+    expect(quick.value).to.include({ status: 'cancelled' });
+    expect(quick.ms).to.be.below(500);
+
+    const open = await q.post({ n: 2 });
+    const slow = await timed(q.fetch(open, '?wait=1'));
+    expect(slow.value).to.include({ status: 'pending' });
+    expect(slow.ms).to.be.within(900, 2500);
+  });
+
+  it('rejects a fetch wait that is not an integer from 0 to 30 with 400 (decisions §3.6)', async () => {
+    const q = await newQueue(server, HOST);
+    const id = await q.post({ n: 1 });
+    for (const wait of ['31', '-1', '1.5', 'soon', '100']) {
+      const reply = await q.fetchRaw(id, `?wait=${wait}`);
+      expect(reply.status, wait).to.equal(400);
+      expect((reply.json as Json).ok, wait).to.equal(false);
+    }
+  });
+
+  it('answers waiting claims and fetches promptly on SIGTERM, then exits 0 (decisions §1.1, issue 3 §3)', async () => {
+    const own = await startServer();
+    try {
+      const q = await newQueue(own, HOST);
+      const id = await q.post({ n: 1 });
+      await q.claim();
+      const claimRaw = q.claimRaw({ wait: 30 });
+      const fetchRaw = q.fetchRaw(id, '?wait=30');
+      // Nothing observable says a request is being held, so give both a moment to arrive.
+      await sleep(300);
+      const start = Date.now();
+      const code = await own.stop('SIGTERM');
+      const [claim, fetched] = await Promise.all([claimRaw, fetchRaw]);
+      expect(Date.now() - start).to.be.below(3000);
+      expect(code).to.equal(0);
+      // The server answers a held claim with an ordinary empty answer, not a dropped connection.
+      expect(claim.status).to.equal(200);
+      expect(claim.json).to.deep.equal({ ok: true, empty: true });
+      expect(fetched.status).to.equal(200);
+      expect(fetched.json).to.include({ id, status: 'claimed' });
+    } finally {
+      await own.stop();
+      cleanupTemp(own.root);
+    }
+  });
+});
