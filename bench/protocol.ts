@@ -1,0 +1,81 @@
+/** What the orchestrator asks of a load-generator child, and what the child reports back. */
+
+/**
+ * `post`: post items; `cycle`: post → claim → result per loop; `drain`: claim → result until the
+ * queue is empty; `prefill`: post `maxCount` items as fast as possible; `latency` is `post` with
+ * every request timed (run it at one in flight).
+ */
+export type LoadMode = 'post' | 'cycle' | 'drain' | 'prefill' | 'latency';
+
+export interface LoadSpec {
+  mode: LoadMode;
+  /** Base URL of the server, always on 127.0.0.1. */
+  url: string;
+  /** Queue domain sent in the Host header. */
+  host: string;
+  queue: string;
+  /** Concurrent loops, each with at most one request outstanding. */
+  inFlight: number;
+  /** Loops stop starting new operations after this many milliseconds. */
+  durationMs: number;
+  /** Loops stop once this many operations have been started (all loops together). */
+  maxCount: number;
+  /** Size in bytes of each posted JSON item. */
+  itemBytes: number;
+  /** Time every request (post requests in `post`/`latency`/`prefill`, whole cycles in `cycle`). */
+  recordLatency: boolean;
+}
+
+export interface LatencySummary {
+  n: number;
+  p50: number;
+  p99: number;
+  max: number;
+  mean: number;
+}
+
+export interface LoadResult {
+  mode: LoadMode;
+  /** Completed operations: posts, cycles or drained items. */
+  count: number;
+  /** Replies that were not 200 or not `ok`, and network errors. */
+  errors: number;
+  /** Claims answered `{ empty: true }`. */
+  empties: number;
+  elapsedMs: number;
+  /** count per second over elapsedMs. */
+  rate: number;
+  /** Milliseconds, present when recordLatency was set. */
+  latency?: LatencySummary;
+  firstError?: string;
+}
+
+/** The prefix of the one stdout line that carries the child's result. */
+export const RESULT_PREFIX = 'BENCH-RESULT ';
+
+/** A JSON item of exactly `bytes` bytes (for any bytes ≥ ~170), shaped like a real job. */
+export function makeItem(seq: number, bytes: number): string {
+  const base = {
+    seq,
+    kind: 'thumbnail',
+    user: `user-${seq % 10_000}`,
+    src: `https://files.example.com/uploads/2024/06/IMG_${String(seq).padStart(9, '0')}.jpg`,
+    sizes: [64, 256, 1024],
+    format: 'webp',
+    quality: 82,
+    pad: '',
+  };
+  const bare = JSON.stringify(base);
+  base.pad = 'x'.repeat(Math.max(0, bytes - bare.length));
+  return JSON.stringify(base);
+}
+
+/** p50/p99/max/mean of a list of milliseconds (sorts it in place). */
+export function summarise(ms: Float64Array): LatencySummary {
+  if (ms.length === 0) return { n: 0, p50: 0, p99: 0, max: 0, mean: 0 };
+  ms.sort();
+  const at = (q: number): number => ms[Math.min(ms.length - 1, Math.floor(q * ms.length))]!;
+  let sum = 0;
+  for (const v of ms) sum += v;
+  return { n: ms.length, p50: at(0.5), p99: at(0.99), max: ms[ms.length - 1]!, mean: sum / ms.length };
+}

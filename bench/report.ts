@@ -1,0 +1,156 @@
+/** Turns a bench run's raw figures into the printed table, the target verdicts and the JSON file. */
+import chalk from 'chalk';
+import Table from 'cli-table3';
+import type { LoadResult } from './protocol.js';
+import type { BullmqResult } from './procs.js';
+
+export interface RestartFigures {
+  waiting: number;
+  /** SIGTERM → exit. */
+  stopMs: number;
+  /** Spawn → `listening on`. */
+  listenMs: number;
+  /** Spawn → first claim that returned an item. */
+  firstClaimMs: number;
+  rssAfter: number;
+}
+
+export interface BacklogRun {
+  size: number;
+  prefill: LoadResult;
+  /** Server RSS before the prefill (after a warm-up) and with `size` items waiting, in bytes. */
+  rssEmpty: number;
+  rssWaiting: number;
+  restart: RestartFigures;
+  /** RSS of a freshly started, empty server (the reference for rssAfter). */
+  rssFreshEmpty: number;
+  post: LoadResult;
+  cycle: LoadResult;
+}
+
+export interface BenchRun {
+  date: string;
+  machine: { cpus: number; cpuModel: string; memGiB: number; node: string; os: string };
+  options: { sizes: number[]; durationS: number; inFlight: number; itemBytes: number; vs?: string };
+  empty: { post: LoadResult; cycle: LoadResult; drain: LoadResult; latency: LoadResult; drainQueued: number };
+  bullmq?: BullmqResult & { jobs: number };
+  backlogs: BacklogRun[];
+  profile?: { file: string; cycle: LoadResult; top: string };
+}
+
+export interface Row {
+  phase: string;
+  figure: number;
+  unit: string;
+  vsEmpty?: number;
+  target?: string;
+  pass?: boolean;
+}
+
+export interface Verdict {
+  target: string;
+  measured: string;
+  pass: boolean | undefined;
+}
+
+const fmt = (n: number, digits = 0): string => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+const sizeName = (n: number): string => (n >= 1_000_000 && n % 1_000_000 === 0 ? `${n / 1_000_000}M` : n >= 1000 && n % 1000 === 0 ? `${n / 1000}k` : String(n));
+
+/** The goals from the performance issue, checked against this run; the backlog goals use its largest size. */
+export function verdicts(run: BenchRun): Verdict[] {
+  const out: Verdict[] = [];
+  const cycle = run.empty.cycle.rate;
+  if (run.bullmq) {
+    const ratio = cycle / run.bullmq.rate;
+    out.push({ target: 'full cycle ≥ 0.75× BullMQ', measured: `${fmt(cycle)} / ${fmt(run.bullmq.rate)} = ${fmt(ratio, 2)}×`, pass: ratio >= 0.75 });
+  } else {
+    out.push({ target: 'full cycle ≥ 0.75× BullMQ', measured: 'not run (add --vs bullmq)', pass: undefined });
+  }
+  const big = run.backlogs.at(-1);
+  if (big) {
+    const note = big.size === 1_000_000 ? '' : ` (set for 1M; run had ${sizeName(big.size)})`;
+    const postRatio = big.post.rate / run.empty.post.rate;
+    const cycleRatio = big.cycle.rate / run.empty.cycle.rate;
+    out.push({ target: `post with ${sizeName(big.size)} waiting ≥ 0.9× empty${note}`, measured: `${fmt(postRatio, 2)}×`, pass: postRatio >= 0.9 });
+    out.push({ target: `cycle with ${sizeName(big.size)} waiting ≥ 0.9× empty${note}`, measured: `${fmt(cycleRatio, 2)}×`, pass: cycleRatio >= 0.9 });
+  }
+  const p99 = run.empty.latency.latency?.p99 ?? Number.NaN;
+  out.push({ target: 'post p99 at 1 in flight ≤ 2 ms', measured: `${fmt(p99, 2)} ms`, pass: p99 <= 2 });
+  if (big) {
+    const note = big.size === 1_000_000 ? '' : ` (set for 1M; run had ${sizeName(big.size)})`;
+    const s = big.restart.firstClaimMs / 1000;
+    out.push({ target: `restart with ${sizeName(big.size)} waiting ≤ 10 s${note}`, measured: `${fmt(s, 2)} s`, pass: s <= 10 });
+    const perItem = (big.rssWaiting - big.rssEmpty) / big.size;
+    out.push({ target: `RSS ≤ 800 B per waiting item${note}`, measured: `${fmt(perItem)} B`, pass: perItem <= 800 });
+  }
+  return out;
+}
+
+/** Every figure of the run as one row each. */
+export function rows(run: BenchRun): Row[] {
+  const { empty } = run;
+  const out: Row[] = [
+    { phase: `post, ${run.options.inFlight} in flight, empty queue`, figure: empty.post.rate, unit: 'posts/s' },
+    { phase: `full cycle (post→claim→result), ${run.options.inFlight} in flight`, figure: empty.cycle.rate, unit: 'cycles/s' },
+    { phase: `drain (claim→result) of ${fmt(empty.drainQueued)} queued, ${run.options.inFlight} in flight`, figure: empty.drain.rate, unit: 'items/s' },
+  ];
+  const lat = empty.latency.latency;
+  if (lat) {
+    out.push({ phase: `post latency p50, 1 in flight (${fmt(lat.n)} posts)`, figure: lat.p50, unit: 'ms' });
+    out.push({ phase: 'post latency p99, 1 in flight', figure: lat.p99, unit: 'ms', target: '≤ 2 ms', pass: lat.p99 <= 2 });
+    out.push({ phase: 'post latency max, 1 in flight', figure: lat.max, unit: 'ms' });
+  }
+  if (run.bullmq) {
+    const ratio = empty.cycle.rate / run.bullmq.rate;
+    out.push({ phase: `BullMQ full cycle, ${run.options.inFlight} in flight, ${fmt(run.bullmq.jobs)} jobs (Redis AOF everysec)`, figure: run.bullmq.rate, unit: 'cycles/s' });
+    out.push({ phase: 'svcq cycle / BullMQ cycle', figure: ratio, unit: '×', target: '≥ 0.75×', pass: ratio >= 0.75 });
+  }
+  const largest = run.backlogs.at(-1)?.size;
+  for (const b of run.backlogs) {
+    const n = sizeName(b.size);
+    const judged = b.size === largest;
+    const postRatio = b.post.rate / empty.post.rate;
+    const cycleRatio = b.cycle.rate / empty.cycle.rate;
+    const perItem = (b.rssWaiting - b.rssEmpty) / b.size;
+    out.push({ phase: `prefill ${n} (64 in flight, not a target)`, figure: b.prefill.rate, unit: 'posts/s' });
+    out.push({ phase: `post with ${n} waiting`, figure: b.post.rate, unit: 'posts/s', vsEmpty: postRatio, ...(judged ? { target: '≥ 0.9× empty', pass: postRatio >= 0.9 } : {}) });
+    out.push({ phase: `full cycle with ${n} waiting`, figure: b.cycle.rate, unit: 'cycles/s', vsEmpty: cycleRatio, ...(judged ? { target: '≥ 0.9× empty', pass: cycleRatio >= 0.9 } : {}) });
+    out.push({ phase: `restart with ${n} waiting: SIGTERM → exit`, figure: b.restart.stopMs / 1000, unit: 's' });
+    out.push({ phase: `restart with ${n} waiting: start → listening`, figure: b.restart.listenMs / 1000, unit: 's' });
+    out.push({ phase: `restart with ${n} waiting: start → first claim`, figure: b.restart.firstClaimMs / 1000, unit: 's', ...(judged ? { target: '≤ 10 s', pass: b.restart.firstClaimMs <= 10_000 } : {}) });
+    out.push({ phase: `server RSS, empty (after warm-up)`, figure: b.rssEmpty / 2 ** 20, unit: 'MiB' });
+    out.push({ phase: `server RSS with ${n} waiting`, figure: b.rssWaiting / 2 ** 20, unit: 'MiB' });
+    out.push({ phase: `RSS per waiting item (${n})`, figure: perItem, unit: 'B/item', ...(judged ? { target: '≤ 800 B', pass: perItem <= 800 } : {}) });
+    out.push({ phase: `RSS per waiting item after restart (${n}, vs fresh empty)`, figure: (b.restart.rssAfter - b.rssFreshEmpty) / b.size, unit: 'B/item' });
+  }
+  if (run.profile) out.push({ phase: 'full cycle under --cpu-prof (not a target)', figure: run.profile.cycle.rate, unit: 'cycles/s' });
+  return out;
+}
+
+function figureText(row: Row): string {
+  if (row.unit === 'ms') return fmt(row.figure, 2);
+  if (row.unit === 's' || row.unit === '×') return fmt(row.figure, 2);
+  if (row.unit === 'MiB') return fmt(row.figure, 1);
+  return fmt(row.figure);
+}
+
+export function renderTable(run: BenchRun): string {
+  const table = new Table({
+    head: ['phase', 'figure', 'unit', 'vs empty', 'target'].map((h) => chalk.bold(h)),
+    colAligns: ['left', 'right', 'left', 'right', 'left'],
+    // No colours of its own: chalk decides, so piped output stays plain text.
+    style: { head: [], border: [], compact: true },
+  });
+  for (const row of rows(run)) {
+    const verdict = row.pass === undefined ? '' : row.pass ? chalk.green(' pass') : chalk.red(' FAIL');
+    table.push([row.phase, figureText(row), row.unit, row.vsEmpty === undefined ? '' : `${fmt(row.vsEmpty, 2)}×`, row.target ? `${row.target}${verdict}` : '']);
+  }
+  const lines = [table.toString(), '', chalk.bold('Targets')];
+  for (const v of verdicts(run)) {
+    const mark = v.pass === undefined ? chalk.yellow('n/a ') : v.pass ? chalk.green('pass') : chalk.red('FAIL');
+    lines.push(`  ${mark}  ${v.target}: ${v.measured}`);
+  }
+  const errors = [run.empty.post, run.empty.cycle, run.empty.drain, run.empty.latency, ...run.backlogs.flatMap((b) => [b.prefill, b.post, b.cycle])].filter((r) => r.errors > 0);
+  for (const r of errors) lines.push(chalk.red(`  ${r.errors} failed requests in a ${r.mode} phase; first: ${r.firstError ?? '?'}`));
+  return lines.join('\n');
+}

@@ -1,0 +1,250 @@
+/**
+ * `npm run bench`: starts real `svcq serve` processes on temp roots, drives them from a separate
+ * load-generator process over keep-alive HTTP, prints a table and writes bench/results/<stamp>.json.
+ *
+ *   --sizes 100000,1000000   backlog sizes (items waiting) for the backlog phases
+ *   --duration 5             seconds per throughput phase
+ *   --quick                  sizes 20000 and 1.5 s phases: the whole run in under a minute
+ *   --vs bullmq              also run the full cycle against BullMQ on a private redis-server
+ *   --cpu-prof               also profile the server over one cycle phase and summarise it
+ *   --keep                   keep the temp roots (printed) instead of removing them
+ */
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+import chalk from 'chalk';
+import { summariseProfile } from './profile-summary.js';
+import { BENCH_DIR, killAll, runBullmq, runLoad, startRedis, startSvcq, type Svcq } from './procs.js';
+import type { LoadMode, LoadResult, LoadSpec } from './protocol.js';
+import { renderTable, verdicts, type BacklogRun, type BenchRun, type RestartFigures } from './report.js';
+
+const HOST = 'bench.test';
+const MASTER = 'bench-master-token-0123456789abcdef';
+const QUEUE_DEF = JSON.stringify({ leaseSeconds: 300, access: { post: 'public', fetch: 'public', work: 'public' } });
+
+const { values: opts } = parseArgs({
+  options: {
+    sizes: { type: 'string' },
+    duration: { type: 'string' },
+    quick: { type: 'boolean', default: false },
+    vs: { type: 'string' },
+    'cpu-prof': { type: 'boolean', default: false },
+    keep: { type: 'boolean', default: false },
+    'in-flight': { type: 'string', default: '32' },
+    'item-bytes': { type: 'string', default: '190' },
+  },
+  strict: true,
+});
+
+function positiveInts(text: string, flag: string): number[] {
+  const list = text.split(',').map((s) => Number(s.trim()));
+  if (list.length === 0 || list.some((n) => !Number.isInteger(n) || n <= 0)) throw new Error(`--${flag} must be positive integers separated by commas, not "${text}"`);
+  return list;
+}
+
+const sizes = positiveInts(opts.sizes ?? (opts.quick ? '20000' : '100000,1000000'), 'sizes').sort((a, b) => a - b);
+const durationS = Number(opts.duration ?? (opts.quick ? 1.5 : 5));
+if (!(durationS > 0 && durationS <= 600)) throw new Error(`--duration must be seconds between 0 and 600, not "${opts.duration}"`);
+if (opts.vs !== undefined && opts.vs !== 'bullmq') throw new Error(`--vs only knows "bullmq", not "${opts.vs}"`);
+const inFlight = positiveInts(opts['in-flight'], 'in-flight')[0]!;
+const itemBytes = positiveInts(opts['item-bytes'], 'item-bytes')[0]!;
+const durationMs = durationS * 1000;
+const warmupMs = Math.min(1000, durationMs);
+const PREFILL_IN_FLIGHT = 64;
+
+const roots: string[] = [];
+function tempRoot(tag: string): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), `svcq-bench-${tag}-`));
+  roots.push(dir);
+  return dir;
+}
+function cleanup(): void {
+  killAll();
+  if (opts.keep) {
+    if (roots.length) console.log(`kept: ${roots.join(' ')}`);
+    return;
+  }
+  for (const dir of roots.splice(0)) rmSync(dir, { recursive: true, force: true });
+}
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    console.error(`\n${signal}: stopping every process the bench started`);
+    cleanup();
+    process.exit(130);
+  });
+}
+
+const log = (line: string): void => console.log(chalk.dim(`[${new Date().toISOString().slice(11, 19)}] ${line}`));
+
+/** One request from the orchestrator (set-up and the restart probe), not part of any measured load. */
+function call(url: string, method: string, pathAndQuery: string, body: string | undefined, headers: Record<string, string>): Promise<{ status: number; text: string }> {
+  const base = new URL(url);
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { host: '127.0.0.1', port: Number(base.port), method, path: pathAndQuery, agent: false, headers: { ...headers, ...(body !== undefined ? { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) } : {}) } },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (text += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+      },
+    );
+    req.on('error', reject);
+    req.setTimeout(30_000, () => req.destroy(new Error(`${method} ${pathAndQuery} took over 30 s`)));
+    req.end(body);
+  });
+}
+
+async function defineQueues(server: Svcq, names: string[]): Promise<void> {
+  for (const name of names) {
+    const reply = await call(server.url, 'PUT', `/api/v2/def?path=${HOST}/svc-queues/${name}.json`, QUEUE_DEF, { authorization: `Bearer ${MASTER}` });
+    if (reply.status !== 200) throw new Error(`defining queue ${name} failed: ${reply.status} ${reply.text}`);
+  }
+}
+
+function load(server: Svcq, mode: LoadMode, queue: string, extra: Partial<LoadSpec> = {}): Promise<LoadResult> {
+  return runLoad({ mode, url: server.url, host: HOST, queue, inFlight, durationMs, maxCount: Number.MAX_SAFE_INTEGER, itemBytes, recordLatency: false, ...extra });
+}
+
+function checked(what: string, r: LoadResult): LoadResult {
+  const errors = r.errors ? chalk.red(`, ${r.errors} errors (first: ${r.firstError})`) : '';
+  log(`${what}: ${Math.round(r.rate).toLocaleString('en-US')}/s (${r.count.toLocaleString('en-US')} in ${(r.elapsedMs / 1000).toFixed(1)} s${r.empties ? `, ${r.empties} empty claims` : ''})${errors}`);
+  return r;
+}
+
+/** Median of a few RSS samples after the server has been idle for a moment. */
+async function settledRss(server: Svcq): Promise<number> {
+  await sleep(2000);
+  const samples: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    samples.push(server.rss());
+    await sleep(200);
+  }
+  return samples.sort((a, b) => a - b)[2]!;
+}
+
+/** Claims until an item comes back (then finishes it); resolves to the time that took. */
+async function firstClaim(server: Svcq, queue: string, limitMs: number): Promise<void> {
+  const until = performance.now() + limitMs;
+  while (performance.now() < until) {
+    const reply = await call(server.url, 'POST', `/${queue}/claim`, '{"worker":"bench-restart"}', { host: HOST });
+    if (reply.status === 200) {
+      const body = JSON.parse(reply.text) as { empty?: boolean; id?: string };
+      if (!body.empty && body.id) {
+        await call(server.url, 'POST', `/${queue}/items/${body.id}/result`, '{"output":"done"}', { host: HOST });
+        return;
+      }
+    }
+    await sleep(5);
+  }
+  throw new Error(`no item could be claimed from ${queue} within ${limitMs / 1000} s of the restart`);
+}
+
+async function emptyPhases(): Promise<BenchRun['empty']> {
+  log('empty queue: starting svcq serve');
+  const server = await startSvcq({ root: tempRoot('empty'), masterToken: MASTER });
+  await defineQueues(server, ['warm', 'post', 'cycle', 'lat']);
+  await load(server, 'cycle', 'warm', { durationMs: warmupMs });
+  const post = checked('post, empty', await load(server, 'post', 'post'));
+  const cycle = checked('full cycle, empty', await load(server, 'cycle', 'cycle'));
+  // The post phase left its items waiting: that is the pre-filled queue to drain.
+  const drain = checked('drain', await load(server, 'drain', 'post'));
+  const latency = checked('post at 1 in flight', await load(server, 'latency', 'lat', { inFlight: 1, recordLatency: true }));
+  await server.stop();
+  return { post, cycle, drain, latency, drainQueued: post.count };
+}
+
+async function backlogPhases(size: number): Promise<BacklogRun> {
+  const root = tempRoot(`n${size}`);
+  log(`${size.toLocaleString('en-US')} waiting: starting svcq serve`);
+  let server = await startSvcq({ root, masterToken: MASTER });
+  await defineQueues(server, ['warm', 'backlog']);
+  const rssFreshEmpty = await settledRss(server);
+  await load(server, 'cycle', 'warm', { durationMs: warmupMs });
+  const rssEmpty = await settledRss(server);
+  const prefill = checked(`prefill ${size}`, await load(server, 'prefill', 'backlog', { inFlight: PREFILL_IN_FLIGHT, maxCount: size, durationMs: 30 * 60_000 }));
+  if (prefill.count !== size) throw new Error(`the prefill posted ${prefill.count} of ${size} items (${prefill.errors} errors, first: ${prefill.firstError})`);
+  const rssWaiting = await settledRss(server);
+  log(`RSS empty ${(rssEmpty / 2 ** 20).toFixed(1)} MiB, with ${size} waiting ${(rssWaiting / 2 ** 20).toFixed(1)} MiB`);
+
+  const stopMs = await server.stop();
+  const t0 = performance.now();
+  server = await startSvcq({ root, masterToken: MASTER });
+  await firstClaim(server, 'backlog', 120_000);
+  const restart: RestartFigures = { waiting: size, stopMs, listenMs: server.startMs, firstClaimMs: performance.now() - t0, rssAfter: 0 };
+  restart.rssAfter = await settledRss(server);
+  log(`restart: stop ${(stopMs / 1000).toFixed(2)} s, listening ${(restart.listenMs / 1000).toFixed(2)} s, first claim ${(restart.firstClaimMs / 1000).toFixed(2)} s`);
+
+  await load(server, 'cycle', 'warm', { durationMs: warmupMs });
+  const post = checked(`post, ${size} waiting`, await load(server, 'post', 'backlog'));
+  const cycle = checked(`full cycle, ${size} waiting`, await load(server, 'cycle', 'backlog'));
+  await server.stop();
+  if (!opts.keep) rmSync(root, { recursive: true, force: true });
+  return { size, prefill, rssEmpty, rssWaiting, restart, rssFreshEmpty, post, cycle };
+}
+
+async function bullmqPhase(): Promise<NonNullable<BenchRun['bullmq']>> {
+  const jobs = 20_000;
+  log('BullMQ: starting a private redis-server (appendonly yes, appendfsync everysec)');
+  const redis = await startRedis(tempRoot('redis'));
+  try {
+    const r = await runBullmq({ redisPort: redis.port, jobs, inFlight, itemBytes, timeoutMs: 120_000 });
+    log(`BullMQ full cycle: ${Math.round(r.rate).toLocaleString('en-US')}/s (${r.completed} of ${jobs} jobs in ${(r.elapsedMs / 1000).toFixed(1)} s${r.timedOut ? ', TIMED OUT' : ''})`);
+    return { ...r, jobs };
+  } finally {
+    await redis.stop();
+  }
+}
+
+async function profilePhase(stamp: string): Promise<NonNullable<BenchRun['profile']>> {
+  const dir = tempRoot('prof');
+  log('profile: svcq serve under --cpu-prof, one full-cycle phase');
+  const server = await startSvcq({ root: path.join(dir, 'root'), masterToken: MASTER, nodeArgs: ['--cpu-prof', '--cpu-prof-dir', path.join(dir, 'prof')] });
+  await defineQueues(server, ['warm', 'cycle']);
+  await load(server, 'cycle', 'warm', { durationMs: warmupMs });
+  const cycle = checked('full cycle under --cpu-prof', await load(server, 'cycle', 'cycle'));
+  await server.stop();
+  const name = readdirSync(path.join(dir, 'prof')).find((f) => f.endsWith('.cpuprofile'));
+  if (!name) throw new Error('the server wrote no .cpuprofile');
+  const file = path.join(BENCH_DIR, 'results', `${stamp}-server.cpuprofile`);
+  writeFileSync(file, readFileSync(path.join(dir, 'prof', name)));
+  return { file: path.relative(process.cwd(), file), cycle, top: summariseProfile(file, 25) };
+}
+
+async function main(): Promise<void> {
+  const started = new Date();
+  const stamp = started.toISOString().slice(0, 19).replace(/:/g, '-');
+  mkdirSync(path.join(BENCH_DIR, 'results'), { recursive: true });
+  const cpus = os.cpus();
+  const run: BenchRun = {
+    date: started.toISOString(),
+    machine: { cpus: cpus.length, cpuModel: cpus[0]?.model ?? '?', memGiB: Math.round(os.totalmem() / 2 ** 30), node: process.version, os: `${os.type()} ${os.release()}` },
+    options: { sizes, durationS, inFlight, itemBytes, vs: opts.vs },
+    empty: await emptyPhases(),
+    backlogs: [],
+  };
+  if (opts.vs === 'bullmq') run.bullmq = await bullmqPhase();
+  for (const size of sizes) run.backlogs.push(await backlogPhases(size));
+  if (opts['cpu-prof']) run.profile = await profilePhase(stamp);
+
+  const file = path.join(BENCH_DIR, 'results', `${stamp}.json`);
+  writeFileSync(file, `${JSON.stringify({ ...run, verdicts: verdicts(run) }, null, 2)}\n`);
+  console.log('');
+  console.log(chalk.bold(`svcq bench ${run.date} — ${run.machine.cpus}× ${run.machine.cpuModel}, ${run.machine.memGiB} GiB, node ${run.machine.node}; ${itemBytes}-byte items, ${durationS} s per phase`));
+  console.log(renderTable(run));
+  if (run.profile) console.log(`\n${chalk.bold('Server CPU profile over a full-cycle phase')} (${run.profile.file})\n${run.profile.top}`);
+  console.log(`\nwritten: ${path.relative(process.cwd(), file)}`);
+}
+
+try {
+  await main();
+} catch (err) {
+  console.error(chalk.red(`bench failed: ${(err as Error).message}`));
+  process.exitCode = 1;
+} finally {
+  cleanup();
+}
