@@ -1,0 +1,148 @@
+import { expect } from 'chai';
+import type http from 'node:http';
+import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
+import { agentRequest, defineQueue, keepAliveAgent, pool, PUBLIC_ACCESS, QueueApi, type Json } from '../http/queue-api.js';
+
+const HOST = 'crash.example.com';
+const IN_FLIGHT = 32;
+
+interface Expected {
+  status: string;
+  attempts: number;
+  result?: unknown;
+  error?: unknown;
+  progress?: unknown;
+}
+
+describe('the embedded store after kill -9 (decisions §6)', function () {
+  this.timeout(60_000);
+  let root: string;
+  let server: TestServer | undefined;
+  let agent: http.Agent;
+
+  before(() => {
+    root = tempDir();
+    agent = keepAliveAgent(IN_FLIGHT);
+  });
+  after(async () => {
+    agent.destroy();
+    await server?.stop();
+    cleanupTemp(root);
+  });
+
+  it('brings back every acknowledged item with its status, attempts, records and lease deadline after kill -9 (decisions §6, issue 3 §4)', async () => {
+    server = await startServer({ root });
+    const call = (method: string, path: string, body?: unknown): Promise<{ status: number; json: Json }> =>
+      agentRequest(agent, server!.url, path, { method, host: HOST, body: body === undefined ? undefined : JSON.stringify(body) });
+
+    await defineQueue(server, HOST, 'main', { access: PUBLIC_ACCESS, leaseSeconds: 600, maxAttempts: 3 });
+    await defineQueue(server, HOST, 'short', { access: PUBLIC_ACCESS, leaseSeconds: 4, maxAttempts: 3 });
+    await defineQueue(server, HOST, 'late', { access: PUBLIC_ACCESS });
+
+    const expected = new Map<string, Expected>();
+
+    // 500 concurrent posts.
+    const posted = await pool(500, IN_FLIGHT, async (i) => {
+      const reply = await call('POST', '/main', { i, pad: 'x'.repeat(i % 50) });
+      expect(reply.status, JSON.stringify(reply.json)).to.equal(200);
+      return reply.json.id as string;
+    });
+    expect(new Set(posted).size).to.equal(500);
+    for (const id of posted) expected.set(id, { status: 'pending', attempts: 0 });
+
+    // 150 concurrent claims.
+    const claims = await pool(150, IN_FLIGHT, async (k) => {
+      const reply = await call('POST', '/main/claim', { worker: `w${k}` });
+      expect(reply.status).to.equal(200);
+      expect(reply.json.id, JSON.stringify(reply.json)).to.be.a('string');
+      return reply.json;
+    });
+    const claimedIds = claims.map((c) => c.id as string);
+    expect(new Set(claimedIds).size).to.equal(150);
+    for (const c of claims) expected.set(c.id as string, { status: 'claimed', attempts: 1 });
+
+    // Of those: 50 results, 20 errors (re-queued, attempts left), 10 progress records.
+    const finished = claimedIds.slice(0, 50);
+    const errored = claimedIds.slice(50, 70);
+    const progressed = claimedIds.slice(70, 80);
+    await pool(finished.length + errored.length + progressed.length, IN_FLIGHT, async (k) => {
+      if (k < 50) {
+        const id = finished[k]!;
+        const reply = await call('POST', `/main/items/${id}/result`, { output: `done ${k}` });
+        expect(reply.json).to.deep.equal({ ok: true, accepted: true, status: 'finished' });
+        expected.set(id, { status: 'finished', attempts: 1, result: { output: `done ${k}` } });
+      } else if (k < 70) {
+        const id = errored[k - 50]!;
+        const reply = await call('POST', `/main/items/${id}/error`, { code: k });
+        expect(reply.json).to.deep.equal({ ok: true, accepted: true, status: 'pending' });
+        expected.set(id, { status: 'pending', attempts: 1, error: { code: k } });
+      } else {
+        const id = progressed[k - 70]!;
+        const reply = await call('POST', `/main/items/${id}/progress`, { percent: k });
+        expect(reply.json).to.deep.equal({ ok: true, accepted: true, status: 'processing' });
+        expected.set(id, { status: 'processing', attempts: 1, progress: { percent: k } });
+      }
+    });
+
+    // A lease short enough to watch it end after the restart.
+    const shortId = (await call('POST', '/short', { n: 1 })).json.id as string;
+    const shortClaim = await call('POST', '/short/claim', { worker: 'short-lived' });
+    expect(shortClaim.json.id).to.equal(shortId);
+    const shortUntil = (shortClaim.json.lease as Json).until as number;
+
+    // A last wave of posts still in flight when the process dies: whatever was acknowledged must survive.
+    const lateAcked: string[] = [];
+    let killed = false;
+    const lateWave = pool(400, IN_FLIGHT, async (i) => {
+      if (killed) return;
+      try {
+        const reply = await call('POST', '/late', { i });
+        if (reply.status === 200) lateAcked.push(reply.json.id as string);
+      } catch {
+        // The connection died with the server: not acknowledged, so nothing is promised.
+      }
+    });
+    const deadline = Date.now() + 10_000;
+    while (lateAcked.length < 40 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+    await server.kill9();
+    killed = true;
+    await lateWave;
+    expect(lateAcked.length).to.be.at.least(40);
+
+    agent.destroy();
+    agent = keepAliveAgent(IN_FLIGHT);
+    // Down for a second: a lease restarted at boot would then end well after the one that was granted.
+    await new Promise((r) => setTimeout(r, 1000));
+    server = await startServer({ root });
+
+    // Every acknowledged item is back as it was.
+    const records = await pool(posted.length, IN_FLIGHT, async (i) => (await call('GET', `/main/items/${posted[i]}`)).json);
+    for (const record of records) {
+      const want = expected.get(record.id as string)!;
+      expect(record.ok, JSON.stringify(record)).to.equal(true);
+      expect({ status: record.status, attempts: record.attempts }, record.id as string).to.deep.equal({ status: want.status, attempts: want.attempts });
+      expect(record.result, record.id as string).to.deep.equal(want.result ?? null);
+      expect(record.error, record.id as string).to.deep.equal(want.error ?? null);
+      expect(record.progress, record.id as string).to.deep.equal(want.progress ?? null);
+      if (want.status === 'finished') expect(record.finishedAt).to.be.a('number');
+      else expect(record.finishedAt).to.equal(null);
+    }
+    const late = await pool(lateAcked.length, IN_FLIGHT, async (i) => call('GET', `/late/items/${lateAcked[i]}`));
+    for (const [i, reply] of late.entries()) {
+      expect(reply.status, lateAcked[i]).to.equal(200);
+      expect(reply.json, lateAcked[i]).to.include({ status: 'pending', attempts: 0 });
+    }
+
+    // Leases survived: a claimed item is not handed out again.
+    const next = await call('POST', '/main/claim', { worker: 'after' });
+    const nextId = next.json.id as string;
+    expect(expected.get(nextId)?.status, `claimed ${nextId} after the restart`).to.equal('pending');
+
+    // The short lease keeps its deadline: it ends at the same `until`, not a full lease after the restart.
+    const shortQueue = new QueueApi(server, HOST, 'short');
+    expect(Date.now(), 'the restart took longer than the short lease').to.be.below(shortUntil - 500);
+    await shortQueue.until(shortId, (r) => r.status === 'pending', 6000);
+    expect(Date.now()).to.be.within(shortUntil - 50, shortUntil + 800);
+    expect(await shortQueue.fetch(shortId)).to.include({ attempts: 1 });
+  });
+});
