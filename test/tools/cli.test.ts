@@ -1,0 +1,93 @@
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import { runCli } from '../support/cli.js';
+import { request } from '../support/http.js';
+import { BIN, cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { eventually, putQueue, today } from './helpers.js';
+
+const HOST = 'jobs.cli-tools.test';
+
+describe('svcq logs, stats, tasks and payload (decisions §1.2)', () => {
+  let server: TestServer;
+  let env: Record<string, string>;
+  before(async () => {
+    server = await startServer({ args: ['--log-max-bytes', '2000', '--stats-interval', '200'] });
+    env = { SVCQ_URL: server.url, SVCQ_TOKEN: server.masterToken };
+    await putQueue(server, HOST, 'clijobs', { access: { post: 'public', fetch: 'public', work: 'public' }, 'svc-queue-archivePayloads': true });
+  });
+  after(async () => {
+    await server.stop();
+    cleanupTemp(server.root);
+  });
+
+  it('logs show --follow prints new access lines as they are written, across a rotation, like tail -F', async () => {
+    const follower = spawn(process.execPath, [BIN, 'logs', 'show', '--follow'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    follower.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    follower.stderr.on('data', (c: Buffer) => (out += c.toString()));
+    try {
+      await eventually('the follower to print the log', () => (out.includes('"path":"/api/v2/logs/file"') ? true : undefined), 10_000);
+      // About 130 bytes a line against a 2000-byte limit: 40 requests rotate the active file at least twice.
+      const markers = Array.from({ length: 40 }, (_, i) => `/follow-marker-${i}`);
+      for (const marker of markers) await request(server.url, marker, { host: HOST });
+      await eventually('every marker line', () => (markers.every((m) => out.includes(`"path":"${m}"`)) ? true : undefined), 10_000);
+      for (const marker of markers) expect(out.split(`"path":"${marker}"`).length - 1, marker).to.equal(1);
+      const list = (await runCli(['logs', '--json'], { env })).stdout;
+      expect((JSON.parse(list) as { rotated: unknown[] }).rotated.length).to.be.at.least(2);
+    } finally {
+      follower.kill();
+    }
+  });
+
+  it('logs prints a table of the active and rotated files with human sizes', async () => {
+    const table = await runCli(['logs'], { env });
+    expect(table.code, table.stderr).to.equal(0);
+    expect(table.stdout).to.include('access.log (active)');
+    expect(table.stdout).to.match(/\d+(\.\d)? (B|KiB)/);
+  });
+
+  it('stats now shows a panel with bars, and --json the raw snapshot', async () => {
+    const panel = await runCli(['stats', 'now'], { env });
+    expect(panel.code, panel.stderr).to.equal(0);
+    expect(panel.stdout).to.match(/\bup \d/);
+    expect(panel.stdout).to.include('core 0');
+    expect(panel.stdout).to.include('memory');
+    const json = await runCli(['stats', 'now', '--json'], { env });
+    expect(Object.keys(JSON.parse(json.stdout) as object).sort()).to.deep.equal(['cpu', 'disk', 'diskIo', 'hostname', 'load', 'memory', 'netIo', 'ts', 'uptime']);
+  });
+
+  it('stats show draws a chart of the day, and --json prints the samples as an array', async () => {
+    const name = `cpu-${today()}.log`;
+    await eventually('two cpu samples', async () => {
+      const res = await runCli(['stats', 'show', name, '--json'], { env });
+      return (JSON.parse(res.stdout) as unknown[]).length >= 2 ? (JSON.parse(res.stdout) as Array<Record<string, unknown>>) : undefined;
+    });
+    const chart = await runCli(['stats', 'show', name], { env });
+    expect(chart.code, chart.stderr).to.equal(0);
+    expect(chart.stdout).to.include('CPU busy');
+    expect(chart.stdout).to.match(/[┼┤]/);
+    const bad = await runCli(['stats', 'show', '../cpu.log'], { env });
+    expect(bad.code).to.not.equal(0);
+    expect(bad.stderr).to.include('is not a stats day-file name');
+  });
+
+  it('tasks show prints readable events, and payload the archived bytes unchanged', async () => {
+    const item = '{ "size" : 3 }';
+    const posted = await request(server.url, '/clijobs', { method: 'POST', host: HOST, body: item });
+    const id = (posted.json as { id: string }).id;
+    const events = await runCli(['tasks', 'show', `tasks-${today()}.log`], { env });
+    expect(events.code, events.stderr).to.equal(0);
+    expect(events.stdout).to.match(new RegExp(`posted\\s+${HOST}/clijobs\\s+${id}`));
+    const payload = await runCli(['payload', '--host', HOST, '--queue', 'clijobs', '--id', id, '--kind', 'item'], { env });
+    expect(payload.code, payload.stderr).to.equal(0);
+    expect(payload.stdout).to.equal(item);
+    const none = await runCli(['payload', '--host', HOST, '--queue', 'clijobs', '--id', id, '--kind', 'result'], { env });
+    expect(none.code).to.equal(1);
+    expect(none.stderr).to.include('no archived result');
+  });
+
+  it('serve samples every 15000 ms unless --stats-interval says otherwise (interface §8)', async () => {
+    const help = await runCli(['serve', '--help']);
+    expect(help.stdout).to.match(/--stats-interval=<value>[^\n]*\n?[^\n]*default: 15000/);
+  });
+});
