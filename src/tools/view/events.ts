@@ -1,6 +1,6 @@
 import chalk, { type ChalkInstance } from 'chalk';
 import type { TaskEvent } from '../../engine/item.js';
-import { localTime } from './format.js';
+import { localTime, parseJsonLines } from './format.js';
 
 const PAINT: Record<string, ChalkInstance> = {
   posted: chalk.cyan,
@@ -28,14 +28,5 @@ export function eventLine(event: TaskEvent): string {
 
 /** The readable lines of a chunk of task-event JSON lines; an unreadable line is shown as it is. */
 export function eventLines(chunk: string): string[] {
-  return chunk
-    .split('\n')
-    .filter((l) => l.trim() !== '')
-    .map((line) => {
-      try {
-        return eventLine(JSON.parse(line) as TaskEvent);
-      } catch {
-        return line;
-      }
-    });
+  return parseJsonLines(chunk).map((value) => (typeof value === 'object' && value !== null ? eventLine(value as TaskEvent) : String(value)));
 }
