@@ -30,7 +30,8 @@ import { BadRequest, sendJson } from './errors.js';
  * malformed is a 400 `{ error }`, well-formed but absent an empty 200.
  */
 export function toolsRouter(ctx: ServerContext): Router {
-  const router = Router();
+  // Exact paths only, like the management routes (decisions §4): `/logs/` or `/LOGS` get the wall.
+  const router = Router({ strict: true, caseSensitive: true });
   // Everything that is not a definition lives under <root>/_svcq (decisions §1.1).
   const home = path.join(ctx.root, '_svcq');
 

@@ -133,6 +133,14 @@ describe('access log and /api/v2/logs (interface §4.6, decisions §5)', () => {
     }
   });
 
+  it('answers only the exact GET routes: another spelling or method gets the wall (decisions §4)', async () => {
+    for (const [method, endpoint] of [['GET', 'logs/'], ['GET', 'LOGS'], ['GET', 'stats/now/'], ['PUT', 'logs'], ['DELETE', 'tasks'], ['POST', 'stats/now']]) {
+      const reply = await request(server.url, `/api/v2/${endpoint}`, { method, token: server.masterToken });
+      expect(reply.status, `${method} ${endpoint}`).to.equal(404);
+      expect(reply.json, `${method} ${endpoint}`).to.deep.equal({ error: 'not found' });
+    }
+  });
+
   it('writes the last lines to disk when the server shuts down (decisions §1.1)', async () => {
     const other = await startServer();
     try {
