@@ -75,6 +75,8 @@ export interface Svcq {
   pid: number;
   /** Milliseconds from spawn to the `listening on` line. */
   startMs: number;
+  /** performance.now() of the orchestrator when the process was spawned. */
+  spawnedAt: number;
   /** Server RSS in bytes, from /proc/<pid>/status. */
   rss(): number;
   /** SIGTERM and wait for the exit; resolves to the milliseconds it took. */
@@ -108,6 +110,7 @@ export async function startSvcq(options: SvcqOptions): Promise<Svcq> {
     url: m[1]!,
     pid: proc.pid!,
     startMs,
+    spawnedAt: t0,
     rss: () => rssOf(proc.pid!),
     async stop() {
       const t = performance.now();

@@ -3,7 +3,10 @@
  * (self time), by area (svcq file, npm package, node internals, GC, idle) and which svcq functions
  * hold the most time with what they call (inclusive).
  *
- *   node --import tsx bench/profile-summary.ts <file.cpuprofile> [topN]
+ *   node --import tsx bench/profile-summary.ts <file.cpuprofile> [topN] [fromMs] [toMs]
+ *
+ * fromMs/toMs keep only the samples in that window, in ms from the start of the profile (the bench
+ * uses it to leave out the server's start-up and warm-up).
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -56,7 +59,7 @@ function area(frame: CallFrame): string {
     const mod = url.slice(5).replace(/^internal\//, '');
     return `node ${mod.split('/').slice(0, 2).join('/').replace(/\.js$/, '')}`;
   }
-  if (url.startsWith(REPO_URL)) return `svcq ${url.slice(REPO_URL.length).replace(/^dist\//, '')}`;
+  if (isSvcq(url)) return `svcq ${url.slice(REPO_URL.length).replace(/^dist\//, '')}`;
   return url;
 }
 
@@ -70,8 +73,15 @@ function table(title: string, entries: [string, number][], total: number, top: n
   return lines.join('\n');
 }
 
-/** A printable summary of the profile at `file`, `top` rows per list. */
-export function summariseProfile(file: string, top = 25): string {
+export interface Window {
+  fromMs: number;
+  toMs: number;
+}
+
+const isSvcq = (url: string): boolean => url.startsWith(REPO_URL) && !url.includes('/node_modules/');
+
+/** A printable summary of the profile at `file`, `top` rows per list, optionally only a time window. */
+export function summariseProfile(file: string, top = 25, window?: Window): string {
   const profile = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;
   const byId = new Map<number, ProfileNode>();
   const parent = new Map<number, number>();
@@ -81,7 +91,10 @@ export function summariseProfile(file: string, top = 25): string {
   // A sample's time is the gap to the next sample.
   const selfByNode = new Map<number, number>();
   let total = 0;
+  let at = 0;
   for (let i = 0; i < profile.samples.length; i++) {
+    at += profile.timeDeltas[i] ?? 0;
+    if (window && (at < window.fromMs * 1000 || at > window.toMs * 1000)) continue;
     const dt = profile.timeDeltas[i + 1] ?? 0;
     const id = profile.samples[i]!;
     selfByNode.set(id, (selfByNode.get(id) ?? 0) + dt);
@@ -101,9 +114,9 @@ export function summariseProfile(file: string, top = 25): string {
     selfByArea.set(a, (selfByArea.get(a) ?? 0) + us);
     // Inclusive time of svcq's own functions: each counted once per stack, recursion or not.
     const seen = new Set<string>();
-    for (let at: number | undefined = id; at !== undefined; at = parent.get(at)) {
-      const f = byId.get(at)!.callFrame;
-      if (!f.url.startsWith(REPO_URL)) continue;
+    for (let up: number | undefined = id; up !== undefined; up = parent.get(up)) {
+      const f = byId.get(up)!.callFrame;
+      if (!isSvcq(f.url)) continue;
       const k = label(f);
       if (seen.has(k)) continue;
       seen.add(k);
@@ -111,7 +124,8 @@ export function summariseProfile(file: string, top = 25): string {
     }
   }
   const busy = total - idle;
-  const head = `sampled ${(total / 1000).toFixed(0)} ms, busy ${(busy / 1000).toFixed(0)} ms (${((100 * busy) / total).toFixed(0)}%); percentages are of busy time`;
+  const span = window ? ` (window ${(window.fromMs / 1000).toFixed(1)}–${(window.toMs / 1000).toFixed(1)} s)` : '';
+  const head = `sampled ${(total / 1000).toFixed(0)} ms${span}, busy ${(busy / 1000).toFixed(0)} ms (${((100 * busy) / total).toFixed(0)}%); percentages are of busy time`;
   selfByFunction.forEach((_, k) => k.startsWith('(idle)') && selfByFunction.delete(k));
   selfByArea.delete('idle (waiting for I/O)');
   return [
@@ -128,5 +142,6 @@ if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.me
     console.error('usage: node --import tsx bench/profile-summary.ts <file.cpuprofile> [topN]');
     process.exit(2);
   }
-  console.log(summariseProfile(file, Number(process.argv[3] ?? 25)));
+  const [, , , top, from, to] = process.argv;
+  console.log(summariseProfile(file, Number(top ?? 25), from !== undefined ? { fromMs: Number(from), toMs: Number(to ?? Infinity) } : undefined));
 }

@@ -206,13 +206,15 @@ async function profilePhase(stamp: string): Promise<NonNullable<BenchRun['profil
   const server = await startSvcq({ root: path.join(dir, 'root'), masterToken: MASTER, nodeArgs: ['--cpu-prof', '--cpu-prof-dir', path.join(dir, 'prof')] });
   await defineQueues(server, ['warm', 'cycle']);
   await load(server, 'cycle', 'warm', { durationMs: warmupMs });
+  const fromMs = performance.now() - server.spawnedAt;
   const cycle = checked('full cycle under --cpu-prof', await load(server, 'cycle', 'cycle'));
+  const toMs = performance.now() - server.spawnedAt;
   await server.stop();
   const name = readdirSync(path.join(dir, 'prof')).find((f) => f.endsWith('.cpuprofile'));
   if (!name) throw new Error('the server wrote no .cpuprofile');
   const file = path.join(BENCH_DIR, 'results', `${stamp}-server.cpuprofile`);
   writeFileSync(file, readFileSync(path.join(dir, 'prof', name)));
-  return { file: path.relative(process.cwd(), file), cycle, top: summariseProfile(file, 25) };
+  return { file: path.relative(process.cwd(), file), cycle, top: summariseProfile(file, 25, { fromMs, toMs }) };
 }
 
 async function main(): Promise<void> {
@@ -223,6 +225,7 @@ async function main(): Promise<void> {
   const run: BenchRun = {
     date: started.toISOString(),
     machine: { cpus: cpus.length, cpuModel: cpus[0]?.model ?? '?', memGiB: Math.round(os.totalmem() / 2 ** 30), node: process.version, os: `${os.type()} ${os.release()}` },
+    load: { start: os.loadavg()[0]!, end: Number.NaN },
     options: { sizes, durationS, inFlight, itemBytes, vs: opts.vs },
     empty: await emptyPhases(),
     backlogs: [],
@@ -230,11 +233,14 @@ async function main(): Promise<void> {
   if (opts.vs === 'bullmq') run.bullmq = await bullmqPhase();
   for (const size of sizes) run.backlogs.push(await backlogPhases(size));
   if (opts['cpu-prof']) run.profile = await profilePhase(stamp);
+  run.load.end = os.loadavg()[0]!;
 
   const file = path.join(BENCH_DIR, 'results', `${stamp}.json`);
   writeFileSync(file, `${JSON.stringify({ ...run, verdicts: verdicts(run) }, null, 2)}\n`);
   console.log('');
   console.log(chalk.bold(`svcq bench ${run.date} — ${run.machine.cpus}× ${run.machine.cpuModel}, ${run.machine.memGiB} GiB, node ${run.machine.node}; ${itemBytes}-byte items, ${durationS} s per phase`));
+  const busy = run.load.start > 0.5 ? chalk.yellow(' — the machine was busy before the run: figures are low') : '';
+  console.log(`1-minute load average: ${run.load.start.toFixed(2)} at start, ${run.load.end.toFixed(2)} at end${busy}`);
   console.log(renderTable(run));
   if (run.profile) console.log(`\n${chalk.bold('Server CPU profile over a full-cycle phase')} (${run.profile.file})\n${run.profile.top}`);
   console.log(`\nwritten: ${path.relative(process.cwd(), file)}`);
