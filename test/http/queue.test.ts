@@ -50,6 +50,57 @@ describe('queue endpoints over HTTP', function () {
       expect(finished.updatedAt).to.be.at.least(pending.updatedAt as number);
     });
 
+    it('hands the worker the posted item unchanged (interface §4.2)', async () => {
+      const q = await newQueue(server, HOST);
+      const item = { text: 'héllo ☃ \u2028 "quoted"', big: 9007199254740991, neg: -0.5, nested: { a: [1, { b: null }], e: {} }, empty: [] };
+      const id = await q.post(item);
+      expect(await q.claim()).to.deep.include({ id, item });
+      const spaced = await q.post('{ "a" : 1 ,\n "b" : [ true ] }');
+      expect(await q.claim()).to.deep.include({ id: spaced, item: { a: 1, b: [true] } });
+    });
+
+    it('does not find an item of one queue through another queue of the same host (decisions §3.5, §3.7)', async () => {
+      const q1 = await newQueue(server, HOST);
+      const q2 = await newQueue(server, HOST);
+      const id = await q1.post({ n: 1 });
+      for (const reply of [await q2.fetchRaw(id), await q2.submitRaw(id, 'result', { x: 1 }), await q2.submitRaw(id, 'cancel')]) {
+        expect(reply.status).to.equal(404);
+        expect(reply.json).to.deep.equal({ ok: false, error: 'no such item' });
+      }
+      expect(await q1.fetch(id)).to.include({ status: 'pending' });
+    });
+
+    it('rejects a progress, result or error record that is not a JSON object with 400 and changes nothing (interface §4.2, decisions §3.4)', async () => {
+      const q = await newQueue(server, HOST);
+      const id = await q.post({ n: 1 });
+      await q.claim();
+      const before = await q.fetch(id);
+      for (const kind of ['progress', 'result', 'error'] as const) {
+        for (const body of ['[1]', '"done"', '7', '{oops']) {
+          const reply = await q.raw('POST', `/${q.name}/items/${id}/${kind}`, body);
+          expect(reply.status, `${kind} ${body}`).to.equal(400);
+          expect((reply.json as Json).ok, `${kind} ${body}`).to.equal(false);
+        }
+      }
+      expect(await q.fetch(id)).to.deep.equal(before);
+    });
+
+    it('purges a terminal item retainSeconds after its first terminal fetch with retainFrom "fetched" (decisions §2.2)', async () => {
+      const q = await newQueue(server, HOST, { retainFrom: 'fetched', retainSeconds: 0 });
+      const id = await q.post({ n: 1 });
+      await q.claim();
+      expect((await q.fetch(id)).status).to.equal('claimed');
+      await q.submit(id, 'result', { output: 'once' });
+      expect(await q.fetch(id)).to.deep.include({ status: 'finished', result: { output: 'once' } });
+      let gone = await q.fetchRaw(id);
+      for (let i = 0; i < 40 && gone.status === 200; i++) {
+        await sleep(25);
+        gone = await q.fetchRaw(id);
+      }
+      expect(gone.status).to.equal(404);
+      expect(gone.json).to.deep.equal({ ok: false, error: 'no such item' });
+    });
+
     it('routes a Host header with a port and in uppercase to the same queue (decisions §2.1)', async () => {
       const q = await newQueue(server, HOST);
       const id = await q.post({ n: 1 });
@@ -107,8 +158,8 @@ describe('queue endpoints over HTTP', function () {
   });
 
   describe('criteria', () => {
-    const A = { n: 5, s: 'm', b: true, arr: [1, 2], k: 'x' };
-    const B = { n: 10, s: 'z', b: false, arr: [1, 2, 3], k: 'y' };
+    const A = { n: 5, s: 'm', b: true, arr: [1, 2], k: 'x', o: { x: 2 } };
+    const B = { n: 10, s: 'z', b: false, arr: [1, 2, 3], k: 'y', o: { x: 1 }, z: null };
     const matching: [string, Record<string, unknown>, 'A' | 'B' | 'none'][] = [
       ['bare number', { n: 10 }, 'B'],
       ['bare string', { s: 'z' }, 'B'],
@@ -136,6 +187,11 @@ describe('queue endpoints over HTTP', function () {
       ['several criteria all pass', { n: { gte: 5 }, s: 'z' }, 'B'],
       ['several criteria, one fails', { n: 5, s: 'z' }, 'none'],
       ['no criteria: the oldest', {}, 'A'],
+      ['bare null', { z: null }, 'B'],
+      ['eq null', { z: { eq: null } }, 'B'],
+      ['ne with another JSON type (present and not equal)', { n: { ne: '5' } }, 'A'],
+      ['eq on an object value by deep equality', { o: { eq: { x: 1 } } }, 'B'],
+      ['in with an array member', { arr: { in: [[1, 2, 3]] } }, 'B'],
     ];
     for (const [what, criteria, expected] of matching) {
       it(`matches ${what}: ${JSON.stringify(criteria)} → ${expected} (interface §4.3, decisions §3.3)`, async () => {
@@ -171,6 +227,9 @@ describe('queue endpoints over HTTP', function () {
         { n: { in: 5 } },
         { k: { in: 'xy' } },
         { n: 5, missing: { ne: 0 } },
+        { o: { x: 1 } },
+        { toString: { ne: 1 } },
+        { constructor: { ne: 1 } },
       ];
       for (const criteria of closed) {
         expect(await q.claim({ criteria }), JSON.stringify(criteria)).to.deep.equal({ ok: true, empty: true });
@@ -281,6 +340,20 @@ describe('queue endpoints over HTTP', function () {
       expect(await q.claim()).to.deep.equal({ ok: true, empty: true });
     });
 
+    it('extends the lease on an accepted progress, so a heartbeating item is not re-queued (decisions §3.2)', async () => {
+      const q = await newQueue(server, HOST, { leaseSeconds: 1, maxAttempts: 3 });
+      const id = await q.post({ n: 1 });
+      const claim = await q.claim();
+      const until = (claim.lease as Json).until as number;
+      await sleep(700);
+      expect(await q.submit(id, 'progress', { percent: 50 })).to.include({ accepted: true });
+      const heartbeat = Date.now();
+      await sleep(until + 300 - Date.now());
+      expect(await q.fetch(id), 'still leased past the first until').to.include({ status: 'processing', attempts: 1 });
+      const requeued = await q.until(id, (r) => r.status === 'pending', 3000);
+      expect(requeued.updatedAt).to.be.at.least(heartbeat + 1000 - 100);
+    });
+
     it('answers progress, result and error after a result with accepted: false and changes nothing (interface §3, §4.2 rule 5; decisions §7)', async () => {
       const q = await newQueue(server, HOST);
       const id = await q.post({ n: 1 });
@@ -388,6 +461,15 @@ describe('queue endpoints over HTTP', function () {
       const claim = await q.claim();
       expect(claim).to.deep.include({ id: (first.json as Json).id, item: { n: 1 } });
       expect(await q.claim()).to.deep.equal({ ok: true, empty: true });
+    });
+
+    it('scopes an Idempotency-Key to its queue (decisions §3.5)', async () => {
+      const q1 = await newQueue(server, HOST);
+      const q2 = await newQueue(server, HOST);
+      const a = await q1.post({ n: 1 }, { headers: { 'idempotency-key': 'shared' } });
+      const b = await q2.post({ n: 2 }, { headers: { 'idempotency-key': 'shared' } });
+      expect(a).to.not.equal(b);
+      expect(await q2.claim()).to.deep.include({ id: b, item: { n: 2 } });
     });
 
     it('creates two items for two different keys (decisions §3.5)', async () => {
