@@ -145,4 +145,36 @@ describe('the embedded store after kill -9 (decisions §6)', function () {
     expect(Date.now()).to.be.within(shortUntil - 50, shortUntil + 800);
     expect(await shortQueue.fetch(shortId)).to.include({ attempts: 1 });
   });
+
+  it('keeps idempotency keys, timeouts and a lease that ended while the server was down across kill -9 (decisions §3.2, §3.5, §6)', async () => {
+    const own = tempDir();
+    let s = await startServer({ root: own });
+    try {
+      await defineQueue(s, HOST, 'keys', { access: PUBLIC_ACCESS, timeoutSeconds: 3 });
+      await defineQueue(s, HOST, 'blink', { access: PUBLIC_ACCESS, leaseSeconds: 1, maxAttempts: 1 });
+      let keys = new QueueApi(s, HOST, 'keys');
+      let blink = new QueueApi(s, HOST, 'blink');
+      const keyed = await keys.post({ n: 1 }, { headers: { 'idempotency-key': 'once-only' } });
+      const postedAt = (await keys.fetch(keyed)).postedAt as number;
+      const leased = await blink.post({ n: 1 });
+      const until = ((await blink.claim()).lease as Json).until as number;
+      await s.kill9();
+
+      // Down past the 1 s lease: at start-up it has expired on its last attempt.
+      await new Promise((r) => setTimeout(r, Math.max(0, until + 100 - Date.now())));
+      s = await startServer({ root: own });
+      keys = new QueueApi(s, HOST, 'keys');
+      blink = new QueueApi(s, HOST, 'blink');
+      const again = await keys.postRaw({ n: 2 }, { headers: { 'idempotency-key': 'once-only' } });
+      expect(again.json).to.deep.equal({ ok: true, id: keyed, status: 'pending' });
+      expect(await blink.until(leased, (r) => r.status === 'failed', 2000)).to.deep.include({ attempts: 1, error: { reason: 'lease expired' } });
+
+      const timedout = await keys.until(keyed, (r) => r.status === 'timedout', 5000);
+      expect(timedout.finishedAt).to.be.within(postedAt + 3000 - 50, postedAt + 3000 + 800);
+      expect(await keys.claim()).to.deep.equal({ ok: true, empty: true });
+    } finally {
+      await s.stop();
+      cleanupTemp(own);
+    }
+  });
 });
