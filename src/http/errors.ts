@@ -71,8 +71,11 @@ export function sendError(res: ServerResponse, err: unknown): void {
   if (status === 413 || (err as { type?: unknown }).type === 'entity.too.large') {
     return sendJson(res, 413, { error: 'request body too large' });
   }
-  if (status === 400 && (err as { type?: unknown }).type !== undefined) {
-    return sendJson(res, 400, { error: 'request body could not be read' });
+  // body-parser marks the client's own mistakes (a bad content encoding or charset, a body cut
+  // short) as exposable 4xx errors: those are the client's to fix, not a server failure.
+  const exposed = err as { expose?: unknown; type?: unknown; message?: unknown };
+  if (typeof status === 'number' && status >= 400 && status < 500 && exposed.expose === true && exposed.type !== undefined) {
+    return sendJson(res, status, { error: `request body could not be read: ${String(exposed.message)}` });
   }
   process.stderr.write(`svcq: internal error: ${(err as Error)?.stack ?? String(err)}\n`);
   sendJson(res, 500, { error: 'internal server error' });

@@ -1,7 +1,8 @@
 import express, { Router } from 'express';
 import { parseDefinitionPath } from '../definitions/names.js';
 import type { ServerContext } from './context.js';
-import { BadRequest, sendJson } from './errors.js';
+import { DefinitionError } from '../definitions/registry.js';
+import { BadRequest, HttpError, sendJson } from './errors.js';
 
 /** Definition sync (interface §4.5): the manifest, and one definition put or deleted at a time. */
 export function manageRouter(ctx: ServerContext): Router {
@@ -19,7 +20,14 @@ export function manageRouter(ctx: ServerContext): Router {
   router.put('/def', express.raw({ type: () => true, limit: ctx.maxBody }), async (req, res) => {
     const at = definitionPath(req.query.path);
     const body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
-    await ctx.registry.put(at, body);
+    try {
+      await ctx.registry.put(at, body);
+    } catch (err) {
+      if (err instanceof DefinitionError) throw err;
+      // The definition was valid; the disk refused it. The old file, if any, is still whole.
+      process.stderr.write(`svcq: cannot write ${at.path}: ${(err as Error).message}\n`);
+      throw new HttpError(500, { error: `${at.path}: the server could not write the definition file` });
+    }
     sendJson(res, 200, { ok: true });
   });
 
