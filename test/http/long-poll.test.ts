@@ -1,3 +1,4 @@
+import http from 'node:http';
 import { expect } from 'chai';
 import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
 import { newQueue, type Json } from './queue-api.js';
@@ -92,6 +93,25 @@ describe('long polls over HTTP', function () {
     const { value: claim, ms } = await timed(q.claim({ wait: 5 }), start);
     expect(claim).to.include({ id, attempts: 2 });
     expect(ms).to.be.within(900, 2000);
+  });
+
+  it('does not hand an item to a waiting claim whose caller hung up (decisions §3.3)', async () => {
+    const q = await newQueue(server, HOST);
+    const url = new URL(server.url);
+    const body = JSON.stringify({ wait: 10 });
+    const gone = new Promise<void>((resolve) => {
+      const req = http.request({ hostname: url.hostname, port: url.port, path: `/${q.name}/claim`, method: 'POST', agent: false, headers: { host: HOST, 'content-type': 'application/json', 'content-length': String(body.length) } });
+      req.on('error', () => resolve());
+      req.on('close', () => resolve());
+      req.end(body);
+      setTimeout(() => req.destroy(), 200);
+    });
+    await gone;
+    // The server learns of the hang-up asynchronously; a round trip on another connection gives it the chance.
+    await q.claim();
+    const id = await q.post({ n: 1 });
+    expect(await q.fetch(id)).to.include({ status: 'pending', attempts: 0 });
+    expect(await q.claim()).to.include({ id, attempts: 1 });
   });
 
   it('holds GET …/items/<id>?wait and answers as soon as the item is terminal (decisions §3.6)', async () => {

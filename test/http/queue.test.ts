@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
-import { defineUser, newQueue, type Json } from './queue-api.js';
+import { agentRequest, defineUser, keepAliveAgent, newQueue, pool, type Json } from './queue-api.js';
 
 const HOST = 'jobs.example.com';
 const WALL = '{"error":"not found"}';
@@ -139,6 +139,21 @@ describe('queue endpoints over HTTP', function () {
         expect(claim.item).to.deep.equal({ i });
       }
       expect(await q.claim()).to.deep.equal({ ok: true, empty: true });
+    });
+
+    it('never hands one item to two of many concurrent claims (interface §4.2 rule 2)', async () => {
+      const q = await newQueue(server, HOST);
+      const agent = keepAliveAgent(16);
+      try {
+        const ids = await pool(20, 16, (i) => q.post({ i }));
+        const claims = await pool(40, 16, async () => (await agentRequest(agent, server.url, `/${q.name}/claim`, { method: 'POST', host: HOST, body: '{}' })).json);
+        const got = claims.filter((c) => c.id !== undefined).map((c) => c.id as string);
+        expect(got).to.have.length(20);
+        expect([...got].sort()).to.deep.equal([...ids].sort());
+        expect(claims.filter((c) => c.empty === true)).to.have.length(20);
+      } finally {
+        agent.destroy();
+      }
     });
 
     it('claims a re-queued item, which keeps its postedAt, before younger items (decisions §3.2)', async () => {
