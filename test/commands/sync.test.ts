@@ -1,0 +1,200 @@
+import { createHash } from 'node:crypto';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { expect } from 'chai';
+import { runCli, type CliResult } from '../support/cli.js';
+import { request } from '../support/http.js';
+import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
+
+/**
+ * `svcq sync`, `svcq manifest`, `svcq version` against a spawned server (interface, synchronisation
+ * flow; decisions §1.2, §7). Each test has its own server, root and definitions folder.
+ */
+
+const sha256 = (text: string): string => createHash('sha256').update(text).digest('hex');
+
+function write(dir: string, rel: string, text: string): void {
+  mkdirSync(path.dirname(path.join(dir, rel)), { recursive: true });
+  writeFileSync(path.join(dir, rel), text);
+}
+
+describe('svcq sync, manifest and version (CLI against a real server)', () => {
+  let server: TestServer;
+  let dir: string;
+  before(async () => {
+    server = await startServer();
+  });
+  after(async () => {
+    await server.stop();
+    cleanupTemp(server.root);
+  });
+  beforeEach(async () => {
+    dir = tempDir('svcq-defs-');
+    // Each test starts from an empty server: whatever an earlier test stored is removed.
+    const stored = (await request(server.url, '/api/v2/manifest', { token: server.masterToken })).json as Record<string, string>;
+    for (const p of Object.keys(stored)) await request(server.url, `/api/v2/def?path=${encodeURIComponent(p)}`, { method: 'DELETE', token: server.masterToken });
+  });
+  afterEach(() => cleanupTemp(dir));
+
+  const env = (): Record<string, string> => ({ SVCQ_URL: server.url, SVCQ_TOKEN: server.masterToken });
+  const svcq = (...args: string[]): Promise<CliResult> => runCli(args, { env: env() });
+  const manifest = async (): Promise<Record<string, string>> => (await request(server.url, '/api/v2/manifest', { token: server.masterToken })).json as Record<string, string>;
+
+  it('puts every new file, and a second run changes nothing: 0 put, 0 deleted, all unchanged (synchronisation flow steps 3, 4, 6)', async () => {
+    const queue = ' {"leaseSeconds": 30,\n\t"access": {"post": ["alice"]}}\r\n';
+    const user = JSON.stringify({ 'svc-user-name': 'alice', tokenSha256: sha256('t') });
+    write(dir, 'jobs.example.com/svc-queues/thumbs.json', queue);
+    write(dir, 'jobs.example.com/svc-users/alice.json', user);
+    write(dir, '10.1.2.3/svc-queues/other.json', '{}');
+
+    const first = await svcq('sync', dir);
+    expect(first.code, first.stderr).to.equal(0);
+    expect(first.stdout).to.include('3 put, 0 deleted, 0 unchanged');
+    expect(await manifest()).to.deep.equal({
+      '10.1.2.3/svc-queues/other.json': sha256('{}'),
+      'jobs.example.com/svc-queues/thumbs.json': sha256(queue),
+      'jobs.example.com/svc-users/alice.json': sha256(user),
+    });
+
+    const second = await svcq('sync', dir, '--json');
+    expect(second.code, second.stderr).to.equal(0);
+    expect(JSON.parse(second.stdout)).to.deep.equal({ put: [], deleted: [], unchanged: 3, dryRun: false });
+  });
+
+  it('puts a changed file again and deletes a stored definition that has no local file (synchronisation flow steps 4, 5)', async () => {
+    write(dir, 'h.example.com/svc-queues/a.json', '{"leaseSeconds":5}');
+    write(dir, 'h.example.com/svc-queues/b.json', '{}');
+    write(dir, 'h.example.com/svc-queues/c.json', '{}');
+    expect((await svcq('sync', dir)).code).to.equal(0);
+
+    write(dir, 'h.example.com/svc-queues/a.json', '{"leaseSeconds":6}');
+    rmSync(path.join(dir, 'h.example.com/svc-queues/b.json'));
+    const run = await svcq('sync', dir, '--json');
+    expect(run.code, run.stderr).to.equal(0);
+    expect(JSON.parse(run.stdout)).to.deep.equal({ put: ['h.example.com/svc-queues/a.json'], deleted: ['h.example.com/svc-queues/b.json'], unchanged: 1, dryRun: false });
+    expect(await manifest()).to.deep.equal({
+      'h.example.com/svc-queues/a.json': sha256('{"leaseSeconds":6}'),
+      'h.example.com/svc-queues/c.json': sha256('{}'),
+    });
+  });
+
+  it('only syncs <host>/svc-queues/*.json and <host>/svc-users/*.json (synchronisation flow step 1)', async () => {
+    write(dir, 'h.example.com/svc-queues/a.json', '{}');
+    write(dir, 'h.example.com/svc-queues/notes.txt', 'not a definition');
+    write(dir, 'h.example.com/other/x.json', '{"anything":1}');
+    write(dir, 'README.json', '{"anything":1}');
+    const run = await svcq('sync', dir, '--json');
+    expect(run.code, run.stderr).to.equal(0);
+    expect(JSON.parse(run.stdout).put).to.deep.equal(['h.example.com/svc-queues/a.json']);
+    expect(Object.keys(await manifest())).to.deep.equal(['h.example.com/svc-queues/a.json']);
+  });
+
+  it('uploads and deletes nothing when one file is bad, and names every bad file with its reason (synchronisation flow step 2, decisions §7)', async () => {
+    write(dir, 'h.example.com/svc-queues/kept.json', '{}');
+    write(dir, 'h.example.com/svc-queues/doomed.json', '{}');
+    expect((await svcq('sync', dir)).code).to.equal(0);
+    const before = await manifest();
+
+    rmSync(path.join(dir, 'h.example.com/svc-queues/doomed.json'));
+    write(dir, 'h.example.com/svc-queues/kept.json', '{"leaseSeconds":9}');
+    write(dir, 'h.example.com/svc-queues/new.json', '{}');
+    write(dir, 'h.example.com/svc-queues/typo.json', '{"leaseSecs":9}');
+    write(dir, 'h.example.com/svc-users/bob.json', JSON.stringify({ 'svc-user-name': 'robert', tokenSha256: sha256('x') }));
+    write(dir, 'h.example.com/svc-queues/Upper.json', '{}');
+    const [run, json] = await Promise.all([svcq('sync', dir), svcq('sync', dir, '--json')]);
+    expect(run.code).to.equal(1);
+    expect(run.stderr).to.include('h.example.com/svc-queues/typo.json: unknown field "leaseSecs"');
+    expect(run.stderr).to.include('h.example.com/svc-users/bob.json: svc-user-name "robert" must equal the file name "bob"');
+    expect(run.stderr).to.include('"Upper" is not a valid name');
+    expect(run.stderr).to.include('nothing uploaded: 3 definitions did not validate');
+    expect(run.stderr).to.not.match(/\s+at .*:\d+:\d+/);
+    expect(json.code).to.equal(1);
+    const out = JSON.parse(json.stdout) as { error: string; invalid: Array<{ path: string; error: string }> };
+    expect(out.invalid.map((i) => i.path).sort()).to.deep.equal(['h.example.com/svc-queues/Upper.json', 'h.example.com/svc-queues/typo.json', 'h.example.com/svc-users/bob.json']);
+    expect(await manifest()).to.deep.equal(before);
+  });
+
+  it('--dry-run prints what it would put and delete and changes nothing (decisions §1.2)', async () => {
+    write(dir, 'h.example.com/svc-queues/old.json', '{}');
+    expect((await svcq('sync', dir)).code).to.equal(0);
+    rmSync(path.join(dir, 'h.example.com/svc-queues/old.json'));
+    write(dir, 'h.example.com/svc-queues/fresh.json', '{}');
+    const before = await manifest();
+
+    const [run, json] = await Promise.all([svcq('sync', dir, '--dry-run'), svcq('sync', dir, '--dry-run', '--json')]);
+    expect(run.code, run.stderr).to.equal(0);
+    expect(run.stdout).to.include('would put h.example.com/svc-queues/fresh.json');
+    expect(run.stdout).to.include('would delete h.example.com/svc-queues/old.json');
+    expect(run.stdout).to.include('1 put, 1 deleted, 0 unchanged');
+    expect(JSON.parse(json.stdout)).to.deep.equal({ put: ['h.example.com/svc-queues/fresh.json'], deleted: ['h.example.com/svc-queues/old.json'], unchanged: 0, dryRun: true });
+    expect(await manifest()).to.deep.equal(before);
+  });
+
+  it('says "not found (wrong token, host or queue?)" and exits non-zero on the wall (decisions §1.2)', async () => {
+    write(dir, 'h.example.com/svc-queues/a.json', '{}');
+    const commands = [['sync', dir], ['manifest'], ['version']];
+    const runs = await Promise.all(commands.map((args) => runCli([...args, '--token', 'wrong-token'], { env: { SVCQ_URL: server.url } })));
+    runs.forEach((run, i) => {
+      expect(run.code, commands[i]!.join(' ')).to.not.equal(0);
+      expect(run.stderr.trim()).to.equal('svcq: not found (wrong token, host or queue?)');
+    });
+    expect(await manifest()).to.deep.equal({});
+  });
+
+  it('says when the folder does not exist, and exits non-zero', async () => {
+    const run = await svcq('sync', path.join(dir, 'missing'));
+    expect(run.code).to.not.equal(0);
+    expect(run.stderr).to.include('is not a folder');
+  });
+
+  it('svcq manifest prints "<sha256>  <path>" lines, and --json the manifest object (decisions §1.2, §7)', async () => {
+    write(dir, 'h.example.com/svc-queues/a.json', '{"leaseSeconds":7}');
+    expect((await svcq('sync', dir)).code).to.equal(0);
+    const [text, json] = await Promise.all([svcq('manifest'), svcq('manifest', '--json')]);
+    expect(text.code).to.equal(0);
+    expect(text.stdout.trim()).to.equal(`${sha256('{"leaseSeconds":7}')}  h.example.com/svc-queues/a.json`);
+    expect(JSON.parse(json.stdout)).to.deep.equal(await manifest());
+  });
+
+  it("svcq version prints the client's and the server's API version (decisions §1.2, interface §9)", async () => {
+    const [text, json] = await Promise.all([svcq('version'), svcq('version', '--json')]);
+    expect(text.code, text.stderr).to.equal(0);
+    expect(text.stdout).to.match(/api 2.*server api 2/);
+    expect(JSON.parse(json.stdout)).to.deep.include({ api: 2, server: { api: 2 } });
+  });
+});
+
+describe('the client against a server of another API version (interface §9)', () => {
+  let other: http.Server;
+  let url: string;
+  const seen: string[] = [];
+  before(async () => {
+    // A server that speaks /api/v3 answers the v2 prefix with 426, as ours does for v<n≠2>.
+    other = http.createServer((req, res) => {
+      seen.push(`${req.method} ${req.url}`);
+      res.writeHead(426, { 'content-type': 'application/json' });
+      res.end('{"error":"this server speaks /api/v3","api":3}');
+    });
+    await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve));
+    url = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
+  });
+  after(() => new Promise<void>((resolve) => other.close(() => resolve())));
+
+  it('fails fast on 426 with "server speaks another API version" and uploads nothing', async () => {
+    const dir = tempDir('svcq-defs-');
+    try {
+      write(dir, 'h.example.com/svc-queues/a.json', '{}');
+      const runs = await Promise.all([['sync', dir], ['manifest']].map((args) => runCli([...args, '--url', url, '--token', 't'])));
+      for (const run of runs) {
+        expect(run.code).to.not.equal(0);
+        expect(run.stderr).to.include('the server speaks another API version');
+        expect(run.stderr).to.include('/api/v3');
+      }
+      expect(seen).to.deep.equal(['GET /api/v2/manifest', 'GET /api/v2/manifest']);
+    } finally {
+      cleanupTemp(dir);
+    }
+  });
+});
