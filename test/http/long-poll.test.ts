@@ -127,6 +127,29 @@ describe('long polls over HTTP', function () {
     expect(ms).to.be.within(250, 1500);
   });
 
+  it('wakes a waiting fetch when the item becomes terminal by cancel, by timeout or by its last lease ending (decisions §3.1, §3.6)', async () => {
+    const cancelQ = await newQueue(server, HOST);
+    const timeoutQ = await newQueue(server, HOST, { timeoutSeconds: 1 });
+    const leaseQ = await newQueue(server, HOST, { leaseSeconds: 1, maxAttempts: 1 });
+    const cancelId = await cancelQ.post({ n: 1 });
+    const timeoutId = await timeoutQ.post({ n: 1 });
+    const leaseId = await leaseQ.post({ n: 1 });
+    const until = ((await leaseQ.claim()).lease as Json).until as number;
+    const timeoutAt = ((await timeoutQ.fetch(timeoutId)).postedAt as number) + 1000;
+
+    const start = Date.now();
+    const waits = [timed(cancelQ.fetch(cancelId, '?wait=5'), start), timed(timeoutQ.fetch(timeoutId, '?wait=5'), start), timed(leaseQ.fetch(leaseId, '?wait=5'), start)];
+    await sleep(200);
+    await cancelQ.submit(cancelId, 'cancel');
+    const [cancelled, timedout, failed] = await Promise.all(waits);
+    expect(cancelled.value.status).to.equal('cancelled');
+    expect(cancelled.ms).to.be.below(900);
+    expect(timedout.value.status).to.equal('timedout');
+    expect(start + timedout.ms).to.be.within(timeoutAt - 50, timeoutAt + 800);
+    expect(failed.value).to.deep.include({ status: 'failed', error: { reason: 'lease expired' } });
+    expect(start + failed.ms).to.be.within(until - 50, until + 800);
+  });
+
   it('answers a fetch with wait at once for a terminal item, and after the wait for one that stays open (decisions §3.6)', async () => {
     const q = await newQueue(server, HOST);
     const done = await q.post({ n: 1 });
