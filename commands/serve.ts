@@ -22,6 +22,20 @@ The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/m
 
   async run(): Promise<void> {
     const { flags } = await this.parse(Serve);
+    // Installed before anything starts, and for the life of the process: a signal that arrives
+    // while the server starts still stops it cleanly, and a library that watches signals (and
+    // re-raises one when it sees no other listener) never finds ours gone.
+    let signals = 0;
+    let onStop: () => void = () => {};
+    const stopRequested = new Promise<void>((resolve) => (onStop = resolve));
+    const onSignal = (): void => {
+      signals += 1;
+      if (signals === 1) onStop();
+      // A second signal while stopping ends the process at once.
+      else process.exit(130);
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
     let server;
     try {
       server = await startServer({ root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'] });
@@ -34,19 +48,7 @@ The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/m
     if (flags['show-token']) this.log(`master token: ${server.masterToken}`);
     this.log(`listening on ${server.url}`);
 
-    await new Promise<void>((resolve) => {
-      const stop = (): void => {
-        process.off('SIGINT', stop);
-        process.off('SIGTERM', stop);
-        resolve();
-      };
-      process.on('SIGINT', stop);
-      process.on('SIGTERM', stop);
-    });
-    // A second signal while stopping ends the process at once.
-    const force = (): never => process.exit(130);
-    process.once('SIGINT', force);
-    process.once('SIGTERM', force);
+    await stopRequested;
     await server.close();
     process.exit(0);
   }

@@ -1,4 +1,4 @@
-import { close, fdatasync, open, write, type PathLike } from 'node:fs';
+import { close, fdatasync, fstat, open, write, type PathLike } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 
@@ -26,9 +26,10 @@ export class AppendFile {
     this.size = size;
   }
 
-  static async open(file: string, size = 0): Promise<AppendFile> {
+  static async open(file: string): Promise<AppendFile> {
     await mkdir(path.dirname(file), { recursive: true });
     const fd = await new Promise<number>((resolve, reject) => open(file as PathLike, 'a', 0o644, (err, fd) => (err ? reject(err) : resolve(fd))));
+    const size = await new Promise<number>((resolve, reject) => fstat(fd, (err, st) => (err ? reject(err) : resolve(st.size))));
     return new AppendFile(file, fd, size);
   }
 

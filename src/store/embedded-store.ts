@@ -3,7 +3,7 @@ import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import type { Criteria } from '../engine/criteria.js';
 import { isTerminal, type ItemStatus, type TaskEvent } from '../engine/item.js';
 import { Queue, type Change, type Item, type Outcome } from '../engine/queue.js';
-import { deleteRecord, itemRecord, Journal, updateRecord } from './journal.js';
+import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord, type HistoryMark } from './journal.js';
 import type { Claimed, ClaimInput, PayloadKind, PostInput, PostOutcome, QueueRef, StatusRecord, Store, StoreHooks, SubmitOutcome } from './store.js';
 
 export interface EmbeddedStoreOptions {
@@ -50,6 +50,12 @@ export class EmbeddedStore implements Store {
   private closed = false;
   private ids = Buffer.alloc(0);
   private idsAt = 0;
+  /** Number of the last task event written to the journal. */
+  private eventSeq = 0;
+  /** How far the task history is known to hold events, and the last delivery to it. */
+  private mark: HistoryMark | null = null;
+  private markWrittenAt = 0;
+  private delivered: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly options: EmbeddedStoreOptions) {
     this.journal = new Journal({ dir: options.dir, warn: options.warn, compactBytes: options.compactBytes });
@@ -57,7 +63,15 @@ export class EmbeddedStore implements Store {
   }
 
   async open(): Promise<void> {
-    const loaded = await this.journal.open();
+    const { items: loaded, events } = await this.journal.open();
+    // Catch the task history up: cut it back to where it was known to be, then append what the journal holds beyond.
+    this.eventSeq = events.lastSeq;
+    const start = await this.options.hooks.recoverEvents(events.mark);
+    this.mark = events.mark ?? { seq: events.lastSeq, ...start };
+    for (const [seq, batch] of events.pending) this.deliver(seq, batch);
+    await this.delivered;
+    // From here on a restart knows where the history stands, even if it stops before the next mark.
+    await this.journal.append(markRecord(this.mark));
     for (const [key, items] of loaded) {
       if (items.size === 0) continue;
       const slot = this.slotFor(key, this.options.configFor(key) ?? DEFAULT_CONFIG);
@@ -76,6 +90,9 @@ export class EmbeddedStore implements Store {
     }
     for (const wake of [...this.itemWaiters.values()].flat()) wake();
     this.itemWaiters.clear();
+    await this.journal.sync();
+    await this.delivered;
+    if (this.mark) this.journal.appendLater(markRecord(this.mark));
     await this.journal.close();
   }
 
@@ -200,22 +217,42 @@ export class EmbeddedStore implements Store {
     return slot;
   }
 
-  /** Journals changes and their events (and a payload), resolving once all of it is durable. */
+  /**
+   * Journals changes with their task events in one write, resolving once it is durable (and the
+   * payload archived). The history file gets the events right after, off the request's path.
+   */
   private commit(slot: QueueSlot, changes: Change[], created = false, archive?: { kind: PayloadKind; body: string }): Promise<unknown> {
     const { records, events } = this.describe(slot, changes, created);
-    const writes: Array<Promise<unknown>> = [this.journal.append(records)];
-    if (events.length > 0) writes.push(this.options.hooks.events(events));
-    if (archive) writes.push(this.options.hooks.archive(slot.host, slot.name, changes[0]!.item.id, archive.kind, archive.body));
+    const seq = (this.eventSeq += events.length);
+    const durable = this.journal.append(events.length > 0 ? records + eventsRecord(seq, events) : records);
+    if (events.length > 0) durable.then(() => this.deliver(seq, events), () => undefined);
     this.afterChange(slot, changes);
-    return writes.length === 1 ? writes[0]! : Promise.all(writes);
+    if (!archive) return durable;
+    return Promise.all([durable, this.options.hooks.archive(slot.host, slot.name, changes[0]!.item.id, archive.kind, archive.body)]);
   }
 
   /** The same for changes nobody is waiting to acknowledge (time-driven ones, fetch stamps). */
   private commitLater(slot: QueueSlot, changes: Change[]): void {
-    const { records, events } = this.describe(slot, changes, false);
-    this.journal.appendLater(records);
-    if (events.length > 0) this.options.hooks.events(events).catch((err: Error) => this.options.warn(`task history: ${err.message}`));
-    this.afterChange(slot, changes);
+    this.commit(slot, changes).catch((err: Error) => this.options.warn(`a change could not be written: ${err.message}`));
+  }
+
+  /**
+   * Hands durable events to the history, in order, and records how far it got; the position goes
+   * into the journal now and then, so a restart re-delivers only what may be missing.
+   */
+  private deliver(seq: number, events: TaskEvent[]): void {
+    this.delivered = this.options.hooks.events(events).then(
+      (position) => {
+        if (!position) return;
+        this.mark = { seq, ...position };
+        const now = this.now();
+        if (now - this.markWrittenAt >= 250 && !this.closed) {
+          this.markWrittenAt = now;
+          this.journal.appendLater(markRecord(this.mark));
+        }
+      },
+      (err: Error) => this.options.warn(`task history: ${err.message}`),
+    );
   }
 
   private describe(slot: QueueSlot, changes: Change[], created: boolean): { records: string; events: TaskEvent[] } {
@@ -240,7 +277,11 @@ export class EmbeddedStore implements Store {
     }
     this.schedule(slot);
     if (this.journal.wantsSnapshot()) {
-      this.journal.snapshot(() => this.allItems()).catch((err: Error) => this.options.warn(`snapshot failed: ${err.message}`));
+      const historyMark = async (): Promise<HistoryMark | null> => {
+        await this.delivered;
+        return this.mark;
+      };
+      this.journal.snapshot(() => this.allItems(), historyMark).catch((err: Error) => this.options.warn(`snapshot failed: ${err.message}`));
     }
   }
 

@@ -3,7 +3,9 @@ import { mkdir, readdir, rm, rename, open, truncate } from 'node:fs/promises';
 import path from 'node:path';
 import { Low } from 'lowdb';
 import { JSONFile } from 'lowdb/node';
+import type { TaskEvent } from '../engine/item.js';
 import type { Item } from '../engine/queue.js';
+import type { HistoryPosition } from './store.js';
 import { fsyncDir } from '../definitions/registry.js';
 import { AppendFile } from './append-file.js';
 
@@ -24,9 +26,12 @@ import { AppendFile } from './append-file.js';
  * per request, and a single JSON string of a million items runs into V8's string length limit.
  */
 
-/** `["i", queue, id, ord, body, postedBy, postedAt, idempotencyKey, ...state]`: a whole item (post, snapshot). */
-/** `["u", queue, id, ...state]`: an item's state after a change. */
-/** `["d", queue, id]`: the item is gone (retention). */
+// Records, one JSON array per line:
+//   ["i", queue, id, ord, body, postedBy, postedAt, idempotencyKey, ...state]  a whole item (post, snapshot)
+//   ["u", queue, id, ...state]                                                an item's state after a change
+//   ["d", queue, id]                                                          the item is gone (retention)
+//   ["e", seq, [event, ...]]        task events, written with the change they describe; seq numbers the last
+//   ["m", seq, file, size]          the task history holds every event up to seq: `file` has `size` bytes
 type StateFields = [Item['status'], number, number | null, number, string | null, number | null, number, string | null, string | null, string | null, number | null];
 
 function stateOf(item: Item): StateFields {
@@ -49,14 +54,38 @@ export function deleteRecord(queue: string, id: string): string {
   return `${JSON.stringify(['d', queue, id])}\n`;
 }
 
+export function eventsRecord(lastSeq: number, events: TaskEvent[]): string {
+  return `${JSON.stringify(['e', lastSeq, events])}\n`;
+}
+
+export function markRecord(mark: HistoryMark): string {
+  return `${JSON.stringify(['m', mark.seq, mark.file, mark.size])}\n`;
+}
+
 /** Every live item found on disk, by queue. */
 export type LoadedItems = Map<string, Map<string, Item>>;
+
+/** The task history holds every event up to `seq`, and `file` has exactly `size` bytes of them. */
+export interface HistoryMark extends HistoryPosition {
+  seq: number;
+}
+
+/** What start-up found besides items: the history's last known position and the events beyond it. */
+export interface LoadedEvents {
+  mark: HistoryMark | null;
+  /** Batches of events after the mark, oldest first, each with the number of its last event. */
+  pending: Array<[number, TaskEvent[]]>;
+  /** The highest event number seen. */
+  lastSeq: number;
+}
 
 interface Meta {
   format: 1;
   generation: number;
   snapshotAt: number | null;
   snapshotItems: number;
+  /** The history's position when the snapshot was taken: events of older journals are all in it. */
+  mark: HistoryMark | null;
 }
 
 export interface JournalOptions {
@@ -81,17 +110,19 @@ export class Journal {
   }
 
   /** Loads snapshot and journals and opens the journal for appending. */
-  async open(): Promise<LoadedItems> {
+  async open(): Promise<{ items: LoadedItems; events: LoadedEvents }> {
     const { dir, warn } = this.options;
     await mkdir(dir, { recursive: true });
-    this.meta = new Low<Meta>(new JSONFile<Meta>(path.join(dir, 'meta.json')), { format: 1, generation: 0, snapshotAt: null, snapshotItems: 0 });
+    this.meta = new Low<Meta>(new JSONFile<Meta>(path.join(dir, 'meta.json')), { format: 1, generation: 0, snapshotAt: null, snapshotItems: 0, mark: null });
     await this.meta.read();
     this.generation = this.meta.data.generation;
 
     const items: LoadedItems = new Map();
+    const mark = this.meta.data.mark ?? null;
+    const events: LoadedEvents = { mark, pending: [], lastSeq: mark?.seq ?? 0 };
     const snapshot = path.join(dir, `snapshot-${this.generation}.jsonl`);
     if (this.generation > 0) {
-      const loaded = await readRecords(snapshot, items, warn, false);
+      const loaded = await readRecords(snapshot, items, events, warn, false);
       this.snapshotBytes = loaded.bytes;
     }
     const journals = (await readdir(dir))
@@ -102,14 +133,14 @@ export class Journal {
     let last = this.generation;
     let lastSize = 0;
     for (const n of journals) {
-      const loaded = await readRecords(path.join(dir, `journal-${n}.jsonl`), items, warn, true);
+      const loaded = await readRecords(path.join(dir, `journal-${n}.jsonl`), items, events, warn, true);
       last = n;
       lastSize = loaded.bytes;
     }
     // Appending goes on in the newest journal, which covers everything since the current snapshot.
-    this.file = await AppendFile.open(path.join(dir, `journal-${last}.jsonl`), lastSize);
+    this.file = await AppendFile.open(path.join(dir, `journal-${last}.jsonl`));
     this.current = last;
-    return items;
+    return { items, events };
   }
 
   /** Appends records; resolves once they are on disk. */
@@ -136,21 +167,26 @@ export class Journal {
    * Starts a new generation: appends go to a new journal from now on, and `items` (all live
    * items, iterated while the server keeps running) are streamed into the new snapshot.
    */
-  snapshot(items: () => Iterable<[string, Item]>): Promise<void> {
+  snapshot(items: () => Iterable<[string, Item]>, historyMark: () => Promise<HistoryMark | null>): Promise<void> {
     if (this.compacting) return this.compacting;
-    this.compacting = this.writeSnapshot(items).finally(() => {
+    this.compacting = this.writeSnapshot(items, historyMark).finally(() => {
       this.compacting = undefined;
     });
     return this.compacting;
   }
 
-  private async writeSnapshot(items: () => Iterable<[string, Item]>): Promise<void> {
+  /**
+   * `historyMark` resolves once the task history holds every event handed to it so far (all of
+   * them in journals older than the new one), with its position: the older journals can go.
+   */
+  private async writeSnapshot(items: () => Iterable<[string, Item]>, historyMark: () => Promise<HistoryMark | null>): Promise<void> {
     const { dir } = this.options;
     const next = this.current + 1;
     const previous = this.file;
     this.file = await AppendFile.open(path.join(dir, `journal-${next}.jsonl`));
     this.current = next;
     await previous.close();
+    const mark = await historyMark();
 
     const tmp = path.join(dir, `snapshot-${next}.jsonl.tmp`);
     const handle = await open(tmp, 'w', 0o644);
@@ -176,7 +212,7 @@ export class Journal {
     await rename(tmp, path.join(dir, `snapshot-${next}.jsonl`));
     await fsyncDir(dir);
 
-    this.meta.data = { format: 1, generation: next, snapshotAt: Date.now(), snapshotItems: count };
+    this.meta.data = { format: 1, generation: next, snapshotAt: Date.now(), snapshotItems: count, mark };
     await this.meta.write();
     const metaHandle = await open(path.join(dir, 'meta.json'), 'r');
     await metaHandle.sync();
@@ -203,7 +239,7 @@ export class Journal {
  * is skipped with one warning, and cut off a journal so that appending continues cleanly; one
  * in the middle is skipped with a warning.
  */
-async function readRecords(file: string, items: LoadedItems, warn: (line: string) => void, truncateTorn: boolean): Promise<{ bytes: number }> {
+async function readRecords(file: string, items: LoadedItems, events: LoadedEvents, warn: (line: string) => void, truncateTorn: boolean): Promise<{ bytes: number }> {
   let fd: number;
   try {
     fd = await new Promise<number>((resolve, reject) => openCallback(file, 'r', (err, fd) => (err ? reject(err) : resolve(fd))));
@@ -234,7 +270,7 @@ async function readRecords(file: string, items: LoadedItems, warn: (line: string
         if (end === -1 || end >= filled) break;
         lineNo++;
         const text = buffer.toString('utf8', start, end);
-        if (!applyRecord(text, items)) {
+        if (!applyRecord(text, items, events)) {
           if (torn !== undefined) warn(`${path.basename(file)}: record ${lineNo - 1} is corrupt and was skipped`);
           torn = `${path.basename(file)}: record ${lineNo} is corrupt`;
         } else {
@@ -262,14 +298,30 @@ async function readRecords(file: string, items: LoadedItems, warn: (line: string
   return { bytes: good };
 }
 
-function applyRecord(text: string, items: LoadedItems): boolean {
+function applyRecord(text: string, items: LoadedItems, events: LoadedEvents): boolean {
   let record: unknown[];
   try {
     record = JSON.parse(text) as unknown[];
   } catch {
     return false;
   }
-  if (!Array.isArray(record) || typeof record[1] !== 'string' || typeof record[2] !== 'string') return false;
+  if (!Array.isArray(record)) return false;
+  if (record[0] === 'e' && record.length === 3 && typeof record[1] === 'number' && Array.isArray(record[2])) {
+    const seq = record[1];
+    if (seq > (events.mark?.seq ?? 0)) events.pending.push([seq, record[2] as TaskEvent[]]);
+    if (seq > events.lastSeq) events.lastSeq = seq;
+    return true;
+  }
+  if (record[0] === 'm' && record.length === 4 && typeof record[1] === 'number' && typeof record[2] === 'string' && typeof record[3] === 'number') {
+    const mark: HistoryMark = { seq: record[1], file: record[2], size: record[3] };
+    if (mark.seq >= (events.mark?.seq ?? 0)) {
+      // Every event up to mark.seq is in the history; later batches may precede this line.
+      events.mark = mark;
+      events.pending = events.pending.filter(([seq]) => seq > mark.seq);
+    }
+    return true;
+  }
+  if (typeof record[1] !== 'string' || typeof record[2] !== 'string') return false;
   const [type, queue, id] = record as [string, string, string];
   let byId = items.get(queue);
   if (!byId) items.set(queue, (byId = new Map()));

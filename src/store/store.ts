@@ -63,14 +63,26 @@ export interface StatusRecord {
 
 export type PayloadKind = 'item' | 'progress' | 'result' | 'error';
 
+/** How far the task history got: `file` holds exactly `size` bytes of events up to then. */
+export interface HistoryPosition {
+  file: string;
+  size: number;
+}
+
 /**
- * Where a store puts what outlives an item: task events and archived payloads. A store awaits
- * both before it acknowledges the change they describe (decisions §5, §6).
+ * Where a store puts what outlives an item: task events and archived payloads (decisions §5, §6).
+ * An event is durable once the store has it in its own storage, in the same write as the change
+ * it describes; the history is written just after, and caught up after a crash.
  */
 export interface StoreHooks {
-  /** Appends task events durably; resolves once they are on disk. */
-  events(events: TaskEvent[]): Promise<void>;
-  /** Archives a payload's exact bytes durably (only called for queues with archivePayloads on). */
+  /** Appends events the store has already made durable; resolves once the history has them on disk, with its position. */
+  events(events: TaskEvent[]): Promise<HistoryPosition | undefined>;
+  /**
+   * At start, before any new event: cuts the history back to the last position the store recorded
+   * (none: a new store), and resolves with the history's position from which events will follow.
+   */
+  recoverEvents(position: HistoryPosition | null): Promise<HistoryPosition>;
+  /** Archives a payload's exact bytes durably, before the change is acknowledged (only for queues with archivePayloads on). */
   archive(host: string, queue: string, id: string, kind: PayloadKind, body: string): Promise<void>;
 }
 

@@ -57,6 +57,7 @@ export async function openTools(options: ToolsOptions): Promise<Tools> {
     sampler,
     hooks: {
       events: (events) => tasks.append(events),
+      recoverEvents: (position) => tasks.recover(position),
       archive: (host, queue, id, kind, body) => payloads.write(host, queue, id, kind, body),
     },
     async close() {

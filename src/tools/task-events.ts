@@ -1,15 +1,23 @@
+import { mkdir, readdir, rm, stat, truncate } from 'node:fs/promises';
 import path from 'node:path';
 import type { TaskEvent } from '../engine/item.js';
+import type { HistoryPosition } from '../store/store.js';
 import { fsyncDir } from '../definitions/registry.js';
 import { AppendFile } from '../store/append-file.js';
 import { taskFileName, utcDay } from './files.js';
 
 export { utcDay } from './files.js';
 
+
 /**
  * The task history (decisions §5): one JSON line per event in `tasks-YYYY-MM-DD.log` under
- * `<root>/_svcq/tasks/`, group-committed like the store so that an acknowledged transition has
- * its event on disk. It is never pruned: it outlives retention.
+ * `<root>/_svcq/tasks/`. It is never pruned: it outlives retention.
+ *
+ * An acknowledged transition has its event on disk because the store writes the event into its
+ * own journal, in the same fsync as the change. This file is written just after, off the
+ * request's path, and the store remembers how far it got (a `HistoryPosition`); after a
+ * crash, `recover` cuts the file back to the last position the store knew and the store appends
+ * the events its journal holds beyond it, so the history has every event exactly once.
  */
 export class TaskEventLog {
   private file: AppendFile | undefined;
@@ -18,9 +26,13 @@ export class TaskEventLog {
 
   constructor(readonly dir: string) {}
 
-  /** Appends events durably; resolves once they are on disk. Events of another UTC day go to that day's file. */
-  async append(events: TaskEvent[]): Promise<void> {
+  /**
+   * Appends events in order; resolves once they are on disk, with the position just past them.
+   * Events of another UTC day go to that day's file.
+   */
+  async append(events: TaskEvent[]): Promise<HistoryPosition | undefined> {
     let start = 0;
+    let position: HistoryPosition | undefined;
     while (start < events.length) {
       const day = utcDay(events[start]!.ts);
       let end = start + 1;
@@ -28,9 +40,33 @@ export class TaskEventLog {
       let lines = '';
       for (let i = start; i < end; i++) lines += `${JSON.stringify(events[i])}\n`;
       if (day !== this.day || !this.file) await this.switchTo(day);
-      await this.file!.append(lines);
+      const file = this.file!;
+      const written = file.append(lines);
+      // The file's size counts what is queued, so right after queuing it is the end of these lines.
+      position = { file: path.basename(file.file), size: file.size };
+      await written;
       start = end;
     }
+    return position;
+  }
+
+  /**
+   * After a crash: cuts the history back to `position` (dropping lines written after the store's
+   * last record of it) and removes day-files begun after it. Before any append.
+   */
+  async recover(position: HistoryPosition | null, now = Date.now()): Promise<HistoryPosition> {
+    await mkdir(this.dir, { recursive: true });
+    if (!position || !/^tasks-\d{4}-\d{2}-\d{2}\.log$/.test(position.file)) {
+      const file = taskFileName(utcDay(now));
+      return { file, size: await stat(path.join(this.dir, file)).then((st) => st.size, () => 0) };
+    }
+    const target = path.join(this.dir, position.file);
+    const size = await stat(target).then((st) => st.size, () => -1);
+    if (size > position.size) await truncate(target, position.size);
+    for (const name of await readdir(this.dir)) {
+      if (/^tasks-\d{4}-\d{2}-\d{2}\.log$/.test(name) && name > position.file) await rm(path.join(this.dir, name), { force: true });
+    }
+    return position;
   }
 
   private async switchTo(day: string): Promise<void> {
