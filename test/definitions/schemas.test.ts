@@ -1,0 +1,45 @@
+import { expect } from 'chai';
+import { parseDefinitionPath, type DefinitionPath } from '../../src/definitions/names.js';
+import { parseDefinition } from '../../src/definitions/schemas.js';
+import { newUserToken } from '../../src/definitions/token.js';
+import { sha256Hex } from '../../src/definitions/manifest.js';
+
+const at = (p: string): DefinitionPath => parseDefinitionPath(p) as DefinitionPath;
+const queue = at('h.example.com/svc-queues/q.json');
+const user = at('h.example.com/svc-users/alice.json');
+const errorOf = (where: DefinitionPath, body: string): string => (parseDefinition(where, body) as { error: string }).error;
+
+describe('definition schemas (decisions §2.2, §2.3)', () => {
+  it('accepts an empty queue definition and compiles an item schema that then validates items', () => {
+    expect(parseDefinition(queue, '{}')).to.deep.include({ kind: 'queue', validator: null });
+    const parsed = parseDefinition(queue, '{"schema":{"type":"object","required":["n"]}}');
+    if (!('kind' in parsed) || parsed.kind !== 'queue') throw new Error('expected a queue');
+    expect(parsed.validator!({ n: 1 })).to.equal(true);
+    expect(parsed.validator!({})).to.equal(false);
+  });
+
+  it('names the field and what it must be, with the value received', () => {
+    expect(errorOf(queue, '{"leaseSeconds":0}')).to.equal('h.example.com/svc-queues/q.json: leaseSeconds must be an integer from 1 to 86400 (got 0)');
+    expect(errorOf(queue, '{"access":{"post":["ok","Bad"]}}')).to.equal('h.example.com/svc-queues/q.json: access.post must be "public" or an array of distinct user names (got ["ok","Bad"])');
+    expect(errorOf(queue, '{"access":{"post":["a","a"]}}')).to.include('access.post must be');
+    expect(errorOf(queue, '{"nope":1}')).to.equal('h.example.com/svc-queues/q.json: unknown field "nope"');
+    expect(errorOf(queue, '{"access":{"nope":"public"}}')).to.equal('h.example.com/svc-queues/q.json: unknown field "nope" in access');
+    expect(errorOf(user, '{"svc-user-name":"alice"}')).to.equal('h.example.com/svc-users/alice.json: missing field "tokenSha256"');
+    expect(errorOf(user, `{"svc-user-name":"bob","tokenSha256":"${'0'.repeat(64)}"}`)).to.equal('h.example.com/svc-users/alice.json: svc-user-name "bob" must equal the file name "alice"');
+  });
+
+  it('compiles item schemas independently: two queues may use the same $id (decisions §2.4)', () => {
+    const body = '{"schema":{"$id":"https://example.com/item","type":"object"}}';
+    expect(parseDefinition(queue, body)).to.have.property('kind', 'queue');
+    expect(parseDefinition(at('h.example.com/svc-queues/other.json'), body)).to.have.property('kind', 'queue');
+  });
+
+  it('newUserToken makes a definition parseDefinition accepts for that user', () => {
+    const made = newUserToken('alice');
+    if ('error' in made) throw new Error(made.error);
+    expect(made.tokenSha256).to.equal(sha256Hex(made.token));
+    expect(parseDefinition(user, JSON.stringify(made.definition))).to.have.property('kind', 'user');
+    expect(newUserToken('Alice')).to.have.property('error');
+    expect(newUserToken('public')).to.have.property('error');
+  });
+});
