@@ -131,11 +131,9 @@ export class Journal {
       .map((m) => Number(m[1]))
       .sort((a, b) => a - b);
     let last = this.generation;
-    let lastSize = 0;
     for (const n of journals) {
-      const loaded = await readRecords(path.join(dir, `journal-${n}.jsonl`), items, events, warn, true);
+      await readRecords(path.join(dir, `journal-${n}.jsonl`), items, events, warn, true);
       last = n;
-      lastSize = loaded.bytes;
     }
     // Appending goes on in the newest journal, which covers everything since the current snapshot.
     this.file = await AppendFile.open(path.join(dir, `journal-${last}.jsonl`));
