@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
-import { agentRequest, defineUser, keepAliveAgent, newQueue, pool, type Json } from './queue-api.js';
+import { agentRequest, defineQueue, defineUser, keepAliveAgent, newQueue, pool, PUBLIC_ACCESS, type Json } from './queue-api.js';
 
 const HOST = 'jobs.example.com';
 const WALL = '{"error":"not found"}';
@@ -300,6 +300,19 @@ describe('queue endpoints over HTTP', function () {
       expect(failed).to.deep.include({ attempts: 2, error: { reason: 'lease expired' }, result: null });
       expect(failed.finishedAt).to.be.a('number').and.at.least(((second.lease as Json).until as number) - 50);
       expect(await q.claim()).to.deep.equal({ ok: true, empty: true });
+    });
+
+    it('leases for the leaseSeconds of the definition as it is at the claim (decisions §2.2, §2.4)', async () => {
+      const q = await newQueue(server, HOST, { leaseSeconds: 60 });
+      await q.post({ n: 1 });
+      await q.post({ n: 2 });
+      const before = Date.now();
+      const first = (await q.claim()).lease as Json;
+      expect(first.until).to.be.within(before + 60_000 - 1000, Date.now() + 60_000 + 1000);
+      await defineQueue(server, HOST, q.name, { access: PUBLIC_ACCESS, leaseSeconds: 600 });
+      const now = Date.now();
+      const second = (await q.claim()).lease as Json;
+      expect(second.until).to.be.within(now + 600_000 - 1000, Date.now() + 600_000 + 1000);
     });
 
     it('keeps a re-queued item unclaimable for retryDelaySeconds (decisions §2.2, §3.2)', async () => {
