@@ -18,6 +18,7 @@ The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/m
     'log-max-bytes': Flags.integer({ description: 'rotate the access log once it passes this many bytes', default: 16 * 1024 * 1024, min: 1 }),
     'log-keep': Flags.integer({ description: 'rotated access logs to keep', default: 20, min: 0 }),
     'stats-interval': Flags.integer({ description: 'milliseconds between server-health samples', default: 15_000, min: 100 }),
+    'compact-bytes': Flags.integer({ description: 'journal size in bytes past which the store writes a snapshot (and at least twice the last snapshot)', default: 64 * 1024 * 1024, min: 1024 }),
   };
 
   async run(): Promise<void> {
@@ -38,7 +39,7 @@ The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/m
     process.on('SIGTERM', onSignal);
     let server;
     try {
-      server = await startServer({ root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'] });
+      server = await startServer({ root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'], compactBytes: flags['compact-bytes'] });
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       const why = e.code === 'EADDRINUSE' ? `port ${flags.port} on ${flags.bind} is already in use` : e.code === 'EACCES' ? `permission denied (${e.message})` : e.message;

@@ -19,6 +19,8 @@ export interface ServeOptions {
   logMaxBytes?: number;
   logKeep?: number;
   statsInterval?: number;
+  /** Journal bytes past which the store writes a snapshot. */
+  compactBytes?: number;
   /** Where warnings go (a torn journal record, a definition that no longer parses). */
   warn?: (line: string) => void;
 }
@@ -52,6 +54,7 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
   const store = new EmbeddedStore({
     dir: path.join(home, 'store'),
     hooks: tools.hooks,
+    compactBytes: options.compactBytes,
     configFor: (key) => {
       const slash = key.indexOf('/');
       return registry.queue(key.slice(0, slash), key.slice(slash + 1))?.config;
