@@ -3,7 +3,7 @@ import { spawn } from 'node:child_process';
 import { runCli } from '../support/cli.js';
 import { request } from '../support/http.js';
 import { BIN, cleanupTemp, startServer, type TestServer } from '../support/server.js';
-import { eventually, putQueue, today } from './helpers.js';
+import { eventually, putQueue, today, tools } from './helpers.js';
 
 const HOST = 'jobs.cli-tools.test';
 
@@ -58,10 +58,11 @@ describe('svcq logs, stats, tasks and payload (decisions §1.2)', () => {
 
   it('stats show draws a chart of the day, and --json prints the samples as an array', async () => {
     const name = `cpu-${today()}.log`;
-    await eventually('two cpu samples', async () => {
-      const res = await runCli(['stats', 'show', name, '--json'], { env });
-      return (JSON.parse(res.stdout) as unknown[]).length >= 2 ? (JSON.parse(res.stdout) as Array<Record<string, unknown>>) : undefined;
-    });
+    await eventually('two cpu samples', async () => ((await tools(server, `stats/file?name=${name}`)).text.split('\n').length > 2 ? true : undefined));
+    const json = await runCli(['stats', 'show', name, '--json'], { env });
+    const samples = JSON.parse(json.stdout) as Array<Record<string, unknown>>;
+    expect(samples.length).to.be.at.least(2);
+    expect(Object.keys(samples[0]!).sort()).to.deep.equal(['cores', 'model', 'ts']);
     const chart = await runCli(['stats', 'show', name], { env });
     expect(chart.code, chart.stderr).to.equal(0);
     expect(chart.stdout).to.include('CPU busy');
