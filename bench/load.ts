@@ -51,6 +51,7 @@ let errors = 0;
 let empties = 0;
 let firstError: string | undefined;
 const latencies: number[] = [];
+const cpu0 = process.cpuUsage();
 const t0 = performance.now();
 const deadline = t0 + spec.durationMs;
 // A dead server turns every request into an instant error: give up rather than spin.
@@ -133,6 +134,7 @@ async function loop(index: number): Promise<void> {
 
 await Promise.all(Array.from({ length: spec.inFlight }, (_, i) => loop(i)));
 const elapsedMs = performance.now() - t0;
+const cpu = process.cpuUsage(cpu0);
 agent.destroy();
 
 const result: LoadResult = {
@@ -142,6 +144,7 @@ const result: LoadResult = {
   empties,
   elapsedMs,
   rate: elapsedMs > 0 ? (count * 1000) / elapsedMs : 0,
+  clientCpuMs: (cpu.user + cpu.system) / 1000,
   latency: spec.recordLatency ? summarise(Float64Array.from(latencies)) : undefined,
   firstError,
 };

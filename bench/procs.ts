@@ -79,6 +79,8 @@ export interface Svcq {
   spawnedAt: number;
   /** Server RSS in bytes, from /proc/<pid>/status. */
   rss(): number;
+  /** CPU time (user + system) the server has used so far, in ms, from /proc/<pid>/stat. */
+  cpuMs(): number;
   /** SIGTERM and wait for the exit; resolves to the milliseconds it took. */
   stop(): Promise<number>;
 }
@@ -112,6 +114,7 @@ export async function startSvcq(options: SvcqOptions): Promise<Svcq> {
     startMs,
     spawnedAt: t0,
     rss: () => rssOf(proc.pid!),
+    cpuMs: () => cpuMsOf(proc.pid!),
     async stop() {
       const t = performance.now();
       if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
@@ -129,6 +132,16 @@ export function rssOf(pid: number): number {
   const m = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
   if (!m) throw new Error(`no VmRSS in /proc/${pid}/status`);
   return Number(m[1]) * 1024;
+}
+
+// Linux reports /proc/<pid>/stat times in clock ticks of 1/100 s on every common build.
+const TICK_MS = 10;
+
+export function cpuMsOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // Fields after the command name (which may hold spaces) start at its closing parenthesis.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * TICK_MS;
 }
 
 /** Runs a node script under tsx as a child, and parses its `BENCH-RESULT` line. */

@@ -45,6 +45,10 @@ export interface LoadResult {
   elapsedMs: number;
   /** count per second over elapsedMs. */
   rate: number;
+  /** CPU time (user + system) the load generator spent over the phase, in ms. */
+  clientCpuMs: number;
+  /** CPU time the server spent over the phase, in ms (filled in by the orchestrator). */
+  serverCpuMs?: number;
   /** Milliseconds, present when recordLatency was set. */
   latency?: LatencySummary;
   firstError?: string;

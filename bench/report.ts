@@ -47,6 +47,8 @@ export interface Row {
   vsEmpty?: number;
   target?: string;
   pass?: boolean;
+  /** The load phase behind the figure, for its CPU shares. */
+  from?: LoadResult;
 }
 
 export interface Verdict {
@@ -92,13 +94,13 @@ export function verdicts(run: BenchRun): Verdict[] {
 export function rows(run: BenchRun): Row[] {
   const { empty } = run;
   const out: Row[] = [
-    { phase: `post, ${run.options.inFlight} in flight, empty queue`, figure: empty.post.rate, unit: 'posts/s' },
-    { phase: `full cycle (post→claim→result), ${run.options.inFlight} in flight`, figure: empty.cycle.rate, unit: 'cycles/s' },
-    { phase: `drain (claim→result) of ${fmt(empty.drainQueued)} queued, ${run.options.inFlight} in flight`, figure: empty.drain.rate, unit: 'items/s' },
+    { phase: `post, ${run.options.inFlight} in flight, empty queue`, figure: empty.post.rate, unit: 'posts/s', from: empty.post },
+    { phase: `full cycle (post→claim→result), ${run.options.inFlight} in flight`, figure: empty.cycle.rate, unit: 'cycles/s', from: empty.cycle },
+    { phase: `drain (claim→result) of ${fmt(empty.drainQueued)} queued, ${run.options.inFlight} in flight`, figure: empty.drain.rate, unit: 'items/s', from: empty.drain },
   ];
   const lat = empty.latency.latency;
   if (lat) {
-    out.push({ phase: `post latency p50, 1 in flight (${fmt(lat.n)} posts)`, figure: lat.p50, unit: 'ms' });
+    out.push({ phase: `post latency p50, 1 in flight (${fmt(lat.n)} posts)`, figure: lat.p50, unit: 'ms', from: empty.latency });
     out.push({ phase: 'post latency p99, 1 in flight', figure: lat.p99, unit: 'ms', target: '≤ 2 ms', pass: lat.p99 <= 2 });
     out.push({ phase: 'post latency max, 1 in flight', figure: lat.max, unit: 'ms' });
   }
@@ -114,9 +116,9 @@ export function rows(run: BenchRun): Row[] {
     const postRatio = b.post.rate / empty.post.rate;
     const cycleRatio = b.cycle.rate / empty.cycle.rate;
     const perItem = (b.rssWaiting - b.rssEmpty) / b.size;
-    out.push({ phase: `prefill ${n} (64 in flight, not a target)`, figure: b.prefill.rate, unit: 'posts/s' });
-    out.push({ phase: `post with ${n} waiting`, figure: b.post.rate, unit: 'posts/s', vsEmpty: postRatio, ...(judged ? { target: '≥ 0.9× empty', pass: postRatio >= 0.9 } : {}) });
-    out.push({ phase: `full cycle with ${n} waiting`, figure: b.cycle.rate, unit: 'cycles/s', vsEmpty: cycleRatio, ...(judged ? { target: '≥ 0.9× empty', pass: cycleRatio >= 0.9 } : {}) });
+    out.push({ phase: `prefill ${n} (64 in flight, not a target)`, figure: b.prefill.rate, unit: 'posts/s', from: b.prefill });
+    out.push({ phase: `post with ${n} waiting`, figure: b.post.rate, unit: 'posts/s', from: b.post, vsEmpty: postRatio, ...(judged ? { target: '≥ 0.9× empty', pass: postRatio >= 0.9 } : {}) });
+    out.push({ phase: `full cycle with ${n} waiting`, figure: b.cycle.rate, unit: 'cycles/s', from: b.cycle, vsEmpty: cycleRatio, ...(judged ? { target: '≥ 0.9× empty', pass: cycleRatio >= 0.9 } : {}) });
     out.push({ phase: `restart with ${n} waiting: SIGTERM → exit`, figure: b.restart.stopMs / 1000, unit: 's' });
     out.push({ phase: `restart with ${n} waiting: start → listening`, figure: b.restart.listenMs / 1000, unit: 's' });
     out.push({ phase: `restart with ${n} waiting: start → first claim`, figure: b.restart.firstClaimMs / 1000, unit: 's', ...(judged ? { target: '≤ 10 s', pass: b.restart.firstClaimMs <= 10_000 } : {}) });
@@ -125,8 +127,14 @@ export function rows(run: BenchRun): Row[] {
     out.push({ phase: `RSS per waiting item (${n})`, figure: perItem, unit: 'B/item', ...(judged ? { target: '≤ 800 B', pass: perItem <= 800 } : {}) });
     out.push({ phase: `RSS per waiting item after restart (${n}, vs fresh empty)`, figure: (b.restart.rssAfter - b.rssFreshEmpty) / b.size, unit: 'B/item' });
   }
-  if (run.profile) out.push({ phase: 'full cycle under --cpu-prof (not a target)', figure: run.profile.cycle.rate, unit: 'cycles/s' });
+  if (run.profile) out.push({ phase: 'full cycle under --cpu-prof (not a target)', figure: run.profile.cycle.rate, unit: 'cycles/s', from: run.profile.cycle });
   return out;
+}
+
+/** CPU time of server and load generator as a share of the phase's wall time (100% = one core). */
+function cpu(r: LoadResult | undefined): string {
+  if (!r || r.serverCpuMs === undefined) return '';
+  return `${Math.round((100 * r.serverCpuMs) / r.elapsedMs)}% / ${Math.round((100 * r.clientCpuMs) / r.elapsedMs)}%`;
 }
 
 function figureText(row: Row): string {
@@ -138,14 +146,14 @@ function figureText(row: Row): string {
 
 export function renderTable(run: BenchRun): string {
   const table = new Table({
-    head: ['phase', 'figure', 'unit', 'vs empty', 'target'].map((h) => chalk.bold(h)),
-    colAligns: ['left', 'right', 'left', 'right', 'left'],
+    head: ['phase', 'figure', 'unit', 'vs empty', 'target', 'CPU srv/load'].map((h) => chalk.bold(h)),
+    colAligns: ['left', 'right', 'left', 'right', 'left', 'right'],
     // No colours of its own: chalk decides, so piped output stays plain text.
     style: { head: [], border: [], compact: true },
   });
   for (const row of rows(run)) {
     const verdict = row.pass === undefined ? '' : row.pass ? chalk.green(' pass') : chalk.red(' FAIL');
-    table.push([row.phase, figureText(row), row.unit, row.vsEmpty === undefined ? '' : `${fmt(row.vsEmpty, 2)}×`, row.target ? `${row.target}${verdict}` : '']);
+    table.push([row.phase, figureText(row), row.unit, row.vsEmpty === undefined ? '' : `${fmt(row.vsEmpty, 2)}×`, row.target ? `${row.target}${verdict}` : '', cpu(row.from)]);
   }
   const lines = [table.toString(), '', chalk.bold('Targets')];
   for (const v of verdicts(run)) {

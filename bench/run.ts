@@ -106,13 +106,19 @@ async function defineQueues(server: Svcq, names: string[]): Promise<void> {
   }
 }
 
-function load(server: Svcq, mode: LoadMode, queue: string, extra: Partial<LoadSpec> = {}): Promise<LoadResult> {
-  return runLoad({ mode, url: server.url, host: HOST, queue, inFlight, durationMs, maxCount: Number.MAX_SAFE_INTEGER, itemBytes, recordLatency: false, ...extra });
+async function load(server: Svcq, mode: LoadMode, queue: string, extra: Partial<LoadSpec> = {}): Promise<LoadResult> {
+  const cpu0 = server.cpuMs();
+  const result = await runLoad({ mode, url: server.url, host: HOST, queue, inFlight, durationMs, maxCount: Number.MAX_SAFE_INTEGER, itemBytes, recordLatency: false, ...extra });
+  // Includes the load child's start-up, when the server idles: a slight underestimate of its share.
+  result.serverCpuMs = server.cpuMs() - cpu0;
+  return result;
 }
+
+const cpuShare = (ms: number | undefined, r: LoadResult): string => (ms === undefined ? '?' : `${Math.round((100 * ms) / r.elapsedMs)}%`);
 
 function checked(what: string, r: LoadResult): LoadResult {
   const errors = r.errors ? chalk.red(`, ${r.errors} errors (first: ${r.firstError})`) : '';
-  log(`${what}: ${Math.round(r.rate).toLocaleString('en-US')}/s (${r.count.toLocaleString('en-US')} in ${(r.elapsedMs / 1000).toFixed(1)} s${r.empties ? `, ${r.empties} empty claims` : ''})${errors}`);
+  log(`${what}: ${Math.round(r.rate).toLocaleString('en-US')}/s (${r.count.toLocaleString('en-US')} in ${(r.elapsedMs / 1000).toFixed(1)} s${r.empties ? `, ${r.empties} empty claims` : ''}; CPU server ${cpuShare(r.serverCpuMs, r)}, load generator ${cpuShare(r.clientCpuMs, r)})${errors}`);
   return r;
 }
 
