@@ -8,8 +8,8 @@ export default class Cancel extends BaseCommand<typeof Cancel> {
   static override examples = ['<%= config.bin %> cancel thumbnails 0123456789abcdef --host jobs.example.com --token $ALICE_TOKEN'];
 
   static override args = {
-    queue: Args.string({ description: 'queue name', required: true }),
-    id: Args.string({ description: 'item id (16 hex characters)', required: true }),
+    queue: Args.string({ description: 'queue name', required: true, ignoreStdin: true }),
+    id: Args.string({ description: 'item id (16 hex characters)', required: true, ignoreStdin: true }),
   };
 
   static override flags = {

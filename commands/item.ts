@@ -9,8 +9,8 @@ export default class Item extends BaseCommand<typeof Item> {
   static override examples = ['<%= config.bin %> item thumbnails 0123456789abcdef --host jobs.example.com --wait'];
 
   static override args = {
-    queue: Args.string({ description: 'queue name', required: true }),
-    id: Args.string({ description: 'item id (16 hex characters)', required: true }),
+    queue: Args.string({ description: 'queue name', required: true, ignoreStdin: true }),
+    id: Args.string({ description: 'item id (16 hex characters)', required: true, ignoreStdin: true }),
   };
 
   static override flags = {

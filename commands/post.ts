@@ -15,8 +15,8 @@ With --idempotency-key a repeated post returns the first item instead of creatin
   ];
 
   static override args = {
-    queue: Args.string({ description: 'queue name', required: true }),
-    item: Args.string({ description: 'the item as a JSON object, or "-" to read stdin' }),
+    queue: Args.string({ description: 'queue name', required: true, ignoreStdin: true }),
+    item: Args.string({ description: 'the item as a JSON object, or "-" to read stdin', ignoreStdin: true }),
   };
 
   static override flags = {

@@ -17,7 +17,7 @@ On a terminal a status line is shown; on a pipe or with --json each event is one
   ];
 
   static override args = {
-    queue: Args.string({ description: 'queue name', required: true }),
+    queue: Args.string({ description: 'queue name', required: true, ignoreStdin: true }),
   };
 
   static override flags = {

@@ -41,6 +41,8 @@ interface Running {
   latest?: string;
   /** A progress post is wanted. */
   dirty: boolean;
+  /** The last progress record sent. */
+  posted?: string;
   sending?: Promise<void>;
   /** Set when the server says the item is already terminal: CMD is stopped, nothing more is sent. */
   terminal?: string;
@@ -197,8 +199,10 @@ export class Worker {
       clearInterval(heartbeat);
     }
     // Progress first: once the result is in, the item is terminal and a late progress is discarded.
-    state.dirty = false;
+    // A pending bare heartbeat is dropped, the last progress line is not.
     await state.sending;
+    state.dirty = state.latest !== undefined && state.latest !== state.posted;
+    await this.pumpProgress(state);
     const ms = Date.now() - started;
 
     let ok = false;
@@ -236,8 +240,10 @@ export class Worker {
     state.sending = (async () => {
       while (state.dirty && !state.terminal) {
         state.dirty = false;
+        const record = state.latest ?? '{}';
+        state.posted = record;
         try {
-          const answer = await this.client.submit(this.options.queue, state.id, 'progress', state.latest ?? '{}');
+          const answer = await this.client.submit(this.options.queue, state.id, 'progress', record);
           if (!answer.accepted) this.itemEnded(state, answer.status);
         } catch (err) {
           // Not retried here: the next heartbeat is the retry.

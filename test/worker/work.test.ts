@@ -1,0 +1,215 @@
+import { existsSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import { runCli } from '../support/cli.js';
+import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
+import { HOST, defineQueue, getItem, killWorker, postItem, queueName, startWorker, until, waitTerminal, type WorkerProcess } from './support.js';
+
+describe('svcq work (decisions §1.3)', function () {
+  this.timeout(30_000);
+  let server: TestServer;
+  let dir: string;
+  let worker: WorkerProcess | undefined;
+
+  before(async () => {
+    server = await startServer();
+  });
+  after(async () => {
+    await server.stop();
+    cleanupTemp(server.root);
+  });
+  beforeEach(() => {
+    dir = tempDir('svcq-work-');
+    worker = undefined;
+  });
+  afterEach(async () => {
+    await killWorker(worker);
+    cleanupTemp(dir);
+  });
+
+  /** Writes a job script into the test's temp dir and returns the command that runs it. */
+  const script = (name: string, body: string): string => {
+    const file = path.join(dir, name);
+    writeFileSync(file, body);
+    return `sh ${file}`;
+  };
+  const work = (args: string[], env: Record<string, string> = {}) =>
+    runCli(['work', ...args, '--url', server.url, '--host', HOST, '--wait', '1'], { env });
+
+  it('gives CMD the item on stdin and SVCQ_QUEUE/SVCQ_ITEM_ID/SVCQ_ATTEMPT, and posts a JSON object on stdout as the result', async () => {
+    const queue = queueName('json');
+    await defineQueue(server, queue);
+    const id = await postItem(server, queue, { n: 21 });
+    const cmd = script('job.sh', 'item=$(cat)\nprintf \'{"item":%s,"queue":"%s","id":"%s","attempt":%s}\\n\' "$item" "$SVCQ_QUEUE" "$SVCQ_ITEM_ID" "$SVCQ_ATTEMPT"\n');
+    const run = await work([queue, '--exec', cmd, '--once']);
+    expect(run.code, run.stderr).to.equal(0);
+    const item = await getItem(server, queue, id);
+    expect(item.status).to.equal('finished');
+    expect(item.result).to.deep.equal({ item: { n: 21 }, queue, id, attempt: 1 });
+    const events = run.stdout.trim().split('\n').map((l) => JSON.parse(l) as { event: string });
+    expect(events.map((e) => e.event)).to.deep.equal(['started', 'claimed', 'finished', 'stopped']);
+  });
+
+  it('posts plain-text stdout as { output } (decisions §1.3)', async () => {
+    const queue = queueName('text');
+    await defineQueue(server, queue);
+    const id = await postItem(server, queue, {});
+    const run = await work([queue, '--exec', 'echo hello; echo world', '--once']);
+    expect(run.code, run.stderr).to.equal(0);
+    expect((await getItem(server, queue, id)).result).to.deep.equal({ output: 'hello\nworld' });
+  });
+
+  it('posts ::progress lines as progress, an integer n as { percent: n }, and keeps them out of the result (decisions §1.3)', async () => {
+    const queue = queueName('progress');
+    await defineQueue(server, queue);
+    const first = await postItem(server, queue, { last: '90' });
+    const second = await postItem(server, queue, { last: '{"stage":"upload","percent":95}' });
+    const job = path.join(dir, 'job.mjs');
+    writeFileSync(
+      job,
+      `let s = ''; for await (const c of process.stdin) s += c;
+       const item = JSON.parse(s);
+       console.log('::progress 10'); console.log('working'); console.log('::progress ' + item.last);\n`,
+    );
+    worker = startWorker(server, queue, ['--exec', `"${process.execPath}" ${job}`, '--concurrency', '2']);
+    const a = await waitTerminal(server, queue, first);
+    const b = await waitTerminal(server, queue, second);
+    expect(a.progress).to.deep.equal({ percent: 90 });
+    expect(b.progress).to.deep.equal({ stage: 'upload', percent: 95 });
+    expect(a.result).to.deep.equal({ output: 'working' });
+  });
+
+  it('posts an error record { exitCode, signal, stderr } for a failing CMD; the item is retried, then failed after maxAttempts (decisions §1.3, §3.2)', async () => {
+    const queue = queueName('fail');
+    await defineQueue(server, queue, { maxAttempts: 2 });
+    const id = await postItem(server, queue, {});
+    worker = startWorker(server, queue, ['--exec', 'echo "boom $SVCQ_ATTEMPT" >&2; exit 7']);
+    const item = await waitTerminal(server, queue, id);
+    expect(item.status).to.equal('failed');
+    expect(item.attempts).to.equal(2);
+    expect(item.error).to.deep.equal({ exitCode: 7, signal: null, stderr: 'boom 2\n' });
+    const failed = await worker.waitEvent((e) => e.event === 'failed' && e.status === 'failed', 'the second failure');
+    expect(failed).to.include({ id, exitCode: 7, attempts: 2 });
+    expect(worker.events.filter((e) => e.event === 'failed').map((e) => e.status)).to.deep.equal(['pending', 'failed']);
+    expect(worker.stderr()).to.contain(`[${id}] boom 1\n`);
+  });
+
+  it('keeps the lease alive while CMD runs: a job three times longer than leaseSeconds is claimed once (decisions §3.2)', async () => {
+    const queue = queueName('lease');
+    await defineQueue(server, queue, { leaseSeconds: 1 });
+    const id = await postItem(server, queue, {});
+    // A second slot would claim the item again if its lease ran out.
+    worker = startWorker(server, queue, ['--exec', 'sleep 3; echo \'{"slow":true}\'', '--concurrency', '2']);
+    const item = await waitTerminal(server, queue, id);
+    expect(item.status).to.equal('finished');
+    expect(item.attempts).to.equal(1);
+    expect(item.result).to.deep.equal({ slow: true });
+    expect(worker.events.filter((e) => e.event === 'claimed')).to.have.length(1);
+  });
+
+  it('runs --concurrency 4 commands at once', async () => {
+    const queue = queueName('four');
+    await defineQueue(server, queue);
+    const ids = await Promise.all([1, 2, 3, 4].map((n) => postItem(server, queue, { n })));
+    const markers = path.join(dir, 'markers');
+    // Each job marks its start, then waits (at most 5 s) until four have started.
+    const cmd = script('job.sh', `mkdir -p ${markers}; touch ${markers}/$SVCQ_ITEM_ID; i=0\nwhile [ "$(ls ${markers} | wc -l)" -lt 4 ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done\nls ${markers} | wc -l\n`);
+    worker = startWorker(server, queue, ['--exec', cmd, '--concurrency', '4']);
+    for (const id of ids) {
+      const item = await waitTerminal(server, queue, id);
+      expect((item.result as { output: string }).output.trim()).to.equal('4');
+    }
+  });
+
+  it('stops CMD (SIGTERM) when its item is cancelled (decisions §3.6)', async () => {
+    const queue = queueName('cancel');
+    await defineQueue(server, queue, { leaseSeconds: 1 });
+    const id = await postItem(server, queue, {});
+    const cmd = script('job.sh', `trap 'touch ${dir}/stopped; exit 1' TERM\ntouch ${dir}/started\nsleep 10 & wait $!\necho finished-anyway\n`);
+    worker = startWorker(server, queue, ['--exec', cmd]);
+    await until(() => existsSync(path.join(dir, 'started')), 'the job to start');
+    const cancel = await runCli(['cancel', queue, id, '--url', server.url, '--host', HOST]);
+    expect(cancel.code, cancel.stderr).to.equal(0);
+    const event = await worker.waitEvent((e) => e.event === 'cancelled', 'the cancelled event');
+    expect(event).to.include({ id, status: 'cancelled' });
+    expect(existsSync(path.join(dir, 'stopped'))).to.equal(true);
+    const item = await getItem(server, queue, id);
+    expect(item.status).to.equal('cancelled');
+    expect(item.result).to.equal(null);
+  });
+
+  it('on SIGTERM claims nothing new, lets the running command finish and deliver, then exits 0 (decisions §1.3)', async () => {
+    const queue = queueName('graceful');
+    await defineQueue(server, queue);
+    const running = await postItem(server, queue, { n: 1 });
+    const waiting = await postItem(server, queue, { n: 2 });
+    const cmd = script('job.sh', `touch ${dir}/started\nsleep 1\necho '{"done":true}'\n`);
+    worker = startWorker(server, queue, ['--exec', cmd]);
+    await until(() => existsSync(path.join(dir, 'started')), 'the job to start');
+    worker.proc.kill('SIGTERM');
+    expect(await worker.exited).to.equal(0);
+    const item = await getItem(server, queue, running);
+    expect(item.status).to.equal('finished');
+    expect(item.result).to.deep.equal({ done: true });
+    expect((await getItem(server, queue, waiting)).status).to.equal('pending');
+  });
+
+  it('on a second signal stops the running command and posts its error record (decisions §1.3)', async () => {
+    const queue = queueName('force');
+    await defineQueue(server, queue, { maxAttempts: 1 });
+    const id = await postItem(server, queue, {});
+    const cmd = script('job.sh', `touch ${dir}/started\nsleep 10\n`);
+    worker = startWorker(server, queue, ['--exec', cmd]);
+    await until(() => existsSync(path.join(dir, 'started')), 'the job to start');
+    worker.proc.kill('SIGTERM');
+    await worker.waitEvent((e) => e.event === 'stopping', 'the first stopping event');
+    worker.proc.kill('SIGTERM');
+    expect(await worker.exited).to.equal(0);
+    const item = await getItem(server, queue, id);
+    expect(item.status).to.equal('failed');
+    expect(item.error).to.include({ exitCode: null, signal: 'SIGTERM' });
+  });
+
+  it('rides out a server restart mid-job and still delivers the result (decisions §1.3, §6)', async () => {
+    const own = await startServer();
+    try {
+      const queue = queueName('restart');
+      await defineQueue(own, queue);
+      const id = await postItem(own, queue, {});
+      const cmd = script('job.sh', `touch ${dir}/started\nwhile [ ! -f ${dir}/go ]; do sleep 0.05; done\necho '{"survived":true}'\n`);
+      worker = startWorker(own, queue, ['--exec', cmd]);
+      await until(() => existsSync(path.join(dir, 'started')), 'the job to start');
+      expect(await own.stop()).to.equal(0);
+      // The job ends while the server is down: the result cannot be delivered yet.
+      writeFileSync(path.join(dir, 'go'), '');
+      await worker.waitEvent((e) => e.event === 'retry' && e.what === 'result', 'a retried result');
+      const again = await startServer({ root: own.root, port: own.port, masterToken: own.masterToken });
+      try {
+        const item = await waitTerminal(again, queue, id);
+        expect(item.status).to.equal('finished');
+        expect(item.result).to.deep.equal({ survived: true });
+        expect(item.attempts).to.equal(1);
+      } finally {
+        await killWorker(worker);
+        await again.stop();
+      }
+    } finally {
+      await own.stop();
+      cleanupTemp(own.root);
+    }
+  });
+
+  it('with --once exits 3 when the queue stays empty (decisions §7)', async () => {
+    const queue = queueName('empty');
+    await defineQueue(server, queue);
+    const run = await work([queue, '--exec', 'cat', '--once']);
+    expect(run.code).to.equal(3);
+    expect(run.stdout).to.contain('"event":"empty"');
+  });
+
+  it('says in one sentence that a queue it cannot reach is not found, and exits 1', async () => {
+    const run = await work(['no-such-queue', '--exec', 'cat', '--once']);
+    expect(run.code).to.equal(1);
+    expect(run.stdout).to.contain('not found (wrong token, host or queue?)');
+  });
+});
