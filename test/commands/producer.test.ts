@@ -1,0 +1,122 @@
+import { spawn } from 'node:child_process';
+import { expect } from 'chai';
+import { runCli, type CliResult } from '../support/cli.js';
+import { request } from '../support/http.js';
+import { BIN, cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { HOST, defineQueue, getItem, postItem, queueName } from '../worker/support.js';
+
+describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer();
+  });
+  after(async () => {
+    await server.stop();
+    cleanupTemp(server.root);
+  });
+
+  const cli = (args: string[], input?: string): Promise<CliResult> => runCli([...args, '--url', server.url, '--host', HOST], { input });
+  const lines = (text: string): unknown[] => text.trim().split('\n').map((l) => JSON.parse(l) as unknown);
+
+  it('posts the JSON argument and prints the id and status; --json prints the server { ok, id, status } (decisions §7)', async () => {
+    const queue = queueName('post');
+    await defineQueue(server, queue);
+    const plain = await cli(['post', queue, '{"n":1}']);
+    expect(plain.code, plain.stderr).to.equal(0);
+    const [id, status] = plain.stdout.trim().split(' ');
+    expect(id).to.match(/^[0-9a-f]{16}$/);
+    expect(status).to.equal('pending');
+    const json = await cli(['post', queue, '{"n":2}', '--json']);
+    const answer = JSON.parse(json.stdout) as { ok: boolean; id: string; status: string };
+    expect(answer).to.include({ ok: true, status: 'pending' });
+    const item = await getItem(server, queue, answer.id);
+    expect(item.status).to.equal('pending');
+  });
+
+  it('posts every line of JSON lines on stdin, one result line each with --json, in input order', async () => {
+    const queue = queueName('lines');
+    await defineQueue(server, queue);
+    const run = await cli(['post', queue, '-', '--json'], '{"n":1}\n{"n":2}\n\n{"n":3}\n');
+    expect(run.code, run.stderr).to.equal(0);
+    const results = lines(run.stdout) as Array<{ ok: boolean; id: string }>;
+    expect(results).to.have.length(3);
+    const claimed: unknown[] = [];
+    for (let i = 0; i < 3; i++) {
+      const reply = await request(server.url, `/${queue}/claim`, { method: 'POST', host: HOST, body: '{}' });
+      claimed.push((reply.json as { item: unknown }).item);
+    }
+    expect(claimed).to.deep.equal([{ n: 1 }, { n: 2 }, { n: 3 }]);
+  });
+
+  it('reads one pretty-printed object from piped stdin when no item argument is given', async () => {
+    const queue = queueName('pretty');
+    await defineQueue(server, queue);
+    const run = await cli(['post', queue], '{\n  "n": 1\n}\n');
+    expect(run.code, run.stderr).to.equal(0);
+    expect(run.stdout.trim().split('\n')).to.have.length(1);
+  });
+
+  it('rejects bad JSON with one sentence naming the line and the problem, exit 2, and posts nothing', async () => {
+    const queue = queueName('bad');
+    await defineQueue(server, queue);
+    const run = await cli(['post', queue, '-'], '{"n":1}\n[1,2]\n');
+    expect(run.code).to.equal(2);
+    expect(run.stderr.trim()).to.equal('svcq: line 2 of stdin must be a JSON object, not an array');
+    const arg = await cli(['post', queue, '{"n":']);
+    expect(arg.code).to.equal(2);
+    expect(arg.stderr).to.match(/^svcq: the item argument is not valid JSON: .+\n$/);
+    const claim = await request(server.url, `/${queue}/claim`, { method: 'POST', host: HOST, body: '{}' });
+    expect(claim.json).to.deep.equal({ ok: true, empty: true });
+  });
+
+  it('sends --idempotency-key so that a repeated post returns the first item (decisions §3.5)', async () => {
+    const queue = queueName('idem');
+    await defineQueue(server, queue);
+    const first = await cli(['post', queue, '{"n":1}', '--idempotency-key', 'order-7']);
+    const second = await cli(['post', queue, '{"n":1}', '--idempotency-key', 'order-7']);
+    expect(second.stdout).to.equal(first.stdout);
+  });
+
+  it('item --wait long-polls until the item is terminal and prints its record (decisions §3.6)', async () => {
+    const queue = queueName('wait');
+    await defineQueue(server, queue);
+    const id = await postItem(server, queue, { n: 1 });
+    const proc = spawn(process.execPath, [BIN, 'item', queue, id, '--wait', '--json', '--url', server.url, '--host', HOST], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    proc.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    const exited = new Promise<number | null>((resolve) => proc.once('exit', resolve));
+    const claim = await request(server.url, `/${queue}/claim`, { method: 'POST', host: HOST, body: '{}' });
+    expect((claim.json as { id: string }).id).to.equal(id);
+    // Not exiting is no event to await: give it well past a CLI start (~0.5 s) to show it keeps waiting.
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(proc.exitCode).to.equal(null);
+    expect(out).to.equal('');
+    await request(server.url, `/${queue}/items/${id}/result`, { method: 'POST', host: HOST, body: '{"answer":42}' });
+    expect(await exited).to.equal(0);
+    expect(JSON.parse(out)).to.include({ id, status: 'finished' }).and.to.have.deep.property('result', { answer: 42 });
+  });
+
+  it('item prints a readable summary, and "no such item" with exit 1 for an unknown id', async () => {
+    const queue = queueName('show');
+    await defineQueue(server, queue);
+    const id = await postItem(server, queue, { n: 1 });
+    const shown = await cli(['item', queue, id]);
+    expect(shown.code).to.equal(0);
+    expect(shown.stdout).to.match(new RegExp(`^id +${id}\\nstatus +pending\\n`));
+    const missing = await cli(['item', queue, '0000000000000000']);
+    expect(missing.code).to.equal(1);
+    expect(missing.stderr).to.equal('svcq: no such item\n');
+  });
+
+  it('cancel makes a pending item cancelled, and says so when it is already terminal (decisions §3.6)', async () => {
+    const queue = queueName('cancel');
+    await defineQueue(server, queue);
+    const id = await postItem(server, queue, {});
+    const first = await cli(['cancel', queue, id]);
+    expect(first.code, first.stderr).to.equal(0);
+    expect(first.stdout).to.equal(`${id} cancelled\n`);
+    expect((await getItem(server, queue, id)).status).to.equal('cancelled');
+    const again = await cli(['cancel', queue, id, '--json']);
+    expect(JSON.parse(again.stdout)).to.deep.equal({ ok: true, accepted: false, status: 'cancelled' });
+  });
+});
