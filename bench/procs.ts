@@ -3,7 +3,7 @@
  * Every child is registered so that an error or Ctrl-C still ends all of them.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { cpSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -12,7 +12,19 @@ import { RESULT_PREFIX, type LoadResult, type LoadSpec } from './protocol.js';
 
 export const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
 export const REPO = path.resolve(BENCH_DIR, '..');
-const BIN = path.join(REPO, 'bin/run.js');
+let BIN = path.join(REPO, 'bin/run.js');
+
+/**
+ * Copies the built server (bin, dist, package.json; node_modules linked) into `dir` and runs every
+ * later server from there, so a rebuild of dist/ in the working tree during a long run cannot
+ * change the code under test halfway.
+ */
+export function snapshotBuild(dir: string): void {
+  mkdirSync(dir, { recursive: true });
+  for (const part of ['bin', 'dist', 'package.json']) cpSync(path.join(REPO, part), path.join(dir, part), { recursive: true });
+  symlinkSync(path.join(REPO, 'node_modules'), path.join(dir, 'node_modules'), 'dir');
+  BIN = path.join(dir, 'bin/run.js');
+}
 
 const live = new Set<ChildProcess>();
 

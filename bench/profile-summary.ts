@@ -37,6 +37,8 @@ const REPO_URL = `file://${path.resolve(path.dirname(fileURLToPath(import.meta.u
 function where(frame: CallFrame): string {
   if (!frame.url) return '';
   let url = frame.url.startsWith(REPO_URL) ? frame.url.slice(REPO_URL.length) : frame.url.replace(/^file:\/\//, '');
+  const dist = url.indexOf('/dist/');
+  if (isSvcq(frame.url) && dist >= 0) url = url.slice(dist + 1);
   const nm = url.lastIndexOf('node_modules/');
   if (nm >= 0) url = url.slice(nm);
   return `${url}:${frame.lineNumber + 1}`;
@@ -59,7 +61,7 @@ function area(frame: CallFrame): string {
     const mod = url.slice(5).replace(/^internal\//, '');
     return `node ${mod.split('/').slice(0, 2).join('/').replace(/\.js$/, '')}`;
   }
-  if (isSvcq(url)) return `svcq ${url.slice(REPO_URL.length).replace(/^dist\//, '')}`;
+  if (isSvcq(url)) return `svcq ${url.slice(url.indexOf('/dist/') >= 0 ? url.indexOf('/dist/') + 6 : REPO_URL.length)}`;
   return url;
 }
 
@@ -78,7 +80,8 @@ export interface Window {
   toMs: number;
 }
 
-const isSvcq = (url: string): boolean => url.startsWith(REPO_URL) && !url.includes('/node_modules/');
+// The bench runs a copy of the build from a temp folder, so svcq's own code is recognised by its dist/ path.
+const isSvcq = (url: string): boolean => url.startsWith('file://') && !url.includes('/node_modules/') && (url.startsWith(REPO_URL) || /\/dist\/(src|commands)\//.test(url));
 
 /** A printable summary of the profile at `file`, `top` rows per list, optionally only a time window. */
 export function summariseProfile(file: string, top = 25, window?: Window): string {

@@ -31,6 +31,8 @@ export interface BacklogRun {
 export interface BenchRun {
   date: string;
   machine: { cpus: number; cpuModel: string; memGiB: number; node: string; os: string };
+  /** The commit the server was built from, and whether src/ or commands/ differed from it. */
+  build: { commit: string; dirty: boolean };
   /** 1-minute load average before and after the run: other work on the machine skews every figure. */
   load: { start: number; end: number };
   options: { sizes: number[]; durationS: number; inFlight: number; itemBytes: number; vs?: string };

@@ -18,7 +18,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import chalk from 'chalk';
 import { summariseProfile } from './profile-summary.js';
-import { BENCH_DIR, killAll, runBullmq, runLoad, startRedis, startSvcq, type Svcq } from './procs.js';
+import { execFileSync } from 'node:child_process';
+import { BENCH_DIR, REPO, snapshotBuild, killAll, runBullmq, runLoad, startRedis, startSvcq, type Svcq } from './procs.js';
 import type { LoadMode, LoadResult, LoadSpec } from './protocol.js';
 import { renderTable, verdicts, type BacklogRun, type BenchRun, type RestartFigures } from './report.js';
 
@@ -227,10 +228,14 @@ async function main(): Promise<void> {
   const started = new Date();
   const stamp = started.toISOString().slice(0, 19).replace(/:/g, '-');
   mkdirSync(path.join(BENCH_DIR, 'results'), { recursive: true });
+  snapshotBuild(path.join(tempRoot('build'), 'svcq'));
+  const git = (...args: string[]): string => execFileSync('git', args, { cwd: REPO, encoding: 'utf8' }).trim();
+  const build = { commit: git('rev-parse', '--short', 'HEAD'), dirty: git('status', '--porcelain', '--untracked-files=no', '--', 'src', 'commands') !== '' };
   const cpus = os.cpus();
   const run: BenchRun = {
     date: started.toISOString(),
     machine: { cpus: cpus.length, cpuModel: cpus[0]?.model ?? '?', memGiB: Math.round(os.totalmem() / 2 ** 30), node: process.version, os: `${os.type()} ${os.release()}` },
+    build,
     load: { start: os.loadavg()[0]!, end: Number.NaN },
     options: { sizes, durationS, inFlight, itemBytes, vs: opts.vs },
     empty: await emptyPhases(),
@@ -244,7 +249,7 @@ async function main(): Promise<void> {
   const file = path.join(BENCH_DIR, 'results', `${stamp}.json`);
   writeFileSync(file, `${JSON.stringify({ ...run, verdicts: verdicts(run) }, null, 2)}\n`);
   console.log('');
-  console.log(chalk.bold(`svcq bench ${run.date} — ${run.machine.cpus}× ${run.machine.cpuModel}, ${run.machine.memGiB} GiB, node ${run.machine.node}; ${itemBytes}-byte items, ${durationS} s per phase`));
+  console.log(chalk.bold(`svcq bench ${run.date} — ${run.machine.cpus}× ${run.machine.cpuModel}, ${run.machine.memGiB} GiB, node ${run.machine.node}; svcq ${build.commit}${build.dirty ? ' + uncommitted src changes' : ''}; ${itemBytes}-byte items, ${durationS} s per phase`));
   const busy = run.load.start > 0.5 ? chalk.yellow(' — the machine was busy before the run: figures are low') : '';
   console.log(`1-minute load average: ${run.load.start.toFixed(2)} at start, ${run.load.end.toFixed(2)} at end${busy}`);
   console.log(renderTable(run));
