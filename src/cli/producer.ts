@@ -84,7 +84,8 @@ export async function postMany(
       try {
         outcomes[index] = { input, result: await postWithRetry(client, queue, input.json, key) };
       } catch (err) {
-        if (err instanceof ClientError && err.message.startsWith('not found')) throw err;
+        // Wrong address, token or queue, or no server at all: every other item would fail the same way.
+        if (err instanceof ClientError && (err.message.startsWith('not found') || (err.transient && err.status === undefined))) throw err;
         outcomes[index] = { input, error: err instanceof Error ? err.message : String(err) };
       }
       options.onDone?.(++count);

@@ -100,7 +100,7 @@ export class ConsoleSink implements WorkerSink {
 
   private redraw(): void {
     if (!this.options.statusLine) return;
-    const columns = (this.options.stderr as NodeJS.WriteStream).columns ?? 100;
+    const columns = (this.options.stderr as NodeJS.WriteStream).columns || 100;
     this.options.stderr.write(`\r\x1b[K${this.statusText().slice(0, Math.max(20, columns - 1))}`);
     this.drawn = true;
   }

@@ -32,6 +32,8 @@ export const EXIT = {
 
 /** When the lease length cannot be read from a claim (clocks disagree), heartbeat this often. */
 const FALLBACK_HEARTBEAT_MS = 1000;
+/** Longest pause between heartbeats, whatever the lease. */
+const MAX_HEARTBEAT_MS = 10_000;
 
 interface Running {
   id: string;
@@ -184,9 +186,10 @@ export class Worker {
     state.job = job;
     if (this.forcing) job.terminate();
 
-    // An accepted progress extends the lease (decisions §3.2): beat three times per lease.
+    // An accepted progress extends the lease (decisions §3.2): beat three times per lease, and at
+    // least every 10 s, since the answer to a beat is also how a cancel reaches a running CMD.
     const leaseMs = leaseUntil - Date.now();
-    const every = leaseMs > 0 ? Math.max(100, Math.floor(leaseMs / 3)) : FALLBACK_HEARTBEAT_MS;
+    const every = leaseMs > 0 ? Math.min(MAX_HEARTBEAT_MS, Math.max(100, Math.floor(leaseMs / 3))) : FALLBACK_HEARTBEAT_MS;
     const heartbeat = setInterval(() => {
       state.dirty = true;
       void this.pumpProgress(state);

@@ -199,6 +199,28 @@ describe('svcq work (decisions §1.3)', function () {
     }
   });
 
+  it('claims only items matching --criteria (interface §4.3)', async () => {
+    const queue = queueName('criteria');
+    await defineQueue(server, queue);
+    const small = await postItem(server, queue, { size: 10 });
+    const big = await postItem(server, queue, { size: 5000 });
+    const run = await work([queue, '--exec', 'cat', '--once', '--criteria', '{"size":{"gt":1000}}']);
+    expect(run.code, run.stderr).to.equal(0);
+    expect((await getItem(server, queue, big)).status).to.equal('finished');
+    expect((await getItem(server, queue, small)).status).to.equal('pending');
+  });
+
+  it('stops CMD after --timeout seconds and reports it as an error record (decisions §1.3)', async () => {
+    const queue = queueName('timeout');
+    await defineQueue(server, queue, { maxAttempts: 1 });
+    const id = await postItem(server, queue, {});
+    const run = await work([queue, '--exec', 'echo started >&2; sleep 5', '--once', '--timeout', '1']);
+    expect(run.code).to.equal(1);
+    const item = await getItem(server, queue, id);
+    expect(item.status).to.equal('failed');
+    expect(item.error).to.deep.equal({ exitCode: null, signal: 'SIGTERM', stderr: 'started\n', reason: 'timed out after 1 s' });
+  });
+
   it('with --once exits 3 when the queue stays empty (decisions §7)', async () => {
     const queue = queueName('empty');
     await defineQueue(server, queue);
