@@ -222,10 +222,10 @@ export class EmbeddedStore implements Store {
    * payload archived). The history file gets the events right after, off the request's path.
    */
   private commit(slot: QueueSlot, changes: Change[], created = false, archive?: { kind: PayloadKind; body: string }): Promise<unknown> {
-    const { records, events } = this.describe(slot, changes, created);
+    const { records, events, eventJson } = this.describe(slot, changes, created);
     const seq = (this.eventSeq += events.length);
-    const durable = this.journal.append(events.length > 0 ? records + eventsRecord(seq, events) : records);
-    if (events.length > 0) durable.then(() => this.deliver(seq, events), () => undefined);
+    const durable = this.journal.append(events.length > 0 ? records + eventsRecord(seq, eventJson) : records);
+    if (events.length > 0) durable.then(() => this.deliver(seq, events, `${eventJson.join('\n')}\n`), () => undefined);
     this.afterChange(slot, changes);
     if (!archive) return durable;
     return Promise.all([durable, this.options.hooks.archive(slot.host, slot.name, changes[0]!.item.id, archive.kind, archive.body)]);
@@ -240,8 +240,8 @@ export class EmbeddedStore implements Store {
    * Hands durable events to the history, in order, and records how far it got; the position goes
    * into the journal now and then, so a restart re-delivers only what may be missing.
    */
-  private deliver(seq: number, events: TaskEvent[]): void {
-    this.delivered = this.options.hooks.events(events).then(
+  private deliver(seq: number, events: TaskEvent[], lines = `${events.map((e) => JSON.stringify(e)).join('\n')}\n`): void {
+    this.delivered = this.options.hooks.events(events, lines).then(
       (position) => {
         if (!position) return;
         this.mark = { seq, ...position };
@@ -255,9 +255,10 @@ export class EmbeddedStore implements Store {
     );
   }
 
-  private describe(slot: QueueSlot, changes: Change[], created: boolean): { records: string; events: TaskEvent[] } {
+  private describe(slot: QueueSlot, changes: Change[], created: boolean): { records: string; events: TaskEvent[]; eventJson: string[] } {
     let records = '';
     const events: TaskEvent[] = [];
+    const eventJson: string[] = [];
     const ts = this.now();
     for (const change of changes) {
       const item = change.item;
@@ -266,9 +267,10 @@ export class EmbeddedStore implements Store {
         const event: TaskEvent = { ts, host: slot.host, queue: slot.name, id: item.id, event: e.event, attempts: item.attempts, status: item.status };
         if (e.worker !== undefined) event.worker = e.worker;
         events.push(event);
+        eventJson.push(JSON.stringify(event));
       }
     }
-    return { records, events };
+    return { records, events, eventJson };
   }
 
   private afterChange(slot: QueueSlot, changes: Change[]): void {

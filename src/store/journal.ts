@@ -54,8 +54,9 @@ export function deleteRecord(queue: string, id: string): string {
   return `${JSON.stringify(['d', queue, id])}\n`;
 }
 
-export function eventsRecord(lastSeq: number, events: TaskEvent[]): string {
-  return `${JSON.stringify(['e', lastSeq, events])}\n`;
+/** The events record, built from the events' own JSON texts so that each is serialised once. */
+export function eventsRecord(lastSeq: number, eventJson: string[]): string {
+  return `["e",${lastSeq},[${eventJson.join(',')}]]\n`;
 }
 
 export function markRecord(mark: HistoryMark): string {

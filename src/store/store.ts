@@ -75,8 +75,11 @@ export interface HistoryPosition {
  * it describes; the history is written just after, and caught up after a crash.
  */
 export interface StoreHooks {
-  /** Appends events the store has already made durable; resolves once the history has them on disk, with its position. */
-  events(events: TaskEvent[]): Promise<HistoryPosition | undefined>;
+  /**
+   * Appends events the store has already made durable; resolves once the history has them on
+   * disk, with its position. `lines` is the same events rendered as JSON lines.
+   */
+  events(events: TaskEvent[], lines: string): Promise<HistoryPosition | undefined>;
   /**
    * At start, before any new event: cuts the history back to the last position the store recorded
    * (none: a new store), and resolves with the history's position from which events will follow.

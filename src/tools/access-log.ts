@@ -29,6 +29,9 @@ export class AccessLog implements AccessLogSink {
   private held: string[] = [];
   private rotating: Promise<void> | undefined;
   private closed = false;
+  /** Lines not yet handed to the stream: written together every 100 ms (or per 64 KiB), not one write per request. */
+  private pending = '';
+  private flushTimer: NodeJS.Timeout | undefined;
 
   private constructor(
     private readonly options: AccessLogOptions,
@@ -64,9 +67,22 @@ export class AccessLog implements AccessLogSink {
   }
 
   private write(line: string): void {
-    this.stream ??= this.openStream();
-    this.stream.write(line);
+    this.pending += line;
     this.size += Buffer.byteLength(line);
+    if (this.pending.length >= 65536) this.flushPending();
+    else if (!this.flushTimer) {
+      this.flushTimer = setTimeout(() => this.flushPending(), 100);
+      this.flushTimer.unref();
+    }
+  }
+
+  private flushPending(): void {
+    clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
+    if (this.pending === '') return;
+    this.stream ??= this.openStream();
+    this.stream.write(this.pending);
+    this.pending = '';
   }
 
   private openStream(): WriteStream {
@@ -80,6 +96,7 @@ export class AccessLog implements AccessLogSink {
   }
 
   private rotate(): void {
+    this.flushPending();
     const stream = this.stream;
     this.stream = undefined;
     this.rotating = (async () => {
@@ -125,6 +142,7 @@ export class AccessLog implements AccessLogSink {
   async close(): Promise<void> {
     this.closed = true;
     while (this.rotating) await this.rotating;
+    this.flushPending();
     const stream = this.stream;
     this.stream = undefined;
     if (stream) await finished(stream.end()).catch((err: Error) => this.options.warn(`access log: ${err.message}`));

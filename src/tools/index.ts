@@ -56,7 +56,7 @@ export async function openTools(options: ToolsOptions): Promise<Tools> {
     payloads,
     sampler,
     hooks: {
-      events: (events) => tasks.append(events),
+      events: (events, lines) => tasks.append(events, lines),
       recoverEvents: (position) => tasks.recover(position),
       archive: (host, queue, id, kind, body) => payloads.write(host, queue, id, kind, body),
     },

@@ -26,19 +26,35 @@ export class TaskEventLog {
 
   constructor(readonly dir: string) {}
 
+  private dayFrom = 0;
+  private dayTo = 0;
+  private dayName = '';
+
+  /** The UTC day of `ts`, without formatting a date for every event. */
+  private dayOf(ts: number): string {
+    if (ts < this.dayFrom || ts >= this.dayTo) {
+      this.dayName = utcDay(ts);
+      this.dayFrom = Date.parse(`${this.dayName}T00:00:00Z`);
+      this.dayTo = this.dayFrom + 86_400_000;
+    }
+    return this.dayName;
+  }
+
   /**
    * Appends events in order; resolves once they are on disk, with the position just past them.
-   * Events of another UTC day go to that day's file.
+   * Events of another UTC day go to that day's file. `rendered`, when given, is the events as
+   * JSON lines already (the store renders them once for its journal and for this file).
    */
-  async append(events: TaskEvent[]): Promise<HistoryPosition | undefined> {
+  async append(events: TaskEvent[], rendered?: string): Promise<HistoryPosition | undefined> {
     let start = 0;
     let position: HistoryPosition | undefined;
     while (start < events.length) {
-      const day = utcDay(events[start]!.ts);
+      const day = this.dayOf(events[start]!.ts);
       let end = start + 1;
-      while (end < events.length && utcDay(events[end]!.ts) === day) end++;
+      while (end < events.length && this.dayOf(events[end]!.ts) === day) end++;
       let lines = '';
-      for (let i = start; i < end; i++) lines += `${JSON.stringify(events[i])}\n`;
+      if (rendered !== undefined && start === 0 && end === events.length) lines = rendered;
+      else for (let i = start; i < end; i++) lines += `${JSON.stringify(events[i])}\n`;
       if (day !== this.day || !this.file) await this.switchTo(day);
       const file = this.file!;
       const written = file.append(lines);
