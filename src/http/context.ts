@@ -31,6 +31,8 @@ export interface ServerContext {
   maxBody: number;
   /** Milliseconds since the epoch; tests may pass a fake. */
   now: () => number;
+  /** The task history; its readers flush it first, so that they see every acknowledged event. */
+  taskHistory?: { flush(): Promise<void> };
   /** Aborted when the server begins to stop: long polls answer at once. */
   stopping: AbortSignal;
 }

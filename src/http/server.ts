@@ -70,6 +70,7 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
     registry,
     store,
     accessLog: tools.accessLog,
+    taskHistory: tools.tasks,
     statsInterval: tools.sampler.intervalMs,
     maxBody: options.maxBody ?? 1024 * 1024,
     now: Date.now,

@@ -67,6 +67,8 @@ export function toolsRouter(ctx: ServerContext): Router {
   router.get('/stats/now', async (_req, res) => sendJson(res, 200, await takeSnapshot()));
 
   router.get('/tasks', async (_req, res) => {
+    // Events reach the day-files a moment after the journal; a reader sees every acknowledged one.
+    await ctx.taskHistory?.flush();
     const files = (await listFiles(tasksDir(home), parseTaskFile)).map((f) => ({ name: f.name, date: f.date, size: f.size }));
     sendJson(res, 200, { files });
   });
@@ -74,6 +76,7 @@ export function toolsRouter(ctx: ServerContext): Router {
   router.get('/tasks/file', async (req, res) => {
     const name = param(req, 'name', 'expected tasks-YYYY-MM-DD.log');
     if (!parseTaskFile(name)) throw new BadRequest(`name "${printable(name)}" is not tasks-YYYY-MM-DD.log`);
+    await ctx.taskHistory?.flush();
     await sendToolFile(res, path.join(tasksDir(home), name), rangeStart(req.get('range')));
   });
 

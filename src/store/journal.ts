@@ -131,6 +131,15 @@ export class Journal {
       .filter((m): m is RegExpExecArray => m !== null && Number(m[1]) >= this.generation)
       .map((m) => Number(m[1]))
       .sort((a, b) => a - b);
+    // Left over by a crash mid-snapshot: a snapshot that was never made current, its temp file, or
+    // files of the generation before that were not removed yet.
+    for (const f of await readdir(dir)) {
+      const m = /^(journal|snapshot)-(\d+)\.jsonl(\.tmp)?$/.exec(f);
+      if (!m) continue;
+      const n = Number(m[2]);
+      const stale = m[3] !== undefined || (m[1] === 'snapshot' ? n !== this.generation : n < this.generation);
+      if (stale) await rm(path.join(dir, f), { force: true });
+    }
     let last = this.generation;
     for (const n of journals) {
       await readRecords(path.join(dir, `journal-${n}.jsonl`), items, events, warn, true);

@@ -19,6 +19,18 @@ export { utcDay } from './files.js';
  * crash, `recover` cuts the file back to the last position the store knew and the store appends
  * the events its journal holds beyond it, so the history has every event exactly once.
  */
+/** How long event lines gather before they are written and synced together. */
+const BATCH_MS = 100;
+
+interface Batch {
+  day: string;
+  lines: string;
+  /** Bytes in `lines`. */
+  bytes: number;
+  /** Each append's promise, settled with the position just past its own lines. */
+  appends: Array<{ end: number; resolve: (position: HistoryPosition) => void; reject: (err: Error) => void }>;
+}
+
 export class TaskEventLog {
   private file: AppendFile | undefined;
   private day = '';
@@ -44,10 +56,15 @@ export class TaskEventLog {
    * Appends events in order; resolves once they are on disk, with the position just past them.
    * Events of another UTC day go to that day's file. `rendered`, when given, is the events as
    * JSON lines already (the store renders them once for its journal and for this file).
+   *
+   * Lines are gathered for up to {@link BATCH_MS} and written and synced together: nobody waits
+   * on this file in a request (the store's journal holds the events durably first), so one
+   * fdatasync every few hundred milliseconds is enough, and it stays out of the journal's way.
    */
-  async append(events: TaskEvent[], rendered?: string): Promise<HistoryPosition | undefined> {
+  append(events: TaskEvent[], rendered?: string): Promise<HistoryPosition | undefined> {
+    if (events.length === 0) return Promise.resolve(undefined);
     let start = 0;
-    let position: HistoryPosition | undefined;
+    let done!: Promise<HistoryPosition>;
     while (start < events.length) {
       const day = this.dayOf(events[start]!.ts);
       let end = start + 1;
@@ -55,15 +72,46 @@ export class TaskEventLog {
       let lines = '';
       if (rendered !== undefined && start === 0 && end === events.length) lines = rendered;
       else for (let i = start; i < end; i++) lines += `${JSON.stringify(events[i])}\n`;
-      if (day !== this.day || !this.file) await this.switchTo(day);
-      const file = this.file!;
-      const written = file.append(lines);
-      // The file's size counts what is queued, so right after queuing it is the end of these lines.
-      position = { file: path.basename(file.file), size: file.size };
-      await written;
+      if (this.batch && this.batch.day !== day) this.writeBatch();
+      if (!this.batch) {
+        this.batch = { day, lines: '', bytes: 0, appends: [] };
+        this.batchTimer = setTimeout(() => this.writeBatch(), BATCH_MS);
+      }
+      const batch = this.batch;
+      batch.lines += lines;
+      batch.bytes += Buffer.byteLength(lines);
+      const through = batch.bytes;
+      done = new Promise<HistoryPosition>((resolve, reject) => batch.appends.push({ end: through, resolve, reject }));
+      if (batch.bytes >= 1 << 20) this.writeBatch();
       start = end;
     }
-    return position;
+    return done;
+  }
+
+  private batch: Batch | undefined;
+  private batchTimer: NodeJS.Timeout | undefined;
+  /** The chain of batch writes, one after another, in order. */
+  private writing: Promise<void> = Promise.resolve();
+
+  private writeBatch(): void {
+    clearTimeout(this.batchTimer);
+    this.batchTimer = undefined;
+    const batch = this.batch;
+    if (!batch) return;
+    this.batch = undefined;
+    this.writing = this.writing.then(async () => {
+      try {
+        if (batch.day !== this.day || !this.file) await this.switchTo(batch.day);
+        const file = this.file!;
+        // The file's size counts what is queued: before queuing, it is where this batch starts.
+        const base = file.size;
+        await file.append(batch.lines);
+        const name = path.basename(file.file);
+        for (const a of batch.appends) a.resolve({ file: name, size: base + a.end });
+      } catch (err) {
+        for (const a of batch.appends) a.reject(err as Error);
+      }
+    });
   }
 
   /**
@@ -105,7 +153,14 @@ export class TaskEventLog {
     }
   }
 
+  /** Writes and syncs everything appended so far. */
+  async flush(): Promise<void> {
+    this.writeBatch();
+    await this.writing;
+  }
+
   async close(): Promise<void> {
+    await this.flush();
     while (this.opening) await this.opening;
     await this.file?.close();
     this.file = undefined;
