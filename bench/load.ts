@@ -3,7 +3,7 @@
  * the traffic it answers. Reads a LoadSpec (JSON) from argv[2], drives the queue over keep-alive
  * HTTP with `inFlight` concurrent loops, prints one `BENCH-RESULT {…}` line and exits.
  */
-import http from 'node:http';
+import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { makeItem, RESULT_PREFIX, summarise, type LoadResult, type LoadSpec } from './protocol.js';
 
@@ -11,38 +11,62 @@ const spec = JSON.parse(process.argv[2] ?? '') as LoadSpec;
 const base = new URL(spec.url);
 if (base.hostname !== '127.0.0.1') throw new Error(`the load generator only talks to 127.0.0.1, not ${base.hostname}`);
 
-const agent = new http.Agent({ keepAlive: true, maxSockets: spec.inFlight, maxFreeSockets: spec.inFlight, scheduling: 'fifo' });
-const port = Number(base.port);
+// A minimal HTTP/1.1 client on raw keep-alive sockets: one connection per loop, one request in
+// flight on each. node:http's client (and even undici's) costs more CPU per request than the
+// server's whole handling of it, and the load generator shares the machine's two cores with the
+// server, so a heavy client would measure itself.
 const postPath = `/${spec.queue}`;
 const claimPath = `/${spec.queue}/claim`;
+const port = Number(base.port);
 
 interface Reply {
   status: number;
   text: string;
 }
 
-function send(path: string, body: string): Promise<Reply> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      {
-        agent,
-        host: '127.0.0.1',
-        port,
-        method: 'POST',
-        path,
-        headers: { host: spec.host, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
-      },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => (text += chunk));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-        res.on('error', reject);
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
+class Connection {
+  private socket: net.Socket;
+  private buffer: Buffer = Buffer.alloc(0);
+  private pending: { resolve: (r: Reply) => void; reject: (e: Error) => void } | undefined;
+
+  constructor() {
+    this.socket = net.connect(port, '127.0.0.1');
+    this.socket.setNoDelay(true);
+    this.socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    this.socket.on('error', (err) => this.fail(err));
+    this.socket.on('close', () => this.fail(new Error('connection closed')));
+  }
+
+  send(path: string, body: string): Promise<Reply> {
+    return new Promise((resolve, reject) => {
+      this.pending = { resolve, reject };
+      this.socket.write(`POST ${path} HTTP/1.1\r\nhost: ${spec.host}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    });
+  }
+
+  private onData(chunk: Buffer): void {
+    this.buffer = this.buffer.length === 0 ? chunk : Buffer.concat([this.buffer, chunk]);
+    const headEnd = this.buffer.indexOf('\r\n\r\n');
+    if (headEnd === -1) return;
+    const head = this.buffer.toString('latin1', 0, headEnd);
+    const length = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0);
+    if (this.buffer.length < headEnd + 4 + length) return;
+    const text = this.buffer.toString('utf8', headEnd + 4, headEnd + 4 + length);
+    this.buffer = this.buffer.subarray(headEnd + 4 + length);
+    const pending = this.pending;
+    this.pending = undefined;
+    pending?.resolve({ status: Number(head.slice(9, 12)), text });
+  }
+
+  private fail(err: Error): void {
+    const pending = this.pending;
+    this.pending = undefined;
+    pending?.reject(err);
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
 }
 
 let started = 0;
@@ -66,10 +90,10 @@ function fail(what: string): void {
   firstError ??= what.slice(0, 300);
 }
 
-async function post(): Promise<boolean> {
+async function post(conn: Connection): Promise<boolean> {
   const seq = started;
   const t = spec.recordLatency ? performance.now() : 0;
-  const reply = await send(postPath, makeItem(seq, spec.itemBytes));
+  const reply = await conn.send(postPath, makeItem(seq, spec.itemBytes));
   if (spec.recordLatency && spec.mode !== 'cycle') latencies.push(performance.now() - t);
   if (reply.status !== 200) {
     fail(`post: ${reply.status} ${reply.text}`);
@@ -79,8 +103,8 @@ async function post(): Promise<boolean> {
 }
 
 /** Claims one item and posts its result; false when the queue had nothing. */
-async function claimAndFinish(worker: string): Promise<boolean | 'error'> {
-  const claim = await send(claimPath, `{"worker":"${worker}"}`);
+async function claimAndFinish(conn: Connection, worker: string): Promise<boolean | 'error'> {
+  const claim = await conn.send(claimPath, `{"worker":"${worker}"}`);
   if (claim.status !== 200) {
     fail(`claim: ${claim.status} ${claim.text}`);
     return 'error';
@@ -90,7 +114,7 @@ async function claimAndFinish(worker: string): Promise<boolean | 'error'> {
     empties++;
     return false;
   }
-  const result = await send(`/${spec.queue}/items/${body.id}/result`, '{"output":"done"}');
+  const result = await conn.send(`/${spec.queue}/items/${body.id}/result`, '{"output":"done"}');
   if (result.status !== 200 || !(JSON.parse(result.text) as { accepted?: boolean }).accepted) {
     fail(`result: ${result.status} ${result.text}`);
     return 'error';
@@ -98,8 +122,11 @@ async function claimAndFinish(worker: string): Promise<boolean | 'error'> {
   return true;
 }
 
+const connections = Array.from({ length: spec.inFlight }, () => new Connection());
+
 async function loop(index: number): Promise<void> {
   const worker = `bench-${process.pid}-${index}`;
+  const conn = connections[index]!;
   while (more()) {
     started++;
     try {
@@ -107,19 +134,19 @@ async function loop(index: number): Promise<void> {
         case 'post':
         case 'prefill':
         case 'latency':
-          if (await post()) count++;
+          if (await post(conn)) count++;
           break;
         case 'cycle': {
           const t = spec.recordLatency ? performance.now() : 0;
-          if (!(await post())) break;
-          if ((await claimAndFinish(worker)) === true) {
+          if (!(await post(conn))) break;
+          if ((await claimAndFinish(conn, worker)) === true) {
             count++;
             if (spec.recordLatency) latencies.push(performance.now() - t);
           }
           break;
         }
         case 'drain': {
-          const done = await claimAndFinish(worker);
+          const done = await claimAndFinish(conn, worker);
           if (done === true) count++;
           // An empty queue ends this loop: the drain is over.
           else if (done === false) return;
@@ -135,7 +162,7 @@ async function loop(index: number): Promise<void> {
 await Promise.all(Array.from({ length: spec.inFlight }, (_, i) => loop(i)));
 const elapsedMs = performance.now() - t0;
 const cpu = process.cpuUsage(cpu0);
-agent.destroy();
+for (const c of connections) c.close();
 
 const result: LoadResult = {
   mode: spec.mode,
