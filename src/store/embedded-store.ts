@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import type { Criteria } from '../engine/criteria.js';
-import { isTerminal, type ItemStatus, type TaskEvent } from '../engine/item.js';
+import { isTerminal, type ItemStatus } from '../engine/item.js';
 import { Queue, type Change, type Item, type Outcome } from '../engine/queue.js';
 import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord, type HistoryMark } from './journal.js';
-import type { Claimed, ClaimInput, PayloadKind, PostInput, PostOutcome, QueueRef, StatusRecord, Store, StoreHooks, SubmitOutcome } from './store.js';
+import type { Claimed, ClaimInput, EventBatch, PayloadKind, PostInput, PostOutcome, QueueRef, StatusRecord, Store, StoreHooks, SubmitOutcome } from './store.js';
 
 export interface EmbeddedStoreOptions {
   /** `<root>/_svcq/store` */
@@ -28,6 +28,10 @@ interface QueueSlot {
   key: string;
   host: string;
   name: string;
+  /** The start of every task event of this queue, as JSON text: `"host":…,"queue":…`. */
+  eventPrefix: string;
+  /** The key as JSON text, for journal records. */
+  keyJson: string;
   queue: Queue;
   waiters: ClaimWaiter[];
   timer: NodeJS.Timeout | undefined;
@@ -68,7 +72,9 @@ export class EmbeddedStore implements Store {
     this.eventSeq = events.lastSeq;
     const start = await this.options.hooks.recoverEvents(events.mark);
     this.mark = events.mark ?? { seq: events.lastSeq, ...start };
-    for (const [seq, batch] of events.pending) this.deliver(seq, batch);
+    for (const [seq, batch] of events.pending) {
+      if (batch.length > 0) this.deliver(seq, { ts: batch[0]!.ts, lines: batch.map((e) => `${JSON.stringify(e)}\n`).join('') });
+    }
     await this.delivered;
     // From here on a restart knows where the history stands, even if it stops before the next mark.
     await this.journal.append(markRecord(this.mark));
@@ -211,7 +217,19 @@ export class EmbeddedStore implements Store {
     let slot = this.slots.get(key);
     if (!slot) {
       const slash = key.indexOf('/');
-      slot = { key, host: key.slice(0, slash), name: key.slice(slash + 1), queue: new Queue(config), waiters: [], timer: undefined, timerAt: Infinity };
+      const host = key.slice(0, slash);
+      const name = key.slice(slash + 1);
+      slot = {
+        key,
+        host,
+        name,
+        eventPrefix: `"host":${JSON.stringify(host)},"queue":${JSON.stringify(name)}`,
+        keyJson: JSON.stringify(key),
+        queue: new Queue(config),
+        waiters: [],
+        timer: undefined,
+        timerAt: Infinity,
+      };
       this.slots.set(key, slot);
     }
     return slot;
@@ -222,10 +240,10 @@ export class EmbeddedStore implements Store {
    * payload archived). The history file gets the events right after, off the request's path.
    */
   private commit(slot: QueueSlot, changes: Change[], created = false, archive?: { kind: PayloadKind; body: string }): Promise<unknown> {
-    const { records, events, eventJson } = this.describe(slot, changes, created);
-    const seq = (this.eventSeq += events.length);
-    const durable = this.journal.append(events.length > 0 ? records + eventsRecord(seq, eventJson) : records);
-    if (events.length > 0) durable.then(() => this.deliver(seq, events, `${eventJson.join('\n')}\n`), () => undefined);
+    const { records, eventList, lines, count, ts } = this.describe(slot, changes, created);
+    const seq = (this.eventSeq += count);
+    const durable = this.journal.append(count > 0 ? records + eventsRecord(seq, eventList) : records);
+    if (count > 0) durable.then(() => this.deliver(seq, { ts, lines }), () => undefined);
     this.afterChange(slot, changes);
     if (!archive) return durable;
     return Promise.all([durable, this.options.hooks.archive(slot.host, slot.name, changes[0]!.item.id, archive.kind, archive.body)]);
@@ -240,10 +258,9 @@ export class EmbeddedStore implements Store {
    * Hands durable events to the history, in order, and records how far it got; the position goes
    * into the journal now and then, so a restart re-delivers only what may be missing.
    */
-  private deliver(seq: number, events: TaskEvent[], lines = `${events.map((e) => JSON.stringify(e)).join('\n')}\n`): void {
-    this.delivered = this.options.hooks.events(events, lines).then(
+  private deliver(seq: number, batch: EventBatch): void {
+    this.delivered = this.options.hooks.events(batch).then(
       (position) => {
-        if (!position) return;
         this.mark = { seq, ...position };
         const now = this.now();
         if (now - this.markWrittenAt >= 250 && !this.closed) {
@@ -255,22 +272,29 @@ export class EmbeddedStore implements Store {
     );
   }
 
-  private describe(slot: QueueSlot, changes: Change[], created: boolean): { records: string; events: TaskEvent[]; eventJson: string[] } {
+  /**
+   * The journal records of changes and their task events as JSON text. Built by hand: this runs
+   * for every change, and only strings that may need escaping (a worker name) are serialised.
+   */
+  private describe(slot: QueueSlot, changes: Change[], created: boolean): { records: string; eventList: string; lines: string; count: number; ts: number } {
     let records = '';
-    const events: TaskEvent[] = [];
-    const eventJson: string[] = [];
+    let eventList = '';
+    let lines = '';
+    let count = 0;
     const ts = this.now();
     for (const change of changes) {
       const item = change.item;
-      records += change.purged ? deleteRecord(slot.key, item.id) : created ? itemRecord(slot.key, item) : updateRecord(slot.key, item);
+      records += change.purged ? deleteRecord(slot.keyJson, item.id) : created ? itemRecord(slot.keyJson, item) : updateRecord(slot.keyJson, item);
       for (const e of change.events) {
-        const event: TaskEvent = { ts, host: slot.host, queue: slot.name, id: item.id, event: e.event, attempts: item.attempts, status: item.status };
-        if (e.worker !== undefined) event.worker = e.worker;
-        events.push(event);
-        eventJson.push(JSON.stringify(event));
+        const worker = e.worker === undefined ? '' : `,"worker":${JSON.stringify(e.worker)}`;
+        // Field order as in TaskEvent: ts, host, queue, id, event, attempts, status, worker.
+        const event = `{"ts":${ts},${slot.eventPrefix},"id":"${item.id}","event":"${e.event}","attempts":${item.attempts},"status":"${item.status}"${worker}}`;
+        eventList += count > 0 ? `,${event}` : event;
+        lines += `${event}\n`;
+        count++;
       }
     }
-    return { records, events, eventJson };
+    return { records, eventList, lines, count, ts };
   }
 
   private afterChange(slot: QueueSlot, changes: Change[]): void {
@@ -287,8 +311,8 @@ export class EmbeddedStore implements Store {
     }
   }
 
-  private *allItems(): Iterable<[string, Item]> {
-    for (const slot of this.slots.values()) for (const item of slot.queue.items.values()) yield [slot.key, item];
+  private *allItems(): Iterable<[queueJson: string, item: Item]> {
+    for (const slot of this.slots.values()) for (const item of slot.queue.items.values()) yield [slot.keyJson, item];
   }
 
   /** Hands a newly claimable item to the longest-waiting claim whose criteria it passes. */

@@ -34,29 +34,37 @@ import { AppendFile } from './append-file.js';
 //   ["m", seq, file, size]          the task history holds every event up to seq: `file` has `size` bytes
 type StateFields = [Item['status'], number, number | null, number, string | null, number | null, number, string | null, string | null, string | null, number | null];
 
-function stateOf(item: Item): StateFields {
-  return [item.status, item.updatedAt, item.finishedAt, item.attempts, item.leaseWorker, item.leaseUntil, item.availableAt, item.progress, item.result, item.error, item.fetchedAt];
-}
-
 function applyState(item: Item, s: StateFields): void {
   [item.status, item.updatedAt, item.finishedAt, item.attempts, item.leaseWorker, item.leaseUntil, item.availableAt, item.progress, item.result, item.error, item.fetchedAt] = s;
 }
 
-export function itemRecord(queue: string, item: Item): string {
-  return `${JSON.stringify(['i', queue, item.id, item.ord, item.body, item.postedBy, item.postedAt, item.idempotencyKey, ...stateOf(item)])}\n`;
+/** JSON text of a string or null. */
+function text(s: string | null): string {
+  return s === null ? 'null' : JSON.stringify(s);
 }
 
-export function updateRecord(queue: string, item: Item): string {
-  return `${JSON.stringify(['u', queue, item.id, ...stateOf(item)])}\n`;
+// Records are written on every change, so they are built as text rather than through an array
+// and JSON.stringify; only the strings that may need escaping go through JSON.stringify.
+function stateText(item: Item): string {
+  return `"${item.status}",${item.updatedAt},${item.finishedAt},${item.attempts},${text(item.leaseWorker)},${item.leaseUntil},${item.availableAt},${text(item.progress)},${text(item.result)},${text(item.error)},${item.fetchedAt}`;
 }
 
-export function deleteRecord(queue: string, id: string): string {
-  return `${JSON.stringify(['d', queue, id])}\n`;
+/** `queueJson` is the queue's key as JSON text (a quoted string). */
+export function itemRecord(queueJson: string, item: Item): string {
+  return `["i",${queueJson},"${item.id}",${item.ord},${JSON.stringify(item.body)},${JSON.stringify(item.postedBy)},${item.postedAt},${text(item.idempotencyKey)},${stateText(item)}]\n`;
 }
 
-/** The events record, built from the events' own JSON texts so that each is serialised once. */
-export function eventsRecord(lastSeq: number, eventJson: string[]): string {
-  return `["e",${lastSeq},[${eventJson.join(',')}]]\n`;
+export function updateRecord(queueJson: string, item: Item): string {
+  return `["u",${queueJson},"${item.id}",${stateText(item)}]\n`;
+}
+
+export function deleteRecord(queueJson: string, id: string): string {
+  return `["d",${queueJson},"${id}"]\n`;
+}
+
+/** The events record, built from the events' own JSON texts (`eventList`: comma-separated) so that each is serialised once. */
+export function eventsRecord(lastSeq: number, eventList: string): string {
+  return `["e",${lastSeq},[${eventList}]]\n`;
 }
 
 export function markRecord(mark: HistoryMark): string {
@@ -175,7 +183,7 @@ export class Journal {
    * Starts a new generation: appends go to a new journal from now on, and `items` (all live
    * items, iterated while the server keeps running) are streamed into the new snapshot.
    */
-  snapshot(items: () => Iterable<[string, Item]>, historyMark: () => Promise<HistoryMark | null>): Promise<void> {
+  snapshot(items: () => Iterable<[queueJson: string, item: Item]>, historyMark: () => Promise<HistoryMark | null>): Promise<void> {
     if (this.compacting) return this.compacting;
     this.compacting = this.writeSnapshot(items, historyMark).finally(() => {
       this.compacting = undefined;
@@ -187,7 +195,7 @@ export class Journal {
    * `historyMark` resolves once the task history holds every event handed to it so far (all of
    * them in journals older than the new one), with its position: the older journals can go.
    */
-  private async writeSnapshot(items: () => Iterable<[string, Item]>, historyMark: () => Promise<HistoryMark | null>): Promise<void> {
+  private async writeSnapshot(items: () => Iterable<[queueJson: string, item: Item]>, historyMark: () => Promise<HistoryMark | null>): Promise<void> {
     const { dir } = this.options;
     const next = this.current + 1;
     const previous = this.file;

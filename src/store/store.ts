@@ -1,6 +1,6 @@
 import type { QueueConfig } from '../engine/config.js';
 import type { Criteria } from '../engine/criteria.js';
-import type { ItemStatus, TaskEvent } from '../engine/item.js';
+import type { ItemStatus } from '../engine/item.js';
 
 /** Which queue an operation is for, with its rules as they stand for this request. */
 export interface QueueRef {
@@ -63,6 +63,12 @@ export interface StatusRecord {
 
 export type PayloadKind = 'item' | 'progress' | 'result' | 'error';
 
+/** Task events of one change, all stamped with the same `ts`, as JSON lines (one `TaskEvent` each). */
+export interface EventBatch {
+  ts: number;
+  lines: string;
+}
+
 /** How far the task history got: `file` holds exactly `size` bytes of events up to then. */
 export interface HistoryPosition {
   file: string;
@@ -75,11 +81,8 @@ export interface HistoryPosition {
  * it describes; the history is written just after, and caught up after a crash.
  */
 export interface StoreHooks {
-  /**
-   * Appends events the store has already made durable; resolves once the history has them on
-   * disk, with its position. `lines` is the same events rendered as JSON lines.
-   */
-  events(events: TaskEvent[], lines: string): Promise<HistoryPosition | undefined>;
+  /** Appends events the store has already made durable; resolves once the history has them on disk, with its position. */
+  events(batch: EventBatch): Promise<HistoryPosition>;
   /**
    * At start, before any new event: cuts the history back to the last position the store recorded
    * (none: a new store), and resolves with the history's position from which events will follow.

@@ -56,7 +56,7 @@ export async function openTools(options: ToolsOptions): Promise<Tools> {
     payloads,
     sampler,
     hooks: {
-      events: (events, lines) => tasks.append(events, lines),
+      events: (batch) => tasks.append(batch),
       recoverEvents: (position) => tasks.recover(position),
       archive: (host, queue, id, kind, body) => payloads.write(host, queue, id, kind, body),
     },

@@ -1,7 +1,6 @@
 import { mkdir, readdir, rm, stat, truncate } from 'node:fs/promises';
 import path from 'node:path';
-import type { TaskEvent } from '../engine/item.js';
-import type { HistoryPosition } from '../store/store.js';
+import type { EventBatch, HistoryPosition } from '../store/store.js';
 import { fsyncDir } from '../definitions/registry.js';
 import { AppendFile } from '../store/append-file.js';
 import { taskFileName, utcDay } from './files.js';
@@ -53,38 +52,26 @@ export class TaskEventLog {
   }
 
   /**
-   * Appends events in order; resolves once they are on disk, with the position just past them.
-   * Events of another UTC day go to that day's file. `rendered`, when given, is the events as
-   * JSON lines already (the store renders them once for its journal and for this file).
+   * Appends a batch of events (JSON lines, all of one `ts`) in order; resolves once they are on
+   * disk, with the position just past them. Each goes to the day-file of its UTC day.
    *
    * Lines are gathered for up to {@link BATCH_MS} and written and synced together: nobody waits
    * on this file in a request (the store's journal holds the events durably first), so one
    * fdatasync every few hundred milliseconds is enough, and it stays out of the journal's way.
    */
-  append(events: TaskEvent[], rendered?: string): Promise<HistoryPosition | undefined> {
-    if (events.length === 0) return Promise.resolve(undefined);
-    let start = 0;
-    let done!: Promise<HistoryPosition>;
-    while (start < events.length) {
-      const day = this.dayOf(events[start]!.ts);
-      let end = start + 1;
-      while (end < events.length && this.dayOf(events[end]!.ts) === day) end++;
-      let lines = '';
-      if (rendered !== undefined && start === 0 && end === events.length) lines = rendered;
-      else for (let i = start; i < end; i++) lines += `${JSON.stringify(events[i])}\n`;
-      if (this.batch && this.batch.day !== day) this.writeBatch();
-      if (!this.batch) {
-        this.batch = { day, lines: '', bytes: 0, appends: [] };
-        this.batchTimer = setTimeout(() => this.writeBatch(), BATCH_MS);
-      }
-      const batch = this.batch;
-      batch.lines += lines;
-      batch.bytes += Buffer.byteLength(lines);
-      const through = batch.bytes;
-      done = new Promise<HistoryPosition>((resolve, reject) => batch.appends.push({ end: through, resolve, reject }));
-      if (batch.bytes >= 1 << 20) this.writeBatch();
-      start = end;
+  append(events: EventBatch): Promise<HistoryPosition> {
+    const day = this.dayOf(events.ts);
+    if (this.batch && this.batch.day !== day) this.writeBatch();
+    if (!this.batch) {
+      this.batch = { day, lines: '', bytes: 0, appends: [] };
+      this.batchTimer = setTimeout(() => this.writeBatch(), BATCH_MS);
     }
+    const batch = this.batch;
+    batch.lines += events.lines;
+    batch.bytes += Buffer.byteLength(events.lines);
+    const through = batch.bytes;
+    const done = new Promise<HistoryPosition>((resolve, reject) => batch.appends.push({ end: through, resolve, reject }));
+    if (batch.bytes >= 1 << 20) this.writeBatch();
     return done;
   }
 
