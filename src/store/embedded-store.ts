@@ -60,6 +60,9 @@ export class EmbeddedStore implements Store {
   private mark: HistoryMark | null = null;
   private markWrittenAt = 0;
   private delivered: Promise<unknown> = Promise.resolve();
+  /** Events written to the journal in this turn of the event loop, for the history once durable. */
+  private outbox: Array<{ seq: number; ts: number; lines: string }> = [];
+  private outboxDurable: Promise<void> = Promise.resolve();
 
   constructor(private readonly options: EmbeddedStoreOptions) {
     this.journal = new Journal({ dir: options.dir, warn: options.warn, compactBytes: options.compactBytes });
@@ -243,7 +246,7 @@ export class EmbeddedStore implements Store {
     const { records, eventList, lines, count, ts } = this.describe(slot, changes, created);
     const seq = (this.eventSeq += count);
     const durable = this.journal.append(count > 0 ? records + eventsRecord(seq, eventList) : records);
-    if (count > 0) durable.then(() => this.deliver(seq, { ts, lines }), () => undefined);
+    if (count > 0) this.toDeliver(seq, ts, lines, durable);
     this.afterChange(slot, changes);
     if (!archive) return durable;
     return Promise.all([durable, this.options.hooks.archive(slot.host, slot.name, changes[0]!.item.id, archive.kind, archive.body)]);
@@ -252,6 +255,34 @@ export class EmbeddedStore implements Store {
   /** The same for changes nobody is waiting to acknowledge (time-driven ones, fetch stamps). */
   private commitLater(slot: QueueSlot, changes: Change[]): void {
     this.commit(slot, changes).catch((err: Error) => this.options.warn(`a change could not be written: ${err.message}`));
+  }
+
+  /**
+   * Queues events for the history. Journal appends resolve in order, so once the last append of
+   * this turn is durable all of them are: one delivery per turn rather than one per change.
+   */
+  private toDeliver(seq: number, ts: number, lines: string, durable: Promise<void>): void {
+    if (this.outbox.length === 0) {
+      queueMicrotask(() => {
+        const batch = this.outbox;
+        this.outbox = [];
+        this.outboxDurable.then(
+          () => {
+            const first = batch[0]!;
+            const last = batch[batch.length - 1]!;
+            // One history append for the lot, unless they straddle midnight (UTC).
+            if (Math.floor(first.ts / 86_400_000) === Math.floor(last.ts / 86_400_000)) {
+              this.deliver(last.seq, { ts: first.ts, lines: batch.length === 1 ? first.lines : batch.map((b) => b.lines).join('') });
+            } else {
+              for (const b of batch) this.deliver(b.seq, { ts: b.ts, lines: b.lines });
+            }
+          },
+          () => undefined,
+        );
+      });
+    }
+    this.outbox.push({ seq, ts, lines });
+    this.outboxDurable = durable;
   }
 
   /**
