@@ -18,7 +18,7 @@ The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/m
     'log-max-bytes': Flags.integer({ description: 'rotate the access log once it passes this many bytes', default: 16 * 1024 * 1024, min: 1 }),
     'log-keep': Flags.integer({ description: 'rotated access logs to keep', default: 20, min: 0 }),
     'stats-interval': Flags.integer({ description: 'milliseconds between server-health samples', default: 15_000, min: 100 }),
-    'compact-bytes': Flags.integer({ description: 'journal size in bytes past which the store writes a snapshot (and at least twice the last snapshot)', default: 64 * 1024 * 1024, min: 1024 }),
+    'compact-bytes': Flags.integer({ description: 'journal size in bytes past which the store writes a snapshot (and at least four times the last snapshot)', default: 64 * 1024 * 1024, min: 1024 }),
   };
 
   async run(): Promise<void> {
