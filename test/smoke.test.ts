@@ -1,16 +1,9 @@
 import { expect } from 'chai';
 import { request } from './support/http.js';
-import { cleanupTemp, startServer, type TestServer } from './support/server.js';
+import { cleanupTemp, startServer, serverForSuite } from './support/server.js';
 
 describe('svcq serve (smoke)', () => {
-  let server: TestServer;
-  before(async () => {
-    server = await startServer();
-  });
-  after(async () => {
-    await server.stop();
-    cleanupTemp(server.root);
-  });
+  const server = serverForSuite();
 
   it('answers GET /api/version with { api: 2 } for the master token (interface §4.5)', async () => {
     const reply = await request(server.url, '/api/version', { token: server.masterToken });

@@ -2,18 +2,11 @@ import { spawn } from 'node:child_process';
 import { expect } from 'chai';
 import { runCli, type CliResult } from '../support/cli.js';
 import { request } from '../support/http.js';
-import { BIN, cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { BIN, serverForSuite } from '../support/server.js';
 import { HOST, defineQueue, getItem, postItem, queueName } from '../worker/support.js';
 
 describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
-  let server: TestServer;
-  before(async () => {
-    server = await startServer();
-  });
-  after(async () => {
-    await server.stop();
-    cleanupTemp(server.root);
-  });
+  const server = serverForSuite();
 
   const cli = (args: string[], input?: string): Promise<CliResult> => runCli([...args, '--url', server.url, '--host', HOST], { input });
   const lines = (text: string): unknown[] => text.trim().split('\n').map((l) => JSON.parse(l) as unknown);

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import { expect } from 'chai';
-import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { cleanupTemp, startServer, serverForSuite } from '../support/server.js';
 import { newQueue, type Json } from './queue-api.js';
 
 const HOST = 'poll.example.com';
@@ -14,14 +14,7 @@ async function timed<T>(work: Promise<T>, since = Date.now()): Promise<{ value: 
 
 describe('long polls over HTTP', function () {
   this.timeout(20_000);
-  let server: TestServer;
-  before(async () => {
-    server = await startServer();
-  });
-  after(async () => {
-    await server.stop();
-    cleanupTemp(server.root);
-  });
+  const server = serverForSuite();
 
   it('holds a claim with wait and answers it as soon as an item is posted (decisions §3.3)', async () => {
     const q = await newQueue(server, HOST);

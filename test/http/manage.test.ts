@@ -3,7 +3,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import { request, type Reply } from '../support/http.js';
-import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { cleanupTemp, startServer, serverForSuite } from '../support/server.js';
 import { uniqueName } from './queue-api.js';
 
 /** Management endpoints (interface §4.5, §7; decisions §2): manifest, PUT and DELETE of one definition. */
@@ -26,14 +26,7 @@ function definitionFiles(root: string): string[] {
 }
 
 describe('management API: manifest, PUT and DELETE /api/v2/def (black box)', () => {
-  let server: TestServer;
-  before(async () => {
-    server = await startServer();
-  });
-  after(async () => {
-    await server.stop();
-    cleanupTemp(server.root);
-  });
+  const server = serverForSuite();
 
   /** `rawPath` goes into the query string as it is: the test controls every byte of the encoding. */
   const put = (rawPath: string, body: string | Buffer, headers: Record<string, string> = {}): Promise<Reply> =>

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { cleanupTemp, startServer, serverForSuite } from '../support/server.js';
 import { agentRequest, defineQueue, defineUser, keepAliveAgent, newQueue, pool, PUBLIC_ACCESS, type Json } from './queue-api.js';
 
 const HOST = 'jobs.example.com';
@@ -8,14 +8,7 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 
 describe('queue endpoints over HTTP', function () {
   this.timeout(20_000);
-  let server: TestServer;
-  before(async () => {
-    server = await startServer();
-  });
-  after(async () => {
-    await server.stop();
-    cleanupTemp(server.root);
-  });
+  const server = serverForSuite();
 
   describe('lifecycle and routing', () => {
     it('takes an item through post → claim → progress → result, routed by Host (interface §3, §4.1–§4.2; decisions §3.1)', async () => {

@@ -85,3 +85,19 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
     },
   };
 }
+
+/**
+ * One server for the tests of the calling `describe`: started before them, stopped after them,
+ * its root removed. The returned object is filled in by the `before` hook.
+ */
+export function serverForSuite(options: StartOptions = {}): TestServer {
+  const server = {} as TestServer;
+  before(async () => {
+    Object.assign(server, await startServer(options));
+  });
+  after(async () => {
+    await server.stop();
+    cleanupTemp(server.root);
+  });
+  return server;
+}

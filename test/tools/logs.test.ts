@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { request } from '../support/http.js';
-import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { cleanupTemp, startServer, type TestServer, serverForSuite } from '../support/server.js';
 import { eventually, expectBadRequest, expectEmpty200, expectIntegers, tools } from './helpers.js';
 
 interface LogList {
@@ -26,14 +26,7 @@ async function linesUntil(server: TestServer, marker: string): Promise<Array<Rec
 }
 
 describe('access log and /api/v2/logs (interface §4.6, decisions §5)', () => {
-  let server: TestServer;
-  before(async () => {
-    server = await startServer();
-  });
-  after(async () => {
-    await server.stop();
-    cleanupTemp(server.root);
-  });
+  const server = serverForSuite();
 
   it('writes one access line per request with ts, method, host, path, status, ms, bytes and ip (decisions §5)', async () => {
     await request(server.url, '/shape-check', { host: 'jobs.shape.test' });
