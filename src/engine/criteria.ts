@@ -11,11 +11,16 @@ const OPERATORS = new Set(['eq', 'ne', 'lt', 'lte', 'gt', 'gte', 'in']);
 
 /** True when `item` (a parsed JSON object) passes every criterion. */
 export function matches(item: Record<string, unknown>, criteria: Criteria): boolean {
-  for (const field in criteria) {
-    if (!Object.prototype.hasOwnProperty.call(item, field)) return false;
-    if (!passes(item[field] as Json, criteria[field] as Json)) return false;
+  try {
+    for (const field in criteria) {
+      if (!Object.prototype.hasOwnProperty.call(item, field)) return false;
+      if (!passes(item[field] as Json, criteria[field] as Json)) return false;
+    }
+    return true;
+  } catch {
+    // Values nested too deep to compare (the stack runs out) fail closed, like any other criterion that cannot pass.
+    return false;
   }
-  return true;
 }
 
 function passes(value: Json, matcher: Json): boolean {

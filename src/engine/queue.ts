@@ -264,6 +264,8 @@ export class Queue {
   /** decisions §3.2: pending again (keeping its place) while attempts remain, else failed. */
   private requeueOrFail(item: Item, now: number): 'requeued' | 'failed' {
     if (item.attempts < this.config.maxAttempts) {
+      // An error for an item that was still pending: it is filed again below, under its delay.
+      this.pending.delete(item.ord);
       item.status = 'pending';
       item.updatedAt = now;
       item.leaseUntil = null;

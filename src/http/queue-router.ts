@@ -86,7 +86,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     const id = params.id ?? '';
     const waitMs = waitParam(query.wait);
     if (!ID.test(id)) throw new NoSuchItem();
-    const record = await ctx.store.get(queue, id, waitMs, closeSignal(req, res, ctx));
+    const record = await ctx.store.get(queue, id, waitMs, waitMs > 0 ? closeSignal(req, res, ctx) : undefined);
     if (!record) throw new NoSuchItem();
     sendRawJson(res, 200, statusJson(record));
   });
@@ -202,11 +202,27 @@ export function ajvErrors(errors: ErrorObject[]): FieldError[] {
 /** Aborts when the caller hangs up before the answer, or when the server starts to stop. */
 function closeSignal(req: IncomingMessage, res: ServerResponse, ctx: ServerContext): AbortSignal {
   const controller = new AbortController();
+  if (ctx.stopping.aborted) {
+    controller.abort();
+    return controller.signal;
+  }
+  const socket = req.socket;
   const abort = (): void => controller.abort();
-  res.once('close', abort);
-  req.socket.once('close', abort);
-  if (ctx.stopping.aborted) controller.abort();
-  else ctx.stopping.addEventListener('abort', abort, { once: true });
-  res.once('finish', () => ctx.stopping.removeEventListener('abort', abort));
+  // Every listener goes when the exchange ends, however it ends: a keep-alive socket serves many
+  // requests, and the server's stopping signal lives as long as the process.
+  const cleanup = (): void => {
+    socket.off('close', abort);
+    ctx.stopping.removeEventListener('abort', abort);
+    res.off('close', onClose);
+    res.off('finish', cleanup);
+  };
+  const onClose = (): void => {
+    cleanup();
+    abort();
+  };
+  res.once('close', onClose);
+  res.once('finish', cleanup);
+  socket.once('close', abort);
+  ctx.stopping.addEventListener('abort', abort, { once: true });
   return controller.signal;
 }

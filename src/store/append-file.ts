@@ -79,6 +79,11 @@ export class AppendFile {
     const offset = this.written;
     this.written += data.length;
     this.writeAll(data, 0, offset, (err) => {
+      if (err) {
+        // The next group goes where this one should have been: no hole of zeros in the file.
+        this.written = offset;
+        this.size -= data.length;
+      }
       if (err) waiters.forEach((w) => w.reject(err));
       else waiters.forEach((w) => w.resolve());
       this.flushing = false;

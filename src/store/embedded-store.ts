@@ -21,6 +21,8 @@ export interface EmbeddedStoreOptions {
 interface ClaimWaiter {
   worker: string;
   criteria: Criteria | undefined;
+  /** The waiter was handed an item: its timeout and hang-up no longer apply. */
+  disarm: () => void;
   done: (claimed: Claimed | null) => void;
 }
 
@@ -136,15 +138,20 @@ export class EmbeddedStore implements Store {
       const waiter: ClaimWaiter = {
         worker: input.worker,
         criteria: input.criteria,
-        done: (claimed) => {
+        disarm: () => {
           clearTimeout(timer);
           input.signal?.removeEventListener('abort', giveUp);
+        },
+        done: (claimed) => {
+          waiter.disarm();
           resolve(claimed);
         },
       };
       const giveUp = (): void => {
         const i = slot.waiters.indexOf(waiter);
-        if (i !== -1) slot.waiters.splice(i, 1);
+        // Not in the list: an item was handed to it and is being written; that answer will come.
+        if (i === -1) return;
+        slot.waiters.splice(i, 1);
         waiter.done(null);
       };
       const timer = setTimeout(giveUp, input.waitMs);
@@ -292,6 +299,8 @@ export class EmbeddedStore implements Store {
   private deliver(seq: number, batch: EventBatch): void {
     this.delivered = this.options.hooks.events(batch).then(
       (position) => {
+        // Deliveries complete in order; a mark never moves back.
+        if (this.mark && seq <= this.mark.seq) return;
         this.mark = { seq, ...position };
         const now = this.now();
         if (now - this.markWrittenAt >= 250 && !this.closed) {
@@ -356,6 +365,7 @@ export class EmbeddedStore implements Store {
         continue;
       }
       slot.waiters.splice(i, 1);
+      waiter.disarm();
       const claimed = claimedOf(item);
       this.commit(slot, [change]).then(
         () => waiter.done(claimed),

@@ -113,6 +113,8 @@ export class Journal {
   private generation = 0;
   /** Number of the journal being appended to: the generation, or later after a crash mid-snapshot. */
   private current = 0;
+  /** The previous journal's last writes, while a switch to a new one is under way. */
+  private switching: Promise<void> | undefined;
   private snapshotBytes = 0;
   private compacting: Promise<void> | undefined;
   private readonly compactBytes: number;
@@ -126,7 +128,16 @@ export class Journal {
     const { dir, warn } = this.options;
     await mkdir(dir, { recursive: true });
     this.meta = new Low<Meta>(new JSONFile<Meta>(path.join(dir, 'meta.json')), { format: 1, generation: 0, snapshotAt: null, snapshotItems: 0, mark: null });
-    await this.meta.read();
+    try {
+      await this.meta.read();
+    } catch (err) {
+      // meta.json is renamed into place before it is synced: a power cut can leave it empty. The
+      // newest snapshot on disk is complete (it is synced before its rename, and before meta.json
+      // names it), so it is the current generation.
+      const newest = Math.max(0, ...(await readdir(dir)).map((f) => Number(/^snapshot-(\d+)\.jsonl$/.exec(f)?.[1] ?? 0)));
+      warn(`meta.json could not be read (${(err as Error).message}); using snapshot generation ${newest}`);
+      this.meta.data = { format: 1, generation: newest, snapshotAt: null, snapshotItems: 0, mark: null };
+    }
     this.generation = this.meta.data.generation;
 
     const items: LoadedItems = new Map();
@@ -158,13 +169,18 @@ export class Journal {
     }
     // Appending goes on in the newest journal, which covers everything since the current snapshot.
     this.file = await AppendFile.open(path.join(dir, `journal-${last}.jsonl`));
+    await fsyncDir(dir);
     this.current = last;
     return { items, events };
   }
 
   /** Appends records; resolves once they are on disk. */
   append(records: string): Promise<void> {
-    return this.file.append(records);
+    const written = this.file.append(records);
+    // Right after a switch to a new journal, the old one may still be writing its last group:
+    // nothing appended later may count as durable before that has (acknowledgements and the
+    // task history both rely on appends completing in order).
+    return this.switching ? Promise.all([this.switching, written]).then(() => undefined) : written;
   }
 
   /** Appends records that nobody waits for (time-driven changes); they go with the next group. */
@@ -174,7 +190,8 @@ export class Journal {
 
   /** Resolves once everything appended so far is on disk. */
   sync(): Promise<void> {
-    return this.file.sync();
+    const synced = this.file.sync();
+    return this.switching ? Promise.all([this.switching, synced]).then(() => undefined) : synced;
   }
 
   /** True when the journal has grown enough that a snapshot would pay for itself. */
@@ -205,9 +222,14 @@ export class Journal {
     const { dir } = this.options;
     const next = this.current + 1;
     const previous = this.file;
-    this.file = await AppendFile.open(path.join(dir, `journal-${next}.jsonl`));
+    const file = await AppendFile.open(path.join(dir, `journal-${next}.jsonl`));
+    // The new journal's name must survive a crash before it holds acknowledged records.
+    await fsyncDir(dir);
+    this.file = file;
     this.current = next;
-    await previous.close();
+    const switching = (this.switching = previous.close());
+    await switching;
+    if (this.switching === switching) this.switching = undefined;
     const mark = await historyMark();
 
     const tmp = path.join(dir, `snapshot-${next}.jsonl.tmp`);

@@ -71,4 +71,15 @@ describe('criteria matching (interface §4.3, decisions §3.3)', () => {
   it('inherited properties are not item fields', () => {
     expect(matches(item, { toString: { ne: 1 } })).to.equal(false);
   });
+
+  it('values nested too deep to compare fail closed instead of throwing', () => {
+    const nest = (): unknown => {
+      let deep: unknown = 1;
+      for (let i = 0; i < 200_000; i++) deep = [deep];
+      return deep;
+    };
+    // Two separate structures, so that comparing them has to walk all the way down.
+    expect(matches({ x: nest() }, { x: nest() })).to.equal(false);
+    expect(matches({ x: nest() }, { x: { in: [nest()] } })).to.equal(false);
+  });
 });

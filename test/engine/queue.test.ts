@@ -198,6 +198,16 @@ describe('queue engine (decisions §3)', () => {
       expect(q.nextDeadline()).to.not.equal(null);
     });
 
+    it('an error for an item that was never claimed also waits out retryDelaySeconds (decisions §2.2, §3.4)', () => {
+      const { q, clock, post } = setup({ retryDelaySeconds: 5 });
+      const item = post();
+      expect(q.error(item.id, '{}', clock.t)).to.include({ accepted: true, status: 'pending' });
+      expect(q.claim('w', undefined, clock.t)).to.equal(null);
+      clock.t += 5_000;
+      q.tick(clock.t);
+      expect(q.claim('w', undefined, clock.t)!.item.id).to.equal(item.id);
+    });
+
     it('timeoutSeconds after postedAt makes a non-terminal item timedout (decisions §2.2)', () => {
       const { q, clock, post } = setup({ timeoutSeconds: 3 });
       const waiting = post();

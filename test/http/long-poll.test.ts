@@ -1,7 +1,7 @@
 import http from 'node:http';
 import { expect } from 'chai';
 import { cleanupTemp, startServer, serverForSuite } from '../support/server.js';
-import { newQueue, type Json } from './queue-api.js';
+import { agentRequest, keepAliveAgent, newQueue, type Json } from './queue-api.js';
 
 const HOST = 'poll.example.com';
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -191,5 +191,24 @@ describe('long polls over HTTP', function () {
       await own.stop();
       cleanupTemp(own.root);
     }
+  });
+
+  it('long polls on one keep-alive connection leave no listeners behind (no MaxListenersExceededWarning)', async () => {
+    const q = await newQueue(server, HOST);
+    const id = await q.post({ n: 1 });
+    await q.submit(id, 'result', { done: true });
+    for (let i = 0; i < 15; i++) await q.post({ i });
+    const agent = keepAliveAgent(1);
+    try {
+      for (let i = 0; i < 15; i++) {
+        const fetched = await agentRequest(agent, server.url, `/${q.name}/items/${id}?wait=5`, { host: HOST });
+        expect(fetched.json.status).to.equal('finished');
+        const claimed = await agentRequest(agent, server.url, `/${q.name}/claim`, { method: 'POST', host: HOST, body: '{"wait":1}' });
+        expect(claimed.json.id).to.be.a('string');
+      }
+    } finally {
+      agent.destroy();
+    }
+    expect(server.output()).to.not.include('MaxListenersExceededWarning');
   });
 });
