@@ -39,7 +39,8 @@ const preflight = cors({
   maxAge: 600,
 });
 
-type QueueHandler = (req: IncomingMessage, res: ServerResponse, queue: QueueRuntime, params: Record<string, string | undefined>, query: Record<string, string>) => Promise<void>;
+/** A queue endpoint, called once access is granted; `user` is the caller's user name, or "public". */
+type QueueHandler = (req: IncomingMessage, res: ServerResponse, queue: QueueRuntime, params: Record<string, string | undefined>, query: Record<string, string>, user: string) => Promise<void>;
 
 export type RequestListener = (req: IncomingMessage, res: ServerResponse) => void;
 
@@ -64,12 +65,11 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
         user = found;
       }
       if (!allows(queue.access, op, user)) return sendError(res, new NotFound());
-      (req as IncomingMessage & { svcqUser?: string }).svcqUser = user ?? 'public';
-      handler(req, res, queue, params, query).catch((err: unknown) => sendError(res, err));
+      handler(req, res, queue, params, query, user ?? 'public').catch((err: unknown) => sendError(res, err));
     });
   };
 
-  route('POST', '/:queue', 'post', async (req, res, queue) => {
+  route('POST', '/:queue', 'post', async (req, res, queue, _params, _query, postedBy) => {
     const body = await readBody(req, ctx.maxBody);
     const item = parseObject(body, 'the item');
     if (queue.validator && !queue.validator(item)) throw new Rejected(ajvErrors(queue.validator.errors ?? []));
@@ -77,7 +77,6 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     if (key !== undefined && (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key))) {
       throw new Rejected([{ path: 'Idempotency-Key', message: 'must be 1 to 200 printable ASCII characters' }]);
     }
-    const postedBy = (req as IncomingMessage & { svcqUser?: string }).svcqUser ?? 'public';
     const out = await ctx.store.post(queue, { body, postedBy, idempotencyKey: key });
     sendRawJson(res, 200, `{"ok":true,"id":"${out.id}","status":"${out.status}"}`);
   });
