@@ -327,12 +327,22 @@ export class Queue {
     return next;
   }
 
-  /** Replaces the queue's rules (a PUT of its definition). Deadlines already filed are re-checked when they come due. */
+  /**
+   * Replaces the queue's rules (a PUT of its definition). Deadlines that come sooner under the new
+   * rules are filed again (a scan of the queue, on a definition change only); entries filed for
+   * later deadlines are re-checked against the rules in force when they come due.
+   */
   reconfigure(config: QueueConfig): void {
-    if (config.timeoutMs !== null && this.config.timeoutMs === null) {
-      for (const item of this.items.values()) if (!isTerminal(item.status)) this.timeouts.push(item.postedAt + config.timeoutMs, item);
-    }
+    const old = this.config;
     this.config = config;
+    const timeoutSooner = config.timeoutMs !== null && (old.timeoutMs === null || config.timeoutMs < old.timeoutMs);
+    const retentionSooner = config.retainFrom !== old.retainFrom || config.retainMs < old.retainMs;
+    if (!timeoutSooner && !retentionSooner) return;
+    for (const item of this.items.values()) {
+      if (timeoutSooner && !isTerminal(item.status)) this.timeouts.push(item.postedAt + config.timeoutMs!, item);
+      const from = retentionSooner ? this.retentionStart(item) : null;
+      if (from !== null) this.retention.push(from + config.retainMs, item);
+    }
   }
 
   /** Items by status (operators, tests, benchmarks): a full scan, not for hot paths. */

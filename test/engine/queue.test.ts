@@ -259,6 +259,37 @@ describe('queue engine (decisions §3)', () => {
     });
   });
 
+  describe('definition changes', () => {
+    it('a shorter retainSeconds purges already-finished items at the new, earlier time (decisions §2.4)', () => {
+      const { q, clock, post } = setup({ retainSeconds: 3600 });
+      const item = post();
+      q.result(item.id, '{}', clock.t);
+      q.reconfigure(resolveQueue({ retainSeconds: 10 }));
+      clock.t += 10_000;
+      expect(q.tick(clock.t).map((c) => c.purged)).to.deep.equal([true]);
+      expect(q.items.has(item.id)).to.equal(false);
+    });
+
+    it('switching retainFrom from "fetched" to "finished" starts retention of never-fetched items', () => {
+      const { q, clock, post } = setup({ retainFrom: 'fetched', retainSeconds: 10 });
+      const item = post();
+      q.result(item.id, '{}', clock.t);
+      clock.t += 60_000;
+      expect(q.tick(clock.t)).to.have.length(0);
+      q.reconfigure(resolveQueue({ retainFrom: 'finished', retainSeconds: 10 }));
+      expect(q.tick(clock.t).map((c) => c.item.id)).to.deep.equal([item.id]);
+    });
+
+    it('a shorter timeoutSeconds times out waiting items at the new, earlier time', () => {
+      const { q, clock, post } = setup({ timeoutSeconds: 3600 });
+      const item = post();
+      q.reconfigure(resolveQueue({ timeoutSeconds: 5 }));
+      clock.t += 5_000;
+      q.tick(clock.t);
+      expect(item.status).to.equal('timedout');
+    });
+  });
+
   describe('idempotency and restore', () => {
     it('an idempotency key finds the item it created until the item is purged (decisions §3.5)', () => {
       const { q, clock, post } = setup({ retainSeconds: 1 });
