@@ -63,11 +63,17 @@ On a terminal a status line is shown; on a pipe or with --json each event is one
       else if (signals === 2) worker.force();
       else worker.giveUp();
     };
+    // A closed terminal (SIGHUP) stops the worker like Ctrl-C; and however the process ends, the
+    // commands it started end with it.
+    const killAll = (): void => worker.killAll();
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
+    process.on('SIGHUP', onSignal);
+    process.on('exit', killAll);
     const code = await worker.run();
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
+    process.off('SIGHUP', onSignal);
     if (code !== 0) this.exit(code);
   }
 }

@@ -34,6 +34,16 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
       else process.stderr.write(`svcq: ${err.message}\n`);
       this.exit(err instanceof UserError ? err.exitCode : 1);
     }
+    // Anything else (a flag oclif could not parse, say) is still one sentence with --json.
+    if (this.jsonEnabled() && err.oclif?.exit !== 0 && !(err.message ?? '').startsWith('EEXIT')) {
+      const sentence = err.message
+        .split('\n')
+        .map((line) => line.trim())
+        .filter((line) => line !== '' && !line.startsWith('See more help'))
+        .join(' ');
+      this.logJson({ error: sentence });
+      this.exit(err.oclif?.exit ?? 1);
+    }
     return super.catch(err);
   }
 }

@@ -58,7 +58,9 @@ export interface SubmitResult {
   status: string;
 }
 
-const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+// No cap on sockets: a worker holds one per slot in a long-poll claim, and a heartbeat queued
+// behind those would let its lease run out.
+const agent = new http.Agent({ keepAlive: true });
 
 /**
  * The one HTTP client every command uses. It pins `/api/v2` for management and tools, sends the
@@ -163,8 +165,9 @@ export class SvcqClient {
   claim(queue: string, body: { worker?: string; criteria?: Record<string, unknown>; wait?: number }, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<ClaimResult> {
     return this.json('POST', `/${encodeURIComponent(queue)}/claim`, { body: JSON.stringify(body), queueHost: true, ...opts });
   }
-  submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: string): Promise<SubmitResult> {
-    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/${kind}`, { body: record, queueHost: true });
+  /** `opts.timeoutMs` bounds a silent server (a transient failure, retried by the worker); `opts.signal` abandons the call. */
+  submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: string, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<SubmitResult> {
+    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/${kind}`, { body: record, queueHost: true, ...opts });
   }
   cancel(queue: string, id: string): Promise<SubmitResult> {
     return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/cancel`, { queueHost: true });

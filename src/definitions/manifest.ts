@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { FOLDER, parseDefinitionPath, type DefinitionPath } from './names.js';
 
@@ -22,11 +22,11 @@ export interface FoundDefinition extends DefinitionPath {
 export async function scanDefinitions(root: string): Promise<{ found: FoundDefinition[]; skipped: string[] }> {
   const found: FoundDefinition[] = [];
   const skipped: string[] = [];
-  for (const host of (await readdir(root, { withFileTypes: true })).filter((d) => d.isDirectory()).map((d) => d.name).sort()) {
+  for (const host of (await entriesOf(root, 'directory')).sort()) {
     for (const folder of Object.values(FOLDER)) {
       let files: string[];
       try {
-        files = (await readdir(path.join(root, host, folder), { withFileTypes: true })).filter((d) => d.isFile()).map((d) => d.name);
+        files = await entriesOf(path.join(root, host, folder), 'file');
       } catch {
         continue;
       }
@@ -39,6 +39,23 @@ export async function scanDefinitions(root: string): Promise<{ found: FoundDefin
     }
   }
   return { found, skipped };
+}
+
+/**
+ * Names of the folders or files in `dir`. Symbolic links count as what they point to: a folder
+ * of definitions kept as links must not look empty (sync would delete what it holds).
+ */
+async function entriesOf(dir: string, kind: 'file' | 'directory'): Promise<string[]> {
+  const names: string[] = [];
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    let isKind = kind === 'file' ? entry.isFile() : entry.isDirectory();
+    if (entry.isSymbolicLink()) {
+      const target = await stat(path.join(dir, entry.name)).catch(() => undefined);
+      isKind = kind === 'file' ? target?.isFile() === true : target?.isDirectory() === true;
+    }
+    if (isKind) names.push(entry.name);
+  }
+  return names;
 }
 
 export async function readBytes(file: string): Promise<Buffer> {

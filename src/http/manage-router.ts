@@ -16,8 +16,9 @@ export function manageRouter(ctx: ServerContext): Router {
     return parsed;
   };
 
-  // The body is kept as raw bytes whatever its content type: the stored file is exactly what was sent.
-  router.put('/def', express.raw({ type: () => true, limit: ctx.maxBody }), async (req, res) => {
+  // The body is kept as raw bytes whatever its content type: the stored file is exactly what was
+  // sent. A compressed body is refused (415) rather than stored decompressed.
+  router.put('/def', express.raw({ type: () => true, limit: ctx.maxBody, inflate: false }), async (req, res) => {
     const at = definitionPath(req.query.path);
     const body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
     try {

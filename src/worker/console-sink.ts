@@ -43,8 +43,14 @@ export class ConsoleSink implements WorkerSink {
       else this.failed++;
       this.completions.push(this.now());
     }
-    if (this.options.json) this.options.json.write(`${JSON.stringify({ ...e, ts: this.now() })}\n`);
-    else {
+    if (this.options.json) {
+      this.options.json.write(`${JSON.stringify({ ...e, ts: this.now() })}\n`);
+      // Errors also reach stderr, so a worker whose stdout goes to a file still says why it stopped.
+      if (e.event === 'error') {
+        const line = humanLine(e);
+        if (line) this.printAbove(line);
+      }
+    } else {
       const line = humanLine(e);
       if (line) this.printAbove(line);
     }

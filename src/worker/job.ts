@@ -7,6 +7,14 @@ export const STDERR_TAIL_BYTES = 4096;
 export const KILL_GRACE_MS = 5000;
 
 const PROGRESS_PREFIX = '::progress';
+/**
+ * Most of CMD's stdout kept for the result (characters). The server refuses far smaller bodies
+ * (--max-body, 1 MiB by default); past this the output is not kept at all and the item gets an
+ * error record instead, so a runaway CMD cannot exhaust the worker's memory.
+ */
+export const MAX_STDOUT_CHARS = 16 * 1024 * 1024;
+/** Longest stderr line passed through; the rest of an overlong line is dropped. */
+const MAX_STDERR_LINE_CHARS = 64 * 1024;
 
 export interface JobSpec {
   /** Shell command line, run as `sh -c CMD`. */
@@ -31,6 +39,8 @@ export interface JobOutcome {
   signal: NodeJS.Signals | null;
   /** stdout without the `::progress` lines */
   stdout: string;
+  /** stdout was larger than {@link MAX_STDOUT_CHARS}: `stdout` is incomplete and must not be posted. */
+  stdoutOverflow: boolean;
   /** The last {@link STDERR_TAIL_BYTES} of stderr. */
   stderrTail: string;
   timedOut: boolean;
@@ -64,11 +74,11 @@ export class Job {
         return false;
       }
       return true;
-    });
+    }, MAX_STDOUT_CHARS);
     const stderr = new LineSplitter((line) => {
       spec.onStderrLine(line);
       return false;
-    });
+    }, MAX_STDERR_LINE_CHARS);
     let tail = Buffer.alloc(0);
     this.child.stdout!.on('data', (chunk: Buffer) => stdout.push(chunk));
     this.child.stderr!.on('data', (chunk: Buffer) => {
@@ -101,6 +111,7 @@ export class Job {
           exitCode: exit?.code ?? null,
           signal: exit?.signal ?? null,
           stdout: stdout.kept,
+          stdoutOverflow: stdout.overflow,
           stderrTail: spawnError ?? tail.toString('utf8'),
           timedOut: this.timedOut,
           spawnError,
@@ -132,6 +143,11 @@ export class Job {
   }
 
   /** SIGTERM to CMD's process group; SIGKILL if it is still there after {@link KILL_GRACE_MS}. */
+  /** SIGKILL to CMD and everything it started, at once (the worker is exiting and cannot wait). */
+  kill(): void {
+    if (!this.exited) this.signalGroup('SIGKILL');
+  }
+
   terminate(): void {
     if (this.exited || this.killTimer) return;
     this.signalGroup('SIGTERM');
@@ -181,13 +197,21 @@ export function resultRecord(stdout: string): string {
   return JSON.stringify({ output: stdout.replace(/\r?\n$/, '') });
 }
 
-/** Splits a byte stream into UTF-8 lines; lines the callback returns true for are kept. */
+/**
+ * Splits a byte stream into UTF-8 lines; lines the callback returns true for are kept. Work is
+ * linear in the input (only new text is searched for line ends), and memory is bounded by
+ * `limit`: a longer line is cut there, and kept text past it sets `overflow` instead of growing.
+ */
 class LineSplitter {
   kept = '';
+  overflow = false;
   private readonly decoder = new StringDecoder('utf8');
   private partial = '';
 
-  constructor(private readonly onLine: (line: string) => boolean) {}
+  constructor(
+    private readonly onLine: (line: string) => boolean,
+    private readonly limit: number,
+  ) {}
 
   push(chunk: Buffer): void {
     this.feed(this.decoder.write(chunk));
@@ -198,14 +222,38 @@ class LineSplitter {
     if (this.partial !== '') {
       const last = this.partial;
       this.partial = '';
-      if (this.onLine(last)) this.kept += last;
+      if (this.onLine(last)) this.keep(last);
     }
   }
 
   private feed(text: string): void {
-    if (text === '') return;
-    const lines = (this.partial + text).split('\n');
-    this.partial = lines.pop()!;
-    for (const line of lines) if (this.onLine(line.replace(/\r$/, ''))) this.kept += `${line}\n`;
+    let start = 0;
+    for (let nl = text.indexOf('\n'); nl !== -1; nl = text.indexOf('\n', start)) {
+      const line = this.bounded(this.partial, text.slice(start, nl));
+      this.partial = '';
+      start = nl + 1;
+      if (this.onLine(line.replace(/\r$/, ''))) this.keep(`${line}\n`);
+    }
+    if (start < text.length) this.partial = this.bounded(this.partial, text.slice(start));
+  }
+
+  /** `head + tail`, cut at the limit (a line that long is cut, and counts as overflow). */
+  private bounded(head: string, tail: string): string {
+    if (head.length >= this.limit) {
+      this.overflow = true;
+      return head;
+    }
+    const joined = head + tail;
+    if (joined.length <= this.limit) return joined;
+    this.overflow = true;
+    return joined.slice(0, this.limit);
+  }
+
+  private keep(text: string): void {
+    if (this.overflow || this.kept.length + text.length > this.limit) {
+      this.overflow = true;
+      return;
+    }
+    this.kept += text;
   }
 }

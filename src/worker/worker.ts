@@ -1,7 +1,8 @@
 import { ClientError, type SvcqClient, type SubmitResult } from '../client/client.js';
 import { backoffMs, errorMessage, isTransient, sleep } from './backoff.js';
 import type { WorkerSink } from './events.js';
-import { Job, resultRecord, type JobOutcome } from './job.js';
+import { setMaxListeners } from 'node:events';
+import { Job, MAX_STDOUT_CHARS, resultRecord, type JobOutcome } from './job.js';
 
 export interface WorkerOptions {
   queue: string;
@@ -34,6 +35,8 @@ export const EXIT = {
 const FALLBACK_HEARTBEAT_MS = 1000;
 /** Longest pause between heartbeats, whatever the lease. */
 const MAX_HEARTBEAT_MS = 10_000;
+/** A server that does not answer a submission within this is treated like one that cannot be reached: retried. */
+const SUBMIT_TIMEOUT_MS = 30_000;
 
 interface Running {
   id: string;
@@ -61,7 +64,9 @@ export class Worker {
   private abandoning = false;
   private readonly claims = new AbortController();
   private readonly abandon = new AbortController();
-  private readonly running = new Map<string, Running>();
+  /** Running jobs by claim number: the same item may, rarely, be claimed twice by one worker. */
+  private readonly running = new Map<number, Running>();
+  private claimsMade = 0;
   /** Deliveries that failed at least once and are being retried. */
   private undelivered = 0;
   private gateWaiters: Array<() => void> = [];
@@ -73,7 +78,18 @@ export class Worker {
     private readonly client: SvcqClient,
     private readonly options: WorkerOptions,
     private readonly sink: WorkerSink,
-  ) {}
+  ) {
+    // Every claim in flight and every submission listens to these: one listener per slot is expected.
+    setMaxListeners(0, this.claims.signal, this.abandon.signal);
+  }
+
+  /**
+   * Kills every running command at once. For a worker that is exiting anyway (an uncaught error, a
+   * hang-up): commands run in their own process groups and would otherwise outlive it.
+   */
+  killAll(): void {
+    for (const r of this.running.values()) r.job?.kill();
+  }
 
   /** Works until stopped (or, with `once`, one item); resolves with the exit code. */
   async run(): Promise<number> {
@@ -165,8 +181,9 @@ export class Worker {
   private async handle(id: string, item: Record<string, unknown>, attempts: number, leaseUntil: number): Promise<boolean> {
     const { queue, command, timeoutSeconds } = this.options;
     const state: Running = { id, attempts, dirty: false };
-    this.running.set(id, state);
-    this.sink.running([...this.running.keys()]);
+    const claim = ++this.claimsMade;
+    this.running.set(claim, state);
+    this.sink.running(this.runningIds());
     this.sink.event({ event: 'claimed', id, attempts });
     const started = Date.now();
 
@@ -212,7 +229,7 @@ export class Worker {
     if (state.terminal) {
       this.failed++;
       this.sink.event({ event: 'cancelled', id, status: state.terminal });
-    } else if (outcome.exitCode === 0 && !outcome.timedOut) {
+    } else if (outcome.exitCode === 0 && !outcome.timedOut && !outcome.stdoutOverflow) {
       const answer = await this.deliverResult(id, resultRecord(outcome.stdout));
       if (answer) {
         ok = true;
@@ -225,6 +242,7 @@ export class Worker {
         signal: outcome.signal,
         stderr: outcome.stderrTail,
         ...(outcome.timedOut ? { reason: `timed out after ${timeoutSeconds} s` } : {}),
+        ...(outcome.stdoutOverflow && !outcome.timedOut ? { reason: `output larger than ${MAX_STDOUT_CHARS} characters` } : {}),
       };
       const answer = await this.deliver('error', id, JSON.stringify(record));
       this.failed++;
@@ -232,9 +250,13 @@ export class Worker {
         this.sink.event({ event: 'failed', id, attempts, ms, exitCode: outcome.exitCode, signal: outcome.signal, timedOut: outcome.timedOut, accepted: answer.accepted, status: answer.status });
       }
     }
-    this.running.delete(id);
-    this.sink.running([...this.running.keys()]);
+    this.running.delete(claim);
+    this.sink.running(this.runningIds());
     return ok;
+  }
+
+  private runningIds(): string[] {
+    return [...this.running.values()].map((r) => r.id);
   }
 
   /** Posts the latest progress (or `{}` as a bare heartbeat), one post at a time. */
@@ -246,13 +268,18 @@ export class Worker {
         const record = state.latest ?? '{}';
         state.posted = record;
         try {
-          const answer = await this.client.submit(this.options.queue, state.id, 'progress', record);
+          const answer = await this.client.submit(this.options.queue, state.id, 'progress', record, { timeoutMs: SUBMIT_TIMEOUT_MS, signal: this.abandon.signal });
           if (!answer.accepted) this.itemEnded(state, answer.status);
         } catch (err) {
           // Not retried here: the next heartbeat is the retry.
           if (isTransient(err)) this.sink.event({ event: 'retry', what: 'progress', id: state.id, attempt: 1, delayMs: 0, message: errorMessage(err) });
           else if (err instanceof ClientError && err.message === 'no such item') this.itemEnded(state, 'gone');
-          else this.sink.event({ event: 'error', id: state.id, message: `progress not accepted: ${errorMessage(err)}` });
+          else {
+            this.sink.event({ event: 'error', id: state.id, message: `progress not accepted: ${errorMessage(err)}` });
+            // A record the server refuses (too large, say) would be refused on every beat, and the
+            // lease would run out under a running CMD: beat with {} from now on.
+            if (state.latest === record) state.latest = undefined;
+          }
         }
       }
     })().finally(() => {
@@ -287,7 +314,7 @@ export class Worker {
     try {
       for (let attempt = 0; ; attempt++) {
         try {
-          return await this.client.submit(this.options.queue, id, kind, record);
+          return await this.client.submit(this.options.queue, id, kind, record, { timeoutMs: SUBMIT_TIMEOUT_MS, signal: this.abandon.signal });
         } catch (err) {
           if (!isTransient(err)) {
             if (rethrowRejection && err instanceof ClientError && err.status !== 404) throw err;

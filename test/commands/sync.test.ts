@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
@@ -41,6 +41,25 @@ describe('svcq sync, manifest and version (CLI against a real server)', () => {
   const env = (): Record<string, string> => ({ SVCQ_URL: server.url, SVCQ_TOKEN: server.masterToken });
   const svcq = (...args: string[]): Promise<CliResult> => runCli(args, { env: env() });
   const manifest = async (): Promise<Record<string, string>> => (await request(server.url, '/api/v2/manifest', { token: server.masterToken })).json as Record<string, string>;
+
+  it('follows symbolic links to host folders and definition files, and deletes nothing they hold (synchronisation flow step 1)', async () => {
+    const real = tempDir('svcq-real-');
+    try {
+      write(real, 'linked.example.com/svc-queues/q.json', '{"leaseSeconds": 5}');
+      write(real, 'files/q2.json', '{"leaseSeconds": 6}');
+      symlinkSync(path.join(real, 'linked.example.com'), path.join(dir, 'linked.example.com'));
+      mkdirSync(path.join(dir, 'jobs.example.com/svc-queues'), { recursive: true });
+      symlinkSync(path.join(real, 'files/q2.json'), path.join(dir, 'jobs.example.com/svc-queues/q2.json'));
+      const first = await svcq('sync', dir, '--json');
+      expect(first.code, first.stderr).to.equal(0);
+      expect(Object.keys(await manifest()).sort()).to.deep.equal(['jobs.example.com/svc-queues/q2.json', 'linked.example.com/svc-queues/q.json']);
+      const second = await svcq('sync', dir, '--json');
+      expect(JSON.parse(second.stdout)).to.include({ unchanged: 2 });
+      expect((JSON.parse(second.stdout) as { deleted: string[] }).deleted).to.deep.equal([]);
+    } finally {
+      cleanupTemp(real);
+    }
+  });
 
   it('puts every new file, and a second run changes nothing: 0 put, 0 deleted, all unchanged (synchronisation flow steps 3, 4, 6)', async () => {
     const queue = ' {"leaseSeconds": 30,\n\t"access": {"post": ["alice"]}}\r\n';

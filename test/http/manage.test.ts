@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { expect } from 'chai';
 import { request, type Reply } from '../support/http.js';
 import { cleanupTemp, startServer, serverForSuite } from '../support/server.js';
@@ -268,6 +269,16 @@ describe('management API: manifest, PUT and DELETE /api/v2/def (black box)', () 
       expect(await manifest()).to.not.have.property(at);
       expect(readFileSync(path.join(server.root, 'blocked.example.com'), 'utf8')).to.equal('not a folder');
     });
+  });
+
+  it('refuses a compressed PUT body with 415 instead of storing other bytes than were sent, or failing with a 500', async () => {
+    const at = `gzip.example.com/svc-queues/${uniqueName('gz')}.json`;
+    for (const body of [Buffer.from('not gzip at all'), gzipSync('{"leaseSeconds": 5}')]) {
+      const reply = await request(server.url, `/api/v2/def?path=${encodeURIComponent(at)}`, { method: 'PUT', token: server.masterToken, body, headers: { 'content-encoding': 'gzip' } });
+      expect(reply.status).to.equal(415);
+      expect(reply.json).to.have.property('error').that.is.a('string');
+    }
+    expect(await manifest()).to.not.have.property(at);
   });
 
   it('ignores a request body on GET /api/v2/manifest and answers the same object (interface §4.5 rule 6)', async () => {

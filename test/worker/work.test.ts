@@ -234,4 +234,29 @@ describe('svcq work (decisions §1.3)', function () {
     expect(run.code).to.equal(1);
     expect(run.stdout).to.contain('not found (wrong token, host or queue?)');
   });
+
+  it('reports output too large to keep as an error record instead of holding it all in memory', async () => {
+    const queue = queueName('huge');
+    await defineQueue(server, queue, { maxAttempts: 1 });
+    const id = await postItem(server, queue, {});
+    // 17 million characters on one line: past what the worker keeps for a result.
+    const run = await work([queue, '--exec', "head -c 17000000 /dev/zero | tr '\\0' a", '--once']);
+    expect(run.code).to.equal(1);
+    const item = await getItem(server, queue, id);
+    expect(item.status).to.equal('failed');
+    expect((item.error as { reason?: string }).reason).to.match(/^output larger than \d+ characters$/);
+  });
+
+  it('keeps the lease alive with {} when the server refuses a progress record, so the job is claimed once (decisions §3.2)', async () => {
+    const queue = queueName('badprogress');
+    await defineQueue(server, queue, { leaseSeconds: 1 });
+    const id = await postItem(server, queue, {});
+    // A progress record larger than this server's --max-body (1 MiB): refused on every post.
+    const cmd = script('job.sh', `printf '::progress {"blob":"%s"}\\n' "$(head -c 1100000 /dev/zero | tr '\\0' b)"\nsleep 3\necho done\n`);
+    const run = await work([queue, '--exec', cmd, '--once']);
+    expect(run.code, run.stderr).to.equal(0);
+    const item = await getItem(server, queue, id);
+    expect(item.status).to.equal('finished');
+    expect(item.attempts).to.equal(1);
+  });
 });
