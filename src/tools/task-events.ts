@@ -3,7 +3,7 @@ import path from 'node:path';
 import type { EventBatch, HistoryPosition } from '../store/store.js';
 import { fsyncDir } from '../definitions/registry.js';
 import { AppendFile } from '../store/append-file.js';
-import { taskFileName, utcDay } from './files.js';
+import { parseTaskFile, taskFileName, utcDay } from './files.js';
 
 export { utcDay } from './files.js';
 
@@ -33,7 +33,6 @@ interface Batch {
 export class TaskEventLog {
   private file: AppendFile | undefined;
   private day = '';
-  private opening: Promise<void> | undefined;
 
   constructor(readonly dir: string) {}
 
@@ -107,7 +106,7 @@ export class TaskEventLog {
    */
   async recover(position: HistoryPosition | null, now = Date.now()): Promise<HistoryPosition> {
     await mkdir(this.dir, { recursive: true });
-    if (!position || !/^tasks-\d{4}-\d{2}-\d{2}\.log$/.test(position.file)) {
+    if (!position || !parseTaskFile(position.file)) {
       const file = taskFileName(utcDay(now));
       return { file, size: await stat(path.join(this.dir, file)).then((st) => st.size, () => 0) };
     }
@@ -115,29 +114,19 @@ export class TaskEventLog {
     const size = await stat(target).then((st) => st.size, () => -1);
     if (size > position.size) await truncate(target, position.size);
     for (const name of await readdir(this.dir)) {
-      if (/^tasks-\d{4}-\d{2}-\d{2}\.log$/.test(name) && name > position.file) await rm(path.join(this.dir, name), { force: true });
+      if (parseTaskFile(name) && name > position.file) await rm(path.join(this.dir, name), { force: true });
     }
     return position;
   }
 
+  /** Only called from the chain of batch writes, so never twice at once. */
   private async switchTo(day: string): Promise<void> {
-    // Concurrent first appends of a new day share one open.
-    while (this.opening) await this.opening;
-    if (day === this.day && this.file) return;
-    this.opening = (async () => {
-      const previous = this.file;
-      const file = path.join(this.dir, taskFileName(day));
-      this.file = await AppendFile.open(file);
-      // A new day-file's name must survive a crash as well as the bytes written into it.
-      await fsyncDir(this.dir);
-      this.day = day;
-      await previous?.close();
-    })();
-    try {
-      await this.opening;
-    } finally {
-      this.opening = undefined;
-    }
+    const previous = this.file;
+    this.file = await AppendFile.open(path.join(this.dir, taskFileName(day)));
+    // A new day-file's name must survive a crash as well as the bytes written into it.
+    await fsyncDir(this.dir);
+    this.day = day;
+    await previous?.close();
   }
 
   /** Writes and syncs everything appended so far. */
@@ -148,7 +137,6 @@ export class TaskEventLog {
 
   async close(): Promise<void> {
     await this.flush();
-    while (this.opening) await this.opening;
     await this.file?.close();
     this.file = undefined;
     this.day = '';
