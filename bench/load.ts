@@ -94,7 +94,7 @@ async function post(conn: Connection): Promise<boolean> {
   const seq = started;
   const t = spec.recordLatency ? performance.now() : 0;
   const reply = await conn.send(postPath, makeItem(seq, spec.itemBytes));
-  if (spec.recordLatency && spec.mode !== 'cycle') latencies.push(performance.now() - t);
+  if (spec.recordLatency && spec.mode !== 'loop') latencies.push(performance.now() - t);
   if (reply.status !== 200) {
     fail(`post: ${reply.status} ${reply.text}`);
     return false;
@@ -103,8 +103,8 @@ async function post(conn: Connection): Promise<boolean> {
 }
 
 /** Claims one item and posts its result; false when the queue had nothing. */
-async function claimAndFinish(conn: Connection, worker: string): Promise<boolean | 'error'> {
-  const claim = await conn.send(claimPath, `{"worker":"${worker}"}`);
+async function claimAndFinish(conn: Connection, worker: string, waitS = 0): Promise<boolean | 'error'> {
+  const claim = await conn.send(claimPath, waitS > 0 ? `{"worker":"${worker}","wait":${waitS}}` : `{"worker":"${worker}"}`);
   if (claim.status !== 200) {
     fail(`claim: ${claim.status} ${claim.text}`);
     return 'error';
@@ -124,6 +124,7 @@ async function claimAndFinish(conn: Connection, worker: string): Promise<boolean
 
 const connections = Array.from({ length: spec.inFlight }, () => new Connection());
 
+/** One loop per connection for every mode but `cycle`. */
 async function loop(index: number): Promise<void> {
   const worker = `bench-${process.pid}-${index}`;
   const conn = connections[index]!;
@@ -136,7 +137,7 @@ async function loop(index: number): Promise<void> {
         case 'latency':
           if (await post(conn)) count++;
           break;
-        case 'cycle': {
+        case 'loop': {
           const t = spec.recordLatency ? performance.now() : 0;
           if (!(await post(conn))) break;
           if ((await claimAndFinish(conn, worker)) === true) {
@@ -159,8 +160,56 @@ async function loop(index: number): Promise<void> {
   }
 }
 
-await Promise.all(Array.from({ length: spec.inFlight }, (_, i) => loop(i)));
-const elapsedMs = performance.now() - t0;
+/**
+ * `cycle`: producers and workers apart, as in a deployment and as BullMQ's driver runs them: each
+ * producer connection posts in a loop until `maxCount` items are posted, each worker connection
+ * long-polls a claim and posts the result. Ends when `maxCount` results are accepted (or at the
+ * deadline); the rate is results per second from the first post to the last result.
+ */
+let lastResultAt = 0;
+async function cycle(): Promise<void> {
+  const workers = Array.from({ length: spec.inFlight }, () => new Connection());
+  let finish: () => void = () => {};
+  const finished = new Promise<void>((resolve) => (finish = resolve));
+  const ended = (): boolean => count >= spec.maxCount || errors >= maxErrors || performance.now() >= deadline;
+  const producer = async (conn: Connection): Promise<void> => {
+    while (more()) {
+      started++;
+      try {
+        await post(conn);
+      } catch (err) {
+        fail(`network: ${(err as Error).message}`);
+      }
+    }
+  };
+  const worker = async (conn: Connection, index: number): Promise<void> => {
+    const name = `bench-${process.pid}-w${index}`;
+    while (!ended()) {
+      try {
+        if ((await claimAndFinish(conn, name, 1)) === true && performance.now() < deadline) {
+          count++;
+          lastResultAt = performance.now();
+          if (count >= spec.maxCount) finish();
+        }
+      } catch (err) {
+        // The connections close under waiting claims once the phase is over: that is no error.
+        if (!ended()) fail(`network: ${(err as Error).message}`);
+      }
+    }
+    finish();
+  };
+  const timer = setTimeout(finish, Math.max(0, deadline - performance.now()));
+  const running = [...connections.map((c) => producer(c)), ...workers.map((c, i) => worker(c, i))];
+  await finished;
+  clearTimeout(timer);
+  for (const w of workers) w.close();
+  await Promise.all(running);
+}
+
+if (spec.mode === 'cycle') await cycle();
+else await Promise.all(Array.from({ length: spec.inFlight }, (_, i) => loop(i)));
+// A cycle phase is measured up to its last result (or its deadline).
+const elapsedMs = spec.mode === 'cycle' ? (count >= spec.maxCount ? lastResultAt : Math.min(performance.now(), deadline)) - t0 : performance.now() - t0;
 const cpu = process.cpuUsage(cpu0);
 for (const c of connections) c.close();
 

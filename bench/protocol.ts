@@ -1,11 +1,13 @@
 /** What the orchestrator asks of a load-generator child, and what the child reports back. */
 
 /**
- * `post`: post items; `cycle`: post → claim → result per loop; `drain`: claim → result until the
- * queue is empty; `prefill`: post `maxCount` items as fast as possible; `latency` is `post` with
- * every request timed (run it at one in flight).
+ * `post`: post items; `cycle`: `inFlight` producers posting and `inFlight` workers claiming (with
+ * a long poll) and posting results, on connections of their own; `loop`: post → claim → result in
+ * turn on each connection; `drain`: claim → result until the queue is empty; `prefill`: post
+ * `maxCount` items as fast as possible; `latency` is `post` with every request timed (run it at
+ * one in flight).
  */
-export type LoadMode = 'post' | 'cycle' | 'drain' | 'prefill' | 'latency';
+export type LoadMode = 'post' | 'cycle' | 'loop' | 'drain' | 'prefill' | 'latency';
 
 export interface LoadSpec {
   mode: LoadMode;
@@ -22,7 +24,7 @@ export interface LoadSpec {
   maxCount: number;
   /** Size in bytes of each posted JSON item. */
   itemBytes: number;
-  /** Time every request (post requests in `post`/`latency`/`prefill`, whole cycles in `cycle`). */
+  /** Time every request (post requests in `post`/`latency`/`prefill`, whole cycles in `loop`). */
   recordLatency: boolean;
 }
 
@@ -36,7 +38,7 @@ export interface LatencySummary {
 
 export interface LoadResult {
   mode: LoadMode;
-  /** Completed operations: posts, cycles or drained items. */
+  /** Completed operations: posts, cycles (results accepted) or drained items. */
   count: number;
   /** Replies that were not 200 or not `ok`, and network errors. */
   errors: number;

@@ -36,7 +36,7 @@ export interface BenchRun {
   /** 1-minute load average before and after the run: other work on the machine skews every figure. */
   load: { start: number; end: number };
   options: { sizes: number[]; durationS: number; inFlight: number; itemBytes: number; vs?: string };
-  empty: { post: LoadResult; cycle: LoadResult; drain: LoadResult; latency: LoadResult; drainQueued: number };
+  empty: { post: LoadResult; cycle: LoadResult; loop: LoadResult; drain: LoadResult; latency: LoadResult; drainQueued: number };
   bullmq?: BullmqResult & { jobs: number };
   backlogs: BacklogRun[];
   profile?: { file: string; cycle: LoadResult; top: string };
@@ -97,7 +97,8 @@ export function rows(run: BenchRun): Row[] {
   const { empty } = run;
   const out: Row[] = [
     { phase: `post, ${run.options.inFlight} in flight, empty queue`, figure: empty.post.rate, unit: 'posts/s', from: empty.post },
-    { phase: `full cycle (post→claim→result), ${run.options.inFlight} in flight`, figure: empty.cycle.rate, unit: 'cycles/s', from: empty.cycle },
+    { phase: `full cycle: ${run.options.inFlight} producers posting, ${run.options.inFlight} workers claiming → result`, figure: empty.cycle.rate, unit: 'cycles/s', from: empty.cycle },
+    { phase: `post → claim → result in turn, ${run.options.inFlight} loops (not a target)`, figure: empty.loop.rate, unit: 'cycles/s', from: empty.loop },
     { phase: `drain (claim→result) of ${fmt(empty.drainQueued)} queued, ${run.options.inFlight} in flight`, figure: empty.drain.rate, unit: 'items/s', from: empty.drain },
   ];
   const lat = empty.latency.latency;
@@ -108,7 +109,7 @@ export function rows(run: BenchRun): Row[] {
   }
   if (run.bullmq) {
     const ratio = empty.cycle.rate / run.bullmq.rate;
-    out.push({ phase: `BullMQ full cycle, ${run.options.inFlight} in flight, ${fmt(run.bullmq.jobs)} jobs (Redis AOF everysec)`, figure: run.bullmq.rate, unit: 'cycles/s' });
+    out.push({ phase: `BullMQ full cycle: ${run.options.inFlight} producers, a Worker of concurrency ${run.options.inFlight}, ${fmt(run.bullmq.jobs)} jobs (Redis AOF everysec)`, figure: run.bullmq.rate, unit: 'cycles/s' });
     out.push({ phase: 'svcq cycle / BullMQ cycle', figure: ratio, unit: '×', target: '≥ 0.75×', pass: ratio >= 0.75 });
   }
   const largest = run.backlogs.at(-1)?.size;
@@ -162,7 +163,7 @@ export function renderTable(run: BenchRun): string {
     const mark = v.pass === undefined ? chalk.yellow('n/a ') : v.pass ? chalk.green('pass') : chalk.red('FAIL');
     lines.push(`  ${mark}  ${v.target}: ${v.measured}`);
   }
-  const errors = [run.empty.post, run.empty.cycle, run.empty.drain, run.empty.latency, ...run.backlogs.flatMap((b) => [b.prefill, b.post, b.cycle])].filter((r) => r.errors > 0);
+  const errors = [run.empty.post, run.empty.cycle, run.empty.loop, run.empty.drain, run.empty.latency, ...run.backlogs.flatMap((b) => [b.prefill, b.post, b.cycle])].filter((r) => r.errors > 0);
   for (const r of errors) lines.push(chalk.red(`  ${r.errors} failed requests in a ${r.mode} phase; first: ${r.firstError ?? '?'}`));
   return lines.join('\n');
 }

@@ -158,11 +158,12 @@ async function emptyPhases(): Promise<BenchRun['empty']> {
   await load(server, 'cycle', 'warm', { durationMs: warmupMs });
   const post = checked('post, empty', await load(server, 'post', 'post'));
   const cycle = checked('full cycle, empty', await load(server, 'cycle', 'cycle'));
+  const loop = checked('post→claim→result in one loop, empty', await load(server, 'loop', 'cycle'));
   // The post phase left its items waiting: that is the pre-filled queue to drain.
   const drain = checked('drain', await load(server, 'drain', 'post'));
   const latency = checked('post at 1 in flight', await load(server, 'latency', 'lat', { inFlight: 1, recordLatency: true }));
   await server.stop();
-  return { post, cycle, drain, latency, drainQueued: post.count };
+  return { post, cycle, loop, drain, latency, drainQueued: post.count };
 }
 
 async function backlogPhases(size: number): Promise<BacklogRun> {

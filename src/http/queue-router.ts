@@ -95,12 +95,12 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     const input = body.trim() === '' ? {} : parseObject(body, 'the claim request');
     if (!validateClaim(input)) throw new Rejected(ajvErrors(validateClaim.errors ?? []));
     const { worker, criteria, wait } = input as { worker?: string; criteria?: Criteria; wait?: number };
-    const claimed = await ctx.store.claim(queue, {
-      worker: worker ?? 'anonymous',
-      criteria,
-      waitMs: (wait ?? 0) * 1000,
-      signal: wait ? closeSignal(req, res, ctx) : undefined,
-    });
+    // An item at hand is claimed without waiting; only a claim that has to wait gets the hang-up
+    // signal, which costs listeners on the request, the socket and the server.
+    let claimed = await ctx.store.claim(queue, { worker: worker ?? 'anonymous', criteria, waitMs: 0 });
+    if (!claimed && wait) {
+      claimed = await ctx.store.claim(queue, { worker: worker ?? 'anonymous', criteria, waitMs: wait * 1000, signal: closeSignal(req, res, ctx) });
+    }
     if (!claimed) return sendRawJson(res, 200, '{"ok":true,"empty":true}');
     sendRawJson(
       res,

@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { setMaxListeners } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { DefinitionRegistry } from '../definitions/registry.js';
@@ -64,6 +65,8 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
   await store.open();
 
   const stopping = new AbortController();
+  // Every waiting claim or fetch listens for the stop: there are as many as there are long polls.
+  setMaxListeners(0, stopping.signal);
   const ctx: ServerContext = {
     root,
     masterToken: master.token,
