@@ -1,5 +1,5 @@
 import { Command, Flags } from '@oclif/core';
-import { startServer } from '../src/http/server.js';
+import { startServerThread } from '../src/http/server-thread.js';
 
 export default class Serve extends Command {
   static override summary = 'Run the svcq server.';
@@ -39,7 +39,14 @@ The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/m
     process.on('SIGTERM', onSignal);
     let server;
     try {
-      server = await startServer({ root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'], compactBytes: flags['compact-bytes'] });
+      server = await startServerThread(
+        { root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'], compactBytes: flags['compact-bytes'] },
+        (err) => {
+          // The server stopped on its own: say why and end the process, as an uncaught error would.
+          process.stderr.write(`svcq: the server stopped: ${err.message}\n`);
+          process.exit(1);
+        },
+      );
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       const why = e.code === 'EADDRINUSE' ? `port ${flags.port} on ${flags.bind} is already in use` : e.code === 'EACCES' ? `permission denied (${e.message})` : e.message;
