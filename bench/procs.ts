@@ -139,6 +139,24 @@ export async function startSvcq(options: SvcqOptions): Promise<Svcq> {
   };
 }
 
+/** Spawns bench/floor-server.ts (see there) and waits for its `listening on` line; `stop` ends it. */
+export async function startFloor(options: { durable: boolean; dir: string }): Promise<Pick<Svcq, 'url' | 'cpuMs' | 'stop'>> {
+  const proc = track(spawn(process.execPath, ['--import', 'tsx', path.join(BENCH_DIR, 'floor-server.ts'), JSON.stringify(options)], { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] }));
+  const output = collect(proc);
+  const m = await waitForLine(proc, output, /listening on (http:\/\/\S+)/, 30_000, 'floor server');
+  const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
+  return {
+    url: m[1]!,
+    cpuMs: () => cpuMsOf(proc.pid!),
+    async stop() {
+      const t = performance.now();
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      await exited;
+      return performance.now() - t;
+    },
+  };
+}
+
 export function rssOf(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const m = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);

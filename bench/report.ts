@@ -38,6 +38,11 @@ export interface BenchRun {
   options: { sizes: number[]; durationS: number; inFlight: number; itemBytes: number; vs?: string };
   empty: { post: LoadResult; cycle: LoadResult; loop: LoadResult; drain: LoadResult; latency: LoadResult; drainQueued: number };
   bullmq?: BullmqResult & { jobs: number };
+  /**
+   * bench/floor-server.ts under the same post load: node:http alone, and answering after an O_DSYNC
+   * group write at the post phase's connections, at the cycle's (twice as many) and at 1 in flight.
+   */
+  floor?: { plain: LoadResult; durable: LoadResult; durableCycle: LoadResult; durableLatency: LoadResult };
   backlogs: BacklogRun[];
   profile?: { file: string; cycle: LoadResult; top: string };
 }
@@ -112,6 +117,15 @@ export function rows(run: BenchRun): Row[] {
     out.push({ phase: `BullMQ full cycle: ${run.options.inFlight} producers, a Worker of concurrency ${run.options.inFlight}, ${fmt(run.bullmq.jobs)} jobs (Redis AOF everysec)`, figure: run.bullmq.rate, unit: 'cycles/s' });
     out.push({ phase: 'svcq cycle / BullMQ cycle', figure: ratio, unit: '×', target: '≥ 0.75×', pass: ratio >= 0.75 });
   }
+  if (run.floor) {
+    const { plain, durable, durableCycle, durableLatency } = run.floor;
+    const n = run.options.inFlight;
+    out.push({ phase: `floor: bare node:http handler, ${n} in flight`, figure: plain.rate, unit: 'req/s', from: plain });
+    out.push({ phase: `floor: the same answering after an O_DSYNC group write, ${n} in flight`, figure: durable.rate, unit: 'req/s', from: durable });
+    out.push({ phase: `floor: the same, ${2 * n} in flight (the cycle's connections), ÷ 3 requests per cycle`, figure: durableCycle.rate / 3, unit: 'cycles/s', from: durableCycle });
+    const lat = durableLatency.latency;
+    if (lat) out.push({ phase: `floor: the same at 1 in flight, p50 / p99 ${fmt(lat.p50, 2)} / ${fmt(lat.p99, 2)} ms`, figure: lat.p99, unit: 'ms', from: durableLatency });
+  }
   const largest = run.backlogs.at(-1)?.size;
   for (const b of run.backlogs) {
     const n = sizeName(b.size);
@@ -163,7 +177,7 @@ export function renderTable(run: BenchRun): string {
     const mark = v.pass === undefined ? chalk.yellow('n/a ') : v.pass ? chalk.green('pass') : chalk.red('FAIL');
     lines.push(`  ${mark}  ${v.target}: ${v.measured}`);
   }
-  const errors = [run.empty.post, run.empty.cycle, run.empty.loop, run.empty.drain, run.empty.latency, ...run.backlogs.flatMap((b) => [b.prefill, b.post, b.cycle])].filter((r) => r.errors > 0);
+  const errors = [...(run.floor ? [run.floor.plain, run.floor.durable, run.floor.durableCycle, run.floor.durableLatency] : []), run.empty.post, run.empty.cycle, run.empty.loop, run.empty.drain, run.empty.latency, ...run.backlogs.flatMap((b) => [b.prefill, b.post, b.cycle])].filter((r) => r.errors > 0);
   for (const r of errors) lines.push(chalk.red(`  ${r.errors} failed requests in a ${r.mode} phase; first: ${r.firstError ?? '?'}`));
   return lines.join('\n');
 }

@@ -19,7 +19,7 @@ import { parseArgs } from 'node:util';
 import chalk from 'chalk';
 import { summariseProfile } from './profile-summary.js';
 import { execFileSync } from 'node:child_process';
-import { BENCH_DIR, REPO, snapshotBuild, killAll, runBullmq, runLoad, startRedis, startSvcq, type Svcq } from './procs.js';
+import { BENCH_DIR, REPO, snapshotBuild, killAll, runBullmq, runLoad, startFloor, startRedis, startSvcq, type Svcq } from './procs.js';
 import type { LoadMode, LoadResult, LoadSpec } from './protocol.js';
 import { renderTable, verdicts, type BacklogRun, type BenchRun, type RestartFigures } from './report.js';
 
@@ -56,6 +56,9 @@ const itemBytes = positiveInts(opts['item-bytes'], 'item-bytes')[0]!;
 const durationMs = durationS * 1000;
 const warmupMs = Math.min(1000, durationMs);
 const PREFILL_IN_FLIGHT = 64;
+/** Jobs per full-cycle phase, on svcq and on BullMQ alike: each phase runs from the first post to the last result. */
+const CYCLE_JOBS = 20_000;
+const cyclePhase = { maxCount: CYCLE_JOBS, durationMs: 120_000 };
 
 const roots: string[] = [];
 function tempRoot(tag: string): string {
@@ -107,7 +110,7 @@ async function defineQueues(server: Svcq, names: string[]): Promise<void> {
   }
 }
 
-async function load(server: Svcq, mode: LoadMode, queue: string, extra: Partial<LoadSpec> = {}): Promise<LoadResult> {
+async function load(server: Pick<Svcq, 'url' | 'cpuMs'>, mode: LoadMode, queue: string, extra: Partial<LoadSpec> = {}): Promise<LoadResult> {
   const cpu0 = server.cpuMs();
   const result = await runLoad({ mode, url: server.url, host: HOST, queue, inFlight, durationMs, maxCount: Number.MAX_SAFE_INTEGER, itemBytes, recordLatency: false, ...extra });
   // Includes the load child's start-up, when the server idles: a slight underestimate of its share.
@@ -157,7 +160,7 @@ async function emptyPhases(): Promise<BenchRun['empty']> {
   await defineQueues(server, ['warm', 'post', 'cycle', 'lat']);
   await load(server, 'cycle', 'warm', { durationMs: warmupMs });
   const post = checked('post, empty', await load(server, 'post', 'post'));
-  const cycle = checked('full cycle, empty', await load(server, 'cycle', 'cycle'));
+  const cycle = checked('full cycle, empty', await load(server, 'cycle', 'cycle', cyclePhase));
   const loop = checked('post→claim→result in one loop, empty', await load(server, 'loop', 'cycle'));
   // The post phase left its items waiting: that is the pre-filled queue to drain.
   const drain = checked('drain', await load(server, 'drain', 'post'));
@@ -189,14 +192,14 @@ async function backlogPhases(size: number): Promise<BacklogRun> {
 
   await load(server, 'cycle', 'warm', { durationMs: warmupMs });
   const post = checked(`post, ${size} waiting`, await load(server, 'post', 'backlog'));
-  const cycle = checked(`full cycle, ${size} waiting`, await load(server, 'cycle', 'backlog'));
+  const cycle = checked(`full cycle, ${size} waiting`, await load(server, 'cycle', 'backlog', cyclePhase));
   await server.stop();
   if (!opts.keep) rmSync(root, { recursive: true, force: true });
   return { size, prefill, rssEmpty, rssWaiting, restart, rssFreshEmpty, post, cycle };
 }
 
 async function bullmqPhase(): Promise<NonNullable<BenchRun['bullmq']>> {
-  const jobs = 20_000;
+  const jobs = CYCLE_JOBS;
   log('BullMQ: starting a private redis-server (appendonly yes, appendfsync everysec)');
   const redis = await startRedis(tempRoot('redis'));
   try {
@@ -208,6 +211,33 @@ async function bullmqPhase(): Promise<NonNullable<BenchRun['bullmq']>> {
   }
 }
 
+/**
+ * The bare node:http handler of bench/floor-server.ts: answering at once, then answering after an
+ * O_DSYNC group write at the post phase's connections, at the full cycle's (producers and workers)
+ * and at one in flight for latency.
+ */
+async function floorPhases(): Promise<NonNullable<BenchRun['floor']>> {
+  const dir = tempRoot('floor');
+  const run = async (durable: boolean, phases: Array<[string, Partial<LoadSpec>]>): Promise<LoadResult[]> => {
+    const server = await startFloor({ durable, dir });
+    try {
+      await load(server, 'post', 'floor', { durationMs: warmupMs });
+      const out: LoadResult[] = [];
+      for (const [what, extra] of phases) out.push(checked(`floor: bare node:http handler${durable ? ' answering after an O_DSYNC group write' : ''}, ${what}`, await load(server, extra.recordLatency ? 'latency' : 'post', 'floor', extra)));
+      return out;
+    } finally {
+      await server.stop();
+    }
+  };
+  const [plain] = await run(false, [[`${inFlight} in flight`, {}]]);
+  const [durable, durableCycle, durableLatency] = await run(true, [
+    [`${inFlight} in flight`, {}],
+    [`${2 * inFlight} in flight`, { inFlight: 2 * inFlight }],
+    ['1 in flight', { inFlight: 1, recordLatency: true }],
+  ]);
+  return { plain: plain!, durable: durable!, durableCycle: durableCycle!, durableLatency: durableLatency! };
+}
+
 async function profilePhase(stamp: string): Promise<NonNullable<BenchRun['profile']>> {
   const dir = tempRoot('prof');
   log('profile: svcq serve under --cpu-prof, one full-cycle phase');
@@ -215,7 +245,7 @@ async function profilePhase(stamp: string): Promise<NonNullable<BenchRun['profil
   await defineQueues(server, ['warm', 'cycle']);
   await load(server, 'cycle', 'warm', { durationMs: warmupMs });
   const fromMs = performance.now() - server.spawnedAt;
-  const cycle = checked('full cycle under --cpu-prof', await load(server, 'cycle', 'cycle'));
+  const cycle = checked('full cycle under --cpu-prof', await load(server, 'cycle', 'cycle', cyclePhase));
   const toMs = performance.now() - server.spawnedAt;
   await server.stop();
   const name = readdirSync(path.join(dir, 'prof')).find((f) => f.endsWith('.cpuprofile'));
@@ -243,6 +273,7 @@ async function main(): Promise<void> {
     backlogs: [],
   };
   if (opts.vs === 'bullmq') run.bullmq = await bullmqPhase();
+  run.floor = await floorPhases();
   for (const size of sizes) run.backlogs.push(await backlogPhases(size));
   if (opts['cpu-prof']) run.profile = await profilePhase(stamp);
   run.load.end = os.loadavg()[0]!;
