@@ -248,7 +248,11 @@ async function profilePhase(stamp: string): Promise<NonNullable<BenchRun['profil
   const cycle = checked('full cycle under --cpu-prof', await load(server, 'cycle', 'cycle', cyclePhase));
   const toMs = performance.now() - server.spawnedAt;
   await server.stop();
-  const name = readdirSync(path.join(dir, 'prof')).find((f) => f.endsWith('.cpuprofile'));
+  // One profile per thread (CPU.<date>.<time>.<pid>.<thread>.<n>.cpuprofile): the server runs on thread 1, not on the main thread.
+  const threadOf = (f: string): number => Number(f.split('.')[4] ?? -1);
+  const name = readdirSync(path.join(dir, 'prof'))
+    .filter((f) => f.endsWith('.cpuprofile'))
+    .sort((a, b) => threadOf(b) - threadOf(a))[0];
   if (!name) throw new Error('the server wrote no .cpuprofile');
   const file = path.join(BENCH_DIR, 'results', `${stamp}-server.cpuprofile`);
   writeFileSync(file, readFileSync(path.join(dir, 'prof', name)));
