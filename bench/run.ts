@@ -54,7 +54,8 @@ if (opts.vs !== undefined && opts.vs !== 'bullmq') throw new Error(`--vs only kn
 const inFlight = positiveInts(opts['in-flight'], 'in-flight')[0]!;
 const itemBytes = positiveInts(opts['item-bytes'], 'item-bytes')[0]!;
 const durationMs = durationS * 1000;
-const warmupMs = Math.min(1000, durationMs);
+// Long enough for the JIT and for V8 to grow its young generation to full size after a (re)start.
+const warmupMs = Math.min(3000, durationMs);
 const PREFILL_IN_FLIGHT = 64;
 /** Jobs per full-cycle phase, on svcq and on BullMQ alike: each phase runs from the first post to the last result. */
 const CYCLE_JOBS = opts.quick ? 8_000 : 20_000;
