@@ -11,6 +11,14 @@ describe('svcq serve (smoke)', () => {
     expect(reply.json).to.deep.equal({ api: 2 });
   });
 
+  it('runs from the TypeScript sources too (bin/dev.js): the server thread loads its .ts entry, answers, and exits 0 on SIGTERM', async () => {
+    const dev = await startServer({ fromSources: true });
+    const reply = await request(dev.url, '/api/version', { token: dev.masterToken });
+    expect(reply.json).to.deep.equal({ api: 2 });
+    expect(await dev.stop('SIGTERM')).to.equal(0);
+    cleanupTemp(dev.root);
+  });
+
   it('exits 0 on SIGTERM (decisions §1.1)', async () => {
     const other = await startServer();
     expect(await other.stop('SIGTERM')).to.equal(0);

@@ -23,7 +23,14 @@ export type FromServerThread =
  * If the thread dies later (an uncaught error), `onCrash` is told.
  */
 export function startServerThread(options: Omit<ServeOptions, 'warn'>, onCrash: (err: Error) => void): Promise<RunningServer> {
-  const worker = new Worker(new URL('./server-worker.js', import.meta.url), {
+  // Run from the TypeScript sources (bin/dev.js), the thread needs tsx registered before it can
+  // load the .ts entry: Node 20 does not carry the parent's loader hooks over to a worker.
+  const fromSources = import.meta.url.endsWith('.ts');
+  const entry = fromSources
+    ? `import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}).then(({ register }) => { register(); return import(${JSON.stringify(new URL('./server-worker.ts', import.meta.url).href)}); });`
+    : new URL('./server-worker.js', import.meta.url);
+  const worker = new Worker(entry, {
+    eval: fromSources,
     workerData: options,
     resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MB },
   });

@@ -37,13 +37,17 @@ export interface StartOptions {
   args?: string[];
   env?: Record<string, string>;
   port?: number;
+  /** Run from the TypeScript sources (bin/dev.js under tsx) instead of the built binary. */
+  fromSources?: boolean;
 }
 
 /** Spawns a real `svcq serve` (the built binary) on a temp root and waits for its `listening on` line. */
 export async function startServer(options: StartOptions = {}): Promise<TestServer> {
   const root = options.root ?? tempDir();
   const masterToken = options.masterToken ?? 'master-test-token-0123456789abcdef';
-  const proc = spawn(process.execPath, [BIN, 'serve', '--root', root, '--port', String(options.port ?? 0), '--master-token', masterToken, ...(options.args ?? [])], {
+  const entry = options.fromSources ? ['--import', 'tsx', '--no-warnings', path.join(REPO, 'bin/dev.js')] : [BIN];
+  const proc = spawn(process.execPath, [...entry, 'serve', '--root', root, '--port', String(options.port ?? 0), '--master-token', masterToken, ...(options.args ?? [])], {
+    cwd: REPO,
     env: { ...process.env, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
