@@ -42,8 +42,8 @@ The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/m
       server = await startServerThread(
         { root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'], compactBytes: flags['compact-bytes'] },
         (err) => {
-          // The server stopped on its own: say why and end the process, as an uncaught error would.
-          process.stderr.write(`svcq: the server stopped: ${err.message}\n`);
+          // The server stopped on its own (a bug): say why, with the stack, and end the process as an uncaught error would.
+          process.stderr.write(`svcq: the server stopped: ${err.stack ?? err.message}\n`);
           process.exit(1);
         },
       );
