@@ -69,7 +69,9 @@ export function startServerThread(options: Omit<ServeOptions, 'warn'>, onCrash: 
     });
     worker.on('exit', (code) => {
       if (!started) reject(new Error(`the server thread exited (${code}) before it listened`));
-      else if (!closing) onCrash(new Error(`the server thread exited (${code})`));
+      // Settles a close the thread did not see through (a no-op once it has answered).
+      else if (closing) onClosed(code === 0 ? undefined : new Error(`the server thread exited (${code}) while closing`));
+      else onCrash(new Error(`the server thread exited (${code})`));
     });
   });
 }
