@@ -116,10 +116,6 @@ export async function startSvcq(options: SvcqOptions): Promise<Svcq> {
   const output = collect(proc);
   const m = await waitForLine(proc, output, /listening on (http:\/\/\S+)/, options.startTimeoutMs ?? 120_000, 'svcq serve');
   const startMs = performance.now() - t0;
-  const exited = new Promise<void>((resolve) => {
-    if (proc.exitCode !== null || proc.signalCode !== null) resolve();
-    else proc.once('exit', () => resolve());
-  });
   return {
     url: m[1]!,
     pid: proc.pid!,
@@ -127,15 +123,27 @@ export async function startSvcq(options: SvcqOptions): Promise<Svcq> {
     spawnedAt: t0,
     rss: () => rssOf(proc.pid!),
     cpuMs: () => cpuMsOf(proc.pid!),
-    async stop() {
-      const t = performance.now();
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
-      const timer = setTimeout(() => proc.kill('SIGKILL'), 120_000);
-      await exited;
-      clearTimeout(timer);
-      if (proc.exitCode !== 0) throw new Error(`svcq serve exited with ${proc.exitCode ?? proc.signalCode} on SIGTERM:\n${output()}`);
-      return performance.now() - t;
-    },
+    stop: stopper(proc, output, 'svcq serve'),
+  };
+}
+
+/**
+ * SIGTERM and wait for the exit (SIGKILL after 120 s); resolves to the milliseconds it took, and
+ * fails with the child's output unless it exited 0.
+ */
+function stopper(proc: ChildProcess, output: () => string, what: string): () => Promise<number> {
+  const exited = new Promise<void>((resolve) => {
+    if (proc.exitCode !== null || proc.signalCode !== null) resolve();
+    else proc.once('exit', () => resolve());
+  });
+  return async () => {
+    const t = performance.now();
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+    const timer = setTimeout(() => proc.kill('SIGKILL'), 120_000);
+    await exited;
+    clearTimeout(timer);
+    if (proc.exitCode !== 0) throw new Error(`${what} exited with ${proc.exitCode ?? proc.signalCode} on SIGTERM:\n${output()}`);
+    return performance.now() - t;
   };
 }
 
@@ -144,17 +152,7 @@ export async function startFloor(options: { durable: boolean; dir: string }): Pr
   const proc = track(spawn(process.execPath, ['--import', 'tsx', path.join(BENCH_DIR, 'floor-server.ts'), JSON.stringify(options)], { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] }));
   const output = collect(proc);
   const m = await waitForLine(proc, output, /listening on (http:\/\/\S+)/, 30_000, 'floor server');
-  const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
-  return {
-    url: m[1]!,
-    cpuMs: () => cpuMsOf(proc.pid!),
-    async stop() {
-      const t = performance.now();
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
-      await exited;
-      return performance.now() - t;
-    },
-  };
+  return { url: m[1]!, cpuMs: () => cpuMsOf(proc.pid!), stop: stopper(proc, output, 'floor server') };
 }
 
 export function rssOf(pid: number): number {
