@@ -24,8 +24,14 @@ export interface BacklogRun {
   restart: RestartFigures;
   /** RSS of a freshly started, empty server (the reference for rssAfter). */
   rssFreshEmpty: number;
-  post: LoadResult;
-  cycle: LoadResult;
+  /** Per round: post and full cycle on the backlog, each paired with the same on an empty server beside it. */
+  pairs: Array<{ post: Pair; cycle: Pair }>;
+}
+
+/** One phase on the backlog server and on the empty reference server, one right after the other. */
+export interface Pair {
+  backlog: LoadResult;
+  empty: LoadResult;
 }
 
 export interface BenchRun {
@@ -35,9 +41,11 @@ export interface BenchRun {
   build: { commit: string; dirty: boolean };
   /** 1-minute load average before and after the run: other work on the machine skews every figure. */
   load: { start: number; end: number };
-  options: { sizes: number[]; durationS: number; inFlight: number; itemBytes: number; vs?: string };
-  empty: { post: LoadResult; cycle: LoadResult; loop: LoadResult; drain: LoadResult; latency: LoadResult; drainQueued: number };
-  bullmq?: BullmqResult & { jobs: number };
+  options: { sizes: number[]; durationS: number; inFlight: number; itemBytes: number; rounds: number; vs?: string };
+  /** `cycle` is the median of `cycleRounds`. */
+  empty: { post: LoadResult; cycle: LoadResult; cycleRounds: LoadResult[]; loop: LoadResult; drain: LoadResult; latency: LoadResult; drainQueued: number };
+  /** The round paired with the median svcq round, and every round (paired by index with `empty.cycleRounds`). */
+  bullmq?: BullmqResult & { jobs: number; rounds: BullmqResult[] };
   /**
    * bench/floor-server.ts under the same post load: node:http alone, and answering after an O_DSYNC
    * group write at the post phase's connections, at the cycle's (twice as many) and at 1 in flight.
@@ -65,25 +73,51 @@ export interface Verdict {
 }
 
 const fmt = (n: number, digits = 0): string => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
-const sizeName = (n: number): string => (n >= 1_000_000 && n % 1_000_000 === 0 ? `${n / 1_000_000}M` : n >= 1000 && n % 1000 === 0 ? `${n / 1000}k` : String(n));
+export const sizeName = (n: number): string => (n >= 1_000_000 && n % 1_000_000 === 0 ? `${n / 1_000_000}M` : n >= 1000 && n % 1000 === 0 ? `${n / 1000}k` : String(n));
+
+const median = (list: number[]): number => {
+  const sorted = [...list].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
+const list = (ratios: number[]): string => ratios.map((r) => fmt(r, 2)).join(', ');
+
+/** svcq's full cycle over BullMQ's, round by round. */
+function bullmqRatios(run: BenchRun): number[] {
+  const peer = run.bullmq?.rounds ?? [];
+  return run.empty.cycleRounds.map((r, i) => r.rate / (peer[i]?.rate ?? Number.NaN));
+}
+
+/** Backlog over empty reference, round by round, for one kind of phase. */
+function pairRatios(b: BacklogRun, kind: 'post' | 'cycle'): number[] {
+  return b.pairs.map((p) => p[kind].backlog.rate / p[kind].empty.rate);
+}
+
+/** The pair whose ratio is the median one (the lower middle one of an even number). */
+function medianPair(b: BacklogRun, kind: 'post' | 'cycle'): Pair {
+  return [...b.pairs].sort((x, y) => x[kind].backlog.rate / x[kind].empty.rate - y[kind].backlog.rate / y[kind].empty.rate)[Math.floor((b.pairs.length - 1) / 2)]![kind];
+}
 
 /** The goals from the performance issue, checked against this run; the backlog goals use its largest size. */
 export function verdicts(run: BenchRun): Verdict[] {
   const out: Verdict[] = [];
-  const cycle = run.empty.cycle.rate;
   if (run.bullmq) {
-    const ratio = cycle / run.bullmq.rate;
-    out.push({ target: 'full cycle ≥ 0.75× BullMQ', measured: `${fmt(cycle)} / ${fmt(run.bullmq.rate)} = ${fmt(ratio, 2)}×`, pass: ratio >= 0.75 });
+    const ratios = bullmqRatios(run);
+    const ratio = median(ratios);
+    const measured = ratios.length > 1 ? `median of ${ratios.length} paired rounds (${list(ratios)}) = ${fmt(ratio, 2)}×` : `${fmt(run.empty.cycle.rate)} / ${fmt(run.bullmq.rate)} = ${fmt(ratio, 2)}×`;
+    out.push({ target: 'full cycle ≥ 0.75× BullMQ', measured, pass: ratio >= 0.75 });
   } else {
     out.push({ target: 'full cycle ≥ 0.75× BullMQ', measured: 'not run (add --vs bullmq)', pass: undefined });
   }
   const big = run.backlogs.at(-1);
   if (big) {
     const note = big.size === 1_000_000 ? '' : ` (set for 1M; run had ${sizeName(big.size)})`;
-    const postRatio = big.post.rate / run.empty.post.rate;
-    const cycleRatio = big.cycle.rate / run.empty.cycle.rate;
-    out.push({ target: `post with ${sizeName(big.size)} waiting ≥ 0.9× empty${note}`, measured: `${fmt(postRatio, 2)}×`, pass: postRatio >= 0.9 });
-    out.push({ target: `cycle with ${sizeName(big.size)} waiting ≥ 0.9× empty${note}`, measured: `${fmt(cycleRatio, 2)}×`, pass: cycleRatio >= 0.9 });
+    for (const kind of ['post', 'cycle'] as const) {
+      const ratios = pairRatios(big, kind);
+      const ratio = median(ratios);
+      const measured = ratios.length > 1 ? `median of ${ratios.length} paired rounds (${list(ratios)}) = ${fmt(ratio, 2)}×` : `${fmt(ratio, 2)}×`;
+      out.push({ target: `${kind} with ${sizeName(big.size)} waiting ≥ 0.9× empty${note}`, measured, pass: ratio >= 0.9 });
+    }
   }
   const p99 = run.empty.latency.latency?.p99 ?? Number.NaN;
   out.push({ target: 'post p99 at 1 in flight ≤ 2 ms', measured: `${fmt(p99, 2)} ms`, pass: p99 <= 2 });
@@ -102,7 +136,12 @@ export function rows(run: BenchRun): Row[] {
   const { empty } = run;
   const out: Row[] = [
     { phase: `post, ${run.options.inFlight} in flight, empty queue`, figure: empty.post.rate, unit: 'posts/s', from: empty.post },
-    { phase: `full cycle: ${run.options.inFlight} producers posting, ${run.options.inFlight} workers claiming → result`, figure: empty.cycle.rate, unit: 'cycles/s', from: empty.cycle },
+    {
+      phase: `full cycle: ${run.options.inFlight} producers posting, ${run.options.inFlight} workers claiming → result${empty.cycleRounds.length > 1 ? ` (median of ${empty.cycleRounds.map((r) => fmt(r.rate)).join(', ')})` : ''}`,
+      figure: empty.cycle.rate,
+      unit: 'cycles/s',
+      from: empty.cycle,
+    },
     { phase: `post → claim → result in turn, ${run.options.inFlight} loops (not a target)`, figure: empty.loop.rate, unit: 'cycles/s', from: empty.loop },
     { phase: `drain (claim→result) of ${fmt(empty.drainQueued)} queued, ${run.options.inFlight} in flight`, figure: empty.drain.rate, unit: 'items/s', from: empty.drain },
   ];
@@ -113,9 +152,12 @@ export function rows(run: BenchRun): Row[] {
     out.push({ phase: 'post latency max, 1 in flight', figure: lat.max, unit: 'ms' });
   }
   if (run.bullmq) {
-    const ratio = empty.cycle.rate / run.bullmq.rate;
-    out.push({ phase: `BullMQ full cycle: ${run.options.inFlight} producers, a Worker of concurrency ${run.options.inFlight}, ${fmt(run.bullmq.jobs)} jobs (Redis AOF everysec)`, figure: run.bullmq.rate, unit: 'cycles/s' });
-    out.push({ phase: 'svcq cycle / BullMQ cycle', figure: ratio, unit: '×', target: '≥ 0.75×', pass: ratio >= 0.75 });
+    const ratios = bullmqRatios(run);
+    const ratio = median(ratios);
+    const several = ratios.length > 1;
+    const peerRates = run.bullmq.rounds.map((r) => r.rate);
+    out.push({ phase: `BullMQ full cycle: ${run.options.inFlight} producers, a Worker of concurrency ${run.options.inFlight}, ${fmt(run.bullmq.jobs)} jobs (Redis AOF everysec)${several ? ` (median of ${peerRates.map((r) => fmt(r)).join(', ')})` : ''}`, figure: median(peerRates), unit: 'cycles/s' });
+    out.push({ phase: `svcq cycle / BullMQ cycle${several ? `, median of paired rounds (${list(ratios)})` : ''}`, figure: ratio, unit: '×', target: '≥ 0.75×', pass: ratio >= 0.75 });
   }
   if (run.floor) {
     const { plain, durable, durableCycle, durableLatency } = run.floor;
@@ -130,12 +172,16 @@ export function rows(run: BenchRun): Row[] {
   for (const b of run.backlogs) {
     const n = sizeName(b.size);
     const judged = b.size === largest;
-    const postRatio = b.post.rate / empty.post.rate;
-    const cycleRatio = b.cycle.rate / empty.cycle.rate;
     const perItem = (b.rssWaiting - b.rssEmpty) / b.size;
     out.push({ phase: `prefill ${n} (64 in flight, not a target)`, figure: b.prefill.rate, unit: 'posts/s', from: b.prefill });
-    out.push({ phase: `post with ${n} waiting`, figure: b.post.rate, unit: 'posts/s', from: b.post, vsEmpty: postRatio, ...(judged ? { target: '≥ 0.9× empty', pass: postRatio >= 0.9 } : {}) });
-    out.push({ phase: `full cycle with ${n} waiting`, figure: b.cycle.rate, unit: 'cycles/s', from: b.cycle, vsEmpty: cycleRatio, ...(judged ? { target: '≥ 0.9× empty', pass: cycleRatio >= 0.9 } : {}) });
+    for (const [kind, label, unit] of [['post', 'post', 'posts/s'], ['cycle', 'full cycle', 'cycles/s']] as const) {
+      const ratios = pairRatios(b, kind);
+      const ratio = median(ratios);
+      const pair = medianPair(b, kind);
+      const rounds = ratios.length > 1 ? ` (median pair; ratios ${list(ratios)})` : '';
+      out.push({ phase: `${label} with ${n} waiting${rounds}`, figure: pair.backlog.rate, unit, from: pair.backlog, vsEmpty: ratio, ...(judged ? { target: '≥ 0.9× empty', pass: ratio >= 0.9 } : {}) });
+      out.push({ phase: `${label}, empty server beside it (paired)`, figure: pair.empty.rate, unit, from: pair.empty });
+    }
     out.push({ phase: `restart with ${n} waiting: SIGTERM → exit`, figure: b.restart.stopMs / 1000, unit: 's' });
     out.push({ phase: `restart with ${n} waiting: start → listening`, figure: b.restart.listenMs / 1000, unit: 's' });
     out.push({ phase: `restart with ${n} waiting: start → first claim`, figure: b.restart.firstClaimMs / 1000, unit: 's', ...(judged ? { target: '≤ 10 s', pass: b.restart.firstClaimMs <= 10_000 } : {}) });
@@ -177,7 +223,7 @@ export function renderTable(run: BenchRun): string {
     const mark = v.pass === undefined ? chalk.yellow('n/a ') : v.pass ? chalk.green('pass') : chalk.red('FAIL');
     lines.push(`  ${mark}  ${v.target}: ${v.measured}`);
   }
-  const errors = [...(run.floor ? [run.floor.plain, run.floor.durable, run.floor.durableCycle, run.floor.durableLatency] : []), run.empty.post, run.empty.cycle, run.empty.loop, run.empty.drain, run.empty.latency, ...run.backlogs.flatMap((b) => [b.prefill, b.post, b.cycle])].filter((r) => r.errors > 0);
+  const errors = [...(run.floor ? [run.floor.plain, run.floor.durable, run.floor.durableCycle, run.floor.durableLatency] : []), run.empty.post, ...run.empty.cycleRounds, run.empty.loop, run.empty.drain, run.empty.latency, ...run.backlogs.flatMap((b) => [b.prefill, ...b.pairs.flatMap((p) => [p.post.backlog, p.post.empty, p.cycle.backlog, p.cycle.empty])])].filter((r) => r.errors > 0);
   for (const r of errors) lines.push(chalk.red(`  ${r.errors} failed requests in a ${r.mode} phase; first: ${r.firstError ?? '?'}`));
   return lines.join('\n');
 }

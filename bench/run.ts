@@ -6,6 +6,7 @@
  *   --duration 5             seconds per throughput phase
  *   --quick                  sizes 20000, 1.5 s phases, 8,000-job cycles: the whole run in about a minute
  *   --vs bullmq              also run the full cycle against BullMQ on a private redis-server
+ *   --rounds 3               paired rounds for every ratio (1 with --quick): see bench/README.md
  *   --cpu-prof               also profile the server over one cycle phase and summarise it
  *   --keep                   keep the temp roots (printed) instead of removing them
  */
@@ -19,9 +20,9 @@ import { parseArgs } from 'node:util';
 import chalk from 'chalk';
 import { summariseProfile } from './profile-summary.js';
 import { execFileSync } from 'node:child_process';
-import { BENCH_DIR, REPO, snapshotBuild, killAll, runBullmq, runLoad, startFloor, startRedis, startSvcq, type Svcq } from './procs.js';
+import { BENCH_DIR, REPO, snapshotBuild, killAll, runBullmq, runLoad, startFloor, startRedis, startSvcq, type BullmqResult, type Svcq } from './procs.js';
 import type { LoadMode, LoadResult, LoadSpec } from './protocol.js';
-import { renderTable, verdicts, type BacklogRun, type BenchRun, type RestartFigures } from './report.js';
+import { renderTable, sizeName, verdicts, type BacklogRun, type BenchRun, type Pair, type RestartFigures } from './report.js';
 
 const HOST = 'bench.test';
 const MASTER = 'bench-master-token-0123456789abcdef';
@@ -33,6 +34,7 @@ const { values: opts } = parseArgs({
     duration: { type: 'string' },
     quick: { type: 'boolean', default: false },
     vs: { type: 'string' },
+    rounds: { type: 'string' },
     'cpu-prof': { type: 'boolean', default: false },
     keep: { type: 'boolean', default: false },
     'in-flight': { type: 'string', default: '32' },
@@ -54,6 +56,7 @@ if (opts.vs !== undefined && opts.vs !== 'bullmq') throw new Error(`--vs only kn
 const inFlight = positiveInts(opts['in-flight'], 'in-flight')[0]!;
 const itemBytes = positiveInts(opts['item-bytes'], 'item-bytes')[0]!;
 const durationMs = durationS * 1000;
+const rounds = positiveInts(opts.rounds ?? (opts.quick ? '1' : '3'), 'rounds')[0]!;
 // Long enough for the JIT and for V8 to grow its young generation to full size after a (re)start.
 const warmupMs = Math.min(3000, durationMs);
 const PREFILL_IN_FLIGHT = 64;
@@ -155,21 +158,63 @@ async function firstClaim(server: Svcq, queue: string, limitMs: number): Promise
   throw new Error(`no item could be claimed from ${queue} within ${limitMs / 1000} s of the restart`);
 }
 
-async function emptyPhases(): Promise<BenchRun['empty']> {
+/**
+ * The empty-queue phases. The full cycle runs `rounds` times, each on a fresh queue; with a peer,
+ * each round is paired with one of the peer's, taken right before or after it (alternately), so
+ * that their ratio compares the two under the same conditions on a machine whose speed drifts.
+ */
+async function emptyPhases(peer?: Peer): Promise<{ empty: BenchRun['empty']; bullmq?: NonNullable<BenchRun['bullmq']> }> {
   log('empty queue: starting svcq serve');
   const server = await startSvcq({ root: tempRoot('empty'), masterToken: MASTER });
-  await defineQueues(server, ['warm', 'post', 'cycle', 'lat']);
+  const cycleQueues = Array.from({ length: rounds }, (_, r) => `cycle-${r}`);
+  await defineQueues(server, ['warm', 'post', 'lat', ...cycleQueues]);
   await load(server, 'cycle', 'warm', { durationMs: warmupMs });
   const post = checked('post, empty', await load(server, 'post', 'post'));
-  const cycle = checked('full cycle, empty', await load(server, 'cycle', 'cycle', cyclePhase));
-  const loop = checked('post→claim→result in one loop, empty', await load(server, 'loop', 'cycle'));
+  const cycleRounds: LoadResult[] = [];
+  const peerRounds: BullmqResult[] = [];
+  for (let r = 0; r < rounds; r++) {
+    const ours = async (): Promise<void> => {
+      cycleRounds.push(checked(`full cycle, empty${rounds > 1 ? ` (round ${r + 1} of ${rounds})` : ''}`, await load(server, 'cycle', cycleQueues[r]!, cyclePhase)));
+    };
+    const theirs = async (): Promise<void> => {
+      if (peer) peerRounds.push(await peer.round(r));
+    };
+    if (r % 2 === 0) {
+      await ours();
+      await theirs();
+    } else {
+      await theirs();
+      await ours();
+    }
+  }
+  const cycle = medianRun(cycleRounds);
+  const loop = checked('post→claim→result in one loop, empty', await load(server, 'loop', cycleQueues[0]!));
   // The post phase left its items waiting: that is the pre-filled queue to drain.
   const drain = checked('drain', await load(server, 'drain', 'post'));
   const latency = checked('post at 1 in flight', await load(server, 'latency', 'lat', { inFlight: 1, recordLatency: true }));
   await server.stop();
-  return { post, cycle, loop, drain, latency, drainQueued: post.count };
+  const empty = { post, cycle, cycleRounds, loop, drain, latency, drainQueued: post.count };
+  if (!peer) return { empty };
+  const bullmq = { ...peerRounds[cycleRounds.indexOf(cycle)]!, jobs: CYCLE_JOBS, rounds: peerRounds };
+  return { empty, bullmq };
 }
 
+/** The round with the median rate (the lower middle one of an even number). */
+function medianRun<T extends { rate: number }>(list: T[]): T {
+  return [...list].sort((a, b) => a.rate - b.rate)[Math.floor((list.length - 1) / 2)]!;
+}
+
+interface Peer {
+  round(r: number): Promise<BullmqResult>;
+  stop(): Promise<void>;
+}
+
+/**
+ * One backlog size: a fresh server, RSS before and after a prefill of `size` items, a restart,
+ * then post and full cycle on the backlog queue in `rounds` rounds, each paired with the same
+ * phase on an empty reference server running beside it (a fresh queue per round, the order
+ * alternating), so that each "vs empty" ratio is taken under the same conditions.
+ */
 async function backlogPhases(size: number): Promise<BacklogRun> {
   const root = tempRoot(`n${size}`);
   log(`${size.toLocaleString('en-US')} waiting: starting svcq serve`);
@@ -191,25 +236,49 @@ async function backlogPhases(size: number): Promise<BacklogRun> {
   restart.rssAfter = await settledRss(server);
   log(`restart: stop ${(stopMs / 1000).toFixed(2)} s, listening ${(restart.listenMs / 1000).toFixed(2)} s, first claim ${(restart.firstClaimMs / 1000).toFixed(2)} s`);
 
+  // The empty reference: a second server, started now so that it meets the same machine.
+  log(`${sizeName(size)} waiting: starting an empty reference server beside it`);
+  const ref = await startSvcq({ root: tempRoot(`ref${size}`), masterToken: MASTER });
+  await defineQueues(ref, ['warm', ...Array.from({ length: rounds }, (_, r) => [`post-${r}`, `cycle-${r}`]).flat()]);
+  await load(ref, 'cycle', 'warm', { durationMs: warmupMs });
   await load(server, 'cycle', 'warm', { durationMs: warmupMs });
-  const post = checked(`post, ${size} waiting`, await load(server, 'post', 'backlog'));
-  const cycle = checked(`full cycle, ${size} waiting`, await load(server, 'cycle', 'backlog', cyclePhase));
+  const pairs: BacklogRun['pairs'] = [];
+  for (let r = 0; r < rounds; r++) {
+    const which = rounds > 1 ? ` (round ${r + 1} of ${rounds})` : '';
+    const pair = async (mode: LoadMode, what: string, refQueue: string, extra: Partial<LoadSpec>): Promise<Pair> => {
+      const backlog = async (): Promise<LoadResult> => checked(`${what}, ${sizeName(size)} waiting${which}`, await load(server, mode, 'backlog', extra));
+      const empty = async (): Promise<LoadResult> => checked(`${what}, empty reference${which}`, await load(ref, mode, refQueue, extra));
+      if (r % 2 === 0) {
+        const b = await backlog();
+        return { backlog: b, empty: await empty() };
+      }
+      const e = await empty();
+      return { backlog: await backlog(), empty: e };
+    };
+    const post = await pair('post', 'post', `post-${r}`, {});
+    const cycle = await pair('cycle', 'full cycle', `cycle-${r}`, cyclePhase);
+    pairs.push({ post, cycle });
+  }
   await server.stop();
+  await ref.stop();
   if (!opts.keep) rmSync(root, { recursive: true, force: true });
-  return { size, prefill, rssEmpty, rssWaiting, restart, rssFreshEmpty, post, cycle };
+  return { size, prefill, rssEmpty, rssWaiting, restart, rssFreshEmpty, pairs };
 }
 
-async function bullmqPhase(): Promise<NonNullable<BenchRun['bullmq']>> {
+/** BullMQ on a private redis-server, one full cycle of CYCLE_JOBS per round, each on a queue of its own. */
+async function startBullmq(): Promise<Peer> {
   const jobs = CYCLE_JOBS;
   log('BullMQ: starting a private redis-server (appendonly yes, appendfsync everysec)');
   const redis = await startRedis(tempRoot('redis'));
-  try {
-    const r = await runBullmq({ redisPort: redis.port, jobs, inFlight, itemBytes, timeoutMs: 120_000 });
-    log(`BullMQ full cycle: ${Math.round(r.rate).toLocaleString('en-US')}/s (${r.completed} of ${jobs} jobs in ${(r.elapsedMs / 1000).toFixed(1)} s${r.timedOut ? ', TIMED OUT' : ''})`);
-    return { ...r, jobs };
-  } finally {
-    await redis.stop();
-  }
+  return {
+    async round(r) {
+      const result = await runBullmq({ redisPort: redis.port, jobs, inFlight, itemBytes, timeoutMs: 120_000 });
+      const which = rounds > 1 ? ` (round ${r + 1} of ${rounds})` : '';
+      log(`BullMQ full cycle${which}: ${Math.round(result.rate).toLocaleString('en-US')}/s (${result.completed} of ${jobs} jobs in ${(result.elapsedMs / 1000).toFixed(1)} s${result.timedOut ? ', TIMED OUT' : ''})`);
+      return result;
+    },
+    stop: () => redis.stop(),
+  };
 }
 
 /**
@@ -273,11 +342,16 @@ async function main(): Promise<void> {
     machine: { cpus: cpus.length, cpuModel: cpus[0]?.model ?? '?', memGiB: Math.round(os.totalmem() / 2 ** 30), node: process.version, os: `${os.type()} ${os.release()}` },
     build,
     load: { start: os.loadavg()[0]!, end: Number.NaN },
-    options: { sizes, durationS, inFlight, itemBytes, vs: opts.vs },
-    empty: await emptyPhases(),
+    options: { sizes, durationS, inFlight, itemBytes, rounds, vs: opts.vs },
+    empty: undefined as unknown as BenchRun['empty'],
     backlogs: [],
   };
-  if (opts.vs === 'bullmq') run.bullmq = await bullmqPhase();
+  const peer = opts.vs === 'bullmq' ? await startBullmq() : undefined;
+  try {
+    Object.assign(run, await emptyPhases(peer));
+  } finally {
+    await peer?.stop();
+  }
   run.floor = await floorPhases();
   for (const size of sizes) run.backlogs.push(await backlogPhases(size));
   if (opts['cpu-prof']) run.profile = await profilePhase(stamp);
