@@ -10,31 +10,133 @@ type BTreeClass = typeof BTreeModule.default;
 const BTree: BTreeClass = (BTreeModule as unknown as { default?: BTreeClass }).default ?? (BTreeModule as unknown as BTreeClass);
 type BTree<K, V> = InstanceType<typeof BTreeModule.default<K, V>>;
 
-/**
- * One item as the engine keeps it. Bodies (item, progress, result, error) stay JSON text as
- * received: they are never parsed again except to match criteria, and are spliced into replies.
- */
-export interface Item {
-  id: string;
-  /** Claim order: postedAt, then arrival. Unique and increasing within a queue; kept on re-queue. */
-  ord: number;
-  body: string;
-  postedBy: string;
-  postedAt: number;
+/** What work on an item fills in; the defaults are the state of an item as posted. */
+interface ItemWork {
   idempotencyKey: string | null;
-  status: ItemStatus;
   updatedAt: number;
   finishedAt: number | null;
   attempts: number;
   leaseWorker: string | null;
   leaseUntil: number | null;
-  /** A re-queued item is not claimable before this (retryDelaySeconds). */
   availableAt: number;
   progress: string | null;
   result: string | null;
   error: string | null;
-  /** Stamped by the first fetch that returned the item terminal (retainFrom: "fetched"). */
   fetchedAt: number | null;
+}
+
+/**
+ * One item as the engine keeps it. Bodies (item, progress, result, error) stay JSON text as
+ * received: they are never parsed again except to match criteria, and are spliced into replies.
+ *
+ * A queue may hold a million waiting items, so a waiting item is kept small: the fields that work
+ * on it fills in live in a second object, made on the first change away from the defaults (the
+ * state as posted). Until then each reads as its default: 80 bytes of item instead of 208.
+ */
+export class Item {
+  readonly id: string;
+  /** Claim order: arrival. Unique and increasing within a queue; kept on re-queue. */
+  ord: number;
+  readonly body: string;
+  readonly postedBy: string;
+  readonly postedAt: number;
+  status: ItemStatus;
+  private work: ItemWork | null;
+
+  constructor(id: string, ord: number, body: string, postedBy: string, postedAt: number, status: ItemStatus) {
+    this.id = id;
+    this.ord = ord;
+    this.body = body;
+    this.postedBy = postedBy;
+    this.postedAt = postedAt;
+    this.status = status;
+    this.work = null;
+  }
+
+  private worked(): ItemWork {
+    return (this.work ??= {
+      idempotencyKey: null,
+      updatedAt: this.postedAt,
+      finishedAt: null,
+      attempts: 0,
+      leaseWorker: null,
+      leaseUntil: null,
+      availableAt: 0,
+      progress: null,
+      result: null,
+      error: null,
+      fetchedAt: null,
+    });
+  }
+
+  get idempotencyKey(): string | null {
+    return this.work === null ? null : this.work.idempotencyKey;
+  }
+  set idempotencyKey(v: string | null) {
+    if (this.work !== null || v !== null) this.worked().idempotencyKey = v;
+  }
+  get updatedAt(): number {
+    return this.work === null ? this.postedAt : this.work.updatedAt;
+  }
+  set updatedAt(v: number) {
+    if (this.work !== null || v !== this.postedAt) this.worked().updatedAt = v;
+  }
+  get finishedAt(): number | null {
+    return this.work === null ? null : this.work.finishedAt;
+  }
+  set finishedAt(v: number | null) {
+    if (this.work !== null || v !== null) this.worked().finishedAt = v;
+  }
+  get attempts(): number {
+    return this.work === null ? 0 : this.work.attempts;
+  }
+  set attempts(v: number) {
+    if (this.work !== null || v !== 0) this.worked().attempts = v;
+  }
+  get leaseWorker(): string | null {
+    return this.work === null ? null : this.work.leaseWorker;
+  }
+  set leaseWorker(v: string | null) {
+    if (this.work !== null || v !== null) this.worked().leaseWorker = v;
+  }
+  get leaseUntil(): number | null {
+    return this.work === null ? null : this.work.leaseUntil;
+  }
+  set leaseUntil(v: number | null) {
+    if (this.work !== null || v !== null) this.worked().leaseUntil = v;
+  }
+  /** A re-queued item is not claimable before this (retryDelaySeconds). */
+  get availableAt(): number {
+    return this.work === null ? 0 : this.work.availableAt;
+  }
+  set availableAt(v: number) {
+    if (this.work !== null || v !== 0) this.worked().availableAt = v;
+  }
+  get progress(): string | null {
+    return this.work === null ? null : this.work.progress;
+  }
+  set progress(v: string | null) {
+    if (this.work !== null || v !== null) this.worked().progress = v;
+  }
+  get result(): string | null {
+    return this.work === null ? null : this.work.result;
+  }
+  set result(v: string | null) {
+    if (this.work !== null || v !== null) this.worked().result = v;
+  }
+  get error(): string | null {
+    return this.work === null ? null : this.work.error;
+  }
+  set error(v: string | null) {
+    if (this.work !== null || v !== null) this.worked().error = v;
+  }
+  /** Stamped by the first fetch that returned the item terminal (retainFrom: "fetched"). */
+  get fetchedAt(): number | null {
+    return this.work === null ? null : this.work.fetchedAt;
+  }
+  set fetchedAt(v: number | null) {
+    if (this.work !== null || v !== null) this.worked().fetchedAt = v;
+  }
 }
 
 /** What an operation did, for the store to make durable and to report. */
@@ -79,10 +181,13 @@ export class Queue {
     return this.items.size;
   }
 
-  /** The order number for an item posted at `now`: after every earlier one, by time first. */
-  nextOrd(now: number): number {
-    this.lastOrd = Math.max(this.lastOrd + 1, now * 1024);
-    return this.lastOrd;
+  /**
+   * The order number of the next item: after every earlier one. A counter, so that it stays a
+   * small integer (no separate number object per item); stores written before kept postedAt × 1024
+   * here, and a queue restored from one simply counts on from there.
+   */
+  nextOrd(): number {
+    return ++this.lastOrd;
   }
 
   /** The item an idempotency key already names, if it is still in the queue. */
@@ -91,25 +196,8 @@ export class Queue {
   }
 
   post(fields: { id: string; body: string; postedBy: string; idempotencyKey: string | null }, now: number): Change {
-    const item: Item = {
-      id: fields.id,
-      ord: this.nextOrd(now),
-      body: fields.body,
-      postedBy: fields.postedBy,
-      postedAt: now,
-      idempotencyKey: fields.idempotencyKey,
-      status: 'pending',
-      updatedAt: now,
-      finishedAt: null,
-      attempts: 0,
-      leaseWorker: null,
-      leaseUntil: null,
-      availableAt: 0,
-      progress: null,
-      result: null,
-      error: null,
-      fetchedAt: null,
-    };
+    const item = new Item(fields.id, this.nextOrd(), fields.body, fields.postedBy, now, 'pending');
+    item.idempotencyKey = fields.idempotencyKey;
     this.restore(item);
     return { item, events: [{ event: 'posted' }] };
   }

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { Low } from 'lowdb';
 import { JSONFile } from 'lowdb/node';
 import type { TaskEvent } from '../engine/item.js';
-import type { Item } from '../engine/queue.js';
+import { Item } from '../engine/queue.js';
 import type { HistoryPosition } from './store.js';
 import { fsyncDir } from '../definitions/registry.js';
 import { AppendFile } from './append-file.js';
@@ -371,27 +371,9 @@ function applyRecord(text: string, items: LoadedItems, events: LoadedEvents): bo
   if (!byId) items.set(queue, (byId = new Map()));
   if (type === 'i' && record.length === 19) {
     const r = record as [string, string, string, number, string, string, number, string | null, ...StateFields];
-    // Every field in one literal, in the engine's order: the object gets its final shape at once,
-    // with all fields in-object (an object grown field by field keeps a separate property store).
-    const item: Item = {
-      id,
-      ord: r[3],
-      body: r[4],
-      postedBy: r[5],
-      postedAt: r[6],
-      idempotencyKey: r[7],
-      status: r[8],
-      updatedAt: r[9],
-      finishedAt: r[10],
-      attempts: r[11],
-      leaseWorker: r[12],
-      leaseUntil: r[13],
-      availableAt: r[14],
-      progress: r[15],
-      result: r[16],
-      error: r[17],
-      fetchedAt: r[18],
-    };
+    const item = new Item(id, r[3], r[4], r[5], r[6], r[8]);
+    item.idempotencyKey = r[7];
+    applyState(item, r.slice(8) as StateFields);
     byId.set(id, item);
     return true;
   }

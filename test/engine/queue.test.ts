@@ -1,7 +1,14 @@
 import { expect } from 'chai';
 import { resolveQueue } from '../../src/engine/config.js';
 import type { QueueDefinition } from '../../src/definitions/schemas.js';
-import { Queue } from '../../src/engine/queue.js';
+import { Item, Queue } from '../../src/engine/queue.js';
+
+/** A copy of an item as the journal would give it back: every field, as a new object. */
+function clone(i: Item): Item {
+  const copy = new Item(i.id, i.ord, i.body, i.postedBy, i.postedAt, i.status);
+  const { idempotencyKey, updatedAt, finishedAt, attempts, leaseWorker, leaseUntil, availableAt, progress, result, error, fetchedAt } = i;
+  return Object.assign(copy, { idempotencyKey, updatedAt, finishedAt, attempts, leaseWorker, leaseUntil, availableAt, progress, result, error, fetchedAt });
+}
 
 /** A queue driven by a fake clock: `t` is advanced by hand, nothing sleeps. */
 function setup(def: QueueDefinition = {}) {
@@ -307,8 +314,8 @@ describe('queue engine (decisions §3)', () => {
       const b = post();
       q.claim('w', undefined, clock.t);
       const copy = new Queue(q.config);
-      copy.restore({ ...a });
-      copy.restore({ ...b });
+      copy.restore(clone(a));
+      copy.restore(clone(b));
       expect(copy.claim('w', undefined, clock.t + 1_000)!.item.id).to.equal(b.id);
       clock.t += 5_000;
       expect(copy.tick(clock.t).map((c) => [c.item.id, c.events[0]!.event])).to.deep.equal([[a.id, 'requeued']]);
