@@ -11,6 +11,7 @@ import type { StatusRecord, SubmitOutcome } from '../store/store.js';
 import { bearerToken, requestHost } from './auth.js';
 import type { ServerContext } from './context.js';
 import { NoSuchItem, NotFound, Rejected, sendError, sendRawJson, type FieldError } from './errors.js';
+import { jsonString } from '../json-text.js';
 
 /**
  * The queue domain: producer and worker endpoints (interface §4.1–§4.3, decisions §3), routed by
@@ -105,7 +106,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     sendRawJson(
       res,
       200,
-      `{"ok":true,"id":"${claimed.id}","item":${claimed.item},"attempts":${claimed.attempts},"lease":{"worker":${JSON.stringify(claimed.lease.worker)},"until":${claimed.lease.until}}}`,
+      `{"ok":true,"id":"${claimed.id}","item":${claimed.item},"attempts":${claimed.attempts},"lease":{"worker":${jsonString(claimed.lease.worker)},"until":${claimed.lease.until}}}`,
     );
   });
 
@@ -140,7 +141,7 @@ function answerSubmission(res: ServerResponse, outcome: SubmitOutcome | null): v
 
 /** The status record as JSON text; stored bodies are spliced in as they are. */
 export function statusJson(r: StatusRecord): string {
-  return `{"ok":true,"id":"${r.id}","status":"${r.status}","postedBy":${JSON.stringify(r.postedBy)},"postedAt":${r.postedAt},"updatedAt":${r.updatedAt},"finishedAt":${r.finishedAt},"attempts":${r.attempts},"progress":${r.progress},"result":${r.result},"error":${r.error}}`;
+  return `{"ok":true,"id":"${r.id}","status":"${r.status}","postedBy":${jsonString(r.postedBy)},"postedAt":${r.postedAt},"updatedAt":${r.updatedAt},"finishedAt":${r.finishedAt},"attempts":${r.attempts},"progress":${r.progress},"result":${r.result},"error":${r.error}}`;
 }
 
 /** Reads the whole body as UTF-8 text, refusing (413) past `limit` bytes without buffering more. */

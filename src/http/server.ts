@@ -82,13 +82,31 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
   const app = createApp(ctx);
   const queues = createQueueRouter(ctx);
 
+  /** Logs the exchange once the response has been handed to the socket (one shared listener: no closure per request). */
+  function logFinished(this: LoggedResponse): void {
+    const req = this.req;
+    const seen = this[REQUEST];
+    const url = seen.url;
+    const q = url.indexOf('?');
+    ctx.accessLog.record({
+      ts: Date.now(),
+      method: req.method ?? '',
+      host: req.headers.host ?? '',
+      path: q === -1 ? url : url.slice(0, q),
+      status: this.statusCode,
+      ms: Math.round((performance.now() - seen.started) * 1000) / 1000,
+      // Bytes on the wire, headers included: a response written with writeHead(status, headers) keeps no content-length to read back.
+      bytes: req.socket.bytesWritten - seen.sentBefore,
+      ip: req.socket.remoteAddress ?? '',
+    });
+  }
+
   const server: Server = createServer({ keepAliveTimeout: 65_000 }, (req: IncomingMessage, res: ServerResponse) => {
-    const started = performance.now();
-    // Taken now: Express rewrites req.url while it routes into a mounted router.
+    // The URL is taken now: Express rewrites req.url while it routes into a mounted router.
     const url = req.url ?? '/';
-    // Bytes on the wire, headers included: a response written with writeHead(status, headers) keeps no content-length to read back.
-    const sentBefore = req.socket.bytesWritten;
-    res.once('finish', () => logRequest(ctx, req, res, url, started, req.socket.bytesWritten - sentBefore));
+    (res as LoggedResponse)[REQUEST] = new RequestSeen(performance.now(), url, req.socket.bytesWritten);
+    // 'finish' is emitted at most once per response.
+    res.on('finish', logFinished);
     if (url === '/api' || url.startsWith('/api/') || url.startsWith('/api?')) app(req, res);
     else queues(req, res);
   });
@@ -119,16 +137,14 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
   };
 }
 
-function logRequest(ctx: ServerContext, req: IncomingMessage, res: ServerResponse, url: string, started: number, bytes: number): void {
-  const q = url.indexOf('?');
-  ctx.accessLog.record({
-    ts: Date.now(),
-    method: req.method ?? '',
-    host: req.headers.host ?? '',
-    path: q === -1 ? url : url.slice(0, q),
-    status: res.statusCode,
-    ms: Math.round((performance.now() - started) * 1000) / 1000,
-    bytes,
-    ip: req.socket.remoteAddress ?? '',
-  });
+/** What the access log needs to know of a request from the moment it arrived. */
+class RequestSeen {
+  constructor(
+    readonly started: number,
+    readonly url: string,
+    readonly sentBefore: number,
+  ) {}
 }
+
+const REQUEST = Symbol('svcq.request');
+type LoggedResponse = ServerResponse & { [REQUEST]: RequestSeen };

@@ -5,6 +5,7 @@ import { isTerminal, type ItemStatus } from '../engine/item.js';
 import { Queue, type Change, type Item, type Outcome } from '../engine/queue.js';
 import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord, type HistoryMark } from './journal.js';
 import type { Claimed, ClaimInput, EventBatch, PayloadKind, PostInput, PostOutcome, QueueRef, StatusRecord, Store, StoreHooks, SubmitOutcome } from './store.js';
+import { jsonString } from '../json-text.js';
 
 export interface EmbeddedStoreOptions {
   /** `<root>/_svcq/store` */
@@ -326,7 +327,7 @@ export class EmbeddedStore implements Store {
       const item = change.item;
       records += change.purged ? deleteRecord(slot.keyJson, item.id) : created ? itemRecord(slot.keyJson, item) : updateRecord(slot.keyJson, item);
       for (const e of change.events) {
-        const worker = e.worker === undefined ? '' : `,"worker":${JSON.stringify(e.worker)}`;
+        const worker = e.worker === undefined ? '' : `,"worker":${jsonString(e.worker)}`;
         // Field order as in TaskEvent: ts, host, queue, id, event, attempts, status, worker.
         const event = `{"ts":${ts},${slot.eventPrefix},"id":"${item.id}","event":"${e.event}","attempts":${item.attempts},"status":"${item.status}"${worker}}`;
         eventList += count > 0 ? `,${event}` : event;

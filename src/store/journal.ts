@@ -8,6 +8,7 @@ import { Item } from '../engine/queue.js';
 import type { HistoryPosition } from './store.js';
 import { fsyncDir } from '../definitions/registry.js';
 import { AppendFile } from './append-file.js';
+import { jsonString } from '../json-text.js';
 
 /**
  * The embedded store's files, in `<root>/_svcq/store/`:
@@ -40,7 +41,7 @@ function applyState(item: Item, s: StateFields): void {
 
 /** JSON text of a string or null. */
 function text(s: string | null): string {
-  return s === null ? 'null' : JSON.stringify(s);
+  return s === null ? 'null' : jsonString(s);
 }
 
 // Records are written on every change, so they are built as text rather than through an array
@@ -51,7 +52,7 @@ function stateText(item: Item): string {
 
 /** `queueJson` is the queue's key as JSON text (a quoted string). */
 export function itemRecord(queueJson: string, item: Item): string {
-  return `["i",${queueJson},"${item.id}",${item.ord},${JSON.stringify(item.body)},${JSON.stringify(item.postedBy)},${item.postedAt},${text(item.idempotencyKey)},${stateText(item)}]\n`;
+  return `["i",${queueJson},"${item.id}",${item.ord},${JSON.stringify(item.body)},${jsonString(item.postedBy)},${item.postedAt},${text(item.idempotencyKey)},${stateText(item)}]\n`;
 }
 
 export function updateRecord(queueJson: string, item: Item): string {

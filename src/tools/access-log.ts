@@ -4,6 +4,7 @@ import path from 'node:path';
 import { finished } from 'node:stream/promises';
 import type { AccessEntry, AccessLogSink } from '../http/context.js';
 import { ACTIVE_LOG, rotatedLogName, rotatedLogTs, sizeOf } from './files.js';
+import { jsonString } from '../json-text.js';
 
 export interface AccessLogOptions {
   /** `<root>/_svcq/logs` */
@@ -59,7 +60,7 @@ export class AccessLog implements AccessLogSink {
     if (this.closed) return;
     // Built by hand (one line per request); the fields a client controls are escaped.
     const e = entry;
-    const line = `{"ts":${e.ts},"method":${JSON.stringify(e.method)},"host":${JSON.stringify(e.host)},"path":${JSON.stringify(e.path)},"status":${e.status},"ms":${e.ms},"bytes":${e.bytes},"ip":${JSON.stringify(e.ip)}}\n`;
+    const line = `{"ts":${e.ts},"method":${jsonString(e.method)},"host":${jsonString(e.host)},"path":${jsonString(e.path)},"status":${e.status},"ms":${e.ms},"bytes":${e.bytes},"ip":${jsonString(e.ip)}}\n`;
     if (this.rotating) {
       this.held.push(line);
       return;
@@ -150,3 +151,4 @@ export class AccessLog implements AccessLogSink {
     if (stream) await finished(stream.end()).catch((err: Error) => this.options.warn(`access log: ${err.message}`));
   }
 }
+
