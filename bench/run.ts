@@ -6,7 +6,7 @@
  *   --duration 5             seconds per throughput phase
  *   --quick                  sizes 20000, 1.5 s phases, 8,000-job cycles: the whole run in about a minute
  *   --vs bullmq              also run the full cycle against BullMQ on a private redis-server
- *   --rounds 3               paired rounds for every ratio (1 with --quick): see bench/README.md
+ *   --rounds 5               paired rounds for every ratio (1 with --quick): see bench/README.md
  *   --cpu-prof               also profile the server over one cycle phase and summarise it
  *   --keep                   keep the temp roots (printed) instead of removing them
  */
@@ -56,7 +56,7 @@ if (opts.vs !== undefined && opts.vs !== 'bullmq') throw new Error(`--vs only kn
 const inFlight = positiveInts(opts['in-flight'], 'in-flight')[0]!;
 const itemBytes = positiveInts(opts['item-bytes'], 'item-bytes')[0]!;
 const durationMs = durationS * 1000;
-const rounds = positiveInts(opts.rounds ?? (opts.quick ? '1' : '3'), 'rounds')[0]!;
+const rounds = positiveInts(opts.rounds ?? (opts.quick ? '1' : '5'), 'rounds')[0]!;
 // Long enough for the JIT and for V8 to grow its young generation to full size after a (re)start.
 const warmupMs = Math.min(3000, durationMs);
 const PREFILL_IN_FLIGHT = 64;
