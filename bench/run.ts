@@ -199,6 +199,27 @@ async function emptyPhases(peer?: Peer): Promise<{ empty: BenchRun['empty']; bul
   return { empty, bullmq };
 }
 
+/** Slices per side in each paired backlog phase (see backlogPhases). */
+const SLICES = 4;
+
+/** Slices of one phase as one result: their counts over their summed time. */
+function merged(slices: LoadResult[]): LoadResult {
+  const sum = (f: (x: LoadResult) => number | undefined): number => slices.reduce((t, x) => t + (f(x) ?? 0), 0);
+  const count = sum((x) => x.count);
+  const elapsedMs = sum((x) => x.elapsedMs);
+  return {
+    mode: slices[0]!.mode,
+    count,
+    errors: sum((x) => x.errors),
+    empties: sum((x) => x.empties),
+    elapsedMs,
+    rate: (count * 1000) / elapsedMs,
+    clientCpuMs: sum((x) => x.clientCpuMs),
+    serverCpuMs: sum((x) => x.serverCpuMs),
+    firstError: slices.find((x) => x.firstError)?.firstError,
+  };
+}
+
 /** The round with the median rate (the lower middle one of an even number). */
 function medianRun<T extends { rate: number }>(list: T[]): T {
   return [...list].sort((a, b) => a.rate - b.rate)[Math.floor((list.length - 1) / 2)]!;
@@ -212,8 +233,8 @@ interface Peer {
 /**
  * One backlog size: a fresh server, RSS before and after a prefill of `size` items, a restart,
  * then post and full cycle on the backlog queue in `rounds` rounds, each paired with the same
- * phase on an empty reference server running beside it (a fresh queue per round, the order
- * alternating), so that each "vs empty" ratio is taken under the same conditions.
+ * phase on an empty reference server running beside it (a fresh queue per round), the two sides
+ * taking turns in slices, so that each "vs empty" ratio is taken under the same conditions.
  */
 async function backlogPhases(size: number): Promise<BacklogRun> {
   const root = tempRoot(`n${size}`);
@@ -245,18 +266,20 @@ async function backlogPhases(size: number): Promise<BacklogRun> {
   const pairs: BacklogRun['pairs'] = [];
   for (let r = 0; r < rounds; r++) {
     const which = rounds > 1 ? ` (round ${r + 1} of ${rounds})` : '';
-    const pair = async (mode: LoadMode, what: string, refQueue: string, extra: Partial<LoadSpec>): Promise<Pair> => {
-      const backlog = async (): Promise<LoadResult> => checked(`${what}, ${sizeName(size)} waiting${which}`, await load(server, mode, 'backlog', extra));
-      const empty = async (): Promise<LoadResult> => checked(`${what}, empty reference${which}`, await load(ref, mode, refQueue, extra));
-      if (r % 2 === 0) {
-        const b = await backlog();
-        return { backlog: b, empty: await empty() };
+    // Each side's phase is cut into SLICES that take turns with the other side's, so that a slowdown
+    // of the machine lasting a few seconds falls on both rather than on one.
+    const pair = async (mode: LoadMode, what: string, refQueue: string, slice: Partial<LoadSpec>): Promise<Pair> => {
+      const backlog: LoadResult[] = [];
+      const empty: LoadResult[] = [];
+      for (let s = 0; s < SLICES; s++) {
+        const sides = [() => load(server, mode, 'backlog', slice).then((x) => backlog.push(x)), () => load(ref, mode, refQueue, slice).then((x) => empty.push(x))];
+        if ((r + s) % 2 === 1) sides.reverse();
+        for (const side of sides) await side();
       }
-      const e = await empty();
-      return { backlog: await backlog(), empty: e };
+      return { backlog: checked(`${what}, ${sizeName(size)} waiting${which}`, merged(backlog)), empty: checked(`${what}, empty reference${which}`, merged(empty)) };
     };
-    const post = await pair('post', 'post', `post-${r}`, {});
-    const cycle = await pair('cycle', 'full cycle', `cycle-${r}`, cyclePhase);
+    const post = await pair('post', 'post', `post-${r}`, { durationMs: durationMs / SLICES });
+    const cycle = await pair('cycle', 'full cycle', `cycle-${r}`, { ...cyclePhase, maxCount: CYCLE_JOBS / SLICES });
     pairs.push({ post, cycle });
   }
   await server.stop();
