@@ -1,4 +1,4 @@
-import { close, constants, fstat, open, write, type PathLike } from 'node:fs';
+import { close, constants, fdatasync, fstat, ftruncate, open, read, write, type PathLike } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 
@@ -13,6 +13,13 @@ type Waiter = { resolve: () => void; reject: (err: Error) => void };
  * The file is opened with O_DSYNC and written at explicit offsets: each write returns only once
  * its data (and the file size) is durable, in one system call rather than a write and an
  * fdatasync, each of which is a round trip through libuv's thread pool.
+ *
+ * With `preallocate`, the file is kept zero-filled for a stretch ahead of its data (the zeros
+ * written through a second descriptor and synced in the background). A write into blocks that
+ * already exist changes no metadata, so its O_DSYNC returns after the data alone, without a
+ * journal commit for the new size: about 0.15 ms instead of 0.25 here. A reader of such a file
+ * must take its first NUL byte as the end of the data (text written here never holds one), and
+ * `open` finds the end of the data the same way. `close` cuts the zeros off again.
  */
 export class AppendFile {
   private queued = '';
@@ -25,21 +32,60 @@ export class AppendFile {
   /** Bytes handed to the file so far: where the next write goes. */
   private written: number;
 
+  /** Bytes in the file, data and zeros ahead of it. */
+  private allocated: number;
+  /** Set while zeros are being written from `zeroFrom` on; no data is written past that meanwhile. */
+  private zeroing: Promise<void> | undefined;
+  private zeroFrom = 0;
+  /** The next stretch of zeros to add (it doubles, up to `options.preallocate`), and the last one added. */
+  private nextStretch: number;
+  private lastStretch = 0;
+
   private constructor(
     readonly file: string,
     private readonly fd: number,
     size: number,
+    allocated: number,
+    private readonly options: AppendFileOptions,
   ) {
     this.size = size;
     this.written = size;
+    this.allocated = allocated;
+    this.nextStretch = Math.min(PREALLOCATE_FIRST, options.preallocate ?? 0);
   }
 
-  static async open(file: string): Promise<AppendFile> {
+  static async open(file: string, options: AppendFileOptions = {}): Promise<AppendFile> {
     await mkdir(path.dirname(file), { recursive: true });
     const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_DSYNC;
     const fd = await new Promise<number>((resolve, reject) => open(file as PathLike, flags, 0o644, (err, fd) => (err ? reject(err) : resolve(fd))));
     const size = await new Promise<number>((resolve, reject) => fstat(fd, (err, st) => (err ? reject(err) : resolve(st.size))));
-    return new AppendFile(file, fd, size);
+    const end = options.preallocate ? await dataEnd(file, size) : size;
+    const appender = new AppendFile(file, fd, end, size, options);
+    appender.preallocate();
+    return appender;
+  }
+
+  /** Starts writing the next stretch of zeros once the data has used half of the last one. */
+  private preallocate(): void {
+    if (this.zeroing !== undefined || this.closed || this.nextStretch <= 0 || this.allocated - this.size > this.lastStretch / 2) return;
+    const from = Math.max(this.allocated, this.size);
+    const to = from + this.nextStretch;
+    this.zeroFrom = from;
+    this.zeroing = writeZeros(this.file, from, to).then(
+      () => {
+        this.allocated = to;
+        this.lastStretch = to - from;
+        this.nextStretch = Math.min(this.nextStretch * 2, this.options.preallocate ?? 0);
+      },
+      (err: Error) => {
+        // A full disk, say: the file simply grows with each write, as without preallocation.
+        this.nextStretch = 0;
+        this.options.warn?.(`${this.file}: could not write zeros ahead of the data (${err.message}); appending without them`);
+      },
+    ).finally(() => {
+      this.zeroing = undefined;
+      this.flush();
+    });
   }
 
   /** Queues text and resolves once it is on disk. */
@@ -70,6 +116,8 @@ export class AppendFile {
 
   private flush(): void {
     if (this.flushing || (this.queued === '' && this.waiters.length === 0)) return;
+    // Data never goes where zeros are still being written: it would race them.
+    if (this.zeroing !== undefined && this.size > this.zeroFrom) return;
     this.flushing = true;
     // One conversion per group rather than one per append.
     const data = Buffer.from(this.queued);
@@ -87,6 +135,7 @@ export class AppendFile {
       if (err) waiters.forEach((w) => w.reject(err));
       else waiters.forEach((w) => w.resolve());
       this.flushing = false;
+      this.preallocate();
       if (this.queued !== '' || this.waiters.length > 0) this.flush();
     });
   }
@@ -106,11 +155,58 @@ export class AppendFile {
     return this.append('');
   }
 
-  /** Writes what is queued, then closes the file. */
+  /** Writes what is queued, cuts off any zeros ahead of the data, then closes the file. */
   async close(): Promise<void> {
     if (this.closed) return;
     await this.sync();
     this.closed = true;
+    await this.zeroing;
+    if (this.allocated > this.written) {
+      await new Promise<void>((resolve, reject) => ftruncate(this.fd, this.written, (err) => (err ? reject(err) : resolve())));
+      await new Promise<void>((resolve, reject) => fdatasync(this.fd, (err) => (err ? reject(err) : resolve())));
+    }
     await new Promise<void>((resolve, reject) => close(this.fd, (err) => (err ? reject(err) : resolve())));
+  }
+}
+
+export interface AppendFileOptions {
+  /** Keep up to this many bytes of zeros written ahead of the data (0 or absent: none). */
+  preallocate?: number;
+  warn?: (line: string) => void;
+}
+
+/** The first stretch of zeros; later ones double up to `preallocate`, so a small file stays small. */
+const PREALLOCATE_FIRST = 1 << 20;
+const ZEROS = Buffer.alloc(1 << 20);
+
+/** Writes zeros over [from, to) through a descriptor of its own, then syncs them and the new size. */
+async function writeZeros(file: string, from: number, to: number): Promise<void> {
+  const fd = await new Promise<number>((resolve, reject) => open(file, constants.O_WRONLY, (err, fd) => (err ? reject(err) : resolve(fd))));
+  try {
+    for (let at = from; at < to; ) {
+      const n = await new Promise<number>((resolve, reject) => write(fd, ZEROS, 0, Math.min(ZEROS.length, to - at), at, (err, n) => (err ? reject(err) : resolve(n))));
+      at += n;
+    }
+    await new Promise<void>((resolve, reject) => fdatasync(fd, (err) => (err ? reject(err) : resolve())));
+  } finally {
+    await new Promise<void>((resolve) => close(fd, () => resolve()));
+  }
+}
+
+/** Where the data of a preallocated file ends: after its last byte that is not NUL. */
+async function dataEnd(file: string, size: number): Promise<number> {
+  if (size === 0) return 0;
+  const fd = await new Promise<number>((resolve, reject) => open(file, 'r', (err, fd) => (err ? reject(err) : resolve(fd))));
+  try {
+    const buffer = Buffer.alloc(64 * 1024);
+    for (let end = size; end > 0; ) {
+      const start = Math.max(0, end - buffer.length);
+      const n = await new Promise<number>((resolve, reject) => read(fd, buffer, 0, end - start, start, (err, n) => (err ? reject(err) : resolve(n))));
+      for (let i = n - 1; i >= 0; i--) if (buffer[i] !== 0) return start + i + 1;
+      end = start;
+    }
+    return 0;
+  } finally {
+    await new Promise<void>((resolve) => close(fd, () => resolve()));
   }
 }

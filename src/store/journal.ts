@@ -105,6 +105,9 @@ export interface JournalOptions {
   compactBytes?: number;
 }
 
+/** Zeros kept written ahead of the journal's data, at most (see AppendFile): appends then change no file size. */
+const JOURNAL_PREALLOCATE = 8 << 20;
+
 /** The journal may grow to this many times the last snapshot before the next one. */
 const SNAPSHOT_MULTIPLE = 4;
 
@@ -169,7 +172,7 @@ export class Journal {
       last = n;
     }
     // Appending goes on in the newest journal, which covers everything since the current snapshot.
-    this.file = await AppendFile.open(path.join(dir, `journal-${last}.jsonl`));
+    this.file = await AppendFile.open(path.join(dir, `journal-${last}.jsonl`), { preallocate: JOURNAL_PREALLOCATE, warn });
     await fsyncDir(dir);
     this.current = last;
     return { items, events };
@@ -223,7 +226,7 @@ export class Journal {
     const { dir } = this.options;
     const next = this.current + 1;
     const previous = this.file;
-    const file = await AppendFile.open(path.join(dir, `journal-${next}.jsonl`));
+    const file = await AppendFile.open(path.join(dir, `journal-${next}.jsonl`), { preallocate: JOURNAL_PREALLOCATE, warn: this.options.warn });
     // The new journal's name must survive a crash before it holds acknowledged records.
     await fsyncDir(dir);
     this.file = file;
@@ -299,6 +302,7 @@ async function readRecords(file: string, items: LoadedItems, events: LoadedEvent
   let good = 0; // file offset just past the last good record
   let lineNo = 0;
   let torn: string | undefined;
+  let zeros = false;
   try {
     for (;;) {
       if (filled === buffer.length) {
@@ -307,7 +311,14 @@ async function readRecords(file: string, items: LoadedItems, events: LoadedEvent
         buffer.copy(bigger, 0, 0, filled);
         buffer = bigger;
       }
-      const n = await new Promise<number>((resolve, reject) => read(fd, buffer, filled, buffer.length - filled, offset + filled, (err, n) => (err ? reject(err) : resolve(n))));
+      let n = await new Promise<number>((resolve, reject) => read(fd, buffer, filled, buffer.length - filled, offset + filled, (err, n) => (err ? reject(err) : resolve(n))));
+      // The journal is kept zero-filled ahead of its data (AppendFile's preallocation): the first
+      // NUL byte is where the data ends. Records never hold one (JSON escapes control characters).
+      const nul = buffer.subarray(filled, filled + n).indexOf(0);
+      if (nul !== -1) {
+        n = nul;
+        zeros = true;
+      }
       filled += n;
       let start = 0;
       for (;;) {
@@ -325,7 +336,7 @@ async function readRecords(file: string, items: LoadedItems, events: LoadedEvent
         }
         start = end + 1;
       }
-      if (n === 0) {
+      if (n === 0 || zeros) {
         if (start < filled) torn = `${path.basename(file)}: the last record is torn (${filled - start} bytes without an end)`;
         break;
       }
@@ -336,10 +347,9 @@ async function readRecords(file: string, items: LoadedItems, events: LoadedEvent
   } finally {
     await new Promise<void>((resolve) => closeCallback(fd, () => resolve()));
   }
-  if (torn !== undefined) {
-    warn(`${torn}; skipped${truncateTorn ? ' and cut off' : ''}`);
-    if (truncateTorn) await truncate(file, good);
-  }
+  if (torn !== undefined) warn(`${torn}; skipped${truncateTorn ? ' and cut off' : ''}`);
+  // Zeros ahead of the data are cut off too (a crash left them): appending starts right after the last good record.
+  if (truncateTorn && (torn !== undefined || zeros)) await truncate(file, good);
   return { bytes: good };
 }
 
