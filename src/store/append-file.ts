@@ -1,5 +1,5 @@
-import { close, constants, fdatasync, fstat, ftruncate, open, read, write, type PathLike } from 'node:fs';
-import { mkdir } from 'node:fs/promises';
+import { close, constants, fdatasync, fstat, ftruncate, open, write, type PathLike } from 'node:fs';
+import { mkdir, open as openHandle } from 'node:fs/promises';
 import path from 'node:path';
 
 type Waiter = { resolve: () => void; reject: (err: Error) => void };
@@ -181,32 +181,28 @@ const ZEROS = Buffer.alloc(1 << 20);
 
 /** Writes zeros over [from, to) through a descriptor of its own, then syncs them and the new size. */
 async function writeZeros(file: string, from: number, to: number): Promise<void> {
-  const fd = await new Promise<number>((resolve, reject) => open(file, constants.O_WRONLY, (err, fd) => (err ? reject(err) : resolve(fd))));
+  const handle = await openHandle(file, 'r+');
   try {
-    for (let at = from; at < to; ) {
-      const n = await new Promise<number>((resolve, reject) => write(fd, ZEROS, 0, Math.min(ZEROS.length, to - at), at, (err, n) => (err ? reject(err) : resolve(n))));
-      at += n;
-    }
-    await new Promise<void>((resolve, reject) => fdatasync(fd, (err) => (err ? reject(err) : resolve())));
+    for (let at = from; at < to; ) at += (await handle.write(ZEROS, 0, Math.min(ZEROS.length, to - at), at)).bytesWritten;
+    await handle.datasync();
   } finally {
-    await new Promise<void>((resolve) => close(fd, () => resolve()));
+    await handle.close();
   }
 }
 
 /** Where the data of a preallocated file ends: after its last byte that is not NUL. */
 async function dataEnd(file: string, size: number): Promise<number> {
-  if (size === 0) return 0;
-  const fd = await new Promise<number>((resolve, reject) => open(file, 'r', (err, fd) => (err ? reject(err) : resolve(fd))));
+  const handle = await openHandle(file, 'r');
   try {
     const buffer = Buffer.alloc(64 * 1024);
     for (let end = size; end > 0; ) {
       const start = Math.max(0, end - buffer.length);
-      const n = await new Promise<number>((resolve, reject) => read(fd, buffer, 0, end - start, start, (err, n) => (err ? reject(err) : resolve(n))));
-      for (let i = n - 1; i >= 0; i--) if (buffer[i] !== 0) return start + i + 1;
+      const { bytesRead } = await handle.read(buffer, 0, end - start, start);
+      for (let i = bytesRead - 1; i >= 0; i--) if (buffer[i] !== 0) return start + i + 1;
       end = start;
     }
     return 0;
   } finally {
-    await new Promise<void>((resolve) => close(fd, () => resolve()));
+    await handle.close();
   }
 }
