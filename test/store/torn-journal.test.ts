@@ -1,8 +1,9 @@
-import { appendFileSync, readdirSync } from 'node:fs';
+import { appendFileSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
 import { newQueue, QueueApi } from '../http/queue-api.js';
+import { dataOf } from '../support/files.js';
 
 const HOST = 'torn.example.com';
 
@@ -85,6 +86,50 @@ describe('the embedded store with a torn journal (decisions §6)', function () {
       expect(warnings[0]).to.include(path.basename(newestJournal(own)));
       expect(await Promise.all(ids.map((id) => q.fetch(id)))).to.deep.equal(before);
       await q.post({ i: 2 });
+    } finally {
+      await s.stop();
+      cleanupTemp(own);
+    }
+  });
+
+  it('after kill -9 reads the journal up to the zeros written ahead of it, skips a torn record just before them with one warning, and appends after the last good record (decisions §6)', async () => {
+    const own = tempDir();
+    let s = await startServer({ root: own });
+    try {
+      let q = await newQueue(s, HOST);
+      const ids: string[] = [];
+      for (let i = 0; i < 5; i++) ids.push(await q.post({ i }));
+      expect((await q.claim()).id).to.equal(ids[0]);
+      await q.submit(ids[0]!, 'result', { output: 'zero' });
+      const before = await Promise.all(ids.map((id) => q.fetch(id)));
+      await s.kill9();
+
+      // What kill -9 left: the records, then zeros. Tear a record into the first of the zeros.
+      const journal = newestJournal(own);
+      const data = dataOf(journal);
+      expect(statSync(journal).size, 'zeros after the data').to.be.greaterThan(Buffer.byteLength(data));
+      const torn = `["u","${HOST}/${q.name}","abc`;
+      const bytes = readFileSync(journal);
+      bytes.write(torn, Buffer.byteLength(data));
+      writeFileSync(journal, bytes);
+
+      s = await startServer({ root: own });
+      q = new QueueApi(s, HOST, q.name);
+      const warnings = warningLines(s.output());
+      expect(warnings, s.output()).to.have.length(1);
+      expect(warnings[0]).to.match(/torn/i);
+      expect(await Promise.all(ids.map((id) => q.fetch(id)))).to.deep.equal(before);
+      const fresh = await q.post({ i: 'after the tear' });
+      expect(dataOf(journal)).to.not.include(torn);
+      await s.kill9();
+
+      s = await startServer({ root: own });
+      q = new QueueApi(s, HOST, q.name);
+      expect(warningLines(s.output()), s.output()).to.deep.equal([]);
+      expect((await q.fetch(fresh)).status).to.equal('pending');
+      expect(await Promise.all(ids.map((id) => q.fetch(id)))).to.deep.equal(before);
+      expect(await s.stop('SIGTERM')).to.equal(0);
+      expect(readFileSync(journal).includes(0), 'a clean stop leaves no zeros').to.equal(false);
     } finally {
       await s.stop();
       cleanupTemp(own);

@@ -1,0 +1,46 @@
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import { AppendFile } from '../../src/store/append-file.js';
+import { cleanupTemp, tempDir } from '../support/server.js';
+import { dataOf } from '../support/files.js';
+
+describe('an append file kept zero-filled ahead of its data', () => {
+  let dir: string;
+  beforeEach(() => {
+    dir = tempDir();
+  });
+  afterEach(() => cleanupTemp(dir));
+
+  it('writes zeros ahead of the data while open, appends right after the data, and cuts the zeros off on close', async () => {
+    const file = path.join(dir, 'j.jsonl');
+    const f = await AppendFile.open(file, { preallocate: 4 << 20 });
+    await f.append('["a"]\n');
+    await Promise.all([f.append('["b"]\n'), f.append('["c"]\n')]);
+    expect(statSync(file).size, 'zeros are written ahead').to.be.at.least(1 << 20);
+    expect(dataOf(file)).to.equal('["a"]\n["b"]\n["c"]\n');
+    expect(f.size).to.equal(18);
+    await f.close();
+    expect(readFileSync(file, 'utf8')).to.equal('["a"]\n["b"]\n["c"]\n');
+  });
+
+  it('reopened after a crash left zeros behind, goes on right after the last byte of data, not after the zeros', async () => {
+    const file = path.join(dir, 'j.jsonl');
+    writeFileSync(file, Buffer.concat([Buffer.from('["a"]\n["b"]\n'), Buffer.alloc(100_000)]));
+    const f = await AppendFile.open(file, { preallocate: 4 << 20 });
+    expect(f.size).to.equal(12);
+    await f.append('["c"]\n');
+    expect(dataOf(file)).to.equal('["a"]\n["b"]\n["c"]\n');
+    await f.close();
+    expect(readFileSync(file, 'utf8')).to.equal('["a"]\n["b"]\n["c"]\n');
+  });
+
+  it('without the option behaves as a plain append file: no zeros, ever', async () => {
+    const file = path.join(dir, 'plain.log');
+    const f = await AppendFile.open(file);
+    await f.append('one\n');
+    expect(statSync(file).size).to.equal(4);
+    await f.close();
+    expect(readFileSync(file, 'utf8')).to.equal('one\n');
+  });
+});
