@@ -161,11 +161,15 @@ export class AppendFile {
     await this.sync();
     this.closed = true;
     await this.zeroing;
-    if (this.allocated > this.written) {
-      await new Promise<void>((resolve, reject) => ftruncate(this.fd, this.written, (err) => (err ? reject(err) : resolve())));
-      await new Promise<void>((resolve, reject) => fdatasync(this.fd, (err) => (err ? reject(err) : resolve())));
+    try {
+      // Also after a stretch of zeros failed halfway (a full disk): whatever lies past the data goes.
+      if (this.options.preallocate) {
+        await new Promise<void>((resolve, reject) => ftruncate(this.fd, this.written, (err) => (err ? reject(err) : resolve())));
+        await new Promise<void>((resolve, reject) => fdatasync(this.fd, (err) => (err ? reject(err) : resolve())));
+      }
+    } finally {
+      await new Promise<void>((resolve, reject) => close(this.fd, (err) => (err ? reject(err) : resolve())));
     }
-    await new Promise<void>((resolve, reject) => close(this.fd, (err) => (err ? reject(err) : resolve())));
   }
 }
 
