@@ -53,6 +53,11 @@ export class Item {
     this.work = null;
   }
 
+  /** Nothing has worked on the item yet: every field of work reads as its default. */
+  get untouched(): boolean {
+    return this.work === null;
+  }
+
   private worked(): ItemWork {
     return (this.work ??= {
       idempotencyKey: null,

@@ -13,7 +13,7 @@ import { jsonString } from '../json-text.js';
 /**
  * The embedded store's files, in `<root>/_svcq/store/`:
  *
- * - `journal-N.jsonl`: every change, one JSON array per line, appended and group-committed.
+ * - `journal-N.jsonl`: every change, one record per line (below), appended and group-committed.
  * - `snapshot-N.jsonl`: every live item as of the moment journal-N was started, streamed line by
  *   line and renamed into place once complete and fsynced.
  * - `meta.json` (lowdb): which generation N is current. It is switched only once snapshot-N is
@@ -27,8 +27,10 @@ import { jsonString } from '../json-text.js';
  * per request, and a single JSON string of a million items runs into V8's string length limit.
  */
 
-// Records, one JSON array per line:
-//   ["i", queue, id, ord, body, postedBy, postedAt, idempotencyKey, ...state]  a whole item (post, snapshot)
+// Records, one per line:
+//   ["p", queue, id, ord, postedBy, postedAt, idempotencyKey, ...state, n] TAB body
+//                                   a whole item (post, snapshot); its body follows the tab as posted, n UTF-16 units
+//   ["i", queue, id, ord, body, postedBy, postedAt, idempotencyKey, ...state]  the same, for a body that holds a line break
 //   ["u", queue, id, ...state]                                                an item's state after a change
 //   ["d", queue, id]                                                          the item is gone (retention)
 //   ["e", seq, [event, ...]]        task events, written with the change they describe; seq numbers the last
@@ -50,9 +52,22 @@ function stateText(item: Item): string {
   return `"${item.status}",${item.updatedAt},${item.finishedAt},${item.attempts},${text(item.leaseWorker)},${item.leaseUntil},${item.availableAt},${text(item.progress)},${text(item.result)},${text(item.error)},${item.fetchedAt}`;
 }
 
-/** `queueJson` is the queue's key as JSON text (a quoted string). */
+/**
+ * `queueJson` is the queue's key as JSON text (a quoted string). The body goes after a tab as it
+ * was posted, unescaped: JSON text holds no raw tab outside its own whitespace and the fields
+ * before it hold none at all, so the first tab is where the body starts; only a body that holds a
+ * line break (whitespace in pretty-printed JSON) is written as an escaped string instead. A
+ * snapshot is one of these per item, so for a million waiting items this is most of its work.
+ */
 export function itemRecord(queueJson: string, item: Item): string {
-  return `["i",${queueJson},"${item.id}",${item.ord},${JSON.stringify(item.body)},${jsonString(item.postedBy)},${item.postedAt},${text(item.idempotencyKey)},${stateText(item)}]\n`;
+  const { body } = item;
+  if (body.includes('\n')) {
+    return `["i",${queueJson},"${item.id}",${item.ord},${JSON.stringify(body)},${jsonString(item.postedBy)},${item.postedAt},${text(item.idempotencyKey)},${stateText(item)}]\n`;
+  }
+  const at = `${item.postedAt}`;
+  // An item as posted (nothing has worked on it yet) has the default state: no getter calls.
+  const state = item.untouched ? `"${item.status}",${at},null,0,null,null,0,null,null,null,null` : stateText(item);
+  return `["p",${queueJson},"${item.id}",${item.ord},${jsonString(item.postedBy)},${at},${text(item.idempotencyKey)},${state},${body.length}]\t${body}\n`;
 }
 
 export function updateRecord(queueJson: string, item: Item): string {
@@ -325,8 +340,18 @@ async function readRecords(file: string, items: LoadedItems, events: LoadedEvent
         const end = buffer.indexOf(10, start);
         if (end === -1 || end >= filled) break;
         lineNo++;
-        const text = buffer.toString('utf8', start, end);
-        if (!applyRecord(text, items, events)) {
+        // A whole item's body follows a tab (see itemRecord); it is decoded on its own, so that the
+        // item keeps a string of just its body rather than a slice that holds on to the line.
+        let tab = -1;
+        if (buffer[start + 2] === P && buffer[start] === OPEN && buffer[start + 1] === QUOTE) {
+          tab = buffer.subarray(start, end).indexOf(TAB);
+          if (tab !== -1) tab += start;
+        }
+        const ok =
+          tab === -1
+            ? applyRecord(buffer.toString('utf8', start, end), undefined, items, events)
+            : applyRecord(buffer.toString('utf8', start, tab), buffer.toString('utf8', tab + 1, end), items, events);
+        if (!ok) {
           if (torn !== undefined) warn(`${path.basename(file)}: record ${lineNo - 1} is corrupt and was skipped`);
           torn = `${path.basename(file)}: record ${lineNo} is corrupt`;
         } else {
@@ -353,7 +378,13 @@ async function readRecords(file: string, items: LoadedItems, events: LoadedEvent
   return { bytes: good };
 }
 
-function applyRecord(text: string, items: LoadedItems, events: LoadedEvents): boolean {
+const OPEN = 0x5b; // [
+const QUOTE = 0x22; // "
+const P = 0x70; // p
+const TAB = 0x09;
+
+/** Applies one record: `text` is the whole line, or the part before the tab when a `body` follows it. */
+function applyRecord(text: string, body: string | undefined, items: LoadedItems, events: LoadedEvents): boolean {
   let record: unknown[];
   try {
     record = JSON.parse(text) as unknown[];
@@ -380,6 +411,15 @@ function applyRecord(text: string, items: LoadedItems, events: LoadedEvents): bo
   const [type, queue, id] = record as [string, string, string];
   let byId = items.get(queue);
   if (!byId) items.set(queue, (byId = new Map()));
+  if (type === 'p' && record.length === 19 && body !== undefined && body.length === record[18]) {
+    const r = record as [string, string, string, number, string, number, string | null, ...StateFields, number];
+    const item = new Item(id, r[3], body, r[4], r[5], r[7]);
+    item.idempotencyKey = r[6];
+    applyState(item, r.slice(7, 18) as StateFields);
+    byId.set(id, item);
+    return true;
+  }
+  if (body !== undefined) return false;
   if (type === 'i' && record.length === 19) {
     const r = record as [string, string, string, number, string, string, number, string | null, ...StateFields];
     const item = new Item(id, r[3], r[4], r[5], r[6], r[8]);

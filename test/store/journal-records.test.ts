@@ -1,0 +1,108 @@
+import { appendFileSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import { Item } from '../../src/engine/queue.js';
+import { itemRecord, Journal, updateRecord } from '../../src/store/journal.js';
+import { cleanupTemp, tempDir } from '../support/server.js';
+import { dataOf } from '../support/files.js';
+
+const QUEUE = 'jobs.test/work';
+const QUEUE_JSON = JSON.stringify(QUEUE);
+
+/** Bodies as a producer may post them: each must come back byte for byte (decisions §6). */
+const BODIES = [
+  '{"n":1}',
+  '{ "spaced" : [ 1 , 2 ] }',
+  '{\t"tabbed":\t"a\\tb"}',
+  '{"quote":"a \\"b\\" c","slash":"\\\\","unicode":"\\u00e9\\u0000"}',
+  '{"raw":"é ü 漢字 🎉"}',
+  '{\r"cr":1}',
+  '{\n  "pretty": true,\n  "lines": 3\n}',
+];
+
+async function load(dir: string): Promise<{ items: Map<string, Item>; warnings: string[] }> {
+  const warnings: string[] = [];
+  const journal = new Journal({ dir, warn: (line) => warnings.push(line) });
+  const { items } = await journal.open();
+  await journal.close();
+  return { items: items.get(QUEUE) ?? new Map(), warnings };
+}
+
+function item(n: number, body: string): Item {
+  return new Item(n.toString(16).padStart(16, '0'), n, body, 'alice', 1_700_000_000_000 + n, 'pending');
+}
+
+describe('journal records of whole items (decisions §6)', () => {
+  let dir: string;
+  beforeEach(() => {
+    dir = tempDir();
+  });
+  afterEach(() => cleanupTemp(dir));
+
+  it('writes a body as posted after a tab, and reads every body back byte for byte, a pretty-printed one included', async () => {
+    const lines = BODIES.map((body, i) => itemRecord(QUEUE_JSON, item(i + 1, body)));
+    writeFileSync(path.join(dir, 'journal-0.jsonl'), lines.join(''));
+    for (const [i, line] of lines.entries()) {
+      if (BODIES[i]!.includes('\n')) expect(line, 'a body with a line break is escaped').to.match(/^\["i",/);
+      else expect(line, 'any other body follows a tab unescaped').to.equal(`${line.slice(0, line.indexOf('\t'))}\t${BODIES[i]}\n`);
+    }
+    const { items, warnings } = await load(dir);
+    expect(warnings).to.deep.equal([]);
+    expect([...items.values()].map((x) => x.body)).to.deep.equal(BODIES);
+    const first = items.get('0000000000000001')!;
+    expect([first.ord, first.postedBy, first.postedAt, first.status, first.updatedAt, first.attempts]).to.deep.equal([1, 'alice', 1_700_000_000_001, 'pending', 1_700_000_000_001, 0]);
+  });
+
+  it('still reads a store written with every body escaped in the record', async () => {
+    const legacy = `["i",${QUEUE_JSON},"00000000000000ff",255,"{\\"old\\":true}","bob",1700000000000,null,"claimed",1700000000500,null,1,"w1",1700000300000,0,null,null,null,null]\n`;
+    writeFileSync(path.join(dir, 'journal-0.jsonl'), legacy + itemRecord(QUEUE_JSON, item(256, '{"new":true}')));
+    const { items, warnings } = await load(dir);
+    expect(warnings).to.deep.equal([]);
+    const old = items.get('00000000000000ff')!;
+    expect([old.body, old.postedBy, old.status, old.attempts, old.leaseWorker, old.leaseUntil]).to.deep.equal(['{"old":true}', 'bob', 'claimed', 1, 'w1', 1_700_000_300_000]);
+    expect(items.get('0000000000000100')!.body).to.equal('{"new":true}');
+  });
+
+  it('keeps the whole state of an item that was worked on, and applies later updates to it', async () => {
+    const worked = item(7, '{"job":7}');
+    worked.idempotencyKey = 'key-7';
+    worked.status = 'claimed';
+    worked.attempts = 2;
+    worked.leaseWorker = 'w\t1';
+    worked.leaseUntil = 1_700_000_100_000;
+    worked.updatedAt = 1_700_000_050_000;
+    worked.progress = '{"pct":50}';
+    let text = itemRecord(QUEUE_JSON, worked);
+    worked.status = 'finished';
+    worked.result = '{"ok":"\\n"}';
+    worked.finishedAt = 1_700_000_060_000;
+    text += updateRecord(QUEUE_JSON, worked);
+    writeFileSync(path.join(dir, 'journal-0.jsonl'), text);
+    const back = (await load(dir)).items.get(worked.id)!;
+    const fields = (x: Item): unknown[] => [x.body, x.idempotencyKey, x.status, x.attempts, x.leaseWorker, x.leaseUntil, x.updatedAt, x.finishedAt, x.progress, x.result];
+    expect(fields(back)).to.deep.equal(fields(worked));
+  });
+
+  it('skips a record whose body does not have the length its header gives, with a warning, and keeps the records around it', async () => {
+    const good = [item(1, '{"a":1}'), item(2, '{"b":2}'), item(3, '{"c":3}')].map((x) => itemRecord(QUEUE_JSON, x));
+    const cut = good[1]!.replace('{"b":2}', '{"b":');
+    const file = path.join(dir, 'journal-0.jsonl');
+    writeFileSync(file, good[0]! + cut + good[2]!);
+    const { items, warnings } = await load(dir);
+    expect([...items.keys()]).to.deep.equal(['0000000000000001', '0000000000000003']);
+    expect(warnings).to.have.length(1);
+    expect(warnings[0]).to.match(/record 2 is corrupt/);
+  });
+
+  it('treats a record cut inside its body at the end of the journal as torn: skipped, cut off, and appending goes on after the last good record', async () => {
+    const file = path.join(dir, 'journal-0.jsonl');
+    const first = itemRecord(QUEUE_JSON, item(1, '{"a":1}'));
+    writeFileSync(file, first);
+    appendFileSync(file, itemRecord(QUEUE_JSON, item(2, '{"b":"two"}')).slice(0, -5));
+    const { items, warnings } = await load(dir);
+    expect([...items.keys()]).to.deep.equal(['0000000000000001']);
+    expect(warnings.join('\n')).to.match(/torn/);
+    expect(dataOf(file)).to.equal(first);
+    expect(readFileSync(file, 'utf8')).to.equal(first);
+  });
+});
