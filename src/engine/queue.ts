@@ -161,6 +161,9 @@ export interface Outcome {
 
 const LEASE_EXPIRED = '{"reason":"lease expired"}';
 
+/** How many different criteria a queue remembers its unmatched items for. */
+const UNMATCHED_KEPT = 64;
+
 /**
  * The semantics of one queue (decisions §3), as plain in-memory code with the clock passed in.
  * It touches no file and no network: the store makes its changes durable.
@@ -178,6 +181,13 @@ export class Queue {
   private readonly delayed = new DeadlineHeap<Item>();
   private readonly timeouts = new DeadlineHeap<Item>();
   private readonly retention = new DeadlineHeap<Item>();
+  /**
+   * Criteria claims, by their criteria as JSON text: every pending item up to this claim order was
+   * checked against them and did not match. A body never changes, so the next claim with the same
+   * criteria (a fleet of workers sharing one `--criteria`) starts after it rather than parsing the
+   * whole backlog again; an item that becomes pending again below it moves the mark back.
+   */
+  private readonly unmatched = new Map<string, number>();
   private lastOrd = 0;
 
   constructor(public config: QueueConfig) {}
@@ -236,13 +246,19 @@ export class Queue {
   private index(item: Item): void {
     if (item.status === 'pending') {
       if (item.availableAt > 0) this.delayed.push(item.availableAt, item);
-      else this.pending.set(item.ord, item);
+      else this.makePending(item);
     } else if (item.status === 'claimed' || item.status === 'processing') {
       if (item.leaseUntil !== null) this.leases.push(item.leaseUntil, item);
     }
     if (!isTerminal(item.status) && this.config.timeoutMs !== null) this.timeouts.push(item.postedAt + this.config.timeoutMs, item);
     const from = this.retentionStart(item);
     if (from !== null) this.retention.push(from + this.config.retainMs, item);
+  }
+
+  /** Makes an item claimable; one that kept an earlier place is checked again by criteria claims. */
+  private makePending(item: Item): void {
+    this.pending.set(item.ord, item);
+    for (const [key, through] of this.unmatched) if (through >= item.ord) this.unmatched.set(key, item.ord - 1);
   }
 
   private retentionStart(item: Item): number | null {
@@ -256,11 +272,21 @@ export class Queue {
     if (criteria === undefined || Object.keys(criteria).length === 0) {
       found = this.pending.size > 0 ? this.pending.get(this.pending.minKey()!) : undefined;
     } else {
-      for (const [, item] of this.pending.entries()) {
+      const key = JSON.stringify(criteria);
+      const from = this.unmatched.get(key) ?? 0;
+      let through = from;
+      for (const [ord, item] of this.pending.entries(from + 1)) {
         if (matches(JSON.parse(item.body) as Record<string, unknown>, criteria)) {
           found = item;
           break;
         }
+        through = ord;
+      }
+      if (through > from || this.unmatched.has(key)) {
+        // Most recently used last; the least recently used goes when there are too many.
+        this.unmatched.delete(key);
+        if (this.unmatched.size >= UNMATCHED_KEPT) this.unmatched.delete(this.unmatched.keys().next().value!);
+        this.unmatched.set(key, through);
       }
     }
     if (!found) return null;
@@ -383,7 +409,7 @@ export class Queue {
     for (let item = this.delayed.popDue(now); item; item = this.delayed.popDue(now)) {
       if (item.status !== 'pending' || item.availableAt === 0 || item.availableAt > now) continue;
       item.availableAt = 0;
-      this.pending.set(item.ord, item);
+      this.makePending(item);
       changes.push({ item, events: [] });
     }
     if (this.config.timeoutMs !== null) {

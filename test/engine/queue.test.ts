@@ -65,6 +65,42 @@ describe('queue engine (decisions §3)', () => {
       expect(q.claim('w', { kind: 'c' }, clock.t)).to.equal(null);
       expect(q.counts()).to.deep.equal({ pending: 2, claimed: 1 });
     });
+
+    it('a claim with criteria that found nothing still finds an item posted after it, and other criteria still see the older items (decisions §3.3)', () => {
+      const { q, clock, post } = setup();
+      const a = post({ kind: 'a' });
+      post({ kind: 'a' });
+      expect(q.claim('w', { kind: 'b' }, clock.t)).to.equal(null);
+      expect(q.claim('w', { kind: 'b' }, clock.t)).to.equal(null);
+      const b = post({ kind: 'b' });
+      expect(q.claim('w', { kind: 'b' }, clock.t)!.item.id).to.equal(b.id);
+      expect(q.claim('w', { kind: { in: ['a', 'c'] } }, clock.t)!.item.id).to.equal(a.id);
+    });
+
+    it('a claim with criteria finds again an item that became pending behind the items an earlier claim with the same criteria had checked: after an error, a lease that ended, a retry delay (decisions §3.2, §3.3, §3.4)', () => {
+      const { q, clock, post } = setup({ maxAttempts: 5, leaseSeconds: 10, retryDelaySeconds: 0 });
+      const match = post({ kind: 'b' });
+      post({ kind: 'a' });
+      const claimMatch = () => q.claim('w', { kind: 'b' }, clock.t)?.item.id ?? null;
+      expect(claimMatch()).to.equal(match.id);
+      expect(claimMatch(), 'checked through the newest item').to.equal(null);
+      q.error(match.id, '{}', clock.t);
+      expect(claimMatch(), 'after an error').to.equal(match.id);
+      expect(claimMatch()).to.equal(null);
+      clock.t += 10_000;
+      q.tick(clock.t);
+      expect(claimMatch(), 'after the lease ended').to.equal(match.id);
+
+      const delayed = setup({ maxAttempts: 5, retryDelaySeconds: 5 });
+      const item = delayed.post({ kind: 'b' });
+      delayed.post({ kind: 'a' });
+      expect(delayed.q.claim('w', { kind: 'b' }, delayed.clock.t)!.item.id).to.equal(item.id);
+      delayed.q.error(item.id, '{}', delayed.clock.t);
+      expect(delayed.q.claim('w', { kind: 'b' }, delayed.clock.t)).to.equal(null);
+      delayed.clock.t += 5_000;
+      delayed.q.tick(delayed.clock.t);
+      expect(delayed.q.claim('w', { kind: 'b' }, delayed.clock.t)!.item.id, 'after the retry delay').to.equal(item.id);
+    });
   });
 
   describe('submissions', () => {
