@@ -258,6 +258,7 @@ export class Queue {
   /** Makes an item claimable; one that kept an earlier place is checked again by criteria claims. */
   private makePending(item: Item): void {
     this.pending.set(item.ord, item);
+    if (this.unmatched.size === 0) return;
     for (const [key, through] of this.unmatched) if (through >= item.ord) this.unmatched.set(key, item.ord - 1);
   }
 
@@ -268,29 +269,48 @@ export class Queue {
 
   /** Leases the oldest pending item that passes every criterion, or returns null. */
   claim(worker: string, criteria: Criteria | undefined, now: number): Change | null {
+    return this.claimStep(worker, criteria, now, Infinity, 0) as Change | null;
+  }
+
+  /**
+   * A claim that parses at most `budget` pending bodies against its criteria, so that a long walk
+   * can be cut into steps with other work between them. Returns the change, null when no pending
+   * item matches, or (budget spent) the claim order it checked through: call again, with that as
+   * `after`, to go on. The walk goes on from where claims with the same criteria found nothing
+   * (which an item made pending again behind it moves back), or from `after` if the queue no
+   * longer remembers these criteria.
+   */
+  claimStep(worker: string, criteria: Criteria | undefined, now: number, budget: number, after: number): Change | null | number {
     let found: Item | undefined;
     if (criteria === undefined || Object.keys(criteria).length === 0) {
       found = this.pending.size > 0 ? this.pending.get(this.pending.minKey()!) : undefined;
-    } else {
-      const key = JSON.stringify(criteria);
-      const from = this.unmatched.get(key) ?? 0;
-      let through = from;
-      for (const [ord, item] of this.pending.entries(from + 1)) {
-        if (matches(JSON.parse(item.body) as Record<string, unknown>, criteria)) {
-          found = item;
-          break;
-        }
-        through = ord;
-      }
-      if (through > from || this.unmatched.has(key)) {
-        // Most recently used last; the least recently used goes when there are too many.
-        this.unmatched.delete(key);
-        if (this.unmatched.size >= UNMATCHED_KEPT) this.unmatched.delete(this.unmatched.keys().next().value!);
-        this.unmatched.set(key, through);
-      }
+      return found ? this.lease(found, worker, now) : null;
     }
-    if (!found) return null;
-    return this.lease(found, worker, now);
+    const key = JSON.stringify(criteria);
+    const from = this.unmatched.get(key) ?? after;
+    let through = from;
+    let parsed = 0;
+    for (const [ord, item] of this.pending.entries(from + 1)) {
+      if (parsed === budget) {
+        this.remember(key, through);
+        return through;
+      }
+      parsed++;
+      if (matches(JSON.parse(item.body) as Record<string, unknown>, criteria)) {
+        found = item;
+        break;
+      }
+      through = ord;
+    }
+    if (through > from || this.unmatched.has(key)) this.remember(key, through);
+    return found ? this.lease(found, worker, now) : null;
+  }
+
+  /** Criteria `key` matched no pending item up to `through`: kept most recently used last, the least recently used dropped. */
+  private remember(key: string, through: number): void {
+    this.unmatched.delete(key);
+    if (this.unmatched.size >= UNMATCHED_KEPT) this.unmatched.delete(this.unmatched.keys().next().value!);
+    this.unmatched.set(key, through);
   }
 
   /** Leases this pending item if it passes the criteria (a waiting claim offered a new item). */

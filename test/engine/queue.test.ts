@@ -101,6 +101,21 @@ describe('queue engine (decisions §3)', () => {
       delayed.q.tick(delayed.clock.t);
       expect(delayed.q.claim('w', { kind: 'b' }, delayed.clock.t)!.item.id, 'after the retry delay').to.equal(item.id);
     });
+
+    it('a claim with criteria cut into steps of a few bodies each goes on where the last step stopped, and finds the same item as one walk (decisions §3.3)', () => {
+      const { q, clock, post } = setup();
+      const misses = [1, 2, 3, 4, 5].map(() => post({ kind: 'a' }));
+      const match = post({ kind: 'b' });
+      const steps: Array<number | string | null> = [];
+      let step = q.claimStep('w', { kind: 'b' }, clock.t, 2, 0);
+      while (typeof step === 'number') {
+        steps.push(step);
+        step = q.claimStep('w', { kind: 'b' }, clock.t, 2, step);
+      }
+      steps.push(step === null ? null : step.item.id);
+      expect(steps).to.deep.equal([misses[1]!.ord, misses[3]!.ord, match.id]);
+      expect(q.claimStep('w', { kind: 'b' }, clock.t, 2, 0), 'nothing left to walk').to.equal(null);
+    });
   });
 
   describe('submissions', () => {
