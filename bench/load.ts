@@ -38,10 +38,11 @@ class Connection {
   }
 
   send(path: string, body: string): Promise<Reply> {
-    return new Promise((resolve, reject) => {
+    outstanding++;
+    return new Promise<Reply>((resolve, reject) => {
       this.pending = { resolve, reject };
       this.socket.write(`POST ${path} HTTP/1.1\r\nhost: ${spec.host}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
-    });
+    }).finally(() => outstanding--);
   }
 
   private onData(chunk: Buffer): void {
@@ -123,6 +124,14 @@ async function claimAndFinish(conn: Connection, worker: string, waitS = 0): Prom
 }
 
 const connections = Array.from({ length: spec.inFlight }, () => new Connection());
+
+// For the orchestrator's error message should this process have to be killed: that it got this
+// far, and, well past its deadline, what it is still waiting for.
+let outstanding = 0;
+process.stderr.write(`load ${spec.mode}: started with ${spec.inFlight} connections\n`);
+setTimeout(() => {
+  process.stderr.write(`load ${spec.mode}: 10 s past the deadline, ${outstanding} requests still unanswered (${started} started, ${count} done, ${errors} errors)\n`);
+}, spec.durationMs + 10_000).unref();
 
 /** One loop per connection for every mode but `cycle`. */
 async function loop(index: number): Promise<void> {

@@ -116,7 +116,17 @@ async function defineQueues(server: Svcq, names: string[]): Promise<void> {
 
 async function load(server: Pick<Svcq, 'url' | 'cpuMs'>, mode: LoadMode, queue: string, extra: Partial<LoadSpec> = {}): Promise<LoadResult> {
   const cpu0 = server.cpuMs();
-  const result = await runLoad({ mode, url: server.url, host: HOST, queue, inFlight, durationMs, maxCount: Number.MAX_SAFE_INTEGER, itemBytes, recordLatency: false, ...extra });
+  const result = await runLoad({ mode, url: server.url, host: HOST, queue, inFlight, durationMs, maxCount: Number.MAX_SAFE_INTEGER, itemBytes, recordLatency: false, ...extra }).catch(
+    async (err: Error) => {
+      // Tell a server that stopped answering from a load generator that stopped asking.
+      const t0 = performance.now();
+      const probe = await Promise.race([
+        call(server.url, 'POST', `/${queue}`, '{"probe":true}', { host: HOST }).then((r) => `the server answered a post with ${r.status} in ${Math.round(performance.now() - t0)} ms`),
+        sleep(5000).then(() => 'the server did not answer a post within 5 s'),
+      ]).catch((e: Error) => `a post to the server failed: ${e.message}`);
+      throw new Error(`${err.message}\nafterwards, ${probe}`);
+    },
+  );
   // Includes the load child's start-up, when the server idles: a slight underestimate of its share.
   result.serverCpuMs = server.cpuMs() - cpu0;
   return result;
