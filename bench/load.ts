@@ -27,17 +27,29 @@ interface Reply {
 class Connection {
   private socket: net.Socket;
   private buffer: Buffer = Buffer.alloc(0);
+  private closed = false;
   private pending: { resolve: (r: Reply) => void; reject: (e: Error) => void } | undefined;
 
   constructor() {
-    this.socket = net.connect(port, '127.0.0.1');
-    this.socket.setNoDelay(true);
-    this.socket.on('data', (chunk: Buffer) => this.onData(chunk));
-    this.socket.on('error', (err) => this.fail(err));
-    this.socket.on('close', () => this.fail(new Error('connection closed')));
+    this.socket = this.connect();
+  }
+
+  private connect(): net.Socket {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.setNoDelay(true);
+    // A replaced socket's late events must not touch the request of the one after it.
+    socket.on('data', (chunk: Buffer) => socket === this.socket && this.onData(chunk));
+    socket.on('error', (err) => socket === this.socket && this.fail(err));
+    socket.on('close', () => socket === this.socket && this.fail(new Error('connection closed')));
+    this.buffer = Buffer.alloc(0);
+    return socket;
   }
 
   send(path: string, body: string): Promise<Reply> {
+    // A connection that failed (its request counted as an error) is replaced: a write to a
+    // destroyed socket would never be answered, and the phase would hang.
+    if (this.closed) return Promise.reject(new Error('connection closed'));
+    if (this.socket.destroyed) this.socket = this.connect();
     outstanding++;
     return new Promise<Reply>((resolve, reject) => {
       this.pending = { resolve, reject };
@@ -66,6 +78,7 @@ class Connection {
   }
 
   close(): void {
+    this.closed = true;
     this.socket.destroy();
   }
 }
@@ -130,7 +143,7 @@ const connections = Array.from({ length: spec.inFlight }, () => new Connection()
 let outstanding = 0;
 process.stderr.write(`load ${spec.mode}: started with ${spec.inFlight} connections\n`);
 setTimeout(() => {
-  process.stderr.write(`load ${spec.mode}: 10 s past the deadline, ${outstanding} requests still unanswered (${started} started, ${count} done, ${errors} errors)\n`);
+  process.stderr.write(`load ${spec.mode}: 10 s past the deadline, ${outstanding} requests still unanswered (${started} started, ${count} done, ${errors} errors${firstError ? `, the first: ${firstError}` : ''})\n`);
 }, spec.durationMs + 10_000).unref();
 
 /** One loop per connection for every mode but `cycle`. */
@@ -178,9 +191,13 @@ async function loop(index: number): Promise<void> {
 let lastResultAt = 0;
 async function cycle(): Promise<void> {
   const workers = Array.from({ length: spec.inFlight }, () => new Connection());
+  // Set when the phase is over, by the timer or by the last result: a timer may fire a fraction of
+  // a millisecond before performance.now() reaches the deadline, and the claims its end cuts off
+  // must not count as errors then.
+  let stopped = false;
   let finish: () => void = () => {};
-  const finished = new Promise<void>((resolve) => (finish = resolve));
-  const ended = (): boolean => count >= spec.maxCount || errors >= maxErrors || performance.now() >= deadline;
+  const finished = new Promise<void>((resolve) => (finish = () => ((stopped = true), resolve())));
+  const ended = (): boolean => stopped || count >= spec.maxCount || errors >= maxErrors || performance.now() >= deadline;
   const producer = async (conn: Connection): Promise<void> => {
     while (more()) {
       started++;

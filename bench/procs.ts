@@ -95,6 +95,8 @@ export interface Svcq {
   cpuMs(): number;
   /** SIGTERM and wait for the exit; resolves to the milliseconds it took. */
   stop(): Promise<number>;
+  /** The tail of what the server printed so far (for error messages). */
+  output(): string;
 }
 
 export interface SvcqOptions {
@@ -124,6 +126,7 @@ export async function startSvcq(options: SvcqOptions): Promise<Svcq> {
     rss: () => rssOf(proc.pid!),
     cpuMs: () => cpuMsOf(proc.pid!),
     stop: stopper(proc, output, 'svcq serve'),
+    output,
   };
 }
 

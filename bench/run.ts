@@ -114,7 +114,7 @@ async function defineQueues(server: Svcq, names: string[]): Promise<void> {
   }
 }
 
-async function load(server: Pick<Svcq, 'url' | 'cpuMs'>, mode: LoadMode, queue: string, extra: Partial<LoadSpec> = {}): Promise<LoadResult> {
+async function load(server: Pick<Svcq, 'url' | 'cpuMs'> & Partial<Pick<Svcq, 'output'>>, mode: LoadMode, queue: string, extra: Partial<LoadSpec> = {}): Promise<LoadResult> {
   const cpu0 = server.cpuMs();
   const result = await runLoad({ mode, url: server.url, host: HOST, queue, inFlight, durationMs, maxCount: Number.MAX_SAFE_INTEGER, itemBytes, recordLatency: false, ...extra }).catch(
     async (err: Error) => {
@@ -124,11 +124,15 @@ async function load(server: Pick<Svcq, 'url' | 'cpuMs'>, mode: LoadMode, queue: 
         call(server.url, 'POST', `/${queue}`, '{"probe":true}', { host: HOST }).then((r) => `the server answered a post with ${r.status} in ${Math.round(performance.now() - t0)} ms`),
         sleep(5000).then(() => 'the server did not answer a post within 5 s'),
       ]).catch((e: Error) => `a post to the server failed: ${e.message}`);
-      throw new Error(`${err.message}\nafterwards, ${probe}`);
+      throw new Error(`${err.message}\nafterwards, ${probe}; the server printed:\n${server.output?.() ?? '(not kept)'}`);
     },
   );
   // Includes the load child's start-up, when the server idles: a slight underestimate of its share.
   result.serverCpuMs = server.cpuMs() - cpu0;
+  if (result.errors > 0) {
+    const said = (server.output?.() ?? '').split('\n').filter((line) => line.startsWith('svcq:')).slice(-5).join('\n');
+    log(chalk.yellow(`${mode} on ${queue}: ${result.errors} requests failed (the first: ${result.firstError})${said ? `; the server said:\n${said}` : ''}`));
+  }
   return result;
 }
 
