@@ -28,7 +28,9 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   }
 
   /** One sentence on stderr (or `{ error }` with --json), never a stack trace. */
-  protected override async catch(err: Error & { exitCode?: number; oclif?: { exit?: number } }): Promise<unknown> {
+  protected override async catch(err: Error & { code?: string; exitCode?: number; oclif?: { exit?: number } }): Promise<unknown> {
+    // this.exit() from run(): the command has said everything already, also with --json.
+    if (err.code === 'EEXIT') throw err;
     if (err instanceof ClientError || err instanceof UserError) {
       if (this.jsonEnabled()) this.logJson({ error: err.message });
       else process.stderr.write(`svcq: ${err.message}\n`);

@@ -123,7 +123,7 @@ export class SvcqClient {
       body = res.body.toString('utf8');
     }
     if (ok.includes(res.status)) return body as T;
-    throw explain(res.status, body);
+    throw explain(res.status, body, Boolean(this.options.token));
   }
 
   // --- management (master token) ---
@@ -174,11 +174,14 @@ export class SvcqClient {
   }
 }
 
+/** What the wall means when the request carried no token at all: the likeliest cause comes first. */
+export const WALL_WITHOUT_TOKEN = 'not found: no token was given (pass --token or set SVCQ_TOKEN), or the host or queue is wrong';
+
 /** The sentence for an error status (decisions §1.2). */
-function explain(status: number, body: unknown): ClientError {
+function explain(status: number, body: unknown, tokenGiven: boolean): ClientError {
   if (status === 426) return new ClientError(`the server speaks another API version (it says: ${describe(body)}); this client speaks /api/v${CLIENT_API}`, status, body);
   const record = (typeof body === 'object' && body !== null ? body : {}) as { error?: unknown; errors?: Array<{ path?: string; message?: string }> };
-  if (status === 404 && record.error === 'not found') return new ClientError('not found (wrong token, host or queue?)', status, body);
+  if (status === 404 && record.error === 'not found') return new ClientError(tokenGiven ? 'not found (wrong token, host or queue?)' : WALL_WITHOUT_TOKEN, status, body);
   if (status === 404 && record.error === 'no such item') return new ClientError('no such item', status, body);
   if (Array.isArray(record.errors)) {
     const parts = record.errors.map((e) => (e.path && e.path !== '/' ? `${e.path}: ${e.message}` : String(e.message)));
