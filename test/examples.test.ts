@@ -1,127 +1,120 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
+import { cpSync, existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
+import { fencedBlocks, freePort, markedBlocks, normalise, runBlocks, section, startBackground, type Block, type Started } from './docs/doc-blocks.js';
 import { BIN, REPO, cleanupTemp, tempDir } from './support/server.js';
 
-interface Block {
-  kind: 'run' | 'background';
-  code: string;
-  /** For a background block: what it prints once it is ready. */
-  ready?: string;
-}
+/**
+ * The path a newcomer takes: README.md's start command, then the walkthrough of
+ * examples/README.md (twice: a second try must work as well as the first), then the README's
+ * "Talk to it over HTTP", all against the one server the README started, each document in a
+ * terminal of its own. The only changes to what a reader pastes: the built binary instead of
+ * `npx svcq` (same program, without npm's start-up), a free port instead of 8080 everywhere
+ * (the README's server gets it as SVCQ_PORT, the default it stands for), and temp folders instead
+ * of the repository root and /tmp/svcq-demo.
+ */
+describe('README.md, then examples/README.md, in order (STYLE: examples are executable and tested)', function () {
+  this.timeout(90_000);
 
-/** The shell blocks of examples/README.md that carry a `<!-- walkthrough: ... -->` mark, in order. */
-function walkthroughBlocks(readme: string): Block[] {
-  const blocks: Block[] = [];
-  for (const m of readme.matchAll(/<!-- walkthrough: (run|background)([^>]*)-->\n```sh\n([\s\S]*?)```/g)) {
-    blocks.push({ kind: m[1] as Block['kind'], code: m[3]!, ready: /ready when it prints "([^"]+)"/.exec(m[2]!)?.[1] });
-  }
-  return blocks;
-}
+  const readme = readFileSync(path.join(REPO, 'README.md'), 'utf8');
+  const walkthrough = readFileSync(path.join(REPO, 'examples/README.md'), 'utf8');
+  const readmeBlocks = markedBlocks(readme, 'readme');
+  let work = '';
+  let demo = '';
+  let port = 0;
+  let env: NodeJS.ProcessEnv = {};
+  let adapt = (code: string): string => code;
+  let server: Started | undefined;
+  const workers: Started[] = [];
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-async function until(check: () => boolean, what: string, ms: number): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
-describe('examples/README.md walkthrough', function () {
-  this.timeout(60_000);
-
-  it('runs, pasted block by block, from serve to a finished item (STYLE: examples are executable and tested)', async () => {
-    const readme = readFileSync(path.join(REPO, 'examples/README.md'), 'utf8');
-    const blocks = walkthroughBlocks(readme);
-    expect(blocks.map((b) => b.kind)).to.include.members(['run', 'background']);
-
-    const demo = tempDir('svcq-demo-');
-    const port = await freePort();
-    // The only changes to what a reader pastes: the built binary instead of `npx svcq` (same
-    // program, without npm's start-up), a free port, and a temp folder instead of /tmp/svcq-demo.
-    const adapt = (code: string): string =>
-      code.replaceAll('npx svcq', `"${process.execPath}" "${BIN}"`).replaceAll('8080', String(port)).replaceAll('/tmp/svcq-demo', demo);
-
-    // Foreground blocks run in one shell, as in one terminal; at a background block the shell
-    // waits until the test has started it (in its own "terminal") and found it ready.
-    let script = 'set -e\n';
-    const background: Block[] = [];
-    blocks.forEach((block) => {
-      if (block.kind === 'run') script += `${adapt(block.code)}\n`;
-      else {
-        const n = background.push(block) - 1;
-        script += `echo "::background ${n}"\nwhile [ ! -f "${demo}/.ready-${n}" ]; do sleep 0.05; done\n`;
-      }
-    });
-    const scriptFile = path.join(demo, 'walkthrough.sh');
-    writeFileSync(scriptFile, script);
-
-    const env: NodeJS.ProcessEnv = { ...process.env };
+  before(async () => {
+    work = tempDir('svcq-path-');
+    demo = tempDir('svcq-demo-');
+    // The repository root, as far as the documents use it: the examples folder beside ./data.
+    cpSync(path.join(REPO, 'examples'), path.join(work, 'examples'), { recursive: true });
+    port = await freePort();
+    adapt = (code) => code.replaceAll('npx svcq', `"${process.execPath}" "${BIN}"`).replaceAll('8080', String(port)).replaceAll('/tmp/svcq-demo', demo);
+    env = { ...process.env };
     for (const key of Object.keys(env)) if (key.startsWith('SVCQ_')) delete env[key];
-    const started: Array<{ proc: ChildProcess; output: () => string; exited: Promise<number | null> }> = [];
-    const startBackground = async (n: number): Promise<void> => {
-      const proc = spawn('sh', ['-c', `exec ${adapt(background[n]!.code.trim())}`], { cwd: REPO, env, stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
-      proc.stdout!.on('data', (c: Buffer) => (out += c.toString()));
-      proc.stderr!.on('data', (c: Buffer) => (out += c.toString()));
-      const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
-      started.push({ proc, output: () => out, exited });
-      const { ready } = background[n]!;
-      if (ready) await until(() => out.includes(ready) || proc.exitCode !== null, `"${ready}" from ${background[n]!.code.trim()}`, 20_000);
-      expect(proc.exitCode, out).to.equal(null);
-      writeFileSync(path.join(demo, `.ready-${n}`), '');
-    };
+  });
 
-    try {
-      const shell = spawn('sh', [scriptFile], { cwd: REPO, env, stdio: ['ignore', 'pipe', 'pipe'] });
-      let stdout = '';
-      let stderr = '';
-      const pending: Array<Promise<void>> = [];
-      shell.stdout.on('data', (c: Buffer) => {
-        stdout += c.toString();
-        for (const m of c.toString().matchAll(/::background (\d+)/g)) pending.push(startBackground(Number(m[1])));
-      });
-      shell.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-      const code = await new Promise<number | null>((resolve) => shell.once('exit', resolve));
-      await Promise.all(pending);
-      const logs = started.map((s) => s.output()).join('\n---\n');
-      expect(code, `walkthrough failed:\n${stdout}\n${stderr}\n${logs}`).to.equal(0);
+  after(async () => {
+    for (const s of [...workers, ...(server ? [server] : [])]) if (s.proc.exitCode === null && s.proc.signalCode === null) s.proc.kill('SIGKILL');
+    cleanupTemp(work);
+    cleanupTemp(demo);
+  });
 
-      // What the reader is told to expect.
-      expect(stdout).to.match(/"svc-user-name":"alice","tokenSha256":"[0-9a-f]{64}"/);
-      expect(stdout).to.contain('4 put, 0 deleted, 0 unchanged');
-      expect(stdout).to.match(/status +finished\n[\s\S]*result +\{"echo":\{"text":"hello"\},"id":"[0-9a-f]{16}"\}/);
-      expect(stderr, stderr).to.contain("svcq: rejected: /width: must have required property 'width'");
-      expect(stderr).to.contain('svcq: not found (wrong token, host or queue?)');
-      expect(stdout).to.contain('(rejected by the schema, as expected)');
-      expect(stdout).to.contain('(bob may not post, as expected)');
-      expect(stdout).to.match(/progress +\{"percent":100\}\nresult +\{"thumbnail":"dog-128.png","width":128\}/);
-      expect(existsSync(path.join(demo, 'data'))).to.equal(true);
+  it("starts the server with the README's command, and it listens where the README says", async () => {
+    const start = readmeBlocks[0]!;
+    expect(start.kind).to.equal('background');
+    expect(start.code.trim()).to.equal('npx svcq serve --root ./data');
+    expect(readme).to.contain('`listening on http://127.0.0.1:8080`');
+    server = await startBackground({ ...start, code: adapt(start.code) }, work, { ...env, SVCQ_PORT: String(port) });
+    expect(server.output()).to.contain(`listening on http://127.0.0.1:${port}`);
+    expect(existsSync(path.join(work, 'data/_svcq/master-token'))).to.equal(true);
+    // The walkthrough's server is this one: if it shows a start command, it is the README's.
+    const serveLines = fencedBlocks(walkthrough).flatMap((b) => b.code.split('\n')).filter((l) => l.includes('svcq serve'));
+    expect(serveLines).to.deep.equal(['npx svcq serve --root ./data']);
+  });
 
-      // Ctrl-C in terminal 3 (the worker) is graceful; then the server stops.
-      const [server, ...workers] = started;
-      for (const w of workers) {
-        w.proc.kill('SIGINT');
-        expect(await w.exited, w.output()).to.equal(0);
-      }
-      server!.proc.kill('SIGINT');
-      expect(await server!.exited).to.equal(0);
-    } finally {
-      for (const s of started) if (s.proc.exitCode === null && s.proc.signalCode === null) s.proc.kill('SIGKILL');
-      cleanupTemp(demo);
+  const walk = async (name: string): Promise<{ stdout: string; stderr: string }> => {
+    expect(server, 'the README server runs').to.not.equal(undefined);
+    const blocks = markedBlocks(walkthrough, 'walkthrough').map((b): Block => ({ ...b, code: adapt(b.code) }));
+    expect(blocks.map((b) => b.kind)).to.include.members(['run', 'background']);
+    const run = await runBlocks(blocks, { cwd: work, env, dir: demo, name });
+    workers.push(...run.started);
+    const logs = [server!, ...run.started].map((s) => s.output()).join('\n---\n');
+    expect(run.code, `walkthrough failed:\n${run.stdout}\n${run.stderr}\n${logs}`).to.equal(0);
+    return run;
+  };
+
+  it('runs the walkthrough, pasted block by block, against that server', async () => {
+    const { stdout, stderr } = await walk('walkthrough');
+    // What the reader is told to expect.
+    expect(stdout).to.match(/"svc-user-name":"alice","tokenSha256":"[0-9a-f]{64}"/);
+    expect(stdout).to.contain('4 put, 0 deleted, 0 unchanged');
+    expect(stdout).to.match(/status +finished\n[\s\S]*result +\{"echo":\{"text":"hello"\},"id":"[0-9a-f]{16}"\}/);
+    expect(stderr, stderr).to.contain("svcq: rejected: /width: must have required property 'width'");
+    expect(stderr).to.contain('svcq: not found (wrong token, host or queue?)');
+    expect(stdout).to.contain('(rejected by the schema, as expected)');
+    expect(stdout).to.contain('(bob may not post, as expected)');
+    expect(stdout).to.match(/progress +\{"percent":100\}\nresult +\{"thumbnail":"dog-128.png","width":128\}/);
+  });
+
+  it('runs the walkthrough again from the top: a second try works too', async () => {
+    const { stdout } = await walk('again');
+    expect(stdout).to.contain('1 put, 0 deleted, 3 unchanged'); // alice's fresh token
+    expect(stdout).to.match(/status +finished\n[\s\S]*result +\{"echo":\{"text":"hello"\},"id":"[0-9a-f]{16}"\}/);
+    expect(stdout).to.match(/progress +\{"percent":100\}\nresult +\{"thumbnail":"dog-128.png","width":128\}/);
+  });
+
+  it('runs every block of "Talk to it over HTTP", in order, and each prints what the README shows', async () => {
+    const http = section(readme, 'Talk to it over HTTP');
+    // Nothing in the section escapes the test: every shell or JS block is marked to run.
+    for (const b of fencedBlocks(http)) if (b.lang === 'sh' || b.lang === 'js') expect(b.marked, b.code).to.match(/^readme: (run|node)$/);
+    for (const b of fencedBlocks(readme)) if (b.code.includes('curl ')) expect(b.marked, b.code).to.equal('readme: run');
+
+    const blocks = markedBlocks(http, 'readme').map((b): Block => ({ ...b, code: adapt(b.code) }));
+    expect(blocks.length).to.be.greaterThan(8);
+    // Every shell block shows what it prints.
+    for (const b of blocks) if (b.kind === 'run') expect(b.prints, b.code).to.be.a('string');
+    const run = await runBlocks(blocks, { cwd: work, env, dir: demo, name: 'http' });
+    expect(run.code, `HTTP section failed:\n${run.stdout}\n${run.stderr}\n${server!.output()}`).to.equal(0);
+    blocks.forEach((b, i) => {
+      if (b.prints !== undefined) expect(normalise(run.perBlock[i]!), `block ${i}:\n${b.code}`).to.equal(normalise(b.prints));
+    });
+    // The page's fetch, run by Node: what its comment says it logs.
+    const node = blocks.findIndex((b) => b.kind === 'node');
+    expect(node).to.be.greaterThan(0);
+    expect(normalise(run.perBlock[node]!)).to.equal("{ ok: true, id: '<id>', status: 'pending' }");
+  });
+
+  it('stops: Ctrl-C in each worker terminal, then in the server terminal', async () => {
+    for (const w of workers) {
+      w.proc.kill('SIGINT');
+      expect(await w.exited, w.output()).to.equal(0);
     }
+    server!.proc.kill('SIGINT');
+    expect(await server!.exited, server!.output()).to.equal(0);
   });
 });
