@@ -47,11 +47,11 @@ then puts each file whose sha256 differs from the server's manifest and deletes 
     return report;
   }
 
-  /** Every bad file on its own line, then the verdict; with --json the same as `{ error, invalid }`. */
+  /** Every problem of every bad file on its own line, then the verdict; with --json the same as `{ error, invalid }`. */
   protected override async catch(err: Error & { exitCode?: number; oclif?: { exit?: number } }): Promise<unknown> {
     if (!(err instanceof InvalidDefinitions)) return super.catch(err);
     if (this.jsonEnabled()) this.logJson({ error: err.message, invalid: err.invalid });
-    else process.stderr.write(`${err.invalid.map((i) => `svcq: ${i.error}\n`).join('')}svcq: ${err.message}\n`);
+    else process.stderr.write(`${err.invalid.flatMap((i) => i.problems.map((p) => `svcq: ${i.path}: ${p}\n`)).join('')}svcq: ${err.message}\n`);
     return this.exit(1);
   }
 }

@@ -12,10 +12,12 @@ export interface LocalDefinition {
   sha256: string;
 }
 
-/** A local file that would not be accepted, with the one sentence that says why. */
+/** A local file that would not be accepted: the one message that says why, and each problem alone. */
 export interface InvalidDefinition {
   path: string;
+  /** `<path>: <problem>; <problem>`, as the server's 400 would say it */
   error: string;
+  problems: string[];
 }
 
 /** What a sync did, or with `dryRun` would do. */
@@ -52,13 +54,16 @@ export async function loadLocalDefinitions(dir: string): Promise<{ definitions: 
   const { found, skipped } = await scanDefinitions(dir);
   const invalid: InvalidDefinition[] = skipped.map((rel) => {
     const parsed = parseDefinitionPath(rel);
-    return { path: rel, error: 'error' in parsed ? parsed.error : `${rel}: not a definition path` };
+    const error = 'error' in parsed ? parsed.error : `${rel}: not a definition path`;
+    // The path's own sentence names the path; the problem alone is what follows that.
+    const problem = [`${rel}: `, `path "${rel}": `].reduce((text, prefix) => (text.startsWith(prefix) ? text.slice(prefix.length) : text), error);
+    return { path: rel, error, problems: [problem] };
   });
   const definitions: LocalDefinition[] = [];
   for (const def of found) {
     const bytes = await readFile(def.file);
     const parsed = parseDefinition(def, bytes);
-    if ('error' in parsed) invalid.push({ path: def.path, error: parsed.error });
+    if ('error' in parsed) invalid.push({ path: def.path, error: parsed.error, problems: parsed.problems });
     else definitions.push({ path: def.path, bytes, sha256: sha256Hex(bytes) });
   }
   return { definitions, invalid };

@@ -63,7 +63,8 @@ const userSchema = {
 
 /** One ajv instance for definitions and one for queue item schemas, both built once. */
 const addFormats = addFormatsModule.default;
-const definitionsAjv = new Ajv2020({ allErrors: false, strict: false });
+// allErrors: a definition with several mistakes is reported whole, not one mistake per try.
+const definitionsAjv = new Ajv2020({ allErrors: true, strict: false });
 const validateQueueDef = definitionsAjv.compile(queueSchema);
 const validateUserDef = definitionsAjv.compile(userSchema);
 
@@ -98,7 +99,7 @@ const FIELD_RULE: Record<string, string> = {
   tokenSha256: '64 lowercase hexadecimal characters (the sha256 of the token)',
 };
 
-/** One sentence for the first thing ajv found, naming the field and what it must be. */
+/** One sentence for one thing ajv found, naming the field and what it must be. */
 export function describeAjvError(error: ErrorObject, value?: unknown): string {
   const segments = error.instancePath.split('/').slice(1);
   if (error.keyword === 'additionalProperties') {
@@ -122,6 +123,14 @@ function pick(value: unknown, segments: string[]): unknown {
   return at;
 }
 
+/**
+ * Every problem ajv found, one sentence each. ajv reports a failed `oneOf` once per branch and
+ * once for the whole; those all read as the same sentence about the field, which is kept once.
+ */
+export function describeAjvErrors(errors: ErrorObject[], value: unknown): string[] {
+  return [...new Set(errors.map((e) => describeAjvError(e, value)))];
+}
+
 function shortJson(value: unknown): string {
   const text = JSON.stringify(value) ?? String(value);
   return text.length > 60 ? `${text.slice(0, 57)}...` : text;
@@ -131,43 +140,56 @@ export type ParsedDefinition =
   | { kind: 'queue'; queue: QueueDefinition; validator: ItemValidator | null }
   | { kind: 'user'; user: UserDefinition };
 
+/** A definition that is refused: `error` is the one message (the file, then every problem), `problems` the problems alone. */
+export interface DefinitionProblems {
+  error: string;
+  problems: string[];
+}
+
+function refused(file: string, problems: string[]): DefinitionProblems {
+  return { error: `${file}: ${problems.join('; ')}`, problems };
+}
+
 /**
  * Parses and validates a definition's bytes for the folder its path names (interface §4.5 rule 2).
- * Returns the definition, or `{ error }` with one sentence naming the file and the problem.
+ * Returns the definition, or every problem found, so that one edit can fix them all.
  */
-export function parseDefinition(at: DefinitionPath, bytes: Buffer | string): ParsedDefinition | { error: string } {
+export function parseDefinition(at: DefinitionPath, bytes: Buffer | string): ParsedDefinition | DefinitionProblems {
   const file = at.path;
   let value: unknown;
   try {
     value = JSON.parse(typeof bytes === 'string' ? bytes : bytes.toString('utf8'));
   } catch (err) {
-    return { error: `${file}: not valid JSON (${(err as Error).message})` };
+    return refused(file, [`not valid JSON (${(err as Error).message})`]);
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    return { error: `${file}: a definition must be a JSON object` };
+    return refused(file, ['a definition must be a JSON object']);
   }
+  const record = value as Record<string, unknown>;
+  const problems: string[] = [];
   if (at.kind === 'user') {
-    if (!validateUserDef(value)) return { error: `${file}: ${describeAjvError(validateUserDef.errors![0]!, value)}` };
-    const user = value as unknown as UserDefinition;
-    if (user['svc-user-name'] !== at.name) {
-      return { error: `${file}: svc-user-name "${user['svc-user-name']}" must equal the file name "${at.name}"` };
-    }
-    return { kind: 'user', user };
+    if (!validateUserDef(value)) problems.push(...describeAjvErrors(validateUserDef.errors!, value));
+    const name = record['svc-user-name'];
+    if (typeof name === 'string' && name !== at.name) problems.push(`svc-user-name "${name}" must equal the file name "${at.name}"`);
+    if (problems.length > 0) return refused(file, problems);
+    return { kind: 'user', user: value as unknown as UserDefinition };
   }
-  if (!validateQueueDef(value)) return { error: `${file}: ${describeAjvError(validateQueueDef.errors![0]!, value)}` };
-  const queue = value as QueueDefinition;
-  for (const [op, rule] of Object.entries(queue.access ?? {})) {
-    if (Array.isArray(rule) && rule.includes('public')) {
-      return { error: `${file}: access.${op} names the reserved user "public"; write "public" instead of a list` };
+  if (!validateQueueDef(value)) problems.push(...describeAjvErrors(validateQueueDef.errors!, value));
+  const access = record.access;
+  if (typeof access === 'object' && access !== null) {
+    for (const [op, rule] of Object.entries(access)) {
+      if (Array.isArray(rule) && rule.includes('public')) problems.push(`access.${op} names the reserved user "public"; write "public" instead of a list`);
     }
   }
   let validator: ItemValidator | null = null;
-  if (queue.schema !== undefined) {
+  const schema = record.schema;
+  if (schema !== undefined && (typeof schema === 'boolean' || (typeof schema === 'object' && schema !== null && !Array.isArray(schema)))) {
     try {
-      validator = compileItemSchema(queue.schema);
+      validator = compileItemSchema(schema as Record<string, unknown> | boolean);
     } catch (err) {
-      return { error: `${file}: schema does not compile: ${(err as Error).message}` };
+      problems.push(`schema does not compile: ${(err as Error).message}`);
     }
   }
-  return { kind: 'queue', queue, validator };
+  if (problems.length > 0) return refused(file, problems);
+  return { kind: 'queue', queue: value as QueueDefinition, validator };
 }

@@ -135,6 +135,24 @@ describe('svcq sync, manifest and version (CLI against a real server)', () => {
     expect(await manifest()).to.deep.equal(before);
   });
 
+  it('reports every problem of every bad file, one line each with file and field, and uploads nothing (synchronisation flow step 2)', async () => {
+    write(dir, 'h.example.com/svc-queues/x.json', '{"leaseSeconds":0,"maxAttempts":0}');
+    write(dir, 'h.example.com/svc-queues/y.json', '{"retainFrom":"posted","leaseSecs":5}');
+    const [run, json] = await Promise.all([svcq('sync', dir), svcq('sync', dir, '--json')]);
+    expect(run.code).to.equal(1);
+    const lines = run.stderr.trim().split('\n');
+    expect(lines).to.include('svcq: h.example.com/svc-queues/x.json: leaseSeconds must be an integer from 1 to 86400 (got 0)');
+    expect(lines).to.include('svcq: h.example.com/svc-queues/x.json: maxAttempts must be an integer from 1 to 1000 (got 0)');
+    expect(lines).to.include('svcq: h.example.com/svc-queues/y.json: retainFrom must be "finished" or "fetched" (got "posted")');
+    expect(lines).to.include('svcq: h.example.com/svc-queues/y.json: unknown field "leaseSecs"');
+    expect(lines.at(-1)).to.equal('svcq: nothing uploaded: 2 definitions did not validate');
+    const out = JSON.parse(json.stdout) as { invalid: Array<{ path: string; error: string; problems: string[] }> };
+    const x = out.invalid.find((i) => i.path === 'h.example.com/svc-queues/x.json')!;
+    expect(x.problems).to.have.length(2);
+    expect(x.error).to.match(/^h\.example\.com\/svc-queues\/x\.json: leaseSeconds must be .*; maxAttempts must be /);
+    expect(await manifest()).to.deep.equal({});
+  });
+
   it('--dry-run prints what it would put and delete and changes nothing (decisions §1.2)', async () => {
     write(dir, 'h.example.com/svc-queues/old.json', '{}');
     expect((await svcq('sync', dir)).code).to.equal(0);

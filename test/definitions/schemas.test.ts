@@ -28,6 +28,21 @@ describe('definition schemas (decisions §2.2, §2.3)', () => {
     expect(errorOf(user, `{"svc-user-name":"bob","tokenSha256":"${'0'.repeat(64)}"}`)).to.equal('h.example.com/svc-users/alice.json: svc-user-name "bob" must equal the file name "alice"');
   });
 
+  it('reports every problem at once, each naming its field, joined into one message after the file name', () => {
+    const parsed = parseDefinition(queue, '{"leaseSeconds":0,"maxAttempts":2000,"nope":1,"schema":{"type":"no-such-type"}}');
+    if (!('error' in parsed)) throw new Error('expected problems');
+    expect(parsed.problems).to.deep.equal([
+      'unknown field "nope"',
+      'leaseSeconds must be an integer from 1 to 86400 (got 0)',
+      'maxAttempts must be an integer from 1 to 1000 (got 2000)',
+      parsed.problems[3],
+    ]);
+    expect(parsed.problems[3]).to.match(/^schema does not compile/);
+    expect(parsed.error).to.equal(`h.example.com/svc-queues/q.json: ${parsed.problems.join('; ')}`);
+    // A oneOf that fails (timeoutSeconds, access lists) is one problem, not one per branch.
+    expect((parseDefinition(queue, '{"timeoutSeconds":0,"access":{"post":["Bad"]}}') as { problems: string[] }).problems).to.have.length(2);
+  });
+
   it('compiles item schemas independently: two queues may use the same $id (decisions §2.4)', () => {
     const body = '{"schema":{"$id":"https://example.com/item","type":"object"}}';
     expect(parseDefinition(queue, body)).to.have.property('kind', 'queue');

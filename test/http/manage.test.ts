@@ -227,6 +227,29 @@ describe('management API: manifest, PUT and DELETE /api/v2/def (black box)', () 
       });
     }
 
+    it('reports every problem of a definition with several, in one 400 message naming the file (interface §7)', async () => {
+      const at = `h.example.com/svc-queues/${uniqueName('many')}.json`;
+      const reply = await put(at, '{"leaseSeconds":0,"maxAttempts":"3","leaseSecs":1,"timeoutSeconds":0,"access":{"work":["public"]}}');
+      expect(reply.status, reply.text).to.equal(400);
+      expect(Object.keys(reply.json as object)).to.deep.equal(['error']);
+      const error = (reply.json as { error: string }).error;
+      expect(error.startsWith(`${at}: `), error).to.equal(true);
+      for (const fragment of ['leaseSeconds must be', 'maxAttempts must be', 'unknown field "leaseSecs"', 'timeoutSeconds must be', 'access.work names the reserved user']) expect(error).to.include(fragment);
+      // One sentence per field: a failed oneOf is not reported once per branch.
+      expect(error.split('timeoutSeconds must be')).to.have.length(2);
+      expect(error).to.not.include('\n');
+      expect(existsSync(path.join(server.root, at))).to.equal(false);
+    });
+
+    it('reports every problem of a user definition: a bad tokenSha256 and a svc-user-name that differs from the file name', async () => {
+      const at = `h.example.com/svc-users/${uniqueName('many')}.json`;
+      const reply = await put(at, JSON.stringify({ 'svc-user-name': 'someone-else', tokenSha256: 'nope' }));
+      expect(reply.status, reply.text).to.equal(400);
+      const error = (reply.json as { error: string }).error;
+      expect(error).to.include('tokenSha256 must be');
+      expect(error).to.include('svc-user-name "someone-else" must equal the file name');
+    });
+
     it('accepts every field of decisions §2.2 at once', async () => {
       const body = {
         leaseSeconds: 86400,
