@@ -1,7 +1,7 @@
 import * as asciichart from 'asciichart';
 import chalk from 'chalk';
 import type { CoreTimes } from '../stats.js';
-import { humanBytes, parseJsonLines } from './format.js';
+import { decimalsFor, humanBytes, parseJsonLines } from './format.js';
 
 /** One stats day-file line: `ts` in ms and the fields of its type. */
 export type StatLine = { ts: number } & Record<string, unknown>;
@@ -12,8 +12,16 @@ export interface Chart {
   /** Sample times in ms, one per point. */
   times: number[];
   series: Array<{ label: string; values: number[] }>;
-  /** Formats an axis value. */
-  format: (value: number) => string;
+  /** Formats a value; `step` is the axis step, for as many decimals as tell two rows apart. */
+  format: (value: number, step?: number) => string;
+  /**
+   * `zero`: the y axis starts at 0 (rates, CPU busy). `data`: it spans the data's own range, so
+   * that 875 MiB of used memory moving by a few MiB is a line, not a flat row at the bottom of a
+   * 0..23 GiB scale.
+   */
+  scale: 'zero' | 'data';
+  /** What the latest value is a part of (memory or usable disk), shown as a percent in the legend. */
+  total?: number;
 }
 
 /** The samples of a day-file; a line torn by a crash or otherwise unreadable is skipped. */
@@ -50,9 +58,9 @@ function coreSums(cores: unknown): { busy: number; total: number } | undefined {
   return Number.isFinite(total) ? { busy, total } : undefined;
 }
 
-const percent = (v: number): string => `${v.toFixed(0)} %`;
-const bytes = (v: number): string => humanBytes(Math.round(v));
-const bytesPerSecond = (v: number): string => `${humanBytes(Math.round(v))}/s`;
+const percent = (v: number, step?: number): string => `${v.toFixed(step === undefined ? 0 : Math.max(0, decimalsFor(step)))} %`;
+const bytes = (v: number, step?: number): string => humanBytes(Math.round(v), step);
+const bytesPerSecond = (v: number, step?: number): string => `${humanBytes(Math.round(v), step)}/s`;
 
 /** The chart of one stats type's day (`cpu`, `memory`, `disk`, `diskio`, `netio`). */
 export function chartOf(type: string, lines: StatLine[]): Chart {
@@ -67,24 +75,32 @@ export function chartOf(type: string, lines: StatLine[]): Chart {
         times.push(lines[i]!.ts);
         values.push((100 * (b.busy - a.busy)) / (b.total - a.total));
       }
-      return { title: 'CPU busy, all cores', times, series: [{ label: 'busy', values }], format: percent };
+      return { title: 'CPU busy, all cores', times, series: [{ label: 'busy', values }], format: percent, scale: 'zero' };
     }
-    case 'memory':
-      return { title: 'Memory', times: lines.map((l) => l.ts), series: [{ label: 'used', values: lines.map((l) => num(l.used)) }, { label: 'available', values: lines.map((l) => num(l.available)) }], format: bytes };
-    case 'disk':
-      return { title: `Disk ${typeof lines[0]?.path === 'string' ? lines[0].path : '/'}`, times: lines.map((l) => l.ts), series: [{ label: 'used', values: lines.map((l) => num(l.used)) }, { label: 'free', values: lines.map((l) => num(l.free)) }], format: bytes };
+    // Memory and disk draw what is used alone: the rest (available, free) is its mirror image, and on
+    // one scale with it a small used figure would be a flat line at 0.
+    case 'memory': {
+      const total = num(lines.at(-1)?.total);
+      return { title: `Memory used${Number.isFinite(total) ? ` (of ${humanBytes(total)})` : ''}`, times: lines.map((l) => l.ts), series: [{ label: 'used', values: lines.map((l) => num(l.used)) }], format: bytes, scale: 'data', total };
+    }
+    case 'disk': {
+      const last = lines.at(-1);
+      const usable = num(last?.used) + num(last?.free);
+      const path = typeof last?.path === 'string' ? last.path : '/';
+      return { title: `Disk ${path} used${Number.isFinite(usable) ? ` (of ${humanBytes(usable)} usable)` : ''}`, times: lines.map((l) => l.ts), series: [{ label: 'used', values: lines.map((l) => num(l.used)) }], format: bytes, scale: 'data', total: usable };
+    }
     case 'diskio': {
       const read = rates(lines, 'readBytes');
       const written = rates(lines, 'writeBytes');
-      return { title: 'Disk I/O', times: read.times, series: [{ label: 'read', values: read.values }, { label: 'written', values: written.values }], format: bytesPerSecond };
+      return { title: 'Disk I/O', times: read.times, series: [{ label: 'read', values: read.values }, { label: 'written', values: written.values }], format: bytesPerSecond, scale: 'zero' };
     }
     case 'netio': {
       const rx = rates(lines, 'rxBytes');
       const tx = rates(lines, 'txBytes');
-      return { title: 'Network I/O', times: rx.times, series: [{ label: 'received', values: rx.values }, { label: 'sent', values: tx.values }], format: bytesPerSecond };
+      return { title: 'Network I/O', times: rx.times, series: [{ label: 'received', values: rx.values }, { label: 'sent', values: tx.values }], format: bytesPerSecond, scale: 'zero' };
     }
     default:
-      return { title: type, times: [], series: [], format: String };
+      return { title: type, times: [], series: [], format: String, scale: 'zero' };
   }
 }
 
@@ -109,21 +125,50 @@ function hhmm(ms: number): string {
 const COLORS = [asciichart.green, asciichart.magenta];
 const CHALKS = [chalk.green, chalk.magenta];
 
+const HEIGHT = 8;
+
+/**
+ * The y axis range of a chart. `data` spans the values themselves, widened to at least 2 % of the
+ * largest so that noise of a few bytes is not drawn as a cliff; `zero` runs from 0 to the largest.
+ */
+export function axisRange(values: number[], scale: Chart['scale']): { min: number; max: number } {
+  const finite = values.filter(Number.isFinite);
+  if (finite.length === 0) return { min: 0, max: 1 };
+  let min = Math.min(...finite);
+  let max = Math.max(...finite);
+  if (scale === 'zero') return { min: Math.min(0, min), max: Math.max(max, min === max ? min + 1 : max) };
+  const span = Math.max(max - min, Math.abs(max) * 0.02, 1);
+  const pad = (span - (max - min)) / 2;
+  min = Math.max(min < 0 ? -Infinity : 0, min - pad);
+  max = min + span;
+  return { min, max };
+}
+
+/** A gap in the samples (NaN) takes the last value before it, so the line stays whole. */
+function fillGaps(values: number[]): number[] {
+  let last = values.find(Number.isFinite) ?? 0;
+  return values.map((v) => (Number.isFinite(v) ? (last = v) : last));
+}
+
 /** Draws a chart with asciichart: a title with the latest values, the plot, and the time span under it. */
 export function renderChart(chart: Chart, columns = 80): string {
   const heading = chalk.bold(chart.title);
   if (chart.times.length === 0 || chart.series.length === 0) return `${heading}\n${chalk.dim('  not enough samples yet')}`;
   const labelWidth = 12;
   const width = Math.max(10, columns - labelWidth - 2);
-  const series = chart.series.map((s) => downsample(s.values, width));
+  const series = chart.series.map((s) => fillGaps(downsample(s.values, width)));
   const color = chalk.level > 0;
+  const { min, max } = axisRange(series.flat(), chart.scale);
+  const step = (max - min) / HEIGHT;
   const plot = asciichart.plot(series, {
-    height: 8,
+    height: HEIGHT,
     colors: color ? COLORS : undefined,
-    min: Math.min(0, ...series.flat().filter(Number.isFinite)),
-    format: (x) => chart.format(x).padStart(labelWidth),
+    min,
+    max,
+    format: (x) => chart.format(x, step).padStart(labelWidth),
   });
-  const legend = chart.series.map((s, i) => `${(color ? CHALKS[i]! : (t: string) => t)('━━')} ${s.label} ${chart.format(s.values.at(-1) ?? NaN)}`).join('   ');
+  const share = (v: number): string => (chart.total !== undefined && chart.total > 0 && Number.isFinite(v) ? ` (${((100 * v) / chart.total).toFixed(1)} %)` : '');
+  const legend = chart.series.map((s, i) => `${(color ? CHALKS[i]! : (t: string) => t)('━━')} ${s.label} ${chart.format(s.values.at(-1) ?? NaN)}${share(s.values.at(-1) ?? NaN)}`).join('   ');
   const span = `${' '.repeat(labelWidth + 2)}${hhmm(chart.times[0]!)} … ${hhmm(chart.times.at(-1)!)} (${chart.times.length} samples)`;
   return `${heading}   ${legend}\n${plot}\n${chalk.dim(span)}`;
 }

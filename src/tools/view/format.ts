@@ -20,15 +20,26 @@ export interface TaskList {
 
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
 
-/** `1536` → `1.5 KiB`. */
-export function humanBytes(bytes: number): string {
+/**
+ * `1536` → `1.5 KiB`. With `step` (the difference that must stay visible, in bytes, e.g. between two
+ * rows of a chart's axis) as many decimals as tell values `step` apart, at most 2.
+ */
+export function humanBytes(bytes: number, step?: number): string {
   let value = bytes;
   let unit = 0;
   while (Math.abs(value) >= 1024 && unit < UNITS.length - 1) {
     value /= 1024;
     unit++;
   }
-  return unit === 0 ? `${value} B` : `${value.toFixed(value < 10 ? 1 : 0)} ${UNITS[unit]}`;
+  if (unit === 0) return `${value} B`;
+  const decimals = step === undefined ? (Math.abs(value) < 10 ? 1 : 0) : Math.max(Math.abs(value) < 10 ? 1 : 0, decimalsFor(step / 1024 ** unit));
+  return `${value.toFixed(decimals)} ${UNITS[unit]}`;
+}
+
+/** Decimals that show a difference of `step` (0 for a step of 1 or more, 1 for 0.1, at most 2). */
+export function decimalsFor(step: number): number {
+  if (!(step > 0) || step >= 1) return 0;
+  return Math.min(2, Math.ceil(-Math.log10(step)));
 }
 
 /** `93784` → `1d 2h 3m`. */

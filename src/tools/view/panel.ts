@@ -1,5 +1,5 @@
 import chalk from 'chalk';
-import type { Snapshot } from '../stats.js';
+import type { DiskStats, MemoryStats, Snapshot } from '../stats.js';
 import { humanBytes, humanDuration } from './format.js';
 
 const BAR_WIDTH = 30;
@@ -14,6 +14,27 @@ export function bar(fraction: number, width = BAR_WIDTH): string {
 
 function pct(fraction: number): string {
   return `${(100 * fraction).toFixed(1).padStart(5)} %`;
+}
+
+/**
+ * Memory as a share of the total. `used` is what is not available (interface §4.6), so used and
+ * available add up to the total.
+ */
+export function memorySummary(m: MemoryStats): { fraction: number; text: string } {
+  const fraction = m.total > 0 ? m.used / m.total : 0;
+  return { fraction, text: `${humanBytes(m.used)} used, ${humanBytes(m.available)} available, of ${humanBytes(m.total)}` };
+}
+
+/**
+ * Disk as df shows it: the percent is used / (used + free), because the blocks reserved for root
+ * are neither used nor free to an ordinary writer. The reserve is named so the figures add up.
+ */
+export function diskSummary(d: DiskStats): { fraction: number; text: string } {
+  const usable = d.used + d.free;
+  const fraction = usable > 0 ? d.used / usable : 0;
+  const reserved = d.total - usable;
+  const rest = reserved > 0 ? `${humanBytes(usable)} usable of ${humanBytes(d.total)}, ${humanBytes(reserved)} reserved for root` : `of ${humanBytes(d.total)}`;
+  return { fraction, text: `${humanBytes(d.used)} used, ${humanBytes(d.free)} free (${rest})` };
 }
 
 /** The `svcq stats now` panel: host, uptime and load; per-core CPU busy since boot; memory and disk as bars; I/O counters. */
@@ -31,12 +52,12 @@ export function renderSnapshot(s: Snapshot): string {
     });
   } else lines.push(`${label('cpu')}${chalk.dim('not reported')}`);
   if (s.memory) {
-    const used = s.memory.total > 0 ? s.memory.used / s.memory.total : 0;
-    lines.push(`${label('memory')}${bar(used)} ${pct(used)}  ${humanBytes(s.memory.used)} of ${humanBytes(s.memory.total)} used, ${humanBytes(s.memory.available)} available`);
+    const memory = memorySummary(s.memory);
+    lines.push(`${label('memory')}${bar(memory.fraction)} ${pct(memory.fraction)}  ${memory.text}`);
   } else lines.push(`${label('memory')}${chalk.dim('not reported')}`);
   if (s.disk) {
-    const used = s.disk.total > 0 ? s.disk.used / s.disk.total : 0;
-    lines.push(`${label(`disk ${s.disk.path}`)}${bar(used)} ${pct(used)}  ${humanBytes(s.disk.used)} of ${humanBytes(s.disk.total)} used, ${humanBytes(s.disk.free)} free`);
+    const disk = diskSummary(s.disk);
+    lines.push(`${label(`disk ${s.disk.path}`)}${bar(disk.fraction)} ${pct(disk.fraction)}  ${disk.text}`);
   } else lines.push(`${label('disk')}${chalk.dim('not reported')}`);
   lines.push('');
   lines.push(`${label('disk io')}${s.diskIo ? `${humanBytes(s.diskIo.readBytes)} read, ${humanBytes(s.diskIo.writeBytes)} written since boot` : chalk.dim('not reported')}`);
