@@ -53,6 +53,16 @@ export class Item {
     this.work = null;
   }
 
+  /** Everything a change can alter, so that a change that could not be made durable can be taken back. */
+  saveState(): ItemState {
+    return { status: this.status, work: this.work === null ? null : { ...this.work } };
+  }
+
+  restoreState(state: ItemState): void {
+    this.status = state.status;
+    this.work = state.work === null ? null : { ...state.work };
+  }
+
   /** Nothing has worked on the item yet: every field of work reads as its default. */
   get untouched(): boolean {
     return this.work === null;
@@ -144,9 +154,20 @@ export class Item {
   }
 }
 
+/** An item's state as {@link Item.saveState} took it. */
+export interface ItemState {
+  readonly status: ItemStatus;
+  readonly work: Readonly<ItemWork> | null;
+}
+
 /** What an operation did, for the store to make durable and to report. */
 export interface Change {
   item: Item;
+  /**
+   * The item's state before the change; absent when the change created the item. A store that
+   * cannot make the change durable takes it back with {@link Queue.revert}.
+   */
+  before?: ItemState;
   /** Events in the order they happened. */
   events: Array<{ event: TaskEventKind; worker?: string }>;
   /** The item left the queue for good (retention): the store deletes it. */
@@ -230,6 +251,23 @@ export class Queue {
     this.items.set(item.id, item);
     if (item.idempotencyKey !== null) this.byKey.set(item.idempotencyKey, item);
     if (item.ord > this.lastOrd) this.lastOrd = item.ord;
+    this.index(item);
+  }
+
+  /**
+   * Takes back a change that could not be made durable: the item returns to the state it had
+   * before it (a purged one returns to the queue, a created one leaves it), with its index and
+   * deadlines filed again. Changes are taken back newest first.
+   */
+  revert(change: Change): void {
+    const { item, before } = change;
+    if (before === undefined) return this.remove(item.id);
+    if (this.pending.get(item.ord) === item) this.pending.delete(item.ord);
+    item.restoreState(before);
+    if (this.items.get(item.id) !== item) {
+      this.items.set(item.id, item);
+      if (item.idempotencyKey !== null) this.byKey.set(item.idempotencyKey, item);
+    }
     this.index(item);
   }
 
@@ -321,6 +359,7 @@ export class Queue {
   }
 
   private lease(item: Item, worker: string, now: number): Change {
+    const before = item.saveState();
     this.pending.delete(item.ord);
     item.status = 'claimed';
     item.attempts += 1;
@@ -329,7 +368,7 @@ export class Queue {
     item.availableAt = 0;
     item.updatedAt = now;
     this.leases.push(item.leaseUntil, item);
-    return { item, events: [{ event: 'claimed', worker }] };
+    return { item, before, events: [{ event: 'claimed', worker }] };
   }
 
   /** An accepted progress is a heartbeat: the lease runs leaseSeconds from now again. */
@@ -337,6 +376,7 @@ export class Queue {
     const item = this.items.get(id);
     if (!item) return null;
     if (isTerminal(item.status)) return { accepted: false, status: item.status };
+    const before = item.saveState();
     item.progress = body;
     item.updatedAt = now;
     if (item.status === 'pending') {
@@ -347,7 +387,7 @@ export class Queue {
     item.status = 'processing';
     item.leaseUntil = now + this.config.leaseMs;
     this.leases.push(item.leaseUntil, item);
-    return { accepted: true, status: item.status, change: { item, events: [{ event: 'progress', worker: item.leaseWorker ?? undefined }] } };
+    return { accepted: true, status: item.status, change: { item, before, events: [{ event: 'progress', worker: item.leaseWorker ?? undefined }] } };
   }
 
   /** A result for any non-terminal item is accepted, whoever sends it. */
@@ -355,9 +395,10 @@ export class Queue {
     const item = this.items.get(id);
     if (!item) return null;
     if (isTerminal(item.status)) return { accepted: false, status: item.status };
+    const before = item.saveState();
     item.result = body;
     this.finish(item, 'finished', now);
-    return { accepted: true, status: item.status, change: { item, events: [{ event: 'finished', worker: item.leaseWorker ?? undefined }] } };
+    return { accepted: true, status: item.status, change: { item, before, events: [{ event: 'finished', worker: item.leaseWorker ?? undefined }] } };
   }
 
   /** Records an error; the item is re-queued, or failed when its attempts are used up (decisions §3.4). */
@@ -365,18 +406,20 @@ export class Queue {
     const item = this.items.get(id);
     if (!item) return null;
     if (isTerminal(item.status)) return { accepted: false, status: item.status };
+    const before = item.saveState();
     item.error = body;
     const events: Change['events'] = [{ event: 'error', worker: item.leaseWorker ?? undefined }];
     events.push({ event: this.requeueOrFail(item, now) });
-    return { accepted: true, status: item.status, change: { item, events } };
+    return { accepted: true, status: item.status, change: { item, before, events } };
   }
 
   cancel(id: string, now: number): Outcome | null {
     const item = this.items.get(id);
     if (!item) return null;
     if (isTerminal(item.status)) return { accepted: false, status: item.status };
+    const before = item.saveState();
     this.finish(item, 'cancelled', now);
-    return { accepted: true, status: item.status, change: { item, events: [{ event: 'cancelled' }] } };
+    return { accepted: true, status: item.status, change: { item, before, events: [{ event: 'cancelled' }] } };
   }
 
   /**
@@ -385,9 +428,10 @@ export class Queue {
    */
   fetched(item: Item, now: number): Change | null {
     if (!isTerminal(item.status) || item.fetchedAt !== null) return null;
+    const before = item.saveState();
     item.fetchedAt = now;
     if (this.config.retainFrom === 'fetched') this.retention.push(now + this.config.retainMs, item);
-    return { item, events: [] };
+    return { item, before, events: [] };
   }
 
   private finish(item: Item, status: ItemStatus, now: number): void {
@@ -421,16 +465,18 @@ export class Queue {
     const changes: Change[] = [];
     for (let item = this.leases.popDue(now); item; item = this.leases.popDue(now)) {
       if ((item.status !== 'claimed' && item.status !== 'processing') || item.leaseUntil === null || item.leaseUntil > now) continue;
+      const before = item.saveState();
       const outcome = item.attempts < this.config.maxAttempts ? 'requeued' : 'failed';
       if (outcome === 'failed') item.error = LEASE_EXPIRED;
       this.requeueOrFail(item, now);
-      changes.push({ item, events: [{ event: outcome, worker: item.leaseWorker ?? undefined }] });
+      changes.push({ item, before, events: [{ event: outcome, worker: item.leaseWorker ?? undefined }] });
     }
     for (let item = this.delayed.popDue(now); item; item = this.delayed.popDue(now)) {
       if (item.status !== 'pending' || item.availableAt === 0 || item.availableAt > now) continue;
+      const before = item.saveState();
       item.availableAt = 0;
       this.makePending(item);
-      changes.push({ item, events: [] });
+      changes.push({ item, before, events: [] });
     }
     if (this.config.timeoutMs !== null) {
       for (let item = this.timeouts.popDue(now); item; item = this.timeouts.popDue(now)) {
@@ -439,8 +485,9 @@ export class Queue {
           this.timeouts.push(item.postedAt + this.config.timeoutMs, item);
           continue;
         }
+        const before = item.saveState();
         this.finish(item, 'timedout', now);
-        changes.push({ item, events: [{ event: 'timedout' }] });
+        changes.push({ item, before, events: [{ event: 'timedout' }] });
       }
     }
     for (let item = this.retention.popDue(now); item; item = this.retention.popDue(now)) {
@@ -451,7 +498,7 @@ export class Queue {
         continue;
       }
       this.remove(item.id);
-      changes.push({ item, events: [{ event: 'purged' }], purged: true });
+      changes.push({ item, before: item.saveState(), events: [{ event: 'purged' }], purged: true });
     }
     return changes;
   }

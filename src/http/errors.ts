@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import { DefinitionError } from '../definitions/registry.js';
+import { StoreUnavailable } from '../store/store.js';
 import { sendWall } from './wall.js';
 
 /** Errors that know their HTTP answer. Every layer throws these; {@link sendError} is the one place that answers them. */
@@ -67,6 +68,7 @@ export function sendError(res: ServerResponse, err: unknown): void {
   }
   if (err instanceof HttpError) return sendJson(res, err.status, err.body);
   if (err instanceof DefinitionError) return sendJson(res, 400, { error: err.message });
+  if (err instanceof StoreUnavailable) return sendJson(res, 503, { error: err.message });
   const status = (err as { status?: unknown; type?: unknown }).status;
   if (status === 413 || (err as { type?: unknown }).type === 'entity.too.large') {
     return sendJson(res, 413, { error: 'request body too large' });

@@ -40,6 +40,8 @@ export class AppendFile {
   /** The next stretch of zeros to add (it doubles, up to `options.preallocate`), and the last one added. */
   private nextStretch: number;
   private lastStretch = 0;
+  /** Bytes a failed write left behind at the end of the data: zeroed before the next write, so that no part of it is ever read back. */
+  private scrub: { offset: number; length: number } | undefined;
 
   private constructor(
     readonly file: string,
@@ -126,23 +128,55 @@ export class AppendFile {
     this.waiters = [];
     const offset = this.written;
     this.written += data.length;
-    this.writeAll(data, 0, offset, (err) => {
-      if (err) {
-        // The next group goes where this one should have been: no hole of zeros in the file.
-        this.written = offset;
-        this.size -= data.length;
-      }
-      if (err) waiters.forEach((w) => w.reject(err));
+    const finish = (err: Error | null): void => {
+      if (err) this.failed(err, offset, data.length, waiters);
       else waiters.forEach((w) => w.resolve());
       this.flushing = false;
       this.preallocate();
       if (this.queued !== '' || this.waiters.length > 0) this.flush();
+    };
+    const scrub = this.scrub;
+    if (scrub === undefined) return this.writeAll(data, 0, offset, finish);
+    // What a failed write may have left must be gone before anything is written after it: zeros
+    // over whatever of its range the file holds (never past the file's end, which a full disk refuses).
+    fstat(this.fd, (statErr, st) => {
+      if (statErr) return finish(statErr);
+      const length = Math.min(scrub.offset + scrub.length, st.size) - scrub.offset;
+      const zeroed = (err: Error | null): void => {
+        if (err) return finish(err);
+        this.scrub = undefined;
+        this.writeAll(data, 0, offset, finish);
+      };
+      if (length <= 0) zeroed(null);
+      else this.writeAll(Buffer.alloc(length), 0, scrub.offset, zeroed);
     });
   }
 
+  /**
+   * A group could not be written (a full disk, an I/O error). Its appends fail, and so does
+   * everything queued after it: a later record may depend on one of this group's (a claim of an
+   * item whose post was here), so nothing queued before the failure is written at all. The
+   * owner's `onFailure` hears of it first, synchronously, before any of those promises settles.
+   * The next group goes where this one should have been (no hole in the file), over zeros where
+   * part of this one reached the disk.
+   */
+  private failed(err: Error, offset: number, length: number, waiters: Waiter[]): void {
+    const later = this.waiters;
+    this.queued = '';
+    this.waiters = [];
+    this.written = offset;
+    this.size = offset;
+    // A write that reports an error may still have put some of its bytes on disk: all of its range is scrubbed.
+    if (length > 0) this.scrub = { offset, length: Math.max(length, this.scrub?.length ?? 0) };
+    this.options.onFailure?.(err);
+    for (const w of waiters) w.reject(err);
+    for (const w of later) w.reject(err);
+  }
+
+  /** Writes all of `data` at `offset`; `done` gets the first error. */
   private writeAll(data: Buffer, from: number, offset: number, done: (err: Error | null) => void): void {
     if (from === data.length) return done(null);
-    write(this.fd, data, from, data.length - from, offset + from, (err, n) => {
+    (this.options.write ?? write)(this.fd, data, from, data.length - from, offset + from, (err, n) => {
       if (err) return done(err);
       this.writeAll(data, from + n, offset, done);
     });
@@ -158,7 +192,11 @@ export class AppendFile {
   /** Writes what is queued, cuts off any zeros ahead of the data, then closes the file. */
   async close(): Promise<void> {
     if (this.closed) return;
-    await this.sync();
+    // A last group that cannot be written still lets the file close; the failure is reported after.
+    const synced = await this.sync().then(
+      () => undefined,
+      (err: Error) => err,
+    );
     this.closed = true;
     await this.zeroing;
     try {
@@ -170,6 +208,7 @@ export class AppendFile {
     } finally {
       await new Promise<void>((resolve, reject) => close(this.fd, (err) => (err ? reject(err) : resolve())));
     }
+    if (synced) throw synced;
   }
 }
 
@@ -177,7 +216,13 @@ export interface AppendFileOptions {
   /** Keep up to this many bytes of zeros written ahead of the data (0 or absent: none). */
   preallocate?: number;
   warn?: (line: string) => void;
+  /** Told, before any append's promise is rejected, that a write failed and everything queued was dropped. */
+  onFailure?: (err: Error) => void;
+  /** The write system call (fs.write); tests put one here that fails on cue. */
+  write?: WriteFn;
 }
+
+export type WriteFn = (fd: number, buffer: Buffer, offset: number, length: number, position: number, callback: (err: NodeJS.ErrnoException | null, written: number) => void) => void;
 
 /** The first stretch of zeros; later ones double up to `preallocate`, so a small file stays small. */
 const PREALLOCATE_FIRST = 1 << 20;

@@ -4,7 +4,8 @@ import type { Criteria } from '../engine/criteria.js';
 import { isTerminal, type ItemStatus } from '../engine/item.js';
 import { Queue, type Change, type Item, type Outcome } from '../engine/queue.js';
 import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord, type HistoryMark } from './journal.js';
-import type { Claimed, ClaimInput, EventBatch, PayloadKind, PostInput, PostOutcome, QueueRef, StatusRecord, Store, StoreHooks, SubmitOutcome } from './store.js';
+import type { WriteFn } from './append-file.js';
+import { StoreUnavailable, type Claimed, type ClaimInput, type EventBatch, type PayloadKind, type PostInput, type PostOutcome, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type SubmitOutcome } from './store.js';
 import { jsonString } from '../json-text.js';
 
 export interface EmbeddedStoreOptions {
@@ -17,6 +18,8 @@ export interface EmbeddedStoreOptions {
   /** Journal bytes past which a snapshot is taken (default 64 MiB). */
   compactBytes?: number;
   now?: () => number;
+  /** The journal's write system call, for tests that make it fail. */
+  write?: WriteFn;
 }
 
 interface ClaimWaiter {
@@ -25,6 +28,8 @@ interface ClaimWaiter {
   /** The waiter was handed an item: its timeout and hang-up no longer apply. */
   disarm: () => void;
   done: (claimed: Claimed | null) => void;
+  /** The claim handed to it could not be written. */
+  fail: (err: Error) => void;
 }
 
 interface QueueSlot {
@@ -45,6 +50,16 @@ const DEFAULT_CONFIG = resolveQueue({});
 
 /** Pending bodies a claim with criteria parses before it lets other requests run. */
 export const CLAIM_STEP = 20_000;
+
+/** After a failed write, time-driven changes wait this long before they are tried again (not in a loop against a full disk). */
+const RETRY_AFTER_FAILURE_MS = 1000;
+
+/** A change applied in memory whose journal write has not completed yet. */
+interface Unconfirmed {
+  seq: number;
+  slot: QueueSlot;
+  change: Change;
+}
 
 /**
  * The embedded store: every live item in memory (a {@link Queue} per queue), every change in an
@@ -69,9 +84,17 @@ export class EmbeddedStore implements Store {
   /** Events written to the journal in this turn of the event loop, for the history once durable. */
   private outbox: Array<{ seq: number; ts: number; lines: string }> = [];
   private outboxDurable: Promise<void> = Promise.resolve();
+  /**
+   * Every change applied in memory and not yet on disk, oldest first. A failed write takes them
+   * all back (see {@link takeBack}): memory then holds exactly what the disk holds.
+   */
+  private unconfirmed: Unconfirmed[] = [];
+  private changeSeq = 0;
+  /** Until when time-driven changes wait after a failed write; 0 while writes succeed. */
+  private retryAt = 0;
 
   constructor(private readonly options: EmbeddedStoreOptions) {
-    this.journal = new Journal({ dir: options.dir, warn: options.warn, compactBytes: options.compactBytes });
+    this.journal = new Journal({ dir: options.dir, warn: options.warn, compactBytes: options.compactBytes, write: options.write, onFailure: (err) => this.takeBack(err) });
     this.now = options.now ?? Date.now;
   }
 
@@ -105,24 +128,38 @@ export class EmbeddedStore implements Store {
     }
     for (const wake of [...this.itemWaiters.values()].flat()) wake();
     this.itemWaiters.clear();
-    await this.journal.sync();
+    // A last group that cannot be written was taken back and its callers told: the store still closes.
+    await this.journal.sync().catch(() => undefined);
     await this.delivered;
     if (this.mark) this.journal.appendLater(markRecord(this.mark));
     await this.journal.close();
   }
 
   async post(ref: QueueRef, input: PostInput): Promise<PostOutcome> {
-    const slot = this.prepare(ref);
-    const now = this.now();
+    let slot = this.prepare(ref);
+    let id = this.newId(slot.queue);
+    let staged: StagedPayload | undefined;
+    if (ref.config.archivePayloads) {
+      staged = await this.stage(slot, id, 'item', input.body);
+      // Other requests ran while the payload was written: look at the queue as it is now.
+      slot = this.prepare(ref);
+      if (slot.queue.items.has(id)) {
+        await staged.discard();
+        id = this.newId(slot.queue);
+        staged = await this.stage(slot, id, 'item', input.body);
+        slot = this.prepare(ref);
+      }
+    }
     if (input.idempotencyKey !== undefined) {
       const earlier = slot.queue.byIdempotencyKey(input.idempotencyKey);
       if (earlier) {
-        await this.journal.sync();
+        await staged?.discard();
+        await this.synced();
         return { id: earlier.id, status: earlier.status, created: false };
       }
     }
-    const change = slot.queue.post({ id: this.newId(slot.queue), body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, now);
-    const durable = this.commit(slot, [change], true, ref.config.archivePayloads ? { kind: 'item', body: input.body } : undefined);
+    const change = slot.queue.post({ id, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, this.now());
+    const durable = this.commit(slot, [change], true, staged);
     const outcome: PostOutcome = { id: change.item.id, status: change.item.status, created: true };
     this.offer(slot, change.item);
     await durable;
@@ -146,7 +183,7 @@ export class EmbeddedStore implements Store {
       return claimed;
     }
     if (input.waitMs <= 0 || this.closed || input.signal?.aborted) return null;
-    return new Promise<Claimed | null>((resolve) => {
+    return new Promise<Claimed | null>((resolve, reject) => {
       const waiter: ClaimWaiter = {
         worker: input.worker,
         criteria: input.criteria,
@@ -157,6 +194,10 @@ export class EmbeddedStore implements Store {
         done: (claimed) => {
           waiter.disarm();
           resolve(claimed);
+        },
+        fail: (err) => {
+          waiter.disarm();
+          reject(err);
         },
       };
       const giveUp = (): void => {
@@ -183,55 +224,79 @@ export class EmbeddedStore implements Store {
     const stamp = slot.queue.fetched(item, this.now());
     if (stamp) this.commitLater(slot, [stamp]);
     const record = recordOf(item);
-    // What is shown must be what a crash would keep: wait for anything still being written.
-    await this.journal.sync();
+    // What is shown must be what a crash would keep: wait for anything still being written (if
+    // that fails, what the record shows was taken back, and the fetch fails with it).
+    await this.synced();
     return record;
   }
 
   progress(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
-    const slot = this.prepare(ref);
-    return this.submit(slot, slot.queue.progress(id, body, this.now()), ref.config.archivePayloads ? { kind: 'progress', body } : undefined);
+    return this.submit(ref, id, 'progress', body, (queue, now) => queue.progress(id, body, now));
   }
 
   result(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
-    const slot = this.prepare(ref);
-    return this.submit(slot, slot.queue.result(id, body, this.now()), ref.config.archivePayloads ? { kind: 'result', body } : undefined);
+    return this.submit(ref, id, 'result', body, (queue, now) => queue.result(id, body, now));
   }
 
   error(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
-    const slot = this.prepare(ref);
-    return this.submit(slot, slot.queue.error(id, body, this.now()), ref.config.archivePayloads ? { kind: 'error', body } : undefined);
+    return this.submit(ref, id, 'error', body, (queue, now) => queue.error(id, body, now));
   }
 
   cancel(ref: QueueRef, id: string): Promise<SubmitOutcome | null> {
-    const slot = this.prepare(ref);
-    return this.submit(slot, slot.queue.cancel(id, this.now()));
+    return this.submit(ref, id, undefined, '', (queue, now) => queue.cancel(id, now));
   }
 
   async counts(ref: QueueRef): Promise<Partial<Record<ItemStatus, number>>> {
     return this.slots.get(ref.key)?.queue.counts() ?? {};
   }
 
-  private async submit(slot: QueueSlot, outcome: Outcome | null, archive?: { kind: PayloadKind; body: string }): Promise<SubmitOutcome | null> {
-    if (!outcome) return null;
-    if (outcome.change) {
-      const durable = this.commit(slot, [outcome.change], false, archive);
+  /**
+   * Applies a submission. With archiving on, its payload is staged before the change is applied
+   * (only for an item the queue holds), and published once the change is durable.
+   */
+  private async submit(ref: QueueRef, id: string, kind: PayloadKind | undefined, body: string, apply: (queue: Queue, now: number) => Outcome | null): Promise<SubmitOutcome | null> {
+    let slot = this.prepare(ref);
+    let staged: StagedPayload | undefined;
+    if (kind !== undefined && ref.config.archivePayloads && slot.queue.items.has(id)) {
+      staged = await this.stage(slot, id, kind, body);
+      slot = this.prepare(ref);
+    }
+    const outcome = apply(slot.queue, this.now());
+    if (!outcome?.change) {
+      await staged?.discard();
+      if (!outcome) return null;
+      await this.synced();
+    } else {
+      const durable = this.commit(slot, [outcome.change], false, staged);
       // An error that re-queued the item makes it claimable again at once.
       if (outcome.change.item.status === 'pending') this.offer(slot, outcome.change.item);
       await durable;
-    } else {
-      await this.journal.sync();
     }
     return { accepted: outcome.accepted, status: outcome.status };
   }
 
+  /** Stages a payload; a write that fails is a 503, before anything was changed. */
+  private stage(slot: QueueSlot, id: string, kind: PayloadKind, body: string): Promise<StagedPayload> {
+    return this.options.hooks.stage(slot.host, slot.name, id, kind, body).catch((err: Error) => {
+      throw new StoreUnavailable(err);
+    });
+  }
+
+  /** Resolves once everything appended so far is on disk; a failed write is a 503. */
+  private synced(): Promise<void> {
+    return this.journal.sync().catch((err: Error) => {
+      throw new StoreUnavailable(err);
+    });
+  }
+
   /** The queue's slot with its rules brought up to date, and anything due applied first. */
   private prepare(ref: QueueRef): QueueSlot {
-    if (this.closed) throw new Error('the store is closed');
+    if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
     const slot = this.slotFor(ref.key, ref.config);
     if (slot.queue.config !== ref.config) slot.queue.reconfigure(ref.config);
     const next = slot.queue.nextDeadline();
-    if (next !== null && next <= this.now()) this.runTick(slot);
+    const now = this.now();
+    if (next !== null && next <= now && now >= this.retryAt) this.runTick(slot);
     return slot;
   }
 
@@ -261,19 +326,66 @@ export class EmbeddedStore implements Store {
    * Journals changes with their task events in one write, resolving once it is durable (and the
    * payload archived). The history file gets the events right after, off the request's path.
    */
-  private commit(slot: QueueSlot, changes: Change[], created = false, archive?: { kind: PayloadKind; body: string }): Promise<unknown> {
+  private commit(slot: QueueSlot, changes: Change[], created = false, staged?: StagedPayload): Promise<void> {
     const { records, eventList, lines, count, ts } = this.describe(slot, changes, created);
     const seq = (this.eventSeq += count);
-    const durable = this.journal.append(count > 0 ? records + eventsRecord(seq, eventList) : records);
+    for (const change of changes) this.unconfirmed.push({ seq: ++this.changeSeq, slot, change });
+    const through = this.changeSeq;
+    const durable = this.journal.append(count > 0 ? records + eventsRecord(seq, eventList) : records).then(
+      () => this.confirm(through),
+      (err: Error) => {
+        throw new StoreUnavailable(err);
+      },
+    );
     if (count > 0) this.toDeliver(seq, ts, lines, durable);
     this.afterChange(slot, changes);
-    if (!archive) return durable;
-    return Promise.all([durable, this.options.hooks.archive(slot.host, slot.name, changes[0]!.item.id, archive.kind, archive.body)]);
+    if (!staged) return durable;
+    return durable.then(
+      () => staged.publish().catch((err: Error) => this.options.warn(`a payload could not be archived: ${err.message}`)),
+      async (err: unknown) => {
+        await staged.discard().catch(() => undefined);
+        throw err;
+      },
+    );
+  }
+
+  /** Changes up to `through` are on disk. */
+  private confirm(through: number): void {
+    const list = this.unconfirmed;
+    let n = 0;
+    while (n < list.length && list[n]!.seq <= through) n++;
+    if (n === list.length) this.unconfirmed = [];
+    else if (n > 0) list.splice(0, n);
+    if (this.retryAt !== 0) {
+      this.retryAt = 0;
+      this.options.warn('writes succeed again');
+    }
+  }
+
+  /**
+   * A journal write failed: every change not yet on disk is taken back, newest first, before any
+   * caller hears of the failure (the journal calls this synchronously). Their callers get 503;
+   * waiting claims and fetches see only what is on disk; nothing of them reaches the task history
+   * (events are delivered only once durable) or the payload archive (published only once durable).
+   */
+  private takeBack(err: Error): void {
+    const changes = this.unconfirmed;
+    this.unconfirmed = [];
+    const slots = new Set<QueueSlot>();
+    for (let i = changes.length - 1; i >= 0; i--) {
+      const { slot, change } = changes[i]!;
+      slot.queue.revert(change);
+      slots.add(slot);
+    }
+    if (this.retryAt === 0) this.options.warn(`a write to the store failed (${err.message}): ${changes.length} change(s) not yet on disk were taken back and refused with 503; serving on`);
+    this.retryAt = this.now() + RETRY_AFTER_FAILURE_MS;
+    for (const slot of slots) this.schedule(slot);
   }
 
   /** The same for changes nobody is waiting to acknowledge (time-driven ones, fetch stamps). */
   private commitLater(slot: QueueSlot, changes: Change[]): void {
-    this.commit(slot, changes).catch((err: Error) => this.options.warn(`a change could not be written: ${err.message}`));
+    // A failed write has already been reported, and its changes taken back (they are tried again when next due).
+    this.commit(slot, changes).catch(() => undefined);
   }
 
   /**
@@ -381,10 +493,7 @@ export class EmbeddedStore implements Store {
       const claimed = claimedOf(item);
       this.commit(slot, [change]).then(
         () => waiter.done(claimed),
-        (err: Error) => {
-          this.options.warn(`claim could not be written: ${err.message}`);
-          waiter.done(null);
-        },
+        (err: Error) => waiter.fail(err),
       );
       return;
     }
@@ -400,8 +509,11 @@ export class EmbeddedStore implements Store {
   /** One timer per queue, at its next deadline. */
   private schedule(slot: QueueSlot): void {
     if (this.closed) return;
-    const next = slot.queue.nextDeadline();
-    if (next === null || next >= slot.timerAt) return;
+    const due = slot.queue.nextDeadline();
+    if (due === null) return;
+    // After a failed write, what is due waits a moment rather than failing against the disk in a loop.
+    const next = Math.max(due, this.retryAt);
+    if (next >= slot.timerAt) return;
     clearTimeout(slot.timer);
     slot.timerAt = next;
     slot.timer = setTimeout(() => {

@@ -7,7 +7,7 @@ import type { TaskEvent } from '../engine/item.js';
 import { Item } from '../engine/queue.js';
 import type { HistoryPosition } from './store.js';
 import { fsyncDir } from '../definitions/registry.js';
-import { AppendFile } from './append-file.js';
+import { AppendFile, type AppendFileOptions, type WriteFn } from './append-file.js';
 import { jsonString } from '../json-text.js';
 
 /**
@@ -118,6 +118,10 @@ export interface JournalOptions {
   warn: (line: string) => void;
   /** Journal bytes past which a snapshot is taken (at least this, and at least four times the last snapshot). */
   compactBytes?: number;
+  /** Told synchronously when a write fails: every append not yet on disk has been dropped (see AppendFile). */
+  onFailure?: (err: Error) => void;
+  /** The write system call, for tests that make it fail. */
+  write?: WriteFn;
 }
 
 /** Zeros kept written ahead of the journal's data, at most (see AppendFile): appends then change no file size. */
@@ -132,14 +136,41 @@ export class Journal {
   private generation = 0;
   /** Number of the journal being appended to: the generation, or later after a crash mid-snapshot. */
   private current = 0;
-  /** The previous journal's last writes, while a switch to a new one is under way. */
-  private switching: Promise<void> | undefined;
+  /**
+   * Appends made while the previous journal writes its last group, at a switch to a new one: they
+   * go to the new journal only once the old one is closed, so that nothing in the new journal can
+   * be on disk before what it depends on in the old one, and a failure of that last group takes
+   * them with it.
+   */
+  private held: { text: string; waiters: Array<{ resolve: () => void; reject: (err: Error) => void }> } | undefined;
   private snapshotBytes = 0;
   private compacting: Promise<void> | undefined;
   private readonly compactBytes: number;
+  /** Counts failed writes: a snapshot during which one failed may hold changes that were taken back. */
+  private failures = 0;
 
   constructor(private readonly options: JournalOptions) {
     this.compactBytes = options.compactBytes ?? 64 * 1024 * 1024;
+  }
+
+  private fileOptions(): AppendFileOptions {
+    return {
+      preallocate: JOURNAL_PREALLOCATE,
+      warn: this.options.warn,
+      write: this.options.write,
+      onFailure: (err) => {
+        this.failures++;
+        this.options.onFailure?.(err);
+        // Appends held for the next journal were made before this failure: they fail with it.
+        const held = this.held;
+        if (held) {
+          const waiters = held.waiters;
+          held.text = '';
+          held.waiters = [];
+          for (const w of waiters) w.reject(err);
+        }
+      },
+    };
   }
 
   /** Loads snapshot and journals and opens the journal for appending. */
@@ -187,30 +218,35 @@ export class Journal {
       last = n;
     }
     // Appending goes on in the newest journal, which covers everything since the current snapshot.
-    this.file = await AppendFile.open(path.join(dir, `journal-${last}.jsonl`), { preallocate: JOURNAL_PREALLOCATE, warn });
+    this.file = await AppendFile.open(path.join(dir, `journal-${last}.jsonl`), this.fileOptions());
     await fsyncDir(dir);
     this.current = last;
     return { items, events };
   }
 
-  /** Appends records; resolves once they are on disk. */
+  /**
+   * Appends records; resolves once they are on disk, in the order appended. Rejects when the
+   * write fails, after `onFailure` was told; so does every append made before that failure and
+   * not yet on disk.
+   */
   append(records: string): Promise<void> {
-    const written = this.file.append(records);
-    // Right after a switch to a new journal, the old one may still be writing its last group:
-    // nothing appended later may count as durable before that has (acknowledgements and the
-    // task history both rely on appends completing in order).
-    return this.switching ? Promise.all([this.switching, written]).then(() => undefined) : written;
+    const held = this.held;
+    if (!held) return this.file.append(records);
+    return new Promise((resolve, reject) => {
+      held.text += records;
+      held.waiters.push({ resolve, reject });
+    });
   }
 
   /** Appends records that nobody waits for (time-driven changes); they go with the next group. */
   appendLater(records: string): void {
-    this.file.appendLater(records);
+    if (this.held) this.held.text += records;
+    else this.file.appendLater(records);
   }
 
   /** Resolves once everything appended so far is on disk. */
   sync(): Promise<void> {
-    const synced = this.file.sync();
-    return this.switching ? Promise.all([this.switching, synced]).then(() => undefined) : synced;
+    return this.held ? this.append('') : this.file.sync();
   }
 
   /** True when the journal has grown enough that a snapshot would pay for itself. */
@@ -240,15 +276,28 @@ export class Journal {
   private async writeSnapshot(items: () => Iterable<[queueJson: string, item: Item]>, historyMark: () => Promise<HistoryMark | null>): Promise<void> {
     const { dir } = this.options;
     const next = this.current + 1;
-    const previous = this.file;
-    const file = await AppendFile.open(path.join(dir, `journal-${next}.jsonl`), { preallocate: JOURNAL_PREALLOCATE, warn: this.options.warn });
+    const failuresBefore = this.failures;
+    const file = await AppendFile.open(path.join(dir, `journal-${next}.jsonl`), this.fileOptions());
     // The new journal's name must survive a crash before it holds acknowledged records.
     await fsyncDir(dir);
+    const previous = this.file;
+    const held: NonNullable<Journal['held']> = { text: '', waiters: [] };
+    this.held = held;
     this.file = file;
     this.current = next;
-    const switching = (this.switching = previous.close());
-    await switching;
-    if (this.switching === switching) this.switching = undefined;
+    const closed = await previous.close().then(
+      () => undefined,
+      (err: Error) => err,
+    );
+    this.held = undefined;
+    // A failed last group has already failed what was held with it; what is held now came after.
+    if (closed && this.failures === failuresBefore) this.options.warn(`the previous journal did not close cleanly: ${closed.message}`);
+    if (held.text !== '' || held.waiters.length > 0) {
+      file.append(held.text).then(
+        () => held.waiters.forEach((w) => w.resolve()),
+        (err: Error) => held.waiters.forEach((w) => w.reject(err)),
+      );
+    }
     const mark = await historyMark();
 
     const tmp = path.join(dir, `snapshot-${next}.jsonl.tmp`);
@@ -269,8 +318,19 @@ export class Journal {
       }
       if (chunk) bytes += (await handle.write(chunk)).bytesWritten;
       await handle.sync();
-    } finally {
+    } catch (err) {
       await handle.close();
+      await rm(tmp, { force: true });
+      throw err;
+    }
+    await handle.close();
+    // The snapshot read items as they were in memory, changes still being written included. It
+    // may stand for them only once every one of those is on disk: a write that failed meanwhile
+    // had its changes taken back, and the snapshot must not bring them back after a restart.
+    await this.file.sync().catch(() => undefined);
+    if (this.failures !== failuresBefore) {
+      await rm(tmp, { force: true });
+      throw new Error('a journal write failed while the snapshot was written; the snapshot was dropped');
     }
     await rename(tmp, path.join(dir, `snapshot-${next}.jsonl`));
     await fsyncDir(dir);
@@ -292,7 +352,7 @@ export class Journal {
   }
 
   async close(): Promise<void> {
-    await this.compacting;
+    await this.compacting?.catch(() => undefined);
     await this.file.close();
   }
 }

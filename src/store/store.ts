@@ -88,8 +88,46 @@ export interface StoreHooks {
    * (none: a new store), and resolves with the history's position from which events will follow.
    */
   recoverEvents(position: HistoryPosition | null): Promise<HistoryPosition>;
-  /** Archives a payload's exact bytes durably, before the change is acknowledged (only for queues with archivePayloads on). */
-  archive(host: string, queue: string, id: string, kind: PayloadKind, body: string): Promise<void>;
+  /**
+   * Writes a payload's exact bytes durably where nobody reads them yet (only for queues with
+   * archivePayloads on). The store stages before it applies the change, then publishes the payload
+   * once the change is durable, or discards it if the change is refused or cannot be written: an
+   * archived payload never stands for a change that did not happen.
+   */
+  stage(host: string, queue: string, id: string, kind: PayloadKind, body: string): Promise<StagedPayload>;
+}
+
+export interface StagedPayload {
+  /** Puts the payload where the tools endpoint reads it. */
+  publish(): Promise<void>;
+  /** Removes it. */
+  discard(): Promise<void>;
+}
+
+/**
+ * A change the store could not make durable (a full disk, an I/O error, a database that went
+ * away). Nothing of it remains anywhere (decisions §6): the caller gets 503 and may try again.
+ */
+export class StoreUnavailable extends Error {
+  readonly code = 'STORE_UNAVAILABLE';
+  constructor(override readonly cause: Error) {
+    super(`the server could not save the change (${reason(cause)}); nothing was changed, try again later`);
+  }
+}
+
+function reason(err: Error): string {
+  switch ((err as NodeJS.ErrnoException).code) {
+    case 'ENOSPC':
+      return 'its disk is full';
+    case 'EDQUOT':
+      return 'its disk quota is used up';
+    case 'EIO':
+      return 'an I/O error';
+    case 'EROFS':
+      return 'its filesystem is read-only';
+    default:
+      return err.message;
+  }
 }
 
 /**

@@ -58,7 +58,7 @@ export async function openTools(options: ToolsOptions): Promise<Tools> {
     hooks: {
       events: (batch) => tasks.append(batch),
       recoverEvents: (position) => tasks.recover(position),
-      archive: (host, queue, id, kind, body) => payloads.write(host, queue, id, kind, body),
+      stage: (host, queue, id, kind, body) => payloads.stage(host, queue, id, kind, body),
     },
     async close() {
       await sampler.stop();

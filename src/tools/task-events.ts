@@ -20,6 +20,8 @@ export { utcDay } from './files.js';
  */
 /** How long event lines gather before they are written and synced together. */
 const BATCH_MS = 100;
+/** How long a history write that failed waits before it is tried again. */
+const RETRY_MS = 1000;
 
 interface Batch {
   day: string;
@@ -33,6 +35,7 @@ interface Batch {
 export class TaskEventLog {
   private file: AppendFile | undefined;
   private day = '';
+  private closing = false;
 
   constructor(readonly dir: string) {}
 
@@ -86,16 +89,26 @@ export class TaskEventLog {
     if (!batch) return;
     this.batch = undefined;
     this.writing = this.writing.then(async () => {
-      try {
-        if (batch.day !== this.day || !this.file) await this.switchTo(batch.day);
-        const file = this.file!;
-        // The file's size counts what is queued: before queuing, it is where this batch starts.
-        const base = file.size;
-        await file.append(batch.lines);
-        const name = path.basename(file.file);
-        for (const a of batch.appends) a.resolve({ file: name, size: base + a.end });
-      } catch (err) {
-        for (const a of batch.appends) a.reject(err as Error);
+      // The events are durable in the store already; a history write that fails (a full disk) is
+      // tried again until it succeeds, and later batches wait behind it, so the history keeps every
+      // event, in order. Only a close gives up (the store delivers them again after a restart).
+      for (;;) {
+        try {
+          if (batch.day !== this.day || !this.file) await this.switchTo(batch.day);
+          const file = this.file!;
+          // The file's size counts what is queued: before queuing, it is where this batch starts.
+          const base = file.size;
+          await file.append(batch.lines);
+          const name = path.basename(file.file);
+          for (const a of batch.appends) a.resolve({ file: name, size: base + a.end });
+          return;
+        } catch (err) {
+          if (this.closing) {
+            for (const a of batch.appends) a.reject(err as Error);
+            return;
+          }
+          await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
+        }
       }
     });
   }
@@ -136,8 +149,10 @@ export class TaskEventLog {
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     await this.flush();
-    await this.file?.close();
+    // What could not be written is delivered again by the store after a restart.
+    await this.file?.close().catch(() => undefined);
     this.file = undefined;
     this.day = '';
   }

@@ -1,0 +1,211 @@
+import { readdirSync, readFileSync, existsSync } from 'node:fs';
+import { write } from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import { resolveQueue } from '../../src/engine/config.js';
+import { EmbeddedStore } from '../../src/store/embedded-store.js';
+import { StoreUnavailable, type QueueRef } from '../../src/store/store.js';
+import type { WriteFn } from '../../src/store/append-file.js';
+import { openTools, type Tools } from '../../src/tools/index.js';
+import { cleanupTemp, tempDir } from '../support/server.js';
+
+const HOST = 'fail.example.com';
+
+/**
+ * The write system call with a switch: while `failing`, every write fails with ENOSPC, after
+ * putting `partial` of its bytes on disk first (a write cut short by a full disk).
+ */
+class FaultyDisk {
+  failing = false;
+  partial = 0;
+  failures = 0;
+  readonly write: WriteFn = (fd, buffer, offset, length, position, callback) => {
+    if (!this.failing || length === 0) return write(fd, buffer, offset, length, position, callback);
+    this.failures++;
+    const enospc = (): void => callback(Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' }), 0);
+    if (this.partial === 0) return enospc();
+    write(fd, buffer, offset, Math.min(this.partial, length), position, () => enospc());
+  };
+}
+
+function ref(name: string, archivePayloads = false): QueueRef {
+  return { key: `${HOST}/${name}`, host: HOST, name, config: resolveQueue({ 'svc-queue-archivePayloads': archivePayloads, leaseSeconds: 600 }) };
+}
+
+async function rejection(p: Promise<unknown>): Promise<Error> {
+  try {
+    await p;
+  } catch (err) {
+    return err as Error;
+  }
+  throw new Error('expected the promise to be rejected');
+}
+
+describe('the embedded store when a write fails (decisions §6: a failed write leaves no trace)', function () {
+  this.timeout(30_000);
+  let home: string;
+  let tools: Tools;
+  let store: EmbeddedStore;
+  let disk: FaultyDisk;
+  const warnings: string[] = [];
+
+  async function open(): Promise<void> {
+    tools = await openTools({ home, statsInterval: 3_600_000, warn: (l) => warnings.push(l) });
+    store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks: tools.hooks, configFor: () => undefined, warn: (l) => warnings.push(l), write: disk.write });
+    await store.open();
+  }
+  async function close(): Promise<void> {
+    await store.close();
+    await tools.close();
+  }
+  function historyEvents(): Array<{ id: string; event: string }> {
+    const dir = path.join(home, 'tasks');
+    return readdirSync(dir)
+      .flatMap((f) => readFileSync(path.join(dir, f), 'utf8').split('\n'))
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as { id: string; event: string });
+  }
+
+  beforeEach(async () => {
+    home = tempDir();
+    disk = new FaultyDisk();
+    warnings.length = 0;
+    await open();
+  });
+  afterEach(async () => {
+    disk.failing = false;
+    await close().catch(() => undefined);
+    cleanupTemp(home);
+  });
+
+  it('a post whose write fails is refused with StoreUnavailable and is never claimed, fetched or in the history, before or after a restart (§6)', async () => {
+    const q = ref('posts');
+    const kept = await store.post(q, { body: '{"n":1}', postedBy: 'public' });
+    disk.failing = true;
+    const refused = await rejection(store.post(q, { body: '{"n":2}', postedBy: 'public', idempotencyKey: 'k2' }));
+    expect(refused).to.be.instanceOf(StoreUnavailable);
+    expect(refused.message).to.match(/disk is full/);
+    disk.failing = false;
+
+    // Space is back, no restart: only the acknowledged item exists.
+    expect(await store.counts(q)).to.deep.equal({ pending: 1 });
+    expect((await store.claim(q, { worker: 'w', waitMs: 0 }))?.id).to.equal(kept.id);
+    expect(await store.claim(q, { worker: 'w', waitMs: 0 })).to.equal(null);
+    // The idempotency key was not taken: the retry creates the item now.
+    const retried = await store.post(q, { body: '{"n":2}', postedBy: 'public', idempotencyKey: 'k2' });
+    expect(retried.created).to.equal(true);
+
+    await close();
+    await open();
+    expect(await store.counts(q)).to.deep.equal({ claimed: 1, pending: 1 });
+    const events = historyEvents();
+    expect(events.filter((e) => e.event === 'posted').map((e) => e.id)).to.deep.equal([kept.id, retried.id]);
+  });
+
+  it('a claim waiting for an item is not handed one whose post failed; it fails with the post (§6)', async () => {
+    const q = ref('waiting');
+    const waiting = store.claim(q, { worker: 'w', waitMs: 5000 });
+    await new Promise((r) => setImmediate(r));
+    disk.failing = true;
+    const refused = await rejection(store.post(q, { body: '{"n":1}', postedBy: 'public' }));
+    expect(refused).to.be.instanceOf(StoreUnavailable);
+    const claimRefused = await rejection(waiting);
+    expect(claimRefused).to.be.instanceOf(StoreUnavailable);
+    disk.failing = false;
+    expect(await store.counts(q)).to.deep.equal({});
+  });
+
+  it('a claim, progress, result, error or cancel whose write fails takes no effect, then or after a restart (§6)', async () => {
+    const q = ref('submissions');
+    const a = await store.post(q, { body: '{"n":1}', postedBy: 'public' });
+    const b = await store.post(q, { body: '{"n":2}', postedBy: 'public' });
+
+    disk.failing = true;
+    expect(await rejection(store.claim(q, { worker: 'w', waitMs: 0 }))).to.be.instanceOf(StoreUnavailable);
+    disk.failing = false;
+    // The failed claim left nothing leased: the oldest item is claimed next.
+    const claimed = await store.claim(q, { worker: 'w', waitMs: 0 });
+    expect(claimed?.id).to.equal(a.id);
+    expect(claimed?.attempts).to.equal(1);
+
+    disk.failing = true;
+    for (const attempt of [
+      store.progress(q, a.id, '{"percent":50}'),
+      store.result(q, a.id, '{"output":"x"}'),
+      store.error(q, a.id, '{"why":"x"}'),
+      store.cancel(q, a.id),
+      store.cancel(q, b.id),
+    ]) {
+      expect(await rejection(attempt)).to.be.instanceOf(StoreUnavailable);
+    }
+    disk.failing = false;
+
+    const check = async (): Promise<void> => {
+      const ra = await store.get(q, a.id, 0);
+      expect(ra).to.include({ status: 'claimed', attempts: 1, progress: null, result: null, error: null, finishedAt: null });
+      expect((await store.get(q, b.id, 0))?.status).to.equal('pending');
+    };
+    await check();
+    // And what does get written later is the item as it really is.
+    expect(await store.result(q, a.id, '{"output":"done"}')).to.deep.equal({ accepted: true, status: 'finished' });
+    await close();
+    await open();
+    expect((await store.get(q, a.id, 0))?.result).to.equal('{"output":"done"}');
+    expect((await store.get(q, b.id, 0))?.status).to.equal('pending');
+    const events = historyEvents().filter((e) => e.id === a.id).map((e) => e.event);
+    expect(events).to.deep.equal(['posted', 'claimed', 'finished']);
+  });
+
+  it('what a write cut short put on disk is never read back after a restart (§6)', async () => {
+    const q = ref('partial');
+    const kept = await store.post(q, { body: '{"n":1}', postedBy: 'public' });
+    disk.failing = true;
+    disk.partial = 1 << 20; // the whole group reaches the disk, and the call still reports ENOSPC
+    const bodies = Array.from({ length: 20 }, (_, i) => `{"n":${i + 2}}`);
+    const results = await Promise.allSettled(bodies.map((body) => store.post(q, { body, postedBy: 'public' })));
+    expect(results.every((r) => r.status === 'rejected')).to.equal(true);
+    disk.failing = false;
+    // A shorter group written next lands where the failed one began; then the process dies (no clean close, which would cut the file).
+    await store.post(q, { body: '{"n":"after"}', postedBy: 'public' });
+    await tools.close();
+    await open();
+    expect(await store.counts(q)).to.deep.equal({ pending: 2 });
+    expect((await store.claim(q, { worker: 'w', waitMs: 0 }))?.id).to.equal(kept.id);
+    expect((await store.claim(q, { worker: 'w', waitMs: 0 }))?.item).to.equal('{"n":"after"}');
+  });
+
+  it('archives no payload for a change that could not be written, and archives it once it is (§5, §6)', async () => {
+    const q = ref('archived', true);
+    disk.failing = true;
+    expect(await rejection(store.post(q, { body: '{"n":1}', postedBy: 'public' }))).to.be.instanceOf(StoreUnavailable);
+    disk.failing = false;
+    const dir = path.join(home, 'payloads', HOST, 'archived');
+    const files = (): string[] => (existsSync(dir) ? readdirSync(dir) : []);
+    expect(files()).to.deep.equal([]);
+
+    const posted = await store.post(q, { body: '{"n":2}', postedBy: 'public' });
+    await store.claim(q, { worker: 'w', waitMs: 0 });
+    disk.failing = true;
+    expect(await rejection(store.result(q, posted.id, '{"output":"lost"}'))).to.be.instanceOf(StoreUnavailable);
+    disk.failing = false;
+    expect(files()).to.deep.equal([`${posted.id}.item`]);
+    await store.result(q, posted.id, '{"output":"kept"}');
+    expect(files().sort()).to.deep.equal([`${posted.id}.item`, `${posted.id}.result`]);
+    expect(readFileSync(path.join(dir, `${posted.id}.result`), 'utf8')).to.equal('{"output":"kept"}');
+  });
+
+  it('time-driven changes that cannot be written are taken back and tried again, not in a loop (§3.2, §6)', async () => {
+    const q: QueueRef = { ...ref('lease'), config: resolveQueue({ leaseSeconds: 1, maxAttempts: 3 }) };
+    const a = await store.post(q, { body: '{"n":1}', postedBy: 'public' });
+    await store.claim(q, { worker: 'w', waitMs: 0 });
+    disk.failing = true;
+    await new Promise((r) => setTimeout(r, 1600));
+    const failuresWhileFull = disk.failures;
+    // The lease ended while the disk was full: re-queueing it was tried, taken back, and retried about once a second.
+    expect(failuresWhileFull).to.be.within(1, 4);
+    expect((await store.get(q, a.id, 0))?.status).to.equal('claimed');
+    disk.failing = false;
+    await new Promise((r) => setTimeout(r, 1200));
+    expect((await store.get(q, a.id, 0))?.status).to.equal('pending');
+  });
+});
