@@ -7,11 +7,11 @@ import type { Operation } from '../definitions/schemas.js';
 import type { QueueRuntime } from '../definitions/registry.js';
 import { allows } from '../engine/config.js';
 import type { Criteria } from '../engine/criteria.js';
-import type { StatusRecord, SubmitOutcome } from '../store/store.js';
+import { StoreUnavailable, type StatusRecord, type SubmitOutcome } from '../store/store.js';
 import { bearerToken, requestHost } from './auth.js';
 import type { ServerContext } from './context.js';
-import { NoSuchItem, NotFound, Rejected, sendError, sendRawJson, type FieldError } from './errors.js';
-import { jsonString } from '../json-text.js';
+import { HttpError, NoSuchItem, NotFound, Rejected, sendError, sendRawJson, type FieldError } from './errors.js';
+import { jsonString, nestedDeeperThan } from '../json-text.js';
 
 /**
  * The queue domain: producer and worker endpoints (interface §4.1–§4.3, decisions §3), routed by
@@ -22,6 +22,14 @@ import { jsonString } from '../json-text.js';
 
 const ID = /^[0-9a-f]{16}$/;
 const IDEMPOTENCY_KEY = /^[\x20-\x7e]{1,200}$/;
+
+/**
+ * How deep a claim body may nest. Criteria name top-level fields and compare values, so a few
+ * levels are plenty; a body nested thousands deep would exhaust the stack of whatever walks it.
+ */
+const CLAIM_DEPTH = 64;
+/** How deep an item may nest to be checked against a queue's schema (items of a queue without one are stored as text, at any depth). */
+const SCHEMA_DEPTH = 512;
 
 const requestAjv = new Ajv2020({ allErrors: true, strict: false });
 const validateClaim = requestAjv.compile({
@@ -66,14 +74,14 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
         user = found;
       }
       if (!allows(queue.access, op, user)) return sendError(res, new NotFound());
-      handler(req, res, queue, params, query, user ?? 'public').catch((err: unknown) => sendError(res, err));
+      handler(req, res, queue, params, query, user ?? 'public').catch((err: unknown) => sendError(res, queueError(err)));
     });
   };
 
   route('POST', '/:queue', 'post', async (req, res, queue, _params, _query, postedBy) => {
     const body = await readBody(req, ctx.maxBody);
     const item = parseObject(body, 'the item');
-    if (queue.validator && !queue.validator(item)) throw new Rejected(ajvErrors(queue.validator.errors ?? []));
+    if (queue.validator) validateItem(queue.validator, item, body);
     const key = req.headers['idempotency-key'];
     if (key !== undefined && (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key))) {
       throw new Rejected([{ path: 'Idempotency-Key', message: 'must be 1 to 200 printable ASCII characters' }]);
@@ -93,6 +101,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
 
   route('POST', '/:queue/claim', 'work', async (req, res, queue) => {
     const body = await readBody(req, ctx.maxBody);
+    if (nestedDeeperThan(body, CLAIM_DEPTH)) throw new Rejected([{ path: '/criteria', message: `the claim request nests deeper than ${CLAIM_DEPTH} levels` }]);
     const input = body.trim() === '' ? {} : parseObject(body, 'the claim request');
     if (!validateClaim(input)) throw new Rejected(ajvErrors(validateClaim.errors ?? []));
     const { worker, criteria, wait } = input as { worker?: string; criteria?: Criteria; wait?: number };
@@ -132,6 +141,11 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
   });
 
   return (req, res) => router.lookup(req, res);
+}
+
+/** On the queue domain an error body has the shape of the other queue answers: `{ ok: false, error }` (decisions §6). */
+function queueError(err: unknown): unknown {
+  return err instanceof StoreUnavailable ? new HttpError(503, { ok: false, error: err.message }) : err;
 }
 
 function answerSubmission(res: ServerResponse, outcome: SubmitOutcome | null): void {
@@ -184,6 +198,24 @@ function parseObject(text: string, what: string): Record<string, unknown> {
     throw new Rejected([{ path: '', message: `${what} must be a JSON object` }]);
   }
   return value as Record<string, unknown>;
+}
+
+/**
+ * Checks an item against its queue's schema. A schema may be recursive, and the validator then
+ * recurses as deep as the item does: an item nested past {@link SCHEMA_DEPTH} is refused before
+ * it is walked, and a stack that runs out all the same is a refusal too, never a 500.
+ */
+function validateItem(validator: NonNullable<QueueRuntime['validator']>, item: Record<string, unknown>, body: string): void {
+  const tooDeep = (): Rejected => new Rejected([{ path: '', message: `the item nests deeper than the queue's schema can check (${SCHEMA_DEPTH} levels)` }]);
+  if (nestedDeeperThan(body, SCHEMA_DEPTH)) throw tooDeep();
+  let valid: boolean;
+  try {
+    valid = validator(item) as boolean;
+  } catch (err) {
+    if (err instanceof RangeError) throw tooDeep();
+    throw err;
+  }
+  if (!valid) throw new Rejected(ajvErrors(validator.errors ?? []));
 }
 
 function waitParam(raw: string | undefined): number {

@@ -1,0 +1,83 @@
+import { expect } from 'chai';
+import { request } from '../support/http.js';
+import { serverForSuite } from '../support/server.js';
+import { defineQueue, PUBLIC_ACCESS, putDef } from '../http/queue-api.js';
+
+const HOST = 'deep.example.com';
+
+/** `{"a":{"a":…1…}}` nested `depth` levels. */
+function nestedObject(depth: number): string {
+  return `${'{"a":'.repeat(depth)}1${'}'.repeat(depth)}`;
+}
+
+describe('valid JSON never gives a 500 (decisions §3.3, §3.5, interface §4.6)', function () {
+  this.timeout(30_000);
+  const server = serverForSuite();
+  const call = (method: string, path: string, body?: string) => request(server.url, path, { method, host: HOST, body });
+
+  before(async () => {
+    await defineQueue(server, HOST, 'plain', { access: PUBLIC_ACCESS });
+    // A recursive schema: every value of the item is an object of the same shape, at any depth.
+    await defineQueue(server, HOST, 'recursive', {
+      access: PUBLIC_ACCESS,
+      schema: { $ref: '#/$defs/n', $defs: { n: { type: 'object', additionalProperties: { $ref: '#/$defs/n' } } } },
+    });
+  });
+
+  it('claim criteria nested 20,000 deep get a 400 with a sentence, not a 500 (decisions §3.3)', async () => {
+    const reply = await call('POST', '/plain/claim', `{"criteria":{"a":${nestedObject(20_000)}}}`);
+    expect(reply.status, reply.text).to.equal(400);
+    expect(reply.json).to.have.property('ok', false);
+    expect((reply.json as { errors: Array<{ message: string }> }).errors[0]!.message).to.match(/deeper than \d+ levels/);
+    // And the queue still serves.
+    expect((await call('POST', '/plain/claim', '{}')).json).to.deep.equal({ ok: true, empty: true });
+  });
+
+  it('criteria a few levels deep still work as before (decisions §3.3)', async () => {
+    const posted = await call('POST', '/plain', '{"tag":{"x":[1,2,{"y":"z"}]}}');
+    expect(posted.status).to.equal(200);
+    const claim = await call('POST', '/plain/claim', '{"criteria":{"tag":{"eq":{"x":[1,2,{"y":"z"}]}}}}');
+    expect((claim.json as { id: string }).id).to.equal((posted.json as { id: string }).id);
+  });
+
+  it('an item nested 100,000 deep on a queue with a recursive schema gets a 400 with a sentence (decisions §3.5)', async () => {
+    const reply = await call('POST', '/recursive', nestedObject(100_000).replace(/1(?=})/, '{}'));
+    expect(reply.status, reply.text.slice(0, 200)).to.equal(400);
+    expect((reply.json as { errors: Array<{ message: string }> }).errors[0]!.message).to.match(/nests deeper than/);
+    // A shallow item that fits the schema is accepted, and one that does not is refused by the schema.
+    expect((await call('POST', '/recursive', '{"a":{"b":{}}}')).status).to.equal(200);
+    expect((await call('POST', '/recursive', '{"a":{"b":1}}')).status).to.equal(400);
+  });
+
+  it('an item nested 100,000 deep on a queue without a schema is stored and handed out as posted (decisions §3.5)', async () => {
+    await defineQueue(server, HOST, 'anything', { access: PUBLIC_ACCESS });
+    const body = nestedObject(100_000);
+    const posted = await call('POST', '/anything', body);
+    expect(posted.status).to.equal(200);
+    const claim = await call('POST', '/anything/claim', '{"criteria":{"a":{"ne":1}}}');
+    expect(claim.status).to.equal(200);
+    expect(claim.text).to.include(body);
+  });
+
+  it('a PUT of a queue whose schema nests 20,000 deep gets a 400, not a 500 (interface §4.5)', async () => {
+    const reply = await request(server.url, `/api/v2/def?path=${encodeURIComponent(`${HOST}/svc-queues/deep.json`)}`, {
+      method: 'PUT',
+      token: server.masterToken,
+      body: `{"schema":${'{"properties":{"a":'.repeat(20_000)}{}${'}}'.repeat(20_000)}}`,
+    });
+    expect(reply.status, reply.text.slice(0, 200)).to.equal(400);
+    expect(reply.json).to.have.property('error');
+  });
+
+  it('Range: bytes=N- with 16 or more digits is past the end: an empty 200, not the whole file (interface §4.6)', async () => {
+    await putDef(server, `${HOST}/svc-queues/touch.json`, { access: PUBLIC_ACCESS });
+    for (const n of ['9999999999999999', '99999999999999999999999']) {
+      const reply = await request(server.url, '/api/v2/logs/file?which=active', { token: server.masterToken, headers: { range: `bytes=${n}-` } });
+      expect(reply.status, n).to.equal(200);
+      expect(reply.body.length, n).to.equal(0);
+    }
+    const whole = await request(server.url, '/api/v2/logs/file?which=active', { token: server.masterToken, headers: { range: 'bytes=0-' } });
+    expect(whole.status).to.equal(206);
+    expect(whole.body.length).to.be.greaterThan(0);
+  });
+});
