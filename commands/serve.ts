@@ -1,11 +1,16 @@
 import { Command, Flags } from '@oclif/core';
 import { startServerThread } from '../src/http/server-thread.js';
 
+/** What a stop may take beyond the grace period, to flush the store and the tools. */
+const STOP_MARGIN_S = 10;
+
 export default class Serve extends Command {
   static override summary = 'Run the svcq server.';
   static override description = `Serves the queues of every host defined under --root, the management API and the tools API.
 Everything the server keeps lives under --root: definitions in <root>/<host>/svc-*, everything else in <root>/_svcq/.
-The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/master-token (created with mode 0600 on first start).`;
+The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/master-token (created with mode 0600 on first start).
+Every flag can also be set in the environment: SVCQ_ and the flag's name in capitals, with _ for - (SVCQ_ROOT, SVCQ_LOG_MAX_BYTES, ...).
+One SIGINT or SIGTERM stops it: held long polls are answered at once, requests under way finish, keep-alive connections close, a connection that has not delivered a whole request within --shutdown-grace is cut, everything is flushed, and it exits 0. A second signal exits at once (130).`;
   static override examples = ['<%= config.bin %> serve --root ./data', '<%= config.bin %> serve --root ./data --port 0 --show-token'];
 
   static override flags = {
@@ -13,12 +18,13 @@ The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/m
     port: Flags.integer({ description: 'TCP port (0 picks a free one)', env: 'SVCQ_PORT', default: 8080, min: 0, max: 65535 }),
     bind: Flags.string({ description: 'address to listen on', env: 'SVCQ_BIND', default: '127.0.0.1' }),
     'master-token': Flags.string({ description: 'master token for /api (default: SVCQ_MASTER_TOKEN, else <root>/_svcq/master-token)', env: 'SVCQ_MASTER_TOKEN' }),
-    'show-token': Flags.boolean({ description: 'print the master token at start', default: false }),
+    'show-token': Flags.boolean({ description: 'print the master token at start', env: 'SVCQ_SHOW_TOKEN', default: false }),
     'max-body': Flags.integer({ description: 'largest request body in bytes', env: 'SVCQ_MAX_BODY', default: 1024 * 1024, min: 1024 }),
-    'log-max-bytes': Flags.integer({ description: 'rotate the access log once it passes this many bytes', default: 16 * 1024 * 1024, min: 1 }),
-    'log-keep': Flags.integer({ description: 'rotated access logs to keep', default: 20, min: 0 }),
-    'stats-interval': Flags.integer({ description: 'milliseconds between server-health samples', default: 15_000, min: 100 }),
-    'compact-bytes': Flags.integer({ description: 'journal size in bytes past which the store writes a snapshot (and at least four times the last snapshot)', default: 64 * 1024 * 1024, min: 1024 }),
+    'log-max-bytes': Flags.integer({ description: 'rotate the access log once it passes this many bytes', env: 'SVCQ_LOG_MAX_BYTES', default: 16 * 1024 * 1024, min: 1 }),
+    'log-keep': Flags.integer({ description: 'rotated access logs to keep', env: 'SVCQ_LOG_KEEP', default: 20, min: 0 }),
+    'stats-interval': Flags.integer({ description: 'milliseconds between server-health samples', env: 'SVCQ_STATS_INTERVAL', default: 15_000, min: 100 }),
+    'compact-bytes': Flags.integer({ description: 'journal size in bytes past which the store writes a snapshot (and at least four times the last snapshot)', env: 'SVCQ_COMPACT_BYTES', default: 64 * 1024 * 1024, min: 1024 }),
+    'shutdown-grace': Flags.integer({ description: 'seconds a connection may take, once a stop begins, to deliver a whole request before it is cut', env: 'SVCQ_SHUTDOWN_GRACE', default: 5, min: 0, max: 3600 }),
   };
 
   async run(): Promise<void> {
@@ -35,12 +41,13 @@ The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/m
       // A second signal while stopping ends the process at once.
       else process.exit(130);
     };
+    const graceMs = flags['shutdown-grace'] * 1000;
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
     let server;
     try {
       server = await startServerThread(
-        { root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'], compactBytes: flags['compact-bytes'] },
+        { root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'], compactBytes: flags['compact-bytes'], shutdownGraceMs: graceMs },
         (err) => {
           // The server stopped on its own (a bug): say why, with the stack, and end the process as an uncaught error would.
           process.stderr.write(`svcq: the server stopped: ${err.stack ?? err.message}\n`);
@@ -57,6 +64,12 @@ The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/m
     this.log(`listening on ${server.url}`);
 
     await stopRequested;
+    // Clients cannot hold the stop past the grace period; this is for a store that cannot finish
+    // (a disk that hangs): the stop still ends, and says so.
+    setTimeout(() => {
+      process.stderr.write(`svcq: the server did not finish stopping within ${flags['shutdown-grace'] + STOP_MARGIN_S} s; exiting without it\n`);
+      process.exit(1);
+    }, graceMs + STOP_MARGIN_S * 1000).unref();
     await server.close();
     process.exit(0);
   }

@@ -22,6 +22,11 @@ export interface ServeOptions {
   statsInterval?: number;
   /** Journal bytes past which the store writes a snapshot. */
   compactBytes?: number;
+  /**
+   * At a stop, how long a connection may take to deliver a whole request before it is closed
+   * (default 5000 ms, decisions §1.1). Requests already received are finished first.
+   */
+  shutdownGraceMs?: number;
   /** Where warnings go (a torn journal record, a definition that no longer parses). */
   warn?: (line: string) => void;
 }
@@ -32,7 +37,11 @@ export interface RunningServer {
   masterToken: string;
   masterTokenFile?: string;
   masterTokenCreated: boolean;
-  /** Stops accepting, answers long polls, finishes in-flight requests, flushes everything. */
+  /**
+   * Stops accepting, answers long polls at once, finishes in-flight requests, closes keep-alive
+   * connections, cuts any connection still short of a whole request after the grace period,
+   * flushes everything. No client, however slow or silent, keeps it from ending.
+   */
   close(): Promise<void>;
 }
 
@@ -42,11 +51,38 @@ export function homeOf(root: string): string {
 }
 
 /**
- * Opens the store and the tools, and listens. Requests under `/api/` go to the Express app;
+ * Listens, then opens the store and the tools. Requests under `/api/` go to the Express app;
  * everything else is the queue domain and goes to the lean queue router.
+ *
+ * It listens first, so that a start that cannot have its port (already in use, say) fails before
+ * it has created anything under the root; a request that arrives meanwhile waits for the start.
  */
 export async function startServer(options: ServeOptions): Promise<RunningServer> {
   const warn = options.warn ?? ((line: string) => process.stderr.write(`svcq: warning: ${line}\n`));
+  let handle: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
+  let started: (() => void) | undefined;
+  const starting = new Promise<void>((resolve) => (started = resolve));
+  const server: Server = createServer({ keepAliveTimeout: 65_000 }, (req: IncomingMessage, res: ServerResponse) => {
+    if (handle) handle(req, res);
+    else void starting.then(() => handle!(req, res));
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.bind, () => resolve());
+  });
+  try {
+    return await serve(server, options, warn, (h) => {
+      handle = h;
+      started!();
+    });
+  } catch (err) {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    throw err;
+  }
+}
+
+async function serve(server: Server, options: ServeOptions, warn: (line: string) => void, ready: (handle: (req: IncomingMessage, res: ServerResponse) => void) => void): Promise<RunningServer> {
   const root = path.resolve(options.root);
   const home = homeOf(root);
   const master = await resolveMasterToken(home, options.masterToken);
@@ -88,6 +124,8 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
     const seen = this[REQUEST];
     const url = seen.url;
     const q = url.indexOf('?');
+    // A keep-alive connection whose request was under way when the stop came ends with its answer.
+    if (stopping.signal.aborted && !req.socket.destroyed) req.socket.end();
     ctx.accessLog.record({
       ts: Date.now(),
       method: req.method ?? '',
@@ -101,20 +139,18 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
     });
   }
 
-  const server: Server = createServer({ keepAliveTimeout: 65_000 }, (req: IncomingMessage, res: ServerResponse) => {
+  ready((req, res) => {
     // The URL is taken now: Express rewrites req.url while it routes into a mounted router.
     const url = req.url ?? '/';
     (res as LoggedResponse)[REQUEST] = new RequestSeen(performance.now(), url, req.socket.bytesWritten);
     // 'finish' is emitted at most once per response.
     res.on('finish', logFinished);
+    // Stopping: this is the connection's last exchange (the answer carries `connection: close`).
+    if (stopping.signal.aborted) res.shouldKeepAlive = false;
     if (url === '/api' || url.startsWith('/api/') || url.startsWith('/api?')) app(req, res);
     else queues(req, res);
   });
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port, options.bind, () => resolve());
-  });
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
 
@@ -130,7 +166,11 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         stopping.abort();
         server.closeIdleConnections();
+        // server.close() also ends Node's own request timeouts: a connection that never delivers
+        // a whole request (silent, half a header block, a body trickling in) is cut here instead.
+        const grace = setTimeout(() => server.closeAllConnections(), options.shutdownGraceMs ?? 5000);
         await closed;
+        clearTimeout(grace);
         await store.close();
         await tools.close();
       })()),

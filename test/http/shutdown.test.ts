@@ -1,0 +1,123 @@
+import { existsSync } from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import path from 'node:path';
+import { expect } from 'chai';
+import { runCli } from '../support/cli.js';
+import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
+import { defineQueue, PUBLIC_ACCESS } from './queue-api.js';
+
+const HOST = 'stop.example.com';
+
+/** The exit code, or a failure if the process is still running after `ms`. */
+async function exitWithin(server: TestServer, ms: number): Promise<number | null> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`the server was still running ${ms} ms after the signal:\n${server.output()}`)), ms);
+  });
+  try {
+    return await Promise.race([new Promise<number | null>((resolve) => server.proc.once('exit', (code) => resolve(code))), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function connect(server: TestServer): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(server.port, '127.0.0.1', () => resolve(socket));
+    socket.on('error', () => undefined);
+    socket.once('error', reject);
+  });
+}
+
+describe('a stop that always ends (decisions §1.1)', function () {
+  this.timeout(60_000);
+  const servers: TestServer[] = [];
+  after(async () => {
+    for (const s of servers) {
+      await s.kill9();
+      cleanupTemp(s.root);
+    }
+  });
+
+  it('one SIGTERM exits 0 within --shutdown-grace although connections stay silent, stop halfway through their headers, or trickle a body (decisions §1.1)', async () => {
+    const server = await startServer({ args: ['--shutdown-grace', '1'] });
+    servers.push(server);
+    await defineQueue(server, HOST, 'q', { access: PUBLIC_ACCESS });
+    const silent = await connect(server);
+    const half = await connect(server);
+    half.write(`POST /q HTTP/1.1\r\nHost: ${HOST}\r\nContent-Type: appl`);
+    const trickle = await connect(server);
+    trickle.write(`POST /q HTTP/1.1\r\nHost: ${HOST}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"a":"`);
+    const dripping = setInterval(() => trickle.write('x'), 200);
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      const signalled = Date.now();
+      server.proc.kill('SIGTERM');
+      expect(await exitWithin(server, 4000)).to.equal(0);
+      expect(Date.now() - signalled).to.be.below(4000);
+    } finally {
+      clearInterval(dripping);
+      for (const s of [silent, half, trickle]) s.destroy();
+    }
+  });
+
+  it('answers held long polls at once, closes keep-alive connections, and a worker that claims again in a loop does not keep it alive (decisions §1.1)', async () => {
+    const server = await startServer({ args: ['--shutdown-grace', '2'] });
+    servers.push(server);
+    await defineQueue(server, HOST, 'q', { access: PUBLIC_ACCESS });
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const claim = (): Promise<{ status: number; body: string; connection: string | undefined }> =>
+      new Promise((resolve, reject) => {
+        const body = JSON.stringify({ worker: 'looper', wait: 20 });
+        const req = http.request(
+          { host: '127.0.0.1', port: server.port, path: '/q/claim', method: 'POST', agent, headers: { host: HOST, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+          (res) => {
+            let text = '';
+            res.on('data', (c: Buffer) => (text += c.toString()));
+            res.on('end', () => resolve({ status: res.statusCode!, body: text, connection: res.headers.connection }));
+          },
+        );
+        req.on('error', reject);
+        req.end(body);
+      });
+    // A worker that claims again at once, whatever it is told, until its requests fail.
+    let signalledAt = 0;
+    const afterSignal: Array<{ status: number; body: string; connection: string | undefined }> = [];
+    const loop = (async () => {
+      for (let i = 0; i < 100_000; i++) {
+        let reply;
+        try {
+          reply = await claim();
+        } catch {
+          return;
+        }
+        if (signalledAt > 0) afterSignal.push(reply);
+      }
+    })();
+    await new Promise((r) => setTimeout(r, 500));
+    signalledAt = Date.now();
+    server.proc.kill('SIGTERM');
+    expect(await exitWithin(server, 4000)).to.equal(0);
+    await loop;
+    agent.destroy();
+    // The held claim was answered at once, empty, and the connection closed with it; nothing more was served.
+    expect(afterSignal.length, JSON.stringify(afterSignal.slice(0, 5))).to.be.within(1, 2);
+    expect(afterSignal[0]).to.deep.include({ status: 200, body: '{"ok":true,"empty":true}' });
+  });
+
+  it('a start that cannot have its port creates nothing under its root (decisions §1.1)', async () => {
+    const server = await startServer();
+    servers.push(server);
+    const parent = tempDir();
+    const root = path.join(parent, 'data');
+    try {
+      const second = await runCli(['serve', '--root', root, '--port', String(server.port)]);
+      expect(second.code).to.equal(1);
+      expect(second.stderr).to.match(/already in use/);
+      expect(existsSync(root), 'the failed start created its root').to.equal(false);
+    } finally {
+      cleanupTemp(parent);
+    }
+  });
+});
