@@ -5,7 +5,8 @@ import type { ItemRecord } from '../src/client/client.js';
 
 export default class Item extends BaseCommand<typeof Item> {
   static override summary = "Show an item's status record.";
-  static override description = 'With --wait, long-polls until the item is terminal (finished, failed, timedout or cancelled), riding out a server restart.';
+  static override description = `With --wait, long-polls until the item is terminal (finished, failed, timedout or cancelled), however long that takes, riding out a server restart.
+When the server cannot be reached (or answers 5xx) it says so on stderr at once and then at most every 10 s while it retries, and gives up with exit code 1 once the failures have lasted --give-up seconds in a row.`;
   static override examples = ['<%= config.bin %> item thumbnails 0123456789abcdef --host jobs.example.com --wait'];
 
   static override args = {
@@ -16,13 +17,14 @@ export default class Item extends BaseCommand<typeof Item> {
   static override flags = {
     host: hostFlag,
     wait: Flags.boolean({ description: 'wait until the item is terminal', default: false }),
+    'give-up': Flags.integer({ description: 'with --wait: seconds of failing to reach the server, in a row, after which to give up (0: at the first failure)', default: 60, min: 0 }),
   };
 
   async run(): Promise<ItemRecord> {
     const { args } = await this.parse(Item);
     const client = this.client({ host: this.flags.host });
     const record = this.flags.wait
-      ? await waitForItem(client, args.queue, args.id, (message) => this.logToStderr(`svcq: ${message}; trying again`))
+      ? await waitForItem(client, args.queue, args.id, { giveUpMs: this.flags['give-up'] * 1000, report: (line) => this.logToStderr(`svcq: ${line}`) })
       : await client.item(args.queue, args.id);
     this.log(summary(record));
     return record;

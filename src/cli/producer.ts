@@ -111,18 +111,53 @@ async function postWithRetry(client: SvcqClient, queue: string, json: string, ke
 /** Statuses after which an item changes no more (decisions §3.1). */
 export const TERMINAL_STATUSES = new Set(['finished', 'failed', 'timedout', 'cancelled']);
 
-/** Long-polls an item until it is terminal (decisions §3.6), riding out a server restart. */
-export async function waitForItem(client: SvcqClient, queue: string, id: string, onRetry?: (message: string) => void): Promise<ItemRecord> {
+export interface WaitOptions {
+  /** Give up once requests have failed this long in a row (ms); 0 gives up at the first failure. */
+  giveUpMs: number;
+  /** Where to say what is failing: on the first failure, then now and then, and when it works again. */
+  report?: (line: string) => void;
+  /** Least time between two reports of the same run of failures (default 10 s). */
+  reportEveryMs?: number;
+}
+
+/**
+ * Long-polls an item until it is terminal (decisions §3.6), riding out a server restart. A server
+ * that cannot be reached (or answers 5xx) is retried with backoff, saying so on the first failure
+ * and at most every `reportEveryMs` after; after `giveUpMs` of failures in a row it gives up with
+ * one sentence. Waiting on an item that takes long is not a failure and has no limit.
+ */
+export async function waitForItem(client: SvcqClient, queue: string, id: string, options: WaitOptions): Promise<ItemRecord> {
+  const every = options.reportEveryMs ?? 10_000;
   let failures = 0;
+  let failingSince = 0;
+  let reportedAt = 0;
   for (;;) {
     try {
+      const asked = Date.now();
       const record = await client.item(queue, id, 30);
+      if (failures > 0 && reportedAt > 0) options.report?.('the server answers again; waiting');
       failures = 0;
       if (TERMINAL_STATUSES.has(record.status)) return record;
+      // A long poll answered at once (a server shutting down does that) is asked again after a pause, not in a tight loop.
+      if (Date.now() - asked < 1000) await sleep(1000);
     } catch (err) {
       if (!isTransient(err)) throw err;
-      onRetry?.((err as Error).message);
-      await sleep(backoffMs(failures++));
+      const now = Date.now();
+      if (failures === 0) failingSince = now;
+      const failingFor = now - failingSince;
+      const reason = (err as Error).message;
+      if (failingFor >= options.giveUpMs) {
+        throw new ClientError(`gave up waiting for item ${id} after ${Math.round(failingFor / 1000)} s of failures: ${reason}`);
+      }
+      if (failures === 0) {
+        options.report?.(`${reason}; retrying`);
+        reportedAt = now;
+      } else if (now - reportedAt >= every) {
+        options.report?.(`${reason}; still retrying after ${Math.round(failingFor / 1000)} s, giving up after ${Math.round(options.giveUpMs / 1000)} s`);
+        reportedAt = now;
+      }
+      // Never sleep past the next report or the end: both happen on a fresh try.
+      await sleep(Math.min(backoffMs(failures++), options.giveUpMs - failingFor, reportedAt + every - now));
     }
   }
 }

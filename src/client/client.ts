@@ -58,6 +58,18 @@ export interface SubmitResult {
   status: string;
 }
 
+/** Socket error codes in the words a person uses for them. */
+const NETWORK_ERRORS: Record<string, string> = {
+  ECONNREFUSED: 'connection refused',
+  ECONNRESET: 'connection reset',
+  ENOTFOUND: 'no such host',
+  EAI_AGAIN: 'name lookup failed',
+  EHOSTUNREACH: 'host unreachable',
+  ENETUNREACH: 'network unreachable',
+  ETIMEDOUT: 'timed out',
+  EPIPE: 'connection closed',
+};
+
 // No cap on sockets: a worker holds one per slot in a long-poll claim, and a heartbeat queued
 // behind those would let its lease run out.
 const agent = new http.Agent({ keepAlive: true });
@@ -98,7 +110,7 @@ export class SvcqClient {
           res.on('error', (err) => reject(this.unreachable(err)));
         },
       );
-      if (opts.timeoutMs) req.setTimeout(opts.timeoutMs, () => req.destroy(new Error('timed out')));
+      if (opts.timeoutMs) req.setTimeout(opts.timeoutMs, () => req.destroy(new Error(`no answer within ${Math.round(opts.timeoutMs! / 1000)} s`)));
       req.on('error', (err) => reject(this.unreachable(err)));
       req.end(opts.body);
     });
@@ -106,7 +118,8 @@ export class SvcqClient {
 
   private unreachable(err: Error): ClientError {
     const code = (err as NodeJS.ErrnoException).code;
-    return new ClientError(`cannot reach the server at ${this.options.url} (${code ?? err.message})`, undefined, undefined, true);
+    const why = (code && NETWORK_ERRORS[code]) ?? code ?? err.message;
+    return new ClientError(`cannot reach ${this.options.url} (${why})`, undefined, undefined, true);
   }
 
   /** Sends a request and parses a JSON answer, turning error statuses into ClientErrors. */
@@ -157,9 +170,10 @@ export class SvcqClient {
   post(queue: string, item: string, idempotencyKey?: string): Promise<PostResult> {
     return this.json('POST', `/${encodeURIComponent(queue)}`, { body: item, queueHost: true, headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : {} });
   }
+  /** With `waitSeconds`, a server silent for 15 s past the wait counts as unreachable (a transient failure). */
   item(queue: string, id: string, waitSeconds = 0): Promise<ItemRecord> {
     const wait = waitSeconds > 0 ? `?wait=${waitSeconds}` : '';
-    return this.json('GET', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}${wait}`, { queueHost: true });
+    return this.json('GET', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}${wait}`, { queueHost: true, timeoutMs: waitSeconds > 0 ? (waitSeconds + 15) * 1000 : undefined });
   }
   /** `opts.signal` abandons a long-poll claim (a stopping worker); `opts.timeoutMs` bounds a silent server. */
   claim(queue: string, body: { worker?: string; criteria?: Record<string, unknown>; wait?: number }, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<ClaimResult> {
