@@ -1,17 +1,25 @@
 import { Flags } from '@oclif/core';
 import { BaseCommand, UserError } from '../../src/cli/base-command.js';
 import { parseWhich } from '../../src/tools/files.js';
-import { parseJsonLines } from '../../src/tools/view/format.js';
-import { tailAccessLog, wholeLines } from '../../src/tools/view/tail.js';
+import { isLogRead, parseJsonLines, type LogList } from '../../src/tools/view/format.js';
+import { keepLines, lastLines, tailAccessLog } from '../../src/tools/view/tail.js';
 
 export default class LogsShow extends BaseCommand<typeof LogsShow> {
   static override summary = 'Print one access-log file, one JSON line per request; --follow keeps printing new lines.';
-  static override description = 'With --follow it polls every second for the bytes after the last ones printed (a Range request), like tail -f, and carries on into the new active file when the log is rotated.';
-  static override examples = ['<%= config.bin %> logs show', '<%= config.bin %> logs show --follow', '<%= config.bin %> logs show --which 1795314492610'];
+  static override description = `With --follow it works like tail -f: it prints the last --lines lines (10 unless told), then polls every second for the bytes after the last ones printed (a Range request), and carries on into the new active file when the log is rotated.
+While following, requests that read the access log itself (paths /api/v2/logs and /api/v2/logs/file) are left out, so that the follower's own polls do not fill the screen; --include-log-reads shows them. Without --follow every line is printed.`;
+  static override examples = [
+    '<%= config.bin %> logs show',
+    '<%= config.bin %> logs show --follow',
+    '<%= config.bin %> logs show --lines 50',
+    '<%= config.bin %> logs show --which 1795314492610',
+  ];
 
   static override flags = {
     which: Flags.string({ description: '"active", or a rotated file\'s ts as `svcq logs` lists it', default: 'active' }),
-    follow: Flags.boolean({ char: 'f', description: 'keep printing lines as they are written', default: false }),
+    follow: Flags.boolean({ char: 'f', description: 'print the last lines, then keep printing lines as they are written', default: false }),
+    lines: Flags.integer({ char: 'n', description: 'print only the last N lines first (default: all, or 10 with --follow)', min: 0 }),
+    'include-log-reads': Flags.boolean({ description: 'with --follow: also print requests for /api/v2/logs and /api/v2/logs/file (the follower\'s own polls among them)', default: false }),
   };
 
   async run(): Promise<unknown[] | void> {
@@ -21,14 +29,27 @@ export default class LogsShow extends BaseCommand<typeof LogsShow> {
     if (follow && !('active' in parsed)) throw new UserError('--follow needs --which active: a rotated file never grows');
     if (follow && this.jsonEnabled()) throw new UserError('--follow prints lines as they come and cannot be combined with --json');
     const client = this.client();
-    const bytes = await client.toolFile('logs/file', { which });
-    if (this.jsonEnabled()) return parseJsonLines(bytes.toString('utf8'));
-    if (!follow) {
+    const count = this.flags.lines ?? (follow ? 10 : undefined);
+
+    if (count === undefined) {
+      const bytes = await client.toolFile('logs/file', { which });
+      if (this.jsonEnabled()) return parseJsonLines(bytes.toString('utf8'));
       process.stdout.write(bytes);
       return;
     }
-    const lines = wholeLines(bytes);
-    process.stdout.write(lines);
-    await tailAccessLog(client, lines.length, { write: (chunk) => process.stdout.write(chunk) });
+
+    const keep = follow && !this.flags['include-log-reads'] ? (line: string) => !isLogRead(line) : () => true;
+    const list = await client.tool<LogList>('logs');
+    const size = 'active' in parsed ? (list.active?.size ?? 0) : (list.rotated.find((r) => r.ts === parsed.ts)?.size ?? 0);
+    const last = await lastLines((from) => client.toolFile('logs/file', { which }, from), size, count, keep);
+    if (this.jsonEnabled()) return parseJsonLines(last.lines.join('\n'));
+    if (last.lines.length > 0) process.stdout.write(`${last.lines.join('\n')}\n`);
+    if (!follow) return;
+    await tailAccessLog(client, last.end, {
+      write: (chunk) => {
+        const kept = keepLines(chunk, keep);
+        if (kept.length > 0) process.stdout.write(kept);
+      },
+    });
   }
 }

@@ -20,18 +20,28 @@ describe('svcq logs, stats, tasks and payload (decisions §1.2)', () => {
     cleanupTemp(server.root);
   });
 
-  it('logs show --follow prints new access lines as they are written, across a rotation, like tail -F', async () => {
+  it('logs show --follow prints new access lines as they are written, across a rotation, like tail -F, and not its own polls', async () => {
     const follower = spawn(process.execPath, [BIN, 'logs', 'show', '--follow'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     follower.stdout.on('data', (c: Buffer) => (out += c.toString()));
     follower.stderr.on('data', (c: Buffer) => (out += c.toString()));
     try {
-      await eventually('the follower to print the log', () => (out.includes('"path":"/api/v2/logs/file"') ? true : undefined), 10_000);
+      // The follower shows none of its own requests: it is following once a request made now shows up.
+      await eventually(
+        'the follower to print the log',
+        async () => {
+          await request(server.url, '/follow-ready', { host: HOST });
+          return out.includes('"path":"/follow-ready"') ? true : undefined;
+        },
+        10_000,
+      );
       // About 130 bytes a line against a 2000-byte limit: 40 requests rotate the active file at least twice.
       const markers = Array.from({ length: 40 }, (_, i) => `/follow-marker-${i}`);
       for (const marker of markers) await request(server.url, marker, { host: HOST });
       await eventually('every marker line', () => (markers.every((m) => out.includes(`"path":"${m}"`)) ? true : undefined), 10_000);
       for (const marker of markers) expect(out.split(`"path":"${marker}"`).length - 1, marker).to.equal(1);
+      expect(out).to.not.include('"path":"/api/v2/logs/file"');
+      expect(out).to.not.include('"path":"/api/v2/logs"');
       const list = (await runCli(['logs', '--json'], { env })).stdout;
       expect((JSON.parse(list) as { rotated: unknown[] }).rotated.length).to.be.at.least(2);
     } finally {

@@ -7,6 +7,19 @@ export interface LogList {
   rotated: Array<{ ts: number; size: number }>;
 }
 
+/** The paths of the requests that read the access log itself: a follower's own polls are among them. */
+export const LOG_READ_PATHS = new Set(['/api/v2/logs', '/api/v2/logs/file']);
+
+/** Whether an access-log line (decisions §5) records a request that read the access log. */
+export function isLogRead(line: string): boolean {
+  try {
+    const record = JSON.parse(line) as { path?: unknown };
+    return typeof record.path === 'string' && LOG_READ_PATHS.has(record.path);
+  } catch {
+    return false;
+  }
+}
+
 /** What `GET /api/v2/stats` answers. */
 export interface StatList {
   interval: number;

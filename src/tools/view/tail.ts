@@ -16,6 +16,45 @@ export function wholeLines(chunk: Buffer): Buffer {
   return chunk.subarray(0, chunk.lastIndexOf(0x0a) + 1);
 }
 
+/** How far back from the end the first read for the last lines starts; each further read goes four times as far. */
+const FIRST_WINDOW = 16 * 1024;
+
+/**
+ * The last `count` lines that pass `keep` of a file that only grows, read from its end with
+ * `Range: bytes=N-` (interface §4.6) rather than whole, and the offset just after the last whole
+ * line, from which a follower carries on. `size` is the file's size as its list says; the file
+ * may have grown since, which only means more is read.
+ */
+export async function lastLines(
+  read: (from: number) => Promise<Buffer>,
+  size: number,
+  count: number,
+  keep: (line: string) => boolean = () => true,
+): Promise<{ lines: string[]; end: number }> {
+  for (let window = FIRST_WINDOW; ; window *= 4) {
+    const from = Math.max(0, size - window);
+    // Read from the byte before `from`: if it is a newline, the line at `from` is whole.
+    const start = from > 0 ? from - 1 : 0;
+    const chunk = await read(start);
+    const newline = chunk.indexOf(0x0a);
+    // Not one newline past `from`: the window is inside a single line, read further back.
+    if (from > 0 && newline < 0) continue;
+    const skip = from > 0 ? newline + 1 : 0;
+    const whole = wholeLines(chunk.subarray(skip));
+    const end = start + skip + whole.length;
+    const lines = whole.toString('utf8').split('\n').filter((line) => line !== '' && keep(line));
+    if (lines.length >= count || from === 0) return { lines: count === 0 ? [] : lines.slice(-count), end };
+  }
+}
+
+/** The whole lines of `chunk` that pass `keep`, as one buffer (empty when none do). */
+export function keepLines(chunk: Buffer, keep: (line: string) => boolean): Buffer {
+  const lines = chunk.toString('utf8').split('\n');
+  lines.pop();
+  const kept = lines.filter(keep);
+  return Buffer.from(kept.length ? `${kept.join('\n')}\n` : '');
+}
+
 async function pause(options: TailOptions): Promise<boolean> {
   try {
     await sleep(options.intervalMs ?? 1000, undefined, { signal: options.signal });
