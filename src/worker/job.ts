@@ -44,13 +44,23 @@ export interface JobOutcome {
   /** The last {@link STDERR_TAIL_BYTES} of stderr. */
   stderrTail: string;
   timedOut: boolean;
+  /**
+   * CMD was started. False when the child ended before it got that far: it could not be spawned,
+   * or a signal meant for the worker's process group reached it between the fork and the moment it
+   * left that group (see {@link Job}).
+   */
+  started: boolean;
   /** Why CMD could not be started, if it could not. */
   spawnError?: string;
 }
 
 /**
- * One run of CMD for one item. CMD gets its own process group, so a Ctrl-C at the terminal reaches
- * the worker alone (which then lets CMD finish), and stopping CMD stops whatever it started too.
+ * One run of CMD for one item. CMD gets its own session and process group, so a Ctrl-C at the
+ * terminal reaches the worker alone (which then lets CMD finish), and stopping CMD stops whatever it
+ * started too. One gap remains, and the caller closes it: between the fork and the child's
+ * `setsid()` the child is still in the worker's group, and a terminal signal sent in that moment is
+ * held until just before exec and then kills it. Such a child never ran CMD, which
+ * {@link JobOutcome.started} tells, so it can simply be started again.
  */
 export class Job {
   readonly done: Promise<JobOutcome>;
@@ -58,14 +68,22 @@ export class Job {
   private killTimer?: NodeJS.Timeout;
   private timeoutTimer?: NodeJS.Timeout;
   private timedOut = false;
-  private exited = false;
+  /** The outcome is settled: CMD's group is no longer ours to signal. */
+  private finished = false;
 
   constructor(spec: JobSpec) {
-    this.child = spawn('sh', ['-c', spec.command], {
+    // `sh -c CMD`, after a first shell writes one byte to fd 3 (and closes it) and then becomes that
+    // shell with exec: same pid and group, $0 and no arguments as before. The byte proves the
+    // command was started; without it, a child that died by a signal died before it could run.
+    this.child = spawn('sh', ['-c', 'printf . >&3; exec 3>&-; exec sh -c "$1"', 'sh', spec.command], {
       env: { ...process.env, ...spec.env },
-      stdio: ['pipe', 'pipe', 'pipe'],
+      stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
       detached: true,
     });
+    let started = false;
+    const marker = this.child.stdio[3] as NodeJS.ReadableStream | null;
+    marker?.on('data', () => (started = true));
+    marker?.on('error', () => {});
     const stdout = new LineSplitter((line) => {
       if (line.startsWith(PROGRESS_PREFIX) && (line.length === PROGRESS_PREFIX.length || line[PROGRESS_PREFIX.length] === ' ')) {
         const record = progressRecord(line.slice(PROGRESS_PREFIX.length).trim());
@@ -99,10 +117,9 @@ export class Job {
     this.done = new Promise<JobOutcome>((resolve) => {
       let spawnError: string | undefined;
       let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
-      let finished = false;
       const finish = (): void => {
-        if (finished) return;
-        finished = true;
+        if (this.finished) return;
+        this.finished = true;
         clearTimeout(this.timeoutTimer);
         clearTimeout(this.killTimer);
         stdout.end();
@@ -114,17 +131,16 @@ export class Job {
           stdoutOverflow: stdout.overflow,
           stderrTail: spawnError ?? tail.toString('utf8'),
           timedOut: this.timedOut,
+          started,
           spawnError,
         });
       };
       this.child.once('error', (err) => {
         spawnError = `could not start sh: ${err.message}`;
-        this.exited = true;
         finish();
       });
       this.child.once('exit', (code, signal) => {
         exit = { code, signal };
-        this.exited = true;
         // Something CMD started in the background may hold stdout open: do not wait for it forever.
         const grace = setTimeout(() => {
           this.child.stdout!.destroy();
@@ -142,14 +158,18 @@ export class Job {
     return this.child.pid;
   }
 
-  /** SIGTERM to CMD's process group; SIGKILL if it is still there after {@link KILL_GRACE_MS}. */
   /** SIGKILL to CMD and everything it started, at once (the worker is exiting and cannot wait). */
   kill(): void {
-    if (!this.exited) this.signalGroup('SIGKILL');
+    if (!this.finished) this.signalGroup('SIGKILL');
   }
 
+  /**
+   * SIGTERM to CMD's process group; SIGKILL if it is still there after {@link KILL_GRACE_MS}. Also
+   * after `sh` itself has exited, while something it started still holds its output open: the
+   * group lives as long as any member, so its id cannot have been reused.
+   */
   terminate(): void {
-    if (this.exited || this.killTimer) return;
+    if (this.finished || this.killTimer) return;
     this.signalGroup('SIGTERM');
     this.killTimer = setTimeout(() => this.signalGroup('SIGKILL'), KILL_GRACE_MS);
   }

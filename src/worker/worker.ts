@@ -37,6 +37,10 @@ const FALLBACK_HEARTBEAT_MS = 1000;
 const MAX_HEARTBEAT_MS = 10_000;
 /** A server that does not answer a submission within this is treated like one that cannot be reached: retried. */
 const SUBMIT_TIMEOUT_MS = 30_000;
+/** After the first signal, how long a claim already sent may still bring back an item (see `stop`). */
+const CLAIM_SETTLE_MS = 1000;
+/** How often a command killed before it could start (see {@link Job}) is started again. */
+const MAX_RESTARTS = 5;
 
 interface Running {
   id: string;
@@ -62,7 +66,10 @@ export class Worker {
   private stopping = false;
   private forcing = false;
   private abandoning = false;
+  /** Aborted by the first signal: ends the pauses between claims. */
   private readonly claims = new AbortController();
+  /** Claims on their way to the server, and when each was sent. */
+  private readonly claimsInFlight = new Map<AbortController, number>();
   private readonly abandon = new AbortController();
   /** Running jobs by claim number: the same item may, rarely, be claimed twice by one worker. */
   private readonly running = new Map<number, Running>();
@@ -108,6 +115,14 @@ export class Worker {
     this.stopping = true;
     this.sink.event({ event: 'stopping', running: this.running.size, force: false });
     this.claims.abort();
+    // A claim the server is still committing cannot be taken back by hanging up: the item would
+    // stay leased to a worker that never heard of it. A claim only the server's long poll still
+    // holds can be: that poll ends when the caller hangs up. So a claim gets CLAIM_SETTLE_MS from
+    // when it was sent to bring back an item, which is then run like any other, before it is dropped.
+    const now = Date.now();
+    for (const [controller, sentAt] of this.claimsInFlight) {
+      setTimeout(() => controller.abort(), Math.max(0, sentAt + CLAIM_SETTLE_MS - now)).unref();
+    }
     this.openGate();
   }
 
@@ -117,6 +132,7 @@ export class Worker {
     this.stop();
     this.forcing = true;
     this.sink.event({ event: 'stopping', running: this.running.size, force: true });
+    for (const controller of this.claimsInFlight.keys()) controller.abort();
     for (const r of this.running.values()) r.job?.terminate();
   }
 
@@ -153,14 +169,19 @@ export class Worker {
     const { queue, worker, criteria, waitSeconds } = this.options;
     for (let attempt = 0; ; attempt++) {
       if (this.stopping) return 'stop';
+      const controller = new AbortController();
+      this.claimsInFlight.set(controller, Date.now());
       try {
-        const res = await this.client.claim(
-          queue,
-          { worker, criteria, wait: waitSeconds },
-          // A server that holds the request well past the long-poll is treated as gone.
-          { signal: this.claims.signal, timeoutMs: (waitSeconds + 15) * 1000 },
-        );
-        if (res.empty) return 'empty';
+        const res = await this.client
+          .claim(
+            queue,
+            { worker, criteria, wait: waitSeconds },
+            // A server that holds the request well past the long-poll is treated as gone.
+            { signal: controller.signal, timeoutMs: (waitSeconds + 15) * 1000 },
+          )
+          .finally(() => this.claimsInFlight.delete(controller));
+        // An item that arrives after the first signal is run all the same: it is ours now.
+        if (res.empty) return this.stopping ? 'stop' : 'empty';
         return res;
       } catch (err) {
         if (this.stopping) return 'stop';
@@ -187,21 +208,24 @@ export class Worker {
     this.sink.event({ event: 'claimed', id, attempts });
     const started = Date.now();
 
-    const job = new Job({
-      command,
-      input: JSON.stringify(item),
-      env: { SVCQ_QUEUE: queue, SVCQ_ITEM_ID: id, SVCQ_ATTEMPT: String(attempts) },
-      timeoutMs: timeoutSeconds ? timeoutSeconds * 1000 : undefined,
-      onProgress: (record) => {
-        state.latest = record;
-        state.dirty = true;
-        void this.pumpProgress(state);
-      },
-      onStderrLine: (line) => this.sink.stderrLine(id, line),
-      onWarning: (message) => this.sink.event({ event: 'warning', id, message }),
-    });
-    state.job = job;
-    if (this.forcing) job.terminate();
+    const start = (): Job => {
+      const job = new Job({
+        command,
+        input: JSON.stringify(item),
+        env: { SVCQ_QUEUE: queue, SVCQ_ITEM_ID: id, SVCQ_ATTEMPT: String(attempts) },
+        timeoutMs: timeoutSeconds ? timeoutSeconds * 1000 : undefined,
+        onProgress: (record) => {
+          state.latest = record;
+          state.dirty = true;
+          void this.pumpProgress(state);
+        },
+        onStderrLine: (line) => this.sink.stderrLine(id, line),
+        onWarning: (message) => this.sink.event({ event: 'warning', id, message }),
+      });
+      state.job = job;
+      if (this.forcing || state.terminal) job.terminate();
+      return job;
+    };
 
     // An accepted progress extends the lease (decisions §3.2): beat three times per lease, and at
     // least every 10 s, since the answer to a beat is also how a cancel reaches a running CMD.
@@ -214,7 +238,14 @@ export class Worker {
 
     let outcome: JobOutcome;
     try {
-      outcome = await job.done;
+      outcome = await start().done;
+      // A signal meant for the worker (a Ctrl-C to its terminal's process group) can reach a child
+      // that has not yet left that group; it dies before running CMD. The first signal lets every
+      // claimed job run, so this one is started again; only the worker's own stop ends it.
+      for (let again = 1; !outcome.started && outcome.signal && !outcome.timedOut && !this.forcing && !state.terminal && again <= MAX_RESTARTS; again++) {
+        this.sink.event({ event: 'warning', id, message: `the command was stopped by ${outcome.signal} before it could start; starting it again` });
+        outcome = await start().done;
+      }
     } finally {
       clearInterval(heartbeat);
     }

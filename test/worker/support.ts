@@ -76,11 +76,16 @@ export interface WorkerProcess {
   waitEvent(match: (e: WorkerEventLine) => boolean, what: string, ms?: number): Promise<WorkerEventLine>;
 }
 
-/** Spawns the built `svcq work QUEUE` against the server, with `--wait 1` so a stop is quick. */
-export function startWorker(server: TestServer, queue: string, args: string[], env: Record<string, string> = {}): WorkerProcess {
+/**
+ * Spawns the built `svcq work QUEUE` against the server, with `--wait 1` so a stop is quick.
+ * `detached` puts the worker in a process group of its own, as a shell puts a foreground job, so a
+ * test can signal the whole group the way a terminal's Ctrl-C does.
+ */
+export function startWorker(server: TestServer | { url: string }, queue: string, args: string[], env: Record<string, string> = {}, options: { detached?: boolean } = {}): WorkerProcess {
   const proc = spawn(process.execPath, [BIN, 'work', queue, '--url', server.url, '--host', HOST, '--wait', '1', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: options.detached ?? false,
   });
   const events: WorkerEventLine[] = [];
   let partial = '';

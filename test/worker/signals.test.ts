@@ -1,0 +1,119 @@
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
+import { defineQueue, getItem, killWorker, postItem, queueName, startWorker, type WorkerProcess } from './support.js';
+
+/** Children of `pid` that are still in its process group (a command between fork and its own session). */
+function childrenInGroup(pid: number): number[] {
+  let list: string;
+  try {
+    list = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8');
+  } catch {
+    return [];
+  }
+  const found: number[] = [];
+  for (const child of list.split(' ').filter(Boolean).map(Number)) {
+    try {
+      const stat = readFileSync(`/proc/${child}/stat`, 'utf8');
+      // "pid (comm) state ppid pgrp ...": comm may hold anything, so read after its last ')'.
+      const pgrp = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
+      if (pgrp === pid) found.push(child);
+    } catch {
+      // gone already
+    }
+  }
+  return found;
+}
+
+describe('svcq work and signals (decisions §1.3)', function () {
+  this.timeout(60_000);
+  let server: TestServer;
+  let dir: string;
+  let worker: WorkerProcess | undefined;
+
+  before(async () => {
+    server = await startServer();
+  });
+  after(async () => {
+    await server.stop();
+    cleanupTemp(server.root);
+  });
+  beforeEach(() => {
+    dir = tempDir('svcq-signals-');
+    worker = undefined;
+  });
+  afterEach(async () => {
+    await killWorker(worker);
+    cleanupTemp(dir);
+  });
+
+  it('a Ctrl-C that reaches a command still being started in the worker\'s process group does not kill its job: every started job finishes, and the worker exits 0', async function () {
+    // The test finds those commands through Linux's /proc/PID/task/TID/children.
+    if (!existsSync(`/proc/${process.pid}/task/${process.pid}/children`)) this.skip();
+    const queue = queueName('ctrlc');
+    // One attempt: a job killed by the signal would leave its item failed, not quietly pending again.
+    await defineQueue(server, queue, { maxAttempts: 1 });
+    const concurrency = 16;
+    await Promise.all(Array.from({ length: concurrency }, (_, n) => postItem(server, queue, { n })));
+    const job = path.join(dir, 'job.sh');
+    writeFileSync(job, 'sleep 1\necho \'{"done":true}\'\n');
+    worker = startWorker(server, queue, ['--exec', `sh ${job}`, '--concurrency', String(concurrency)], {}, { detached: true });
+    const pid = worker.proc.pid!;
+    // A terminal signals every process of its foreground group. A command is in the worker's group
+    // from the fork until it starts a session of its own: signal each one caught in that moment, as
+    // Ctrl-C would if it came then.
+    let hit = 0;
+    const deadline = Date.now() + 10_000;
+    while (hit < 3 && Date.now() < deadline && worker.events.filter((e) => e.event === 'claimed').length < concurrency) {
+      for (const child of childrenInGroup(pid)) {
+        try {
+          process.kill(child, 'SIGINT');
+          hit++;
+        } catch {
+          // gone
+        }
+      }
+      await new Promise((r) => setImmediate(r));
+    }
+    process.kill(-pid, 'SIGINT');
+    const code = await worker.exited;
+    const w = worker;
+    const failed = w.events.filter((e) => e.event === 'failed');
+    expect(failed, `failed jobs; stderr:\n${w.stderr()}`).to.deep.equal([]);
+    expect(code, w.stderr()).to.equal(0);
+    const claimed = w.events.filter((e) => e.event === 'claimed').map((e) => e.id!);
+    expect(hit, 'commands caught in the worker\'s group').to.be.greaterThan(0);
+    for (const id of claimed) {
+      const item = await getItem(server, queue, id);
+      expect(item.status, `item ${id}`).to.equal('finished');
+      expect(item.result).to.deep.equal({ done: true });
+    }
+  });
+
+  it('a Ctrl-C while claims are in flight: an item a claim brings back is run to completion, and none is left claimed', async () => {
+    const queue = queueName('inflight');
+    await defineQueue(server, queue, { maxAttempts: 1 });
+    const concurrency = 16;
+    const ids = await Promise.all(Array.from({ length: concurrency * 2 }, (_, n) => postItem(server, queue, { n })));
+    const job = path.join(dir, 'job.sh');
+    writeFileSync(job, 'sleep 0.5\necho \'{"done":true}\'\n');
+    worker = startWorker(server, queue, ['--exec', `sh ${job}`, '--concurrency', String(concurrency)], {}, { detached: true });
+    const pid = worker.proc.pid!;
+    // The slots send their first claims right after this event: the signal finds them on the way.
+    worker.proc.stdout!.on('data', function onData(chunk: Buffer) {
+      if (chunk.includes('"event":"started"')) {
+        worker?.proc.stdout!.off('data', onData);
+        process.kill(-pid, 'SIGINT');
+      }
+    });
+    const code = await worker.exited;
+    const w = worker;
+    expect(code, w.stderr()).to.equal(0);
+    const claimed = w.events.filter((e) => e.event === 'claimed').map((e) => e.id!);
+    for (const id of ids) {
+      const item = await getItem(server, queue, id);
+      expect(item.status, `item ${id}`).to.equal(claimed.includes(id) ? 'finished' : 'pending');
+    }
+  });
+});
