@@ -28,7 +28,7 @@ On a terminal a status line is shown; on a pipe or with --json each event is one
     worker: Flags.string({ description: 'worker name sent with claims (default hostname:pid)' }),
     once: Flags.boolean({ description: 'handle one item, then exit (exit code 3 when the queue stays empty)', default: false }),
     timeout: Flags.integer({ description: 'stop CMD after this many seconds and report an error', min: 1 }),
-    wait: Flags.integer({ description: 'seconds each claim waits for an item (long-poll)', default: 30, min: 1, max: 30 }),
+    wait: Flags.integer({ description: 'seconds each claim waits for an item (long-poll); 0 polls, pausing up to 2 s between claims while the queue is empty', default: 30, min: 0, max: 30 }),
   };
 
   async run(): Promise<void> {

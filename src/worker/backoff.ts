@@ -3,9 +3,9 @@ import { ClientError } from '../client/client.js';
 /** Longest pause between two tries: a restarted server is picked up within this long. */
 export const BACKOFF_CAP_MS = 5000;
 
-/** Pause before try number `attempt` (0-based): doubling from 100 ms up to the cap, with jitter so many workers do not retry in step. */
-export function backoffMs(attempt: number): number {
-  const base = Math.min(BACKOFF_CAP_MS, 100 * 2 ** Math.min(attempt, 16));
+/** Pause before try number `attempt` (0-based): doubling from 100 ms up to `capMs`, with jitter so many workers do not retry in step. */
+export function backoffMs(attempt: number, capMs = BACKOFF_CAP_MS): number {
+  const base = Math.min(capMs, 100 * 2 ** Math.min(attempt, 16));
   return Math.round(base * (0.75 + Math.random() * 0.25));
 }
 

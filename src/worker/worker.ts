@@ -37,6 +37,8 @@ const FALLBACK_HEARTBEAT_MS = 1000;
 const MAX_HEARTBEAT_MS = 10_000;
 /** A server that does not answer a submission within this is treated like one that cannot be reached: retried. */
 const SUBMIT_TIMEOUT_MS = 30_000;
+/** Longest pause after an empty answer that came back at once (see `slot`). */
+const EMPTY_BACKOFF_CAP_MS = 2000;
 /** After the first signal, how long a claim already sent may still bring back an item (see `stop`). */
 const CLAIM_SETTLE_MS = 1000;
 /** How often a command killed before it could start (see {@link Job}) is started again. */
@@ -144,19 +146,30 @@ export class Worker {
   }
 
   private async slot(): Promise<void> {
+    /** Empty answers in a row that came back long before the wait was up. */
+    let early = 0;
+    // `once` waits as long as one claim would, even when the server answers before that.
+    const onceUntil = Date.now() + this.options.waitSeconds * 1000;
     while (!this.stopping) {
       await this.deliveriesSettled();
       if (this.stopping) break;
       const claim = await this.claim();
       if (claim === 'stop') break;
-      if (claim === 'empty') {
-        if (this.options.once) {
+      if (claim === 'empty' || claim === 'empty-early') {
+        if (this.options.once && (claim === 'empty' || Date.now() >= onceUntil)) {
           this.sink.event({ event: 'empty' });
           this.exitCode = EXIT.empty;
           break;
         }
+        // A server that answers empty at once (it is shutting down, or --wait 0 asked it not to
+        // hold the claim) would otherwise be asked again in a tight loop: pause, longer each time.
+        if (claim === 'empty-early') {
+          const pause = backoffMs(early++, EMPTY_BACKOFF_CAP_MS);
+          await sleep(this.options.once ? Math.min(pause, Math.max(0, onceUntil - Date.now())) : pause, this.claims.signal);
+        } else early = 0;
         continue;
       }
+      early = 0;
       const ok = await this.handle(claim.id, claim.item, claim.attempts, claim.lease.until);
       if (this.options.once) {
         if (!ok) this.exitCode = EXIT.failed;
@@ -165,12 +178,17 @@ export class Worker {
     }
   }
 
-  private async claim(): Promise<'stop' | 'empty' | { id: string; item: Record<string, unknown>; attempts: number; lease: { until: number } }> {
+  /**
+   * One claim, retried while the server cannot be reached. `empty-early`: the server answered
+   * empty in less than half the time the claim asked it to wait.
+   */
+  private async claim(): Promise<'stop' | 'empty' | 'empty-early' | { id: string; item: Record<string, unknown>; attempts: number; lease: { until: number } }> {
     const { queue, worker, criteria, waitSeconds } = this.options;
     for (let attempt = 0; ; attempt++) {
       if (this.stopping) return 'stop';
       const controller = new AbortController();
-      this.claimsInFlight.set(controller, Date.now());
+      const sentAt = Date.now();
+      this.claimsInFlight.set(controller, sentAt);
       try {
         const res = await this.client
           .claim(
@@ -181,7 +199,7 @@ export class Worker {
           )
           .finally(() => this.claimsInFlight.delete(controller));
         // An item that arrives after the first signal is run all the same: it is ours now.
-        if (res.empty) return this.stopping ? 'stop' : 'empty';
+        if (res.empty) return this.stopping ? 'stop' : Date.now() - sentAt < waitSeconds * 500 || waitSeconds === 0 ? 'empty-early' : 'empty';
         return res;
       } catch (err) {
         if (this.stopping) return 'stop';

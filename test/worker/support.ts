@@ -77,12 +77,13 @@ export interface WorkerProcess {
 }
 
 /**
- * Spawns the built `svcq work QUEUE` against the server, with `--wait 1` so a stop is quick.
+ * Spawns the built `svcq work QUEUE` against the server, with `--wait 1` (unless `args` set it) so a stop is quick.
  * `detached` puts the worker in a process group of its own, as a shell puts a foreground job, so a
  * test can signal the whole group the way a terminal's Ctrl-C does.
  */
 export function startWorker(server: TestServer | { url: string }, queue: string, args: string[], env: Record<string, string> = {}, options: { detached?: boolean } = {}): WorkerProcess {
-  const proc = spawn(process.execPath, [BIN, 'work', queue, '--url', server.url, '--host', HOST, '--wait', '1', ...args], {
+  const wait = args.includes('--wait') ? [] : ['--wait', '1'];
+  const proc = spawn(process.execPath, [BIN, 'work', queue, '--url', server.url, '--host', HOST, ...wait, ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: options.detached ?? false,
