@@ -13,6 +13,8 @@ export interface ConsoleSinkOptions {
 
 const RATE_WINDOW_MS = 10_000;
 const REDRAW_MS = 100;
+/** While calls to the server keep failing, say so at most this often (the first failure at once). */
+export const RETRY_REPORT_EVERY_MS = 10_000;
 
 /**
  * What a person or a program sees of `svcq work`: JSON event lines on stdout for programs, a
@@ -29,6 +31,9 @@ export class ConsoleSink implements WorkerSink {
   private redrawTimer?: NodeJS.Timeout;
   private ticker?: NodeJS.Timeout;
   private readonly now: () => number;
+  /** Since when calls to the server have been failing, as far as the last line said. */
+  private failingSince?: number;
+  private reportedAt = 0;
 
   constructor(private readonly options: ConsoleSinkOptions) {
     this.now = options.now ?? Date.now;
@@ -43,18 +48,37 @@ export class ConsoleSink implements WorkerSink {
       else this.failed++;
       this.completions.push(this.now());
     }
+    const line = e.event === 'retry' || e.event === 'reconnected' ? this.connectionLine(e) : humanLine(e);
     if (this.options.json) {
       this.options.json.write(`${JSON.stringify({ ...e, ts: this.now() })}\n`);
-      // Errors also reach stderr, so a worker whose stdout goes to a file still says why it stopped.
-      if (e.event === 'error') {
-        const line = humanLine(e);
-        if (line) this.printAbove(line);
-      }
-    } else {
-      const line = humanLine(e);
-      if (line) this.printAbove(line);
-    }
+      // Errors and a server that cannot be reached also reach stderr, so a worker whose stdout
+      // goes to a file still says why it stopped, or what it keeps retrying.
+      if (line && (e.event === 'error' || e.event === 'retry' || e.event === 'reconnected')) this.printAbove(line);
+    } else if (line) this.printAbove(line);
     this.scheduleRedraw();
+  }
+
+  /**
+   * What a person reads of failing calls to the server: the first failure at once, then a
+   * reminder at most every {@link RETRY_REPORT_EVERY_MS}, and a word when it answers again.
+   */
+  private connectionLine(e: Extract<WorkerEvent, { event: 'retry' | 'reconnected' }>): string | undefined {
+    const now = this.now();
+    if (e.event === 'reconnected') {
+      if (this.failingSince === undefined) return undefined;
+      this.failingSince = undefined;
+      return `the server answers again, after ${seconds(e.afterMs)} of failures`;
+    }
+    // "cannot reach URL (why)" says it all; a server that answered with an error is named by the call.
+    const what = e.message.startsWith('cannot reach ') ? e.message : `${e.what}${e.id ? ` for ${e.id}` : ''} failed: ${e.message}`;
+    if (this.failingSince === undefined) {
+      this.failingSince = now;
+      this.reportedAt = now;
+      return `${what}; retrying`;
+    }
+    if (now - this.reportedAt < RETRY_REPORT_EVERY_MS) return undefined;
+    this.reportedAt = now;
+    return `${what}; still retrying after ${seconds(now - this.failingSince)}`;
   }
 
   stderrLine(id: string, line: string): void {
@@ -122,8 +146,6 @@ function humanLine(e: WorkerEvent): string | undefined {
     }
     case 'cancelled':
       return `${e.id} is ${e.status}: its command was stopped`;
-    case 'retry':
-      return `${e.what}${e.id ? ` for ${e.id}` : ''} failed (${e.message}); trying again in ${(e.delayMs / 1000).toFixed(1)} s`;
     case 'error':
       return `${e.id ? `${e.id}: ` : ''}${e.message}`;
     case 'warning':
@@ -137,4 +159,8 @@ function humanLine(e: WorkerEvent): string | undefined {
     default:
       return undefined;
   }
+}
+
+function seconds(ms: number): string {
+  return `${Math.round(ms / 1000)} s`;
 }

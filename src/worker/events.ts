@@ -15,6 +15,8 @@ export type WorkerEvent =
   | { event: 'cancelled'; id: string; status: string }
   /** A call to the server failed and will be tried again after `delayMs`. */
   | { event: 'retry'; what: 'claim' | 'progress' | 'result' | 'error'; id?: string; attempt: number; delayMs: number; message: string }
+  /** The server answers again, after calls to it had failed (and were retried) for `afterMs`. */
+  | { event: 'reconnected'; afterMs: number }
   /** Something went wrong that is not retried; `id` names the item if it concerns one. */
   | { event: 'error'; id?: string; message: string }
   /** A note that needs no action (e.g. an unreadable `::progress` line). */

@@ -79,6 +79,8 @@ export class Worker {
   /** Deliveries that failed at least once and are being retried. */
   private undelivered = 0;
   private gateWaiters: Array<() => void> = [];
+  /** Since when calls to the server have been failing (and retried); undefined while it answers. */
+  private failingSince?: number;
   private done = 0;
   private failed = 0;
   private exitCode: number = EXIT.ok;
@@ -198,18 +200,21 @@ export class Worker {
             { signal: controller.signal, timeoutMs: (waitSeconds + 15) * 1000 },
           )
           .finally(() => this.claimsInFlight.delete(controller));
+        this.answered();
         // An item that arrives after the first signal is run all the same: it is ours now.
         if (res.empty) return this.stopping ? 'stop' : Date.now() - sentAt < waitSeconds * 500 || waitSeconds === 0 ? 'empty-early' : 'empty';
         return res;
       } catch (err) {
         if (this.stopping) return 'stop';
         if (!isTransient(err)) {
+          this.answered();
           this.sink.event({ event: 'error', message: `cannot claim from ${queue}: ${errorMessage(err)}` });
           this.exitCode = EXIT.failed;
           this.stop();
           return 'stop';
         }
         const delayMs = backoffMs(attempt);
+        this.failing();
         this.sink.event({ event: 'retry', what: 'claim', attempt: attempt + 1, delayMs, message: errorMessage(err) });
         await sleep(delayMs, this.claims.signal);
       }
@@ -318,11 +323,17 @@ export class Worker {
         state.posted = record;
         try {
           const answer = await this.client.submit(this.options.queue, state.id, 'progress', record, { timeoutMs: SUBMIT_TIMEOUT_MS, signal: this.abandon.signal });
+          this.answered();
           if (!answer.accepted) this.itemEnded(state, answer.status);
         } catch (err) {
           // Not retried here: the next heartbeat is the retry.
-          if (isTransient(err)) this.sink.event({ event: 'retry', what: 'progress', id: state.id, attempt: 1, delayMs: 0, message: errorMessage(err) });
-          else if (err instanceof ClientError && err.message === 'no such item') this.itemEnded(state, 'gone');
+          if (isTransient(err)) {
+            this.failing();
+            this.sink.event({ event: 'retry', what: 'progress', id: state.id, attempt: 1, delayMs: 0, message: errorMessage(err) });
+            continue;
+          }
+          this.answered();
+          if (err instanceof ClientError && err.message === 'no such item') this.itemEnded(state, 'gone');
           else {
             this.sink.event({ event: 'error', id: state.id, message: `progress not accepted: ${errorMessage(err)}` });
             // A record the server refuses (too large, say) would be refused on every beat, and the
@@ -363,9 +374,12 @@ export class Worker {
     try {
       for (let attempt = 0; ; attempt++) {
         try {
-          return await this.client.submit(this.options.queue, id, kind, record, { timeoutMs: SUBMIT_TIMEOUT_MS, signal: this.abandon.signal });
+          const answer = await this.client.submit(this.options.queue, id, kind, record, { timeoutMs: SUBMIT_TIMEOUT_MS, signal: this.abandon.signal });
+          this.answered();
+          return answer;
         } catch (err) {
           if (!isTransient(err)) {
+            this.answered();
             if (rethrowRejection && err instanceof ClientError && err.status !== 404) throw err;
             this.sink.event({ event: 'error', id, message: `${kind} not delivered: ${errorMessage(err)}` });
             return undefined;
@@ -379,6 +393,7 @@ export class Worker {
             return undefined;
           }
           const delayMs = backoffMs(attempt);
+          this.failing();
           this.sink.event({ event: 'retry', what: kind, id, attempt: attempt + 1, delayMs, message: errorMessage(err) });
           await sleep(delayMs, this.abandon.signal);
         }
@@ -389,6 +404,18 @@ export class Worker {
         if (this.undelivered === 0) this.openGate();
       }
     }
+  }
+
+  /** A call to the server failed in a way worth retrying. */
+  private failing(): void {
+    this.failingSince ??= Date.now();
+  }
+
+  /** The server answered a call (whatever it said): if calls had been failing, say it is back. */
+  private answered(): void {
+    if (this.failingSince === undefined) return;
+    this.sink.event({ event: 'reconnected', afterMs: Date.now() - this.failingSince });
+    this.failingSince = undefined;
   }
 
   private deliveriesSettled(): Promise<void> {
