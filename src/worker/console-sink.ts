@@ -1,4 +1,4 @@
-import type { WorkerEvent, WorkerSink } from './events.js';
+import { tally, type WorkerEvent, type WorkerSink } from './events.js';
 
 export interface ConsoleSinkOptions {
   /** Where JSON event lines go (stdout), or null for none. */
@@ -24,10 +24,14 @@ export const RETRY_REPORT_EVERY_MS = 10_000;
 export class ConsoleSink implements WorkerSink {
   private done = 0;
   private failed = 0;
+  private cancelled = 0;
   private ids: readonly string[] = [];
   private readonly completions: number[] = [];
   private readonly started: number;
+  /** The status line is on screen (the cursor stands at its end). */
   private drawn = false;
+  /** The worker has stopped: the status line is not drawn again. */
+  private closed = false;
   private redrawTimer?: NodeJS.Timeout;
   private ticker?: NodeJS.Timeout;
   private readonly now: () => number;
@@ -43,11 +47,13 @@ export class ConsoleSink implements WorkerSink {
   }
 
   event(e: WorkerEvent): void {
-    if (e.event === 'finished' || e.event === 'failed' || e.event === 'cancelled') {
-      if (e.event === 'finished') this.done++;
-      else this.failed++;
+    const count = tally(e);
+    if (count) {
+      this[count]++;
       this.completions.push(this.now());
     }
+    // The final line is the last thing on the terminal: no status line after it.
+    if (e.event === 'stopped') this.stopDrawing();
     const line = e.event === 'retry' || e.event === 'reconnected' ? this.connectionLine(e) : humanLine(e);
     if (this.options.json) {
       this.options.json.write(`${JSON.stringify({ ...e, ts: this.now() })}\n`);
@@ -91,14 +97,17 @@ export class ConsoleSink implements WorkerSink {
   }
 
   close(): void {
+    this.stopDrawing();
+  }
+
+  /** Stops redrawing and takes the status line off the screen, leaving the cursor at a line start. */
+  private stopDrawing(): void {
+    this.closed = true;
     clearInterval(this.ticker);
     clearTimeout(this.redrawTimer);
     this.redrawTimer = undefined;
-    if (this.options.statusLine) {
-      this.redraw();
-      this.options.stderr.write('\n');
-      this.drawn = false;
-    }
+    if (this.drawn) this.options.stderr.write('\r\x1b[K');
+    this.drawn = false;
   }
 
   /** The status line's text. */
@@ -108,19 +117,24 @@ export class ConsoleSink implements WorkerSink {
     const span = Math.max(1, Math.min(RATE_WINDOW_MS, now - this.started)) / 1000;
     const rate = this.completions.length / span;
     const shown = this.ids.slice(0, 3).join(' ') + (this.ids.length > 3 ? ` +${this.ids.length - 3}` : '');
-    return `${this.options.queue}: running ${this.ids.length} · done ${this.done} · failed ${this.failed} · ${rate.toFixed(1)}/s${shown ? ` · ${shown}` : ''}`;
+    const cancelled = this.cancelled ? ` · cancelled ${this.cancelled}` : '';
+    return `${this.options.queue}: running ${this.ids.length} · done ${this.done} · failed ${this.failed}${cancelled} · ${rate.toFixed(1)}/s${shown ? ` · ${shown}` : ''}`;
   }
 
+  /**
+   * Prints a line above the status line: clears the status line, prints, and draws it again below,
+   * in one write, so the status line is never left off the screen.
+   */
   private printAbove(line: string): void {
     const { stderr, statusLine } = this.options;
-    if (statusLine && this.drawn) stderr.write('\r\x1b[K');
-    this.drawn = false;
-    stderr.write(`${line}\n`);
-    if (statusLine) this.scheduleRedraw();
+    const clear = statusLine && this.drawn ? '\r\x1b[K' : '';
+    const status = statusLine && !this.closed ? this.statusLineText() : '';
+    stderr.write(`${clear}${line}\n${status}`);
+    this.drawn = status !== '';
   }
 
   private scheduleRedraw(): void {
-    if (!this.options.statusLine || this.redrawTimer) return;
+    if (!this.options.statusLine || this.closed || this.redrawTimer) return;
     this.redrawTimer = setTimeout(() => {
       this.redrawTimer = undefined;
       this.redraw();
@@ -129,10 +143,15 @@ export class ConsoleSink implements WorkerSink {
   }
 
   private redraw(): void {
-    if (!this.options.statusLine) return;
-    const columns = (this.options.stderr as NodeJS.WriteStream).columns || 100;
-    this.options.stderr.write(`\r\x1b[K${this.statusText().slice(0, Math.max(20, columns - 1))}`);
+    if (!this.options.statusLine || this.closed) return;
+    this.options.stderr.write(`\r\x1b[K${this.statusLineText()}`);
     this.drawn = true;
+  }
+
+  /** The status text cut to the terminal's width, so it never wraps onto a second line. */
+  private statusLineText(): string {
+    const columns = (this.options.stderr as NodeJS.WriteStream).columns || 100;
+    return this.statusText().slice(0, Math.max(20, columns - 1));
   }
 }
 
@@ -155,7 +174,7 @@ function humanLine(e: WorkerEvent): string | undefined {
     case 'stopping':
       return e.force ? `stopping ${e.running} running command(s)…` : `finishing ${e.running} running command(s), claiming nothing new (signal again to stop them)…`;
     case 'stopped':
-      return `stopped: ${e.done} done, ${e.failed} failed`;
+      return `stopped: ${e.done} done, ${e.failed} failed, ${e.cancelled} cancelled`;
     default:
       return undefined;
   }

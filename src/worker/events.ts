@@ -25,8 +25,26 @@ export type WorkerEvent =
   | { event: 'empty' }
   /** A signal arrived: nothing new is claimed; `running` items are finishing (or, with `force`, being stopped). */
   | { event: 'stopping'; running: number; force: boolean }
-  /** The worker is done. */
-  | { event: 'stopped'; done: number; failed: number };
+  /** The worker is done: how its items ended (see {@link tally}). */
+  | { event: 'stopped'; done: number; failed: number; cancelled: number };
+
+/**
+ * Which count an item's last event adds to: `cancelled` when the item turned out to be cancelled
+ * (while CMD ran, or before its result or error arrived), whatever CMD did; else `done` for CMD's
+ * success and `failed` for its failure or an item that ended elsewhere some other way (timed out).
+ */
+export function tally(e: WorkerEvent): 'done' | 'failed' | 'cancelled' | undefined {
+  switch (e.event) {
+    case 'finished':
+      return !e.accepted && e.status === 'cancelled' ? 'cancelled' : 'done';
+    case 'failed':
+      return !e.accepted && e.status === 'cancelled' ? 'cancelled' : 'failed';
+    case 'cancelled':
+      return e.status === 'cancelled' ? 'cancelled' : 'failed';
+    default:
+      return undefined;
+  }
+}
 
 /** Where a worker reports to. */
 export interface WorkerSink {

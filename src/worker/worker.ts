@@ -1,6 +1,6 @@
 import { ClientError, type SvcqClient, type SubmitResult } from '../client/client.js';
 import { backoffMs, errorMessage, isTransient, sleep } from './backoff.js';
-import type { WorkerSink } from './events.js';
+import { tally, type WorkerEvent, type WorkerSink } from './events.js';
 import { setMaxListeners } from 'node:events';
 import { Job, MAX_STDOUT_CHARS, resultRecord, type JobOutcome } from './job.js';
 
@@ -83,6 +83,7 @@ export class Worker {
   private failingSince?: number;
   private done = 0;
   private failed = 0;
+  private cancelled = 0;
   private exitCode: number = EXIT.ok;
 
   constructor(
@@ -108,7 +109,7 @@ export class Worker {
     const concurrency = once ? 1 : Math.max(1, this.options.concurrency);
     this.sink.event({ event: 'started', queue, worker, concurrency });
     await Promise.all(Array.from({ length: concurrency }, () => this.slot()));
-    this.sink.event({ event: 'stopped', done: this.done, failed: this.failed });
+    this.sink.event({ event: 'stopped', done: this.done, failed: this.failed, cancelled: this.cancelled });
     this.sink.close();
     return this.exitCode;
   }
@@ -281,14 +282,12 @@ export class Worker {
 
     let ok = false;
     if (state.terminal) {
-      this.failed++;
-      this.sink.event({ event: 'cancelled', id, status: state.terminal });
+      this.ended({ event: 'cancelled', id, status: state.terminal });
     } else if (outcome.exitCode === 0 && !outcome.timedOut && !outcome.stdoutOverflow) {
       const answer = await this.deliverResult(id, resultRecord(outcome.stdout));
       if (answer) {
         ok = true;
-        this.done++;
-        this.sink.event({ event: 'finished', id, attempts, ms, accepted: answer.accepted, status: answer.status });
+        this.ended({ event: 'finished', id, attempts, ms, accepted: answer.accepted, status: answer.status });
       } else this.failed++;
     } else {
       const record = {
@@ -299,14 +298,20 @@ export class Worker {
         ...(outcome.stdoutOverflow && !outcome.timedOut ? { reason: `output larger than ${MAX_STDOUT_CHARS} characters` } : {}),
       };
       const answer = await this.deliver('error', id, JSON.stringify(record));
-      this.failed++;
       if (answer) {
-        this.sink.event({ event: 'failed', id, attempts, ms, exitCode: outcome.exitCode, signal: outcome.signal, timedOut: outcome.timedOut, accepted: answer.accepted, status: answer.status });
-      }
+        this.ended({ event: 'failed', id, attempts, ms, exitCode: outcome.exitCode, signal: outcome.signal, timedOut: outcome.timedOut, accepted: answer.accepted, status: answer.status });
+      } else this.failed++;
     }
     this.running.delete(claim);
     this.sink.running(this.runningIds());
     return ok;
+  }
+
+  /** Reports how an item ended and counts it, as the sink counts it for its status line. */
+  private ended(e: WorkerEvent): void {
+    const count = tally(e);
+    if (count) this[count]++;
+    this.sink.event(e);
   }
 
   private runningIds(): string[] {

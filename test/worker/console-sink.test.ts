@@ -17,7 +17,75 @@ class Capture extends Writable {
   }
 }
 
+/**
+ * What a terminal shows for `text`: finished lines, and the line the cursor is on. Knows the only
+ * controls the sink writes: `\r\x1b[K` (clear the line) and `\n`.
+ */
+function screen(text: string): { lines: string[]; current: string } {
+  const lines: string[] = [];
+  let current = '';
+  for (const [i, afterClear] of text.split('\r\x1b[K').entries()) {
+    if (i > 0) current = '';
+    const parts = afterClear.split('\n');
+    current += parts[0];
+    for (const part of parts.slice(1)) {
+      lines.push(current);
+      current = part;
+    }
+  }
+  return { lines, current };
+}
+
+const pause = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
 describe('ConsoleSink', () => {
+  describe('the status line on a terminal', () => {
+    let tty: Capture;
+    let sink: ConsoleSink;
+    beforeEach(async () => {
+      tty = new Capture(true);
+      sink = new ConsoleSink({ json: null, statusLine: true, stderr: tty, queue: 'q' });
+      sink.event({ event: 'started', queue: 'q', worker: 'w', concurrency: 2 });
+      sink.running(['aaa', 'bbb']);
+      sink.event({ event: 'claimed', id: 'aaa', attempts: 1 });
+      sink.event({ event: 'claimed', id: 'bbb', attempts: 1 });
+      await pause(150);
+      expect(screen(tty.text).current).to.match(/^q: running 2 · done 0 · failed 0 · /);
+    });
+    afterEach(() => sink.close());
+
+    it('stays drawn: a line CMD writes to stderr is printed above it, and it is drawn again at once below', () => {
+      sink.stderrLine('aaa', 'working hard');
+      const shown = screen(tty.text);
+      expect(shown.lines.at(-1)).to.equal('[aaa] working hard');
+      expect(shown.current).to.match(/^q: running 2 · done 0 · failed 0 · .* · aaa bbb$/);
+    });
+
+    it('counts a cancelled item as cancelled, not as failed', async () => {
+      sink.event({ event: 'finished', id: 'aaa', attempts: 1, ms: 10, accepted: true, status: 'finished' });
+      sink.event({ event: 'cancelled', id: 'bbb', status: 'cancelled' });
+      sink.running([]);
+      await pause(150);
+      const shown = screen(tty.text);
+      expect(shown.lines.at(-1)).to.equal('bbb is cancelled: its command was stopped');
+      expect(shown.current).to.match(/^q: running 0 · done 1 · failed 0 · cancelled 1 · /);
+    });
+
+    it('is not drawn again after the final "stopped: N done, M failed, K cancelled" line', async () => {
+      sink.running([]);
+      sink.event({ event: 'stopping', running: 0, force: false });
+      sink.event({ event: 'stopped', done: 1, failed: 0, cancelled: 1 });
+      sink.close();
+      const final = tty.text;
+      const shown = screen(final);
+      expect(shown.lines.at(-1)).to.equal('stopped: 1 done, 0 failed, 1 cancelled');
+      expect(shown.current, 'nothing after the final line').to.equal('');
+      // No redraw is still on its way.
+      await pause(1200);
+      expect(tty.text).to.equal(final);
+    });
+  });
+
   describe('a server that cannot be reached', () => {
     it('is reported on stderr at the first failure, then at most every 10 s, and its return once', () => {
       let now = 1_000_000;

@@ -138,6 +138,26 @@ describe('svcq work (decisions §1.3)', function () {
     expect(item.result).to.equal(null);
   });
 
+  it('counts a cancelled item as cancelled, not failed: "stopped: N done, M failed, K cancelled" (decisions §3.6)', async () => {
+    const queue = queueName('counts');
+    // A short lease: the worker hears of the cancel at the next heartbeat.
+    await defineQueue(server, queue, { leaseSeconds: 1 });
+    const slow = await postItem(server, queue, { slow: true });
+    // The slow item's job waits to be cancelled; the other one finishes at once.
+    const cmd = script('job.sh', `if grep -q '"slow":true'; then touch ${dir}/started; sleep 10; fi\necho ok\n`);
+    worker = startWorker(server, queue, ['--exec', cmd, '--concurrency', '2']);
+    await until(() => existsSync(path.join(dir, 'started')), 'the slow job to start');
+    const cancel = await runCli(['cancel', queue, slow, '--url', server.url, '--host', HOST]);
+    expect(cancel.code, cancel.stderr).to.equal(0);
+    await worker.waitEvent((e) => e.event === 'cancelled', 'the cancelled event');
+    const quick = await postItem(server, queue, { slow: false });
+    expect((await waitTerminal(server, queue, quick)).status).to.equal('finished');
+    worker.proc.kill('SIGTERM');
+    expect(await worker.exited).to.equal(0);
+    const stopped = await worker.waitEvent((e) => e.event === 'stopped', 'the stopped event');
+    expect(stopped).to.include({ done: 1, failed: 0, cancelled: 1 });
+  });
+
   it('on SIGTERM claims nothing new, lets the running command finish and deliver, then exits 0 (decisions §1.3)', async () => {
     const queue = queueName('graceful');
     await defineQueue(server, queue);
