@@ -1,0 +1,245 @@
+import type { QueueConfig } from './config.js';
+import { isTerminal, type ItemStatus, type TaskEventKind } from './item.js';
+
+/**
+ * The queue rules (decisions §3) as pure functions: each takes an item's record, the queue's
+ * config and the time, and returns the record it becomes and the task events that say so. They
+ * touch nothing else. Every store applies these same functions, whatever it keeps its records in;
+ * no store encodes a rule of its own.
+ */
+
+/** Everything a store keeps of an item. Bodies (item, progress, result, error) are JSON text as received. */
+export interface ItemRecord {
+  readonly id: string;
+  /** Claim order: unique and increasing within a queue, given at post, kept on re-queue. */
+  readonly ord: number;
+  readonly body: string;
+  readonly postedBy: string;
+  readonly postedAt: number;
+  readonly idempotencyKey: string | null;
+  readonly status: ItemStatus;
+  readonly updatedAt: number;
+  readonly finishedAt: number | null;
+  readonly attempts: number;
+  readonly leaseWorker: string | null;
+  readonly leaseUntil: number | null;
+  /** A re-queued item is not claimable before this (retryDelaySeconds); 0 when it is. */
+  readonly availableAt: number;
+  readonly progress: string | null;
+  readonly result: string | null;
+  readonly error: string | null;
+  /** Stamped by the first fetch that returned the item terminal (retainFrom: "fetched"). */
+  readonly fetchedAt: number | null;
+}
+
+/** The part of a record that changes after posting. */
+export type ItemState = Pick<ItemRecord, 'status' | 'updatedAt' | 'finishedAt' | 'attempts' | 'leaseWorker' | 'leaseUntil' | 'availableAt' | 'progress' | 'result' | 'error' | 'fetchedAt'>;
+
+export interface EventDraft {
+  event: TaskEventKind;
+  worker?: string;
+}
+
+/** What a rule did to one item. */
+export interface Transition {
+  record: ItemRecord;
+  events: EventDraft[];
+  /** Retention: the item leaves the live store for good (its events stay in the history). */
+  purged?: boolean;
+}
+
+/** A submission's answer (interface §4.2): accepted, with the item's status after it, and the change when accepted. */
+export interface Submission {
+  accepted: boolean;
+  status: ItemStatus;
+  transition?: Transition;
+}
+
+export const LEASE_EXPIRED = '{"reason":"lease expired"}';
+
+/** A copy of `r` with `state` over it: records are never changed in place. */
+function next(r: ItemRecord, state: Partial<ItemState>): ItemRecord {
+  return {
+    id: r.id,
+    ord: r.ord,
+    body: r.body,
+    postedBy: r.postedBy,
+    postedAt: r.postedAt,
+    idempotencyKey: r.idempotencyKey,
+    status: state.status ?? r.status,
+    updatedAt: state.updatedAt ?? r.updatedAt,
+    finishedAt: state.finishedAt !== undefined ? state.finishedAt : r.finishedAt,
+    attempts: state.attempts ?? r.attempts,
+    leaseWorker: state.leaseWorker !== undefined ? state.leaseWorker : r.leaseWorker,
+    leaseUntil: state.leaseUntil !== undefined ? state.leaseUntil : r.leaseUntil,
+    availableAt: state.availableAt ?? r.availableAt,
+    progress: state.progress !== undefined ? state.progress : r.progress,
+    result: state.result !== undefined ? state.result : r.result,
+    error: state.error !== undefined ? state.error : r.error,
+    fetchedAt: state.fetchedAt !== undefined ? state.fetchedAt : r.fetchedAt,
+  };
+}
+
+/** A new item: pending, no attempts (interface §3). */
+export function post(fields: { id: string; ord: number; body: string; postedBy: string; idempotencyKey: string | null }, now: number): Transition {
+  const record: ItemRecord = {
+    ...fields,
+    postedAt: now,
+    status: 'pending',
+    updatedAt: now,
+    finishedAt: null,
+    attempts: 0,
+    leaseWorker: null,
+    leaseUntil: null,
+    availableAt: 0,
+    progress: null,
+    result: null,
+    error: null,
+    fetchedAt: null,
+  };
+  return { record, events: [{ event: 'posted' }] };
+}
+
+/** Whether a claim may take the item now: pending, and past any retry delay. */
+export function claimable(r: ItemRecord, now: number): boolean {
+  return r.status === 'pending' && (r.availableAt === 0 || r.availableAt <= now);
+}
+
+/** Leases a claimable item to `worker`: one more attempt, a lease of leaseSeconds (decisions §3.2). */
+export function claim(r: ItemRecord, config: QueueConfig, worker: string, now: number): Transition {
+  const record = next(r, { status: 'claimed', attempts: r.attempts + 1, leaseWorker: worker, leaseUntil: now + config.leaseMs, availableAt: 0, updatedAt: now });
+  return { record, events: [{ event: 'claimed', worker }] };
+}
+
+/**
+ * Accepted unless terminal: the item is processing and its lease runs leaseSeconds from now again
+ * (a heartbeat). Progress for an item waiting to be re-queued means its worker is alive after all:
+ * it keeps the item.
+ */
+export function progress(r: ItemRecord, config: QueueConfig, body: string, now: number): Submission {
+  if (isTerminal(r.status)) return { accepted: false, status: r.status };
+  const record = next(r, { progress: body, updatedAt: now, status: 'processing', leaseUntil: now + config.leaseMs, availableAt: 0 });
+  return { accepted: true, status: record.status, transition: { record, events: [{ event: 'progress', worker: r.leaseWorker ?? undefined }] } };
+}
+
+/** A result for any non-terminal item is accepted, whoever sends it (interface §4.2 rule 6). */
+export function result(r: ItemRecord, body: string, now: number): Submission {
+  if (isTerminal(r.status)) return { accepted: false, status: r.status };
+  const record = next(r, { result: body, ...finish('finished', now) });
+  return { accepted: true, status: record.status, transition: { record, events: [{ event: 'finished', worker: r.leaseWorker ?? undefined }] } };
+}
+
+/** Records the error; the item is re-queued while attempts remain, else failed (decisions §3.4). */
+export function error(r: ItemRecord, config: QueueConfig, body: string, now: number): Submission {
+  if (isTerminal(r.status)) return { accepted: false, status: r.status };
+  const after = requeueOrFail(next(r, { error: body }), config, now);
+  const events: EventDraft[] = [{ event: 'error', worker: r.leaseWorker ?? undefined }, { event: after.status === 'failed' ? 'failed' : 'requeued' }];
+  return { accepted: true, status: after.status, transition: { record: after, events } };
+}
+
+/** A non-terminal item becomes cancelled (decisions §3.6). */
+export function cancel(r: ItemRecord, now: number): Submission {
+  if (isTerminal(r.status)) return { accepted: false, status: r.status };
+  const record = next(r, finish('cancelled', now));
+  return { accepted: true, status: record.status, transition: { record, events: [{ event: 'cancelled' }] } };
+}
+
+/** The first fetch that returns a terminal item stamps it (retention from "fetched" starts here). */
+export function fetched(r: ItemRecord, now: number): Transition | null {
+  if (!isTerminal(r.status) || r.fetchedAt !== null) return null;
+  return { record: next(r, { fetchedAt: now }), events: [] };
+}
+
+function finish(status: ItemStatus, now: number): Partial<ItemState> {
+  return { status, updatedAt: now, finishedAt: now, leaseUntil: null, availableAt: 0 };
+}
+
+/** decisions §3.2: pending again (keeping its place, after retryDelaySeconds) while attempts remain, else failed. */
+function requeueOrFail(r: ItemRecord, config: QueueConfig, now: number): ItemRecord {
+  if (r.attempts < config.maxAttempts) {
+    return next(r, { status: 'pending', updatedAt: now, leaseUntil: null, availableAt: config.retryDelayMs > 0 ? now + config.retryDelayMs : 0 });
+  }
+  return next(r, finish('failed', now));
+}
+
+/** When each time-driven rule next applies to the item, or null where none does. Deadlines are data on the record, never timers. */
+export interface Deadlines {
+  /** The lease ends (claimed or processing). */
+  lease: number | null;
+  /** A re-queued item becomes claimable (retryDelaySeconds). */
+  retry: number | null;
+  /** A non-terminal item times out (timeoutSeconds after postedAt). */
+  timeout: number | null;
+  /** A terminal item is purged (retainSeconds after it finished, or after its first terminal fetch). */
+  retention: number | null;
+}
+
+export function deadlines(r: ItemRecord, config: QueueConfig): Deadlines {
+  const terminal = isTerminal(r.status);
+  const leased = r.status === 'claimed' || r.status === 'processing';
+  const retainFrom = terminal ? (config.retainFrom === 'fetched' ? r.fetchedAt : r.finishedAt) : null;
+  return {
+    lease: leased ? r.leaseUntil : null,
+    retry: r.status === 'pending' && r.availableAt > 0 ? r.availableAt : null,
+    timeout: !terminal && config.timeoutMs !== null ? r.postedAt + config.timeoutMs : null,
+    retention: retainFrom === null ? null : retainFrom + config.retainMs,
+  };
+}
+
+/** The soonest of an item's deadlines, or null. */
+export function nextDeadline(r: ItemRecord, config: QueueConfig): number | null {
+  const d = deadlines(r, config);
+  let soonest: number | null = null;
+  for (const at of [d.lease, d.retry, d.timeout, d.retention]) if (at !== null && (soonest === null || at < soonest)) soonest = at;
+  return soonest;
+}
+
+/** A lease that ended with the item not terminal: re-queued while attempts remain, else failed with `{reason: "lease expired"}` (decisions §3.2, §7). */
+export function leaseEnded(r: ItemRecord, config: QueueConfig, now: number): Transition | null {
+  const at = deadlines(r, config).lease;
+  if (at === null || at > now) return null;
+  const failing = r.attempts >= config.maxAttempts;
+  const record = requeueOrFail(failing ? next(r, { error: LEASE_EXPIRED }) : r, config, now);
+  return { record, events: [{ event: failing ? 'failed' : 'requeued', worker: r.leaseWorker ?? undefined }] };
+}
+
+/** A re-queued item whose retry delay has passed becomes claimable. */
+export function retryAvailable(r: ItemRecord, config: QueueConfig, now: number): Transition | null {
+  const at = deadlines(r, config).retry;
+  if (at === null || at > now) return null;
+  return { record: next(r, { availableAt: 0 }), events: [] };
+}
+
+/** timeoutSeconds after postedAt, a non-terminal item becomes timedout. */
+export function timedOut(r: ItemRecord, config: QueueConfig, now: number): Transition | null {
+  const at = deadlines(r, config).timeout;
+  if (at === null || at > now) return null;
+  return { record: next(r, finish('timedout', now)), events: [{ event: 'timedout' }] };
+}
+
+/** retainSeconds after retention starts, a terminal item leaves the live store. */
+export function retentionEnded(r: ItemRecord, config: QueueConfig, now: number): Transition | null {
+  const at = deadlines(r, config).retention;
+  if (at === null || at > now) return null;
+  return { record: r, events: [{ event: 'purged' }], purged: true };
+}
+
+/**
+ * Every time-driven rule due at `now`, applied in their order (lease end, retry delay, timeout,
+ * retention), as one transition; null when none is due. For stores that sweep by deadline.
+ */
+export function due(r: ItemRecord, config: QueueConfig, now: number): Transition | null {
+  let record = r;
+  const events: EventDraft[] = [];
+  let changed = false;
+  for (const rule of [leaseEnded, retryAvailable, timedOut]) {
+    const t = rule(record, config, now);
+    if (!t) continue;
+    record = t.record;
+    events.push(...t.events);
+    changed = true;
+  }
+  const purge = retentionEnded(record, config, now);
+  if (purge) return { record, events: [...events, ...purge.events], purged: true };
+  return changed ? { record, events } : null;
+}
