@@ -1,5 +1,5 @@
 import { BaseCommand } from '../../src/cli/base-command.js';
-import { logListTable, type LogList } from '../../src/tools/view/format.js';
+import { logListTable, type LogList } from '../../src/cli/view/format.js';
 
 export default class Logs extends BaseCommand<typeof Logs> {
   static override summary = 'List the access-log files: the active one and the rotated ones, with their sizes.';

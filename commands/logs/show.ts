@@ -1,8 +1,8 @@
 import { Flags } from '@oclif/core';
 import { BaseCommand, UserError } from '../../src/cli/base-command.js';
 import { parseWhich } from '../../src/tools/files.js';
-import { isLogRead, parseJsonLines, type LogList } from '../../src/tools/view/format.js';
-import { keepLines, lastLines, tailAccessLog } from '../../src/tools/view/tail.js';
+import { isLogRead, parseJsonLines, type LogList } from '../../src/cli/view/format.js';
+import { keepLines, lastLines, tailAccessLog } from '../../src/cli/view/tail.js';
 
 export default class LogsShow extends BaseCommand<typeof LogsShow> {
   static override summary = 'Print one access-log file, one JSON line per request; --follow keeps printing new lines.';

@@ -1,5 +1,5 @@
 import { BaseCommand } from '../../src/cli/base-command.js';
-import { statListTable, type StatList } from '../../src/tools/view/format.js';
+import { statListTable, type StatList } from '../../src/cli/view/format.js';
 
 export default class Stats extends BaseCommand<typeof Stats> {
   static override summary = 'List the server-health day-files (cpu, memory, disk, diskio, netio) and the sampling interval.';

@@ -1,6 +1,6 @@
 import { BaseCommand } from '../../src/cli/base-command.js';
 import type { Snapshot } from '../../src/tools/stats.js';
-import { renderSnapshot } from '../../src/tools/view/panel.js';
+import { renderSnapshot } from '../../src/cli/view/panel.js';
 
 export default class StatsNow extends BaseCommand<typeof StatsNow> {
   static override summary = "Show the server's health right now: uptime, load, per-core CPU, memory and disk.";

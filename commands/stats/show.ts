@@ -1,9 +1,9 @@
 import { Args, Flags } from '@oclif/core';
 import { BaseCommand, UserError } from '../../src/cli/base-command.js';
 import { parseStatFile } from '../../src/tools/files.js';
-import { chartOf, parseSamples, renderChart } from '../../src/tools/view/charts.js';
-import type { StatList } from '../../src/tools/view/format.js';
-import { tailFile, wholeLines } from '../../src/tools/view/tail.js';
+import { chartOf, parseSamples, renderChart } from '../../src/cli/view/charts.js';
+import type { StatList } from '../../src/cli/view/format.js';
+import { tailFile, wholeLines } from '../../src/cli/view/tail.js';
 
 export default class StatsShow extends BaseCommand<typeof StatsShow> {
   static override summary = 'Chart one stats day-file; --json prints its samples instead.';

@@ -1,5 +1,5 @@
 import { BaseCommand } from '../../src/cli/base-command.js';
-import { taskListTable, type TaskList } from '../../src/tools/view/format.js';
+import { taskListTable, type TaskList } from '../../src/cli/view/format.js';
 
 export default class Tasks extends BaseCommand<typeof Tasks> {
   static override summary = 'List the task-history day-files.';

@@ -1,9 +1,9 @@
 import { Args, Flags } from '@oclif/core';
 import { BaseCommand, UserError } from '../../src/cli/base-command.js';
 import { parseTaskFile } from '../../src/tools/files.js';
-import { eventLines } from '../../src/tools/view/events.js';
-import { parseJsonLines, type TaskList } from '../../src/tools/view/format.js';
-import { lastLines, tailFile } from '../../src/tools/view/tail.js';
+import { eventLines } from '../../src/cli/view/events.js';
+import { parseJsonLines, type TaskList } from '../../src/cli/view/format.js';
+import { lastLines, tailFile } from '../../src/cli/view/tail.js';
 
 export default class TasksShow extends BaseCommand<typeof TasksShow> {
   static override summary = 'Print the task events of one day, one readable line each; --follow keeps printing new ones.';

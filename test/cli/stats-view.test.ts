@@ -1,9 +1,9 @@
 import { expect } from 'chai';
 import chalk from 'chalk';
 import type { Snapshot } from '../../src/tools/stats.js';
-import { axisRange, chartOf, renderChart, type StatLine } from '../../src/tools/view/charts.js';
-import { humanBytes } from '../../src/tools/view/format.js';
-import { diskSummary, memorySummary, renderSnapshot } from '../../src/tools/view/panel.js';
+import { axisRange, chartOf, renderChart, type StatLine } from '../../src/cli/view/charts.js';
+import { humanBytes } from '../../src/cli/view/format.js';
+import { diskSummary, memorySummary, renderSnapshot } from '../../src/cli/view/panel.js';
 import { runCli } from '../support/cli.js';
 import { serverForSuite } from '../support/server.js';
 import { eventually, today, tools } from '../tools/helpers.js';

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { keepLines, lastLines } from '../../src/tools/view/tail.js';
+import { keepLines, lastLines } from '../../src/cli/view/tail.js';
 
 /** A file that only grows, read as the tools endpoints serve it: from byte N to the end. */
 function file(text: string): { read: (from: number) => Promise<Buffer>; reads: number[]; size: number } {

@@ -1,5 +1,5 @@
 import chalk from 'chalk';
-import type { DiskStats, MemoryStats, Snapshot } from '../stats.js';
+import type { DiskStats, MemoryStats, Snapshot } from '../../tools/stats.js';
 import { humanBytes, humanDuration } from './format.js';
 
 const BAR_WIDTH = 30;

@@ -1,6 +1,6 @@
 import * as asciichart from 'asciichart';
 import chalk from 'chalk';
-import type { CoreTimes } from '../stats.js';
+import type { CoreTimes } from '../../tools/stats.js';
 import { decimalsFor, humanBytes, parseJsonLines } from './format.js';
 
 /** One stats day-file line: `ts` in ms and the fields of its type. */
