@@ -1,6 +1,7 @@
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { mkdir, open, readFile, rename, rm, stat } from 'node:fs/promises';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { mkdir, readFile, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
+import { fsyncDir, writeAtomically } from '../durable-files.js';
 import { resolveQueue, type AccessPolicy, type QueueConfig } from '../engine/config.js';
 import { scanDefinitions, sha256Hex, type Manifest } from './manifest.js';
 import { parseDefinition, type ItemValidator, type ParsedDefinition } from './schemas.js';
@@ -146,42 +147,5 @@ export class DefinitionRegistry {
       });
     }
     this.hashes.set(at.path, sha256Hex(bytes));
-  }
-}
-
-/**
- * temp file, fsync, rename, fsync of the folder: a crash leaves the old bytes or the new ones,
- * never a torn file. On failure the temp file is removed and nothing else changed.
- */
-export async function writeAtomically(file: string, bytes: Buffer | string): Promise<void> {
-  const dir = path.dirname(file);
-  const created = await mkdir(dir, { recursive: true });
-  // A folder made just now is only durable once the entry naming it is: fsync each new level's parent.
-  if (created !== undefined) {
-    for (let at = dir; at.length >= created.length; at = path.dirname(at)) await fsyncDir(path.dirname(at));
-  }
-  const tmp = path.join(dir, `.${path.basename(file)}.${randomBytes(6).toString('hex')}.tmp`);
-  try {
-    const handle = await open(tmp, 'w', 0o644);
-    try {
-      await handle.writeFile(bytes);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(tmp, file);
-  } catch (err) {
-    await rm(tmp, { force: true });
-    throw err;
-  }
-  await fsyncDir(dir);
-}
-
-export async function fsyncDir(dir: string): Promise<void> {
-  const handle = await open(dir, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
   }
 }

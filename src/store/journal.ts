@@ -6,7 +6,7 @@ import { JSONFile } from 'lowdb/node';
 import type { TaskEvent } from '../engine/item.js';
 import { Item } from '../engine/queue.js';
 import type { HistoryPosition } from './store.js';
-import { fsyncDir } from '../definitions/registry.js';
+import { fsyncDir } from '../durable-files.js';
 import { AppendFile, type AppendFileOptions, type WriteFn } from './append-file.js';
 import { jsonString } from '../json-text.js';
 

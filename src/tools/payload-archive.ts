@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, open, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { PayloadKind, StagedPayload } from '../store/store.js';
-import { fsyncDir } from '../definitions/registry.js';
+import { fsyncDir } from '../durable-files.js';
 
 /** `<dir>/<host>/<queue>/<id>.<kind>`: callers pass only validated host, queue, id and kind. */
 export function payloadFile(dir: string, host: string, queue: string, id: string, kind: PayloadKind): string {

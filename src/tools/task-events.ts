@@ -1,7 +1,7 @@
 import { mkdir, readdir, rm, stat, truncate } from 'node:fs/promises';
 import path from 'node:path';
 import type { EventBatch, HistoryPosition } from '../store/store.js';
-import { fsyncDir } from '../definitions/registry.js';
+import { fsyncDir } from '../durable-files.js';
 import { AppendFile } from '../store/append-file.js';
 import { parseTaskFile, taskFileName, utcDay } from './files.js';
 

@@ -1,0 +1,41 @@
+import { randomBytes } from 'node:crypto';
+import { mkdir, open, rename, rm } from 'node:fs/promises';
+import path from 'node:path';
+
+/**
+ * temp file, fsync, rename, fsync of the folder: a crash leaves the old bytes or the new ones,
+ * never a torn file. On failure the temp file is removed and nothing else changed.
+ */
+export async function writeAtomically(file: string, bytes: Buffer | string): Promise<void> {
+  const dir = path.dirname(file);
+  const created = await mkdir(dir, { recursive: true });
+  // A folder made just now is only durable once the entry naming it is: fsync each new level's parent.
+  if (created !== undefined) {
+    for (let at = dir; at.length >= created.length; at = path.dirname(at)) await fsyncDir(path.dirname(at));
+  }
+  const tmp = path.join(dir, `.${path.basename(file)}.${randomBytes(6).toString('hex')}.tmp`);
+  try {
+    const handle = await open(tmp, 'w', 0o644);
+    try {
+      await handle.writeFile(bytes);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(tmp, file);
+  } catch (err) {
+    await rm(tmp, { force: true });
+    throw err;
+  }
+  await fsyncDir(dir);
+}
+
+/** Makes a folder's entries durable: a created, renamed or removed file survives a crash only once its folder is synced. */
+export async function fsyncDir(dir: string): Promise<void> {
+  const handle = await open(dir, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
