@@ -1,22 +1,6 @@
 import type { DefinitionRegistry } from '../definitions/registry.js';
 import type { Store } from '../store/store.js';
-
-/** One access-log line (decisions §5): never a token, never a query string. */
-export interface AccessEntry {
-  ts: number;
-  method: string;
-  host: string;
-  path: string;
-  status: number;
-  ms: number;
-  bytes: number;
-  ip: string;
-}
-
-/** Takes access lines off the request path: `record` never waits for a disk. */
-export interface AccessLogSink {
-  record(entry: AccessEntry): void;
-}
+import type { AccessLogSink } from '../tools/access-log.js';
 
 /** Everything a request handler may use. Built by `startServer`, or by a test for `createApp`. */
 export interface ServerContext {

@@ -2,9 +2,25 @@ import { createWriteStream, type WriteStream } from 'node:fs';
 import { mkdir, readdir, rename, rm, stat, utimes } from 'node:fs/promises';
 import path from 'node:path';
 import { finished } from 'node:stream/promises';
-import type { AccessEntry, AccessLogSink } from '../http/context.js';
 import { ACTIVE_LOG, rotatedLogName, rotatedLogTs, sizeOf } from './files.js';
 import { jsonString } from '../json-text.js';
+
+/** One access-log line (decisions §5): never a token, never a query string. */
+export interface AccessEntry {
+  ts: number;
+  method: string;
+  host: string;
+  path: string;
+  status: number;
+  ms: number;
+  bytes: number;
+  ip: string;
+}
+
+/** Takes access lines off the request path: `record` never waits for a disk. */
+export interface AccessLogSink {
+  record(entry: AccessEntry): void;
+}
 
 export interface AccessLogOptions {
   /** `<root>/_svcq/logs` */

@@ -1,6 +1,5 @@
-import type { AccessLogSink } from '../http/context.js';
 import type { StoreHooks } from '../store/store.js';
-import { AccessLog } from './access-log.js';
+import { AccessLog, type AccessLogSink } from './access-log.js';
 import { logsDir, payloadsDir, statsDir, tasksDir } from './files.js';
 import { PayloadArchive } from './payload-archive.js';
 import { StatsSampler } from './stats.js';
