@@ -13,8 +13,6 @@ export interface ServerContext {
   statsInterval?: number;
   /** Largest request body accepted, in bytes (decisions §3.5, `--max-body`). */
   maxBody: number;
-  /** Milliseconds since the epoch; tests may pass a fake. */
-  now: () => number;
   /** The task history; its readers flush it first, so that they see every acknowledged event. */
   taskHistory?: { flush(): Promise<void> };
   /** Aborted when the server begins to stop: long polls answer at once. */

@@ -112,7 +112,6 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
     taskHistory: tools.tasks,
     statsInterval: tools.sampler.intervalMs,
     maxBody: options.maxBody ?? 1024 * 1024,
-    now: Date.now,
     stopping: stopping.signal,
   };
   const app = createApp(ctx);

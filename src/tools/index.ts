@@ -27,7 +27,6 @@ export interface Tools {
   accessLog: AccessLogSink;
   hooks: StoreHooks;
   tasks: TaskEventLog;
-  payloads: PayloadArchive;
   sampler: StatsSampler;
   /** Stops sampling and flushes the access log and the task history. */
   close(): Promise<void>;
@@ -52,7 +51,6 @@ export async function openTools(options: ToolsOptions): Promise<Tools> {
   return {
     accessLog,
     tasks,
-    payloads,
     sampler,
     hooks: {
       events: (batch) => tasks.append(batch),

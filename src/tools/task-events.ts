@@ -5,9 +5,6 @@ import { fsyncDir } from '../durable-files.js';
 import { AppendFile } from '../store/append-file.js';
 import { parseTaskFile, taskFileName, utcDay } from './files.js';
 
-export { utcDay } from './files.js';
-
-
 /**
  * The task history (decisions §5): one JSON line per event in `tasks-YYYY-MM-DD.log` under
  * `<root>/_svcq/tasks/`. It is never pruned: it outlives retention.
