@@ -2,7 +2,8 @@ import BTreeModule from 'sorted-btree';
 import type { QueueConfig } from './config.js';
 import { matches, type Criteria } from './criteria.js';
 import { DeadlineHeap } from './deadline-heap.js';
-import { isTerminal, type ItemStatus, type TaskEventKind } from './item.js';
+import type { ItemStatus, TaskEventKind } from './item.js';
+import * as rules from './rules.js';
 
 // sorted-btree is CommonJS with its class on `exports.default`; Node's ESM loader hands over the
 // exports object, while some loaders (tsx) already unwrap it.
@@ -54,13 +55,28 @@ export class Item {
   }
 
   /** Everything a change can alter, so that a change that could not be made durable can be taken back. */
-  saveState(): ItemState {
+  saveState(): SavedState {
     return { status: this.status, work: this.work === null ? null : { ...this.work } };
   }
 
-  restoreState(state: ItemState): void {
+  restoreState(state: SavedState): void {
     this.status = state.status;
     this.work = state.work === null ? null : { ...state.work };
+  }
+
+  /** Takes the state of a record the rules returned (the fields that change after posting). */
+  assign(r: rules.ItemState): void {
+    this.status = r.status;
+    this.updatedAt = r.updatedAt;
+    this.finishedAt = r.finishedAt;
+    this.attempts = r.attempts;
+    this.leaseWorker = r.leaseWorker;
+    this.leaseUntil = r.leaseUntil;
+    this.availableAt = r.availableAt;
+    this.progress = r.progress;
+    this.result = r.result;
+    this.error = r.error;
+    this.fetchedAt = r.fetchedAt;
   }
 
   /** Nothing has worked on the item yet: every field of work reads as its default. */
@@ -155,7 +171,7 @@ export class Item {
 }
 
 /** An item's state as {@link Item.saveState} took it. */
-export interface ItemState {
+export interface SavedState {
   readonly status: ItemStatus;
   readonly work: Readonly<ItemWork> | null;
 }
@@ -167,7 +183,7 @@ export interface Change {
    * The item's state before the change; absent when the change created the item. A store that
    * cannot make the change durable takes it back with {@link Queue.revert}.
    */
-  before?: ItemState;
+  before?: SavedState;
   /** Events in the order they happened. */
   events: Array<{ event: TaskEventKind; worker?: string }>;
   /** The item left the queue for good (retention): the store deletes it. */
@@ -179,8 +195,6 @@ export interface Outcome {
   status: ItemStatus;
   change?: Change;
 }
-
-const LEASE_EXPIRED = '{"reason":"lease expired"}';
 
 /** How many different criteria a queue remembers its unmatched items for. */
 const UNMATCHED_KEPT = 64;
@@ -232,10 +246,11 @@ export class Queue {
   }
 
   post(fields: { id: string; body: string; postedBy: string; idempotencyKey: string | null }, now: number): Change {
-    const item = new Item(fields.id, this.nextOrd(), fields.body, fields.postedBy, now, 'pending');
-    item.idempotencyKey = fields.idempotencyKey;
+    const { record: r, events } = rules.post({ ...fields, ord: this.nextOrd() }, now);
+    const item = new Item(r.id, r.ord, r.body, r.postedBy, r.postedAt, r.status);
+    item.idempotencyKey = r.idempotencyKey;
     this.restore(item);
-    return { item, events: [{ event: 'posted' }] };
+    return { item, events };
   }
 
   /**
@@ -282,15 +297,12 @@ export class Queue {
 
   /** Files an item under the index or deadlines its state calls for. Stale heap entries are skipped when popped. */
   private index(item: Item): void {
-    if (item.status === 'pending') {
-      if (item.availableAt > 0) this.delayed.push(item.availableAt, item);
-      else this.makePending(item);
-    } else if (item.status === 'claimed' || item.status === 'processing') {
-      if (item.leaseUntil !== null) this.leases.push(item.leaseUntil, item);
-    }
-    if (!isTerminal(item.status) && this.config.timeoutMs !== null) this.timeouts.push(item.postedAt + this.config.timeoutMs, item);
-    const from = this.retentionStart(item);
-    if (from !== null) this.retention.push(from + this.config.retainMs, item);
+    const d = rules.deadlines(item, this.config);
+    if (item.status === 'pending' && d.retry === null) this.makePending(item);
+    if (d.retry !== null) this.delayed.push(d.retry, item);
+    if (d.lease !== null) this.leases.push(d.lease, item);
+    if (d.timeout !== null) this.timeouts.push(d.timeout, item);
+    if (d.retention !== null) this.retention.push(d.retention, item);
   }
 
   /** Makes an item claimable; one that kept an earlier place is checked again by criteria claims. */
@@ -298,11 +310,6 @@ export class Queue {
     this.pending.set(item.ord, item);
     if (this.unmatched.size === 0) return;
     for (const [key, through] of this.unmatched) if (through >= item.ord) this.unmatched.set(key, item.ord - 1);
-  }
-
-  private retentionStart(item: Item): number | null {
-    if (!isTerminal(item.status)) return null;
-    return this.config.retainFrom === 'fetched' ? item.fetchedAt : item.finishedAt;
   }
 
   /** Leases the oldest pending item that passes every criterion, or returns null. */
@@ -359,67 +366,30 @@ export class Queue {
   }
 
   private lease(item: Item, worker: string, now: number): Change {
-    const before = item.saveState();
-    this.pending.delete(item.ord);
-    item.status = 'claimed';
-    item.attempts += 1;
-    item.leaseWorker = worker;
-    item.leaseUntil = now + this.config.leaseMs;
-    item.availableAt = 0;
-    item.updatedAt = now;
-    this.leases.push(item.leaseUntil, item);
-    return { item, before, events: [{ event: 'claimed', worker }] };
+    return this.apply(item, rules.claim(item, this.config, worker, now));
   }
 
   /** An accepted progress is a heartbeat: the lease runs leaseSeconds from now again. */
   progress(id: string, body: string, now: number): Outcome | null {
     const item = this.items.get(id);
-    if (!item) return null;
-    if (isTerminal(item.status)) return { accepted: false, status: item.status };
-    const before = item.saveState();
-    item.progress = body;
-    item.updatedAt = now;
-    if (item.status === 'pending') {
-      // Progress for an item waiting to be re-queued: the worker is alive after all, so it keeps the item.
-      this.pending.delete(item.ord);
-      item.availableAt = 0;
-    }
-    item.status = 'processing';
-    item.leaseUntil = now + this.config.leaseMs;
-    this.leases.push(item.leaseUntil, item);
-    return { accepted: true, status: item.status, change: { item, before, events: [{ event: 'progress', worker: item.leaseWorker ?? undefined }] } };
+    return item ? this.submitted(item, rules.progress(item, this.config, body, now)) : null;
   }
 
   /** A result for any non-terminal item is accepted, whoever sends it. */
   result(id: string, body: string, now: number): Outcome | null {
     const item = this.items.get(id);
-    if (!item) return null;
-    if (isTerminal(item.status)) return { accepted: false, status: item.status };
-    const before = item.saveState();
-    item.result = body;
-    this.finish(item, 'finished', now);
-    return { accepted: true, status: item.status, change: { item, before, events: [{ event: 'finished', worker: item.leaseWorker ?? undefined }] } };
+    return item ? this.submitted(item, rules.result(item, body, now)) : null;
   }
 
   /** Records an error; the item is re-queued, or failed when its attempts are used up (decisions §3.4). */
   error(id: string, body: string, now: number): Outcome | null {
     const item = this.items.get(id);
-    if (!item) return null;
-    if (isTerminal(item.status)) return { accepted: false, status: item.status };
-    const before = item.saveState();
-    item.error = body;
-    const events: Change['events'] = [{ event: 'error', worker: item.leaseWorker ?? undefined }];
-    events.push({ event: this.requeueOrFail(item, now) });
-    return { accepted: true, status: item.status, change: { item, before, events } };
+    return item ? this.submitted(item, rules.error(item, this.config, body, now)) : null;
   }
 
   cancel(id: string, now: number): Outcome | null {
     const item = this.items.get(id);
-    if (!item) return null;
-    if (isTerminal(item.status)) return { accepted: false, status: item.status };
-    const before = item.saveState();
-    this.finish(item, 'cancelled', now);
-    return { accepted: true, status: item.status, change: { item, before, events: [{ event: 'cancelled' }] } };
+    return item ? this.submitted(item, rules.cancel(item, now)) : null;
   }
 
   /**
@@ -427,79 +397,59 @@ export class Queue {
    * Returns the change when there was one to record.
    */
   fetched(item: Item, now: number): Change | null {
-    if (!isTerminal(item.status) || item.fetchedAt !== null) return null;
+    const t = rules.fetched(item, now);
+    return t ? this.apply(item, t) : null;
+  }
+
+  private submitted(item: Item, s: rules.Submission): Outcome {
+    if (!s.transition) return { accepted: s.accepted, status: s.status };
+    return { accepted: s.accepted, status: s.status, change: this.apply(item, s.transition) };
+  }
+
+  /**
+   * Makes a rule's transition the item's state, and keeps the indexes with it: out of the pending
+   * tree unless claimable, and a heap entry for each deadline the transition set or moved
+   * (entries for deadlines that no longer apply are skipped when they come due).
+   */
+  private apply(item: Item, t: rules.Transition): Change {
     const before = item.saveState();
-    item.fetchedAt = now;
-    if (this.config.retainFrom === 'fetched') this.retention.push(now + this.config.retainMs, item);
-    return { item, before, events: [] };
-  }
-
-  private finish(item: Item, status: ItemStatus, now: number): void {
-    this.pending.delete(item.ord);
-    item.status = status;
-    item.updatedAt = now;
-    item.finishedAt = now;
-    item.leaseUntil = null;
-    item.availableAt = 0;
-    if (this.config.retainFrom === 'finished') this.retention.push(now + this.config.retainMs, item);
-  }
-
-  /** decisions §3.2: pending again (keeping its place) while attempts remain, else failed. */
-  private requeueOrFail(item: Item, now: number): 'requeued' | 'failed' {
-    if (item.attempts < this.config.maxAttempts) {
-      // An error for an item that was still pending: it is filed again below, under its delay.
-      this.pending.delete(item.ord);
-      item.status = 'pending';
-      item.updatedAt = now;
-      item.leaseUntil = null;
-      item.availableAt = this.config.retryDelayMs > 0 ? now + this.config.retryDelayMs : 0;
-      this.index(item);
-      return 'requeued';
+    if (t.purged) {
+      this.remove(item.id);
+      return { item, before, events: t.events, purged: true };
     }
-    this.finish(item, 'failed', now);
-    return 'failed';
+    const was = rules.deadlines(item, this.config);
+    if (this.pending.get(item.ord) === item) this.pending.delete(item.ord);
+    item.assign(t.record);
+    const now = rules.deadlines(item, this.config);
+    if (now.lease !== null && now.lease !== was.lease) this.leases.push(now.lease, item);
+    if (now.retry !== null && now.retry !== was.retry) this.delayed.push(now.retry, item);
+    if (now.timeout !== null && now.timeout !== was.timeout) this.timeouts.push(now.timeout, item);
+    if (now.retention !== null && now.retention !== was.retention) this.retention.push(now.retention, item);
+    if (item.status === 'pending' && now.retry === null) this.makePending(item);
+    return { item, before, events: t.events };
   }
 
   /** Applies every time-driven rule that is due at `now` and returns what changed. */
   tick(now: number): Change[] {
     const changes: Change[] = [];
-    for (let item = this.leases.popDue(now); item; item = this.leases.popDue(now)) {
-      if ((item.status !== 'claimed' && item.status !== 'processing') || item.leaseUntil === null || item.leaseUntil > now) continue;
-      const before = item.saveState();
-      const outcome = item.attempts < this.config.maxAttempts ? 'requeued' : 'failed';
-      if (outcome === 'failed') item.error = LEASE_EXPIRED;
-      this.requeueOrFail(item, now);
-      changes.push({ item, before, events: [{ event: outcome, worker: item.leaseWorker ?? undefined }] });
-    }
-    for (let item = this.delayed.popDue(now); item; item = this.delayed.popDue(now)) {
-      if (item.status !== 'pending' || item.availableAt === 0 || item.availableAt > now) continue;
-      const before = item.saveState();
-      item.availableAt = 0;
-      this.makePending(item);
-      changes.push({ item, before, events: [] });
-    }
-    if (this.config.timeoutMs !== null) {
-      for (let item = this.timeouts.popDue(now); item; item = this.timeouts.popDue(now)) {
-        if (isTerminal(item.status) || !this.items.has(item.id)) continue;
-        if (item.postedAt + this.config.timeoutMs > now) {
-          this.timeouts.push(item.postedAt + this.config.timeoutMs, item);
+    const config = this.config;
+    const run = (heap: DeadlineHeap<Item>, rule: (r: rules.ItemRecord, c: QueueConfig, now: number) => rules.Transition | null, deadline?: (d: rules.Deadlines) => number | null): void => {
+      for (let item = heap.popDue(now); item; item = heap.popDue(now)) {
+        if (this.items.get(item.id) !== item) continue;
+        const t = rule(item, config, now);
+        if (t) {
+          changes.push(this.apply(item, t));
           continue;
         }
-        const before = item.saveState();
-        this.finish(item, 'timedout', now);
-        changes.push({ item, before, events: [{ event: 'timedout' }] });
+        // A definition change may have moved this deadline later: it is filed again where it now is.
+        const at = deadline?.(rules.deadlines(item, config)) ?? null;
+        if (at !== null && at > now) heap.push(at, item);
       }
-    }
-    for (let item = this.retention.popDue(now); item; item = this.retention.popDue(now)) {
-      const from = this.retentionStart(item);
-      if (from === null || !this.items.has(item.id)) continue;
-      if (from + this.config.retainMs > now) {
-        this.retention.push(from + this.config.retainMs, item);
-        continue;
-      }
-      this.remove(item.id);
-      changes.push({ item, before: item.saveState(), events: [{ event: 'purged' }], purged: true });
-    }
+    };
+    run(this.leases, rules.leaseEnded);
+    run(this.delayed, rules.retryAvailable);
+    run(this.timeouts, rules.timedOut, (d) => d.timeout);
+    run(this.retention, rules.retentionEnded, (d) => d.retention);
     return changes;
   }
 
@@ -525,9 +475,9 @@ export class Queue {
     const retentionSooner = config.retainFrom !== old.retainFrom || config.retainMs < old.retainMs;
     if (!timeoutSooner && !retentionSooner) return;
     for (const item of this.items.values()) {
-      if (timeoutSooner && !isTerminal(item.status)) this.timeouts.push(item.postedAt + config.timeoutMs!, item);
-      const from = retentionSooner ? this.retentionStart(item) : null;
-      if (from !== null) this.retention.push(from + config.retainMs, item);
+      const d = rules.deadlines(item, config);
+      if (timeoutSooner && d.timeout !== null) this.timeouts.push(d.timeout, item);
+      if (retentionSooner && d.retention !== null) this.retention.push(d.retention, item);
     }
   }
 

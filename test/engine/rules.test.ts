@@ -1,0 +1,110 @@
+import { expect } from 'chai';
+import { resolveQueue } from '../../src/engine/config.js';
+import * as rules from '../../src/engine/rules.js';
+
+const T0 = 1_000_000;
+const config = resolveQueue({ leaseSeconds: 10, maxAttempts: 2, retryDelaySeconds: 5, timeoutSeconds: 100, retainSeconds: 50 });
+
+function posted(now = T0): rules.ItemRecord {
+  return rules.post({ id: '0123456789abcdef', ord: 1, body: '{"n":1}', postedBy: 'alice', idempotencyKey: null }, now).record;
+}
+
+function frozen<T>(value: T): T {
+  return Object.freeze(value);
+}
+
+describe('queue rules as pure functions (decisions §3)', () => {
+  it('post: pending, no attempts, postedAt and updatedAt now, one "posted" event (interface §3)', () => {
+    const t = rules.post({ id: '0123456789abcdef', ord: 7, body: '{}', postedBy: 'public', idempotencyKey: 'k' }, T0);
+    expect(t.record).to.include({ status: 'pending', attempts: 0, postedAt: T0, updatedAt: T0, finishedAt: null, leaseUntil: null, availableAt: 0, ord: 7, idempotencyKey: 'k' });
+    expect(t.events).to.deep.equal([{ event: 'posted' }]);
+  });
+
+  it('claim: one more attempt and a lease until now + leaseSeconds; the input record is left as it was (decisions §3.2)', () => {
+    const r = frozen(posted());
+    const t = rules.claim(r, config, 'w1', T0 + 1);
+    expect(t.record).to.include({ status: 'claimed', attempts: 1, leaseWorker: 'w1', leaseUntil: T0 + 1 + 10_000, updatedAt: T0 + 1 });
+    expect(t.events).to.deep.equal([{ event: 'claimed', worker: 'w1' }]);
+    expect(r.status).to.equal('pending');
+  });
+
+  it('progress: processing, lease extended; on a pending item it re-takes it; on a terminal one accepted false and no transition (decisions §3.2, interface §3)', () => {
+    const claimed = rules.claim(posted(), config, 'w', T0).record;
+    const p = rules.progress(claimed, config, '{"percent":5}', T0 + 3000);
+    expect(p).to.include({ accepted: true, status: 'processing' });
+    expect(p.transition!.record).to.include({ leaseUntil: T0 + 13_000, progress: '{"percent":5}' });
+    const waiting = rules.error(claimed, config, '{}', T0 + 1).transition!.record;
+    expect(waiting).to.include({ status: 'pending', availableAt: T0 + 1 + 5000 });
+    expect(rules.progress(waiting, config, '{}', T0 + 2).transition!.record).to.include({ status: 'processing', availableAt: 0 });
+    const done = rules.result(claimed, '{}', T0 + 1).transition!.record;
+    expect(rules.progress(done, config, '{}', T0 + 2)).to.deep.equal({ accepted: false, status: 'finished' });
+  });
+
+  it('result: accepted for any non-terminal item, finishedAt set; terminal items answer accepted false with their status (interface §4.2 rules 5–6)', () => {
+    const s = rules.result(posted(), '{"output":"x"}', T0 + 5);
+    expect(s.transition!.record).to.include({ status: 'finished', finishedAt: T0 + 5, result: '{"output":"x"}', leaseUntil: null });
+    const cancelled = rules.cancel(posted(), T0 + 1).transition!.record;
+    expect(rules.result(cancelled, '{}', T0 + 2)).to.deep.equal({ accepted: false, status: 'cancelled' });
+  });
+
+  it('error: re-queued with the retry delay while attempts remain, then failed with the submitted record (decisions §3.4, §7)', () => {
+    const first = rules.claim(posted(), config, 'w', T0).record;
+    const e1 = rules.error(first, config, '{"why":1}', T0 + 1);
+    expect(e1.status).to.equal('pending');
+    expect(e1.transition!.events.map((e) => e.event)).to.deep.equal(['error', 'requeued']);
+    const second = rules.claim(e1.transition!.record, config, 'w', T0 + 10_000).record;
+    const e2 = rules.error(second, config, '{"why":2}', T0 + 10_001);
+    expect(e2.transition!.record).to.include({ status: 'failed', error: '{"why":2}', finishedAt: T0 + 10_001 });
+    expect(e2.transition!.events.map((e) => e.event)).to.deep.equal(['error', 'failed']);
+  });
+
+  it('claimable: pending and past its retry delay, not a millisecond early (decisions §2.2)', () => {
+    const requeued = rules.error(rules.claim(posted(), config, 'w', T0).record, config, '{}', T0).transition!.record;
+    expect(rules.claimable(requeued, T0 + 4999)).to.equal(false);
+    expect(rules.claimable(requeued, T0 + 5000)).to.equal(true);
+    expect(rules.claimable(rules.claim(posted(), config, 'w', T0).record, T0)).to.equal(false);
+  });
+
+  it('deadlines are read off the record: lease, retry, timeout, retention (from finished or from the first terminal fetch) (decisions §2.2, §3.2)', () => {
+    const claimed = rules.claim(posted(), config, 'w', T0).record;
+    expect(rules.deadlines(claimed, config)).to.deep.equal({ lease: T0 + 10_000, retry: null, timeout: T0 + 100_000, retention: null });
+    const done = rules.result(claimed, '{}', T0 + 1).transition!.record;
+    expect(rules.deadlines(done, config)).to.deep.equal({ lease: null, retry: null, timeout: null, retention: T0 + 1 + 50_000 });
+    const fromFetch = { ...config, retainFrom: 'fetched' as const };
+    expect(rules.deadlines(done, fromFetch).retention).to.equal(null);
+    const stamped = rules.fetched(done, T0 + 7)!.record;
+    expect(rules.deadlines(stamped, fromFetch).retention).to.equal(T0 + 7 + 50_000);
+    expect(rules.fetched(stamped, T0 + 8)).to.equal(null);
+    expect(rules.nextDeadline(claimed, config)).to.equal(T0 + 10_000);
+  });
+
+  it('lease end: re-queued while attempts remain, failed with {reason:"lease expired"} on the last; nothing a millisecond early (decisions §3.2, §7)', () => {
+    const claimed = rules.claim(posted(), config, 'w', T0).record;
+    expect(rules.leaseEnded(claimed, config, T0 + 9999)).to.equal(null);
+    const requeued = rules.leaseEnded(claimed, config, T0 + 10_000)!;
+    expect(requeued.record).to.include({ status: 'pending', leaseUntil: null });
+    expect(requeued.events).to.deep.equal([{ event: 'requeued', worker: 'w' }]);
+    const again = rules.claim(rules.retryAvailable(requeued.record, config, T0 + 20_000)!.record, config, 'v', T0 + 20_000).record;
+    const failed = rules.leaseEnded(again, config, T0 + 30_000)!;
+    expect(failed.record).to.include({ status: 'failed', error: rules.LEASE_EXPIRED });
+    expect(failed.events).to.deep.equal([{ event: 'failed', worker: 'v' }]);
+  });
+
+  it('timeout: a non-terminal item becomes timedout timeoutSeconds after postedAt; retention purges a terminal item (decisions §2.2)', () => {
+    const r = posted();
+    expect(rules.timedOut(r, config, T0 + 99_999)).to.equal(null);
+    const t = rules.timedOut(r, config, T0 + 100_000)!;
+    expect(t.record).to.include({ status: 'timedout', finishedAt: T0 + 100_000 });
+    expect(rules.retentionEnded(t.record, config, T0 + 150_000)).to.deep.include({ purged: true, events: [{ event: 'purged' }] });
+    expect(rules.timedOut(r, resolveQueue({}), T0 + 10 ** 9)).to.equal(null);
+  });
+
+  it('due: every rule due at once, in order, as one transition (a lease that ended on the last attempt, then retention) (decisions §3.2, §2.2)', () => {
+    const once = resolveQueue({ leaseSeconds: 10, maxAttempts: 1, retainSeconds: 0 });
+    const claimed = rules.claim(posted(), once, 'w', T0).record;
+    expect(rules.due(claimed, once, T0 + 9_999)).to.equal(null);
+    const t = rules.due(claimed, once, T0 + 10_000)!;
+    expect(t.purged).to.equal(true);
+    expect(t.events.map((e) => e.event)).to.deep.equal(['failed', 'purged']);
+  });
+});
