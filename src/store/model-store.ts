@@ -1,0 +1,190 @@
+import { randomBytes } from 'node:crypto';
+import { matches } from '../engine/criteria.js';
+import { isTerminal, type ItemStatus } from '../engine/item.js';
+import * as rules from '../engine/rules.js';
+import type { ItemRecord, Submission } from '../engine/rules.js';
+import { StoreUnavailable, type Claimed, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome } from './store.js';
+
+/**
+ * What a {@link ModelStore} keeps between a close and the next open: its stand-in for a disk.
+ * Hand the same object to a new ModelStore and everything comes back, as the embedded store's
+ * journal brings everything back.
+ */
+export interface ModelDisk {
+  /** Every live item, by queue key, then by id. */
+  queues: Map<string, Map<string, ItemRecord>>;
+  /** The last claim order given, by queue key. */
+  lastOrd: Map<string, number>;
+}
+
+export function newModelDisk(): ModelDisk {
+  return { queues: new Map(), lastOrd: new Map() };
+}
+
+export interface ModelStoreOptions {
+  now?: () => number;
+  /** How often a held claim or fetch looks again (real milliseconds). */
+  pollMs?: number;
+}
+
+/**
+ * The reference model of the {@link Store} contract: obviously correct, and slow on purpose. It
+ * keeps plain {@link ItemRecord}s in maps and applies the queue rules (engine/rules.ts) to them
+ * directly: before every operation every due rule is applied to every item of the queue, a claim
+ * scans every item, an idempotency key is a linear search. The conformance suite and the
+ * model-based test hold the real stores to what this one does.
+ *
+ * It keeps no task history and archives no payloads (it takes no {@link StoreHooks}), and a held
+ * claim or fetch looks again every few milliseconds rather than being woken. "Durable" means
+ * written to its {@link ModelDisk}, which outlives the store object.
+ */
+export class ModelStore implements Store {
+  private readonly now: () => number;
+  private readonly pollMs: number;
+  private state: 'new' | 'open' | 'closed' = 'new';
+
+  constructor(
+    private readonly disk: ModelDisk = newModelDisk(),
+    options: ModelStoreOptions = {},
+  ) {
+    this.now = options.now ?? Date.now;
+    this.pollMs = options.pollMs ?? 5;
+  }
+
+  async open(): Promise<void> {
+    this.state = 'open';
+  }
+
+  async close(): Promise<void> {
+    this.state = 'closed';
+  }
+
+  async post(ref: QueueRef, input: PostInput): Promise<PostOutcome> {
+    const items = this.prepare(ref);
+    if (input.idempotencyKey !== undefined) {
+      for (const r of items.values()) {
+        if (r.idempotencyKey === input.idempotencyKey) return { id: r.id, status: r.status, created: false };
+      }
+    }
+    let id: string;
+    do id = randomBytes(8).toString('hex');
+    while (items.has(id));
+    const ord = (this.disk.lastOrd.get(ref.key) ?? 0) + 1;
+    this.disk.lastOrd.set(ref.key, ord);
+    const { record } = rules.post({ id, ord, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, this.now());
+    items.set(id, record);
+    return { id, status: record.status, created: true };
+  }
+
+  async claim(ref: QueueRef, input: ClaimInput): Promise<Claimed | null> {
+    const until = Date.now() + Math.max(0, input.waitMs);
+    for (;;) {
+      if (input.signal?.aborted) return null;
+      const claimed = this.claimNow(ref, input);
+      if (claimed) return claimed;
+      if (Date.now() >= until || this.isClosed()) return null;
+      await sleep(this.pollMs);
+      if (this.isClosed()) return null;
+    }
+  }
+
+  async get(ref: QueueRef, id: string, waitMs: number, signal?: AbortSignal): Promise<StatusRecord | null> {
+    const until = Date.now() + Math.max(0, waitMs);
+    for (;;) {
+      const items = this.prepare(ref);
+      const r = items.get(id);
+      if (!r) return null;
+      const waitMore = !isTerminal(r.status) && Date.now() < until && !signal?.aborted;
+      if (!waitMore) {
+        const stamp = rules.fetched(r, this.now());
+        if (stamp) items.set(id, stamp.record);
+        return statusOf(r);
+      }
+      await sleep(this.pollMs);
+      if (this.isClosed()) return statusOf(r);
+    }
+  }
+
+  async progress(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
+    return this.submit(ref, id, (r, now) => rules.progress(r, ref.config, body, now));
+  }
+
+  async result(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
+    return this.submit(ref, id, (r, now) => rules.result(r, body, now));
+  }
+
+  async error(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
+    return this.submit(ref, id, (r, now) => rules.error(r, ref.config, body, now));
+  }
+
+  async cancel(ref: QueueRef, id: string): Promise<SubmitOutcome | null> {
+    return this.submit(ref, id, (r, now) => rules.cancel(r, now));
+  }
+
+  async counts(ref: QueueRef): Promise<Partial<Record<ItemStatus, number>>> {
+    const out: Partial<Record<ItemStatus, number>> = {};
+    for (const r of this.prepare(ref).values()) out[r.status] = (out[r.status] ?? 0) + 1;
+    return out;
+  }
+
+  private isClosed(): boolean {
+    return this.state === 'closed';
+  }
+
+  private claimNow(ref: QueueRef, input: ClaimInput): Claimed | null {
+    const items = this.prepare(ref);
+    const now = this.now();
+    const candidates = [...items.values()].filter((r) => rules.claimable(r, now)).sort((a, b) => a.ord - b.ord);
+    const found = candidates.find((r) => input.criteria === undefined || matches(JSON.parse(r.body) as Record<string, unknown>, input.criteria));
+    if (!found) return null;
+    const { record } = rules.claim(found, ref.config, input.worker, now);
+    items.set(record.id, record);
+    return { id: record.id, item: record.body, attempts: record.attempts, lease: { worker: record.leaseWorker ?? '', until: record.leaseUntil ?? 0 } };
+  }
+
+  private submit(ref: QueueRef, id: string, apply: (r: ItemRecord, now: number) => Submission): SubmitOutcome | null {
+    const items = this.prepare(ref);
+    const r = items.get(id);
+    if (!r) return null;
+    const outcome = apply(r, this.now());
+    if (outcome.transition) items.set(id, outcome.transition.record);
+    return { accepted: outcome.accepted, status: outcome.status };
+  }
+
+  /** The queue's items with every rule due now applied, under the rules the request carries. */
+  private prepare(ref: QueueRef): Map<string, ItemRecord> {
+    if (this.state !== 'open') throw new StoreUnavailable(new Error(this.state === 'new' ? 'the store is not open' : 'the server is stopping'));
+    let items = this.disk.queues.get(ref.key);
+    if (!items) {
+      items = new Map();
+      this.disk.queues.set(ref.key, items);
+    }
+    const now = this.now();
+    for (const r of [...items.values()]) {
+      const t = rules.due(r, ref.config, now);
+      if (!t) continue;
+      if (t.purged) items.delete(r.id);
+      else items.set(r.id, t.record);
+    }
+    return items;
+  }
+}
+
+function statusOf(r: ItemRecord): StatusRecord {
+  return {
+    id: r.id,
+    status: r.status,
+    postedBy: r.postedBy,
+    postedAt: r.postedAt,
+    updatedAt: r.updatedAt,
+    finishedAt: r.finishedAt,
+    attempts: r.attempts,
+    progress: r.progress,
+    result: r.result,
+    error: r.error,
+  };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,781 @@
+import { expect } from 'chai';
+import { resolveQueue, type QueueConfig } from '../../src/engine/config.js';
+import type { Criteria } from '../../src/engine/criteria.js';
+import { LEASE_EXPIRED } from '../../src/engine/rules.js';
+import type { QueueDefinition } from '../../src/definitions/schemas.js';
+import type { QueueRef, Store } from '../../src/store/store.js';
+import { embedded, model, START, type StoreFactory, type StoreUnderTest } from './support/stores.js';
+
+/**
+ * One suite for every store (STYLE: a store is proved by the conformance suite). Each test names
+ * the rule it checks. Time is a fake clock that only `advance` moves; durability tests close the
+ * store and open a new one on the same data between steps.
+ */
+
+const HOST = 'conformance.example.com';
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+function conformance(name: string, factory: StoreFactory | null, whyNot?: string): void {
+  describe(`conformance: ${name}`, function () {
+    this.timeout(30_000);
+    let h: StoreUnderTest;
+    const configs = new Map<string, QueueConfig>();
+    let queues = 0;
+
+    if (factory === null) {
+      before(function () {
+        console.log(`    skipped: ${whyNot}`);
+        this.skip();
+      });
+    } else {
+      beforeEach(async () => {
+        h = await factory({ configFor: (key) => configs.get(key), realTools: true });
+      });
+      afterEach(async () => {
+        await h.dispose();
+      });
+    }
+
+    const s = (): Store => h.store;
+    const now = (): number => h.clock.now();
+    const advance = (ms: number): void => h.clock.advance(ms);
+
+    /** A new queue with these rules (leases of 30 s unless said otherwise). */
+    function queue(def: QueueDefinition = {}): QueueRef {
+      const qname = `q${++queues}`;
+      return redefine({ key: `${HOST}/${qname}`, host: HOST, name: qname, config: resolveQueue({}) }, def);
+    }
+    /** The same queue under a new definition (a PUT): the next request carries it. */
+    function redefine(q: QueueRef, def: QueueDefinition): QueueRef {
+      const config = resolveQueue({ leaseSeconds: 30, ...def });
+      configs.set(q.key, config);
+      return { ...q, config };
+    }
+    async function post(q: QueueRef, body: object = {}, idempotencyKey?: string): Promise<string> {
+      return (await s().post(q, { body: JSON.stringify(body), postedBy: 'producer', idempotencyKey })).id;
+    }
+    async function claimId(q: QueueRef, criteria?: Criteria, worker = 'w1'): Promise<string | null> {
+      return (await s().claim(q, { worker, criteria, waitMs: 0 }))?.id ?? null;
+    }
+    async function status(q: QueueRef, id: string): Promise<string | null> {
+      return (await s().get(q, id, 0))?.status ?? null;
+    }
+    /** Posts each body to a fresh queue and claims with `criteria`: the index of the body claimed, or -1. */
+    async function firstMatch(bodies: object[], criteria: Criteria): Promise<number> {
+      const q = queue();
+      const ids: string[] = [];
+      for (const body of bodies) ids.push(await post(q, body));
+      const id = await claimId(q, criteria);
+      return id === null ? -1 : ids.indexOf(id);
+    }
+
+    describe('posting', () => {
+      it('a posted item is pending with no attempts, and its record says who posted it and when (interface §2.1, decisions §3.1)', async () => {
+        const q = queue();
+        const out = await s().post(q, { body: '{"n":1}', postedBy: 'alice' });
+        expect(out).to.deep.include({ status: 'pending', created: true });
+        const record = await s().get(q, out.id, 0);
+        expect(record).to.deep.equal({ id: out.id, status: 'pending', postedBy: 'alice', postedAt: START, updatedAt: START, finishedAt: null, attempts: 0, progress: null, result: null, error: null });
+      });
+
+      it('ids are 16 lowercase hex characters, unique in the queue (decisions §3.5)', async () => {
+        const q = queue();
+        const ids = new Set<string>();
+        for (let i = 0; i < 50; i++) ids.add(await post(q, { i }));
+        expect(ids.size).to.equal(50);
+        for (const id of ids) expect(id).to.match(/^[0-9a-f]{16}$/);
+      });
+
+      it('an id the queue does not hold gives null to get, progress, result, error and cancel (decisions §3.7)', async () => {
+        const q = queue();
+        const other = queue();
+        const id = await post(other);
+        for (const unknown of ['0123456789abcdef', id]) {
+          expect(await s().get(q, unknown, 0)).to.equal(null);
+          expect(await s().progress(q, unknown, '{}')).to.equal(null);
+          expect(await s().result(q, unknown, '{}')).to.equal(null);
+          expect(await s().error(q, unknown, '{}')).to.equal(null);
+          expect(await s().cancel(q, unknown)).to.equal(null);
+        }
+        expect(await s().counts(q)).to.deep.equal({});
+      });
+
+      it('counts the queue by status (decisions §3.1, §5.1)', async () => {
+        const q = queue({ maxAttempts: 1 });
+        const ids: string[] = [];
+        for (let i = 0; i < 7; i++) ids.push(await post(q, { i }));
+        for (let i = 0; i < 4; i++) await claimId(q);
+        await s().progress(q, ids[1]!, '{"percent":10}');
+        await s().result(q, ids[2]!, '{}');
+        await s().error(q, ids[3]!, '{}');
+        await s().cancel(q, ids[4]!);
+        expect(await s().counts(q)).to.deep.equal({ claimed: 1, processing: 1, finished: 1, failed: 1, cancelled: 1, pending: 2 });
+        expect(await s().counts(queue())).to.deep.equal({});
+      });
+    });
+
+    describe('claim', () => {
+      it('claims the oldest pending item first, also among items posted in the same millisecond (interface §4.2 rule 1)', async () => {
+        const q = queue();
+        const ids = [await post(q, { n: 1 }), await post(q, { n: 2 })];
+        advance(1);
+        ids.push(await post(q, { n: 3 }));
+        expect([await claimId(q), await claimId(q), await claimId(q)]).to.deep.equal(ids);
+      });
+
+      it('a claim takes one more attempt and leases the item to the worker until now + leaseSeconds (decisions §3.2)', async () => {
+        const q = queue({ leaseSeconds: 45 });
+        const id = await post(q, { job: 'x' });
+        advance(7);
+        const claimed = await s().claim(q, { worker: 'worker-7', waitMs: 0 });
+        expect(claimed).to.deep.equal({ id, item: '{"job":"x"}', attempts: 1, lease: { worker: 'worker-7', until: START + 7 + 45_000 } });
+        expect(await s().get(q, id, 0)).to.deep.include({ status: 'claimed', attempts: 1, updatedAt: START + 7, postedAt: START });
+      });
+
+      it('gives the item exactly as posted (interface §2.1)', async () => {
+        const q = queue();
+        const body = '{ "b": [1, 2.50, "\\u00e9"],\n "a": null }';
+        await s().post(q, { body, postedBy: 'p' });
+        expect((await s().claim(q, { worker: 'w', waitMs: 0 }))?.item).to.equal(body);
+      });
+
+      it('answers null when nothing is pending, and never hands out a claimed item again (interface §4.2 rule 2)', async () => {
+        const q = queue();
+        expect(await claimId(q)).to.equal(null);
+        const id = await post(q);
+        expect(await claimId(q)).to.equal(id);
+        expect(await claimId(q)).to.equal(null);
+        expect(await claimId(q, {})).to.equal(null);
+      });
+
+      it('a claim with criteria takes the oldest matching item; older items it skipped stay pending and first in line (decisions §3.3)', async () => {
+        const q = queue();
+        const a = await post(q, { kind: 'a' });
+        const b = await post(q, { kind: 'b' });
+        const b2 = await post(q, { kind: 'b' });
+        expect(await claimId(q, { kind: 'b' })).to.equal(b);
+        expect(await status(q, a)).to.equal('pending');
+        expect(await claimId(q)).to.equal(a);
+        expect(await claimId(q, { kind: 'b' })).to.equal(b2);
+      });
+
+      it('a claim whose criteria match nothing answers null and changes nothing (decisions §3.3)', async () => {
+        const q = queue();
+        const id = await post(q, { kind: 'a' });
+        expect(await claimId(q, { kind: 'b' })).to.equal(null);
+        expect(await s().get(q, id, 0)).to.deep.include({ status: 'pending', attempts: 0 });
+        expect(await claimId(q, {})).to.equal(id);
+      });
+
+      it('a bare primitive matches by strict equality: same JSON type and value (decisions §3.3)', async () => {
+        const bodies = [{ v: '1' }, { v: true }, { v: 1 }, { v: null }, { v: 0 }];
+        expect(await firstMatch(bodies, { v: 1 })).to.equal(2);
+        expect(await firstMatch(bodies, { v: '1' })).to.equal(0);
+        expect(await firstMatch(bodies, { v: true })).to.equal(1);
+        expect(await firstMatch(bodies, { v: null })).to.equal(3);
+        expect(await firstMatch(bodies, { v: false })).to.equal(-1);
+      });
+
+      it('a bare array matches by deep equality; a bare object is an operator object (decisions §3.3)', async () => {
+        const bodies = [{ a: [1, 2, 3] }, { a: [2, 1] }, { a: [1, 2] }, { a: { x: 1 } }];
+        expect(await firstMatch(bodies, { a: [1, 2] })).to.equal(2);
+        expect(await firstMatch(bodies, { a: [] })).to.equal(-1);
+        expect(await firstMatch(bodies, { a: { x: 1 } })).to.equal(-1);
+        expect(await firstMatch(bodies, { a: { eq: { x: 1 } } })).to.equal(3);
+      });
+
+      it('eq is bare equality and ne needs the field present and not equal (decisions §3.3)', async () => {
+        const bodies = [{}, { k: 1 }, { k: '2' }, { k: 2 }];
+        expect(await firstMatch(bodies, { k: { eq: 2 } })).to.equal(3);
+        expect(await firstMatch(bodies, { k: { eq: '2' } })).to.equal(2);
+        expect(await firstMatch(bodies, { k: { ne: 1 } })).to.equal(2);
+        expect(await firstMatch([{}, { j: 1 }], { k: { ne: 1 } })).to.equal(-1);
+      });
+
+      it('lt, lte, gt and gte compare two numbers, boundaries included or not (decisions §3.3)', async () => {
+        const five = [{ n: 5 }];
+        expect(await firstMatch(five, { n: { lt: 5 } })).to.equal(-1);
+        expect(await firstMatch(five, { n: { lte: 5 } })).to.equal(0);
+        expect(await firstMatch(five, { n: { gt: 5 } })).to.equal(-1);
+        expect(await firstMatch(five, { n: { gte: 5 } })).to.equal(0);
+        expect(await firstMatch(five, { n: { lt: 5.5 } })).to.equal(0);
+        expect(await firstMatch(five, { n: { gt: -1 } })).to.equal(0);
+        expect(await firstMatch([{ n: 9 }, { n: 3 }, { n: 4 }], { n: { lt: 4 } })).to.equal(1);
+      });
+
+      it('strings compare by UTF-16 code unit order (decisions §3.3)', async () => {
+        // U+1F600 is the surrogate pair D83D DE00: below U+FF5E by code units, above it by code points.
+        expect(await firstMatch([{ s: '\u{1F600}' }], { s: { lt: '\uFF5E' } })).to.equal(0);
+        expect(await firstMatch([{ s: '\u{1F600}' }], { s: { gt: '\uFF5E' } })).to.equal(-1);
+        expect(await firstMatch([{ s: 'a' }], { s: { gt: 'B' } })).to.equal(0);
+        expect(await firstMatch([{ s: 'abc' }], { s: { gt: 'ab' } })).to.equal(0);
+        expect(await firstMatch([{ s: 'b' }], { s: { lte: 'b' } })).to.equal(0);
+        expect(await firstMatch([{ s: 'b' }], { s: { lt: 'b' } })).to.equal(-1);
+      });
+
+      it('a comparison of anything but two numbers or two strings fails closed (decisions §3.3)', async () => {
+        expect(await firstMatch([{ n: '5' }], { n: { lt: 6 } })).to.equal(-1);
+        expect(await firstMatch([{ n: 5 }], { n: { lt: '6' } })).to.equal(-1);
+        expect(await firstMatch([{ n: true }], { n: { gt: false } })).to.equal(-1);
+        expect(await firstMatch([{ n: null }], { n: { lte: null } })).to.equal(-1);
+        expect(await firstMatch([{ n: [1] }], { n: { gte: [0] } })).to.equal(-1);
+      });
+
+      it('in needs an array and matches strict-equal membership (decisions §3.3)', async () => {
+        const bodies = [{ t: '1' }, { t: 1 }, { t: [1] }];
+        expect(await firstMatch(bodies, { t: { in: [1, 2] } })).to.equal(1);
+        expect(await firstMatch(bodies, { t: { in: [[1]] } })).to.equal(2);
+        expect(await firstMatch(bodies, { t: { in: [] } })).to.equal(-1);
+        expect(await firstMatch(bodies, { t: { in: 1 } })).to.equal(-1);
+        expect(await firstMatch(bodies, { t: { in: '1' } })).to.equal(-1);
+      });
+
+      it('a missing field, an unknown operator or an operator object with several keys fails closed (decisions §3.3)', async () => {
+        expect(await firstMatch([{ a: 1 }], { b: { ne: 5 } })).to.equal(-1);
+        expect(await firstMatch([{ a: 1 }], { b: null })).to.equal(-1);
+        expect(await firstMatch([{ a: 1 }], { a: { like: 1 } })).to.equal(-1);
+        expect(await firstMatch([{ a: 5 }], { a: { gt: 1, lt: 10 } })).to.equal(-1);
+        expect(await firstMatch([{ a: 5 }], { a: {} })).to.equal(-1);
+      });
+
+      it('an item must pass every criterion; empty criteria match every item (decisions §3.3)', async () => {
+        const bodies = [{ a: 1, b: 1 }, { a: 1, b: 2 }, { a: 2, b: 2 }];
+        expect(await firstMatch(bodies, { a: 1, b: 2 })).to.equal(1);
+        expect(await firstMatch(bodies, { a: { gte: 2 }, b: { in: [2] } })).to.equal(2);
+        expect(await firstMatch(bodies, { a: 1, b: 3 })).to.equal(-1);
+        expect(await firstMatch(bodies, {})).to.equal(0);
+      });
+    });
+
+    describe('progress and result', () => {
+      it('accepted progress makes the item processing and extends its lease to now + leaseSeconds (decisions §3.2)', async () => {
+        const q = queue({ leaseSeconds: 10 });
+        const id = await post(q);
+        await claimId(q);
+        advance(8000);
+        expect(await s().progress(q, id, '{"percent":40}')).to.deep.equal({ accepted: true, status: 'processing' });
+        expect(await s().get(q, id, 0)).to.deep.include({ status: 'processing', progress: '{"percent":40}', updatedAt: START + 8000, attempts: 1 });
+        // The first lease would have ended at +10 s; the heartbeat runs it to +18 s.
+        advance(9999);
+        expect(await status(q, id)).to.equal('processing');
+        advance(1);
+        expect(await status(q, id)).to.equal('pending');
+      });
+
+      it('progress for an item whose lease was re-queued takes it back: processing again, not claimable (decisions §3.2)', async () => {
+        const q = queue({ leaseSeconds: 10 });
+        const id = await post(q);
+        await claimId(q, undefined, 'slow');
+        advance(10_000);
+        expect(await status(q, id)).to.equal('pending');
+        expect(await s().progress(q, id, '{"percent":90}')).to.deep.equal({ accepted: true, status: 'processing' });
+        expect(await claimId(q)).to.equal(null);
+        expect(await s().get(q, id, 0)).to.deep.include({ status: 'processing', attempts: 1 });
+      });
+
+      it('an accepted result finishes the item: finished, finishedAt set, lease gone (interface §4.2 rule 4, decisions §3.1)', async () => {
+        const q = queue({ leaseSeconds: 10 });
+        const id = await post(q);
+        await claimId(q);
+        advance(500);
+        expect(await s().result(q, id, '{"output":"ok"}')).to.deep.equal({ accepted: true, status: 'finished' });
+        expect(await s().get(q, id, 0)).to.deep.include({ status: 'finished', result: '{"output":"ok"}', finishedAt: START + 500, updatedAt: START + 500, attempts: 1 });
+        // The lease is gone: its end changes nothing.
+        advance(60_000);
+        expect(await status(q, id)).to.equal('finished');
+      });
+
+      it('a result is accepted for any non-terminal item, whoever sends it, also after its lease was re-queued or re-claimed (decisions §3.2)', async () => {
+        const q = queue({ leaseSeconds: 10 });
+        const pending = await post(q);
+        const requeued = await post(q);
+        const reclaimed = await post(q);
+        expect(await s().result(q, pending, '{"by":"anyone"}')).to.deep.equal({ accepted: true, status: 'finished' });
+        await claimId(q, undefined, 'first');
+        await claimId(q, undefined, 'first');
+        advance(10_000);
+        expect(await status(q, requeued)).to.equal('pending');
+        expect(await claimId(q, undefined, 'second')).to.equal(requeued);
+        expect(await claimId(q, undefined, 'second')).to.equal(reclaimed);
+        // A late result from the first worker still counts.
+        expect(await s().result(q, reclaimed, '{"by":"first"}')).to.deep.equal({ accepted: true, status: 'finished' });
+        advance(10_000);
+        expect(await status(q, requeued)).to.equal('pending');
+        expect(await s().result(q, requeued, '{"by":"late"}')).to.deep.equal({ accepted: true, status: 'finished' });
+        expect((await s().get(q, requeued, 0))?.result).to.equal('{"by":"late"}');
+      });
+
+      it('a submission for a terminal item is answered accepted:false with its status and changes nothing (interface §4.2 rule 5, decisions §7)', async () => {
+        const q = queue({ maxAttempts: 1, timeoutSeconds: 100 });
+        const finished = await post(q);
+        const failed = await post(q);
+        const cancelled = await post(q);
+        const timedout = await post(q);
+        await claimId(q);
+        await claimId(q);
+        await s().result(q, finished, '{"r":1}');
+        await s().error(q, failed, '{"e":1}');
+        await s().cancel(q, cancelled);
+        advance(100_000);
+        expect(await status(q, timedout)).to.equal('timedout');
+        const before = new Map<string, unknown>();
+        for (const id of [finished, failed, cancelled, timedout]) before.set(id, await s().get(q, id, 0));
+        advance(1000);
+        for (const [id, record] of before) {
+          const st = (record as { status: string }).status;
+          expect(await s().progress(q, id, '{"late":1}')).to.deep.equal({ accepted: false, status: st });
+          expect(await s().result(q, id, '{"late":1}')).to.deep.equal({ accepted: false, status: st });
+          expect(await s().error(q, id, '{"late":1}')).to.deep.equal({ accepted: false, status: st });
+          expect(await s().cancel(q, id)).to.deep.equal({ accepted: false, status: st });
+          expect(await s().get(q, id, 0)).to.deep.equal(record);
+        }
+      });
+    });
+
+    describe('errors and leases', () => {
+      it('an error re-queues the item while attempts remain, recorded, keeping its place before younger items (decisions §3.2, §3.4)', async () => {
+        const q = queue({ maxAttempts: 3 });
+        const a = await post(q);
+        const b = await post(q);
+        await claimId(q);
+        advance(5);
+        expect(await s().error(q, a, '{"exitCode":1}')).to.deep.equal({ accepted: true, status: 'pending' });
+        expect(await s().get(q, a, 0)).to.deep.include({ status: 'pending', attempts: 1, error: '{"exitCode":1}', finishedAt: null, updatedAt: START + 5 });
+        expect(await claimId(q)).to.equal(a);
+        expect(await claimId(q)).to.equal(b);
+      });
+
+      it('an error on the last attempt fails the item with the submitted record (decisions §3.2, §7)', async () => {
+        const q = queue({ maxAttempts: 2 });
+        const a = await post(q);
+        await claimId(q);
+        await s().error(q, a, '{"try":1}');
+        await claimId(q);
+        advance(3);
+        expect(await s().error(q, a, '{"try":2}')).to.deep.equal({ accepted: true, status: 'failed' });
+        expect(await s().get(q, a, 0)).to.deep.include({ status: 'failed', attempts: 2, error: '{"try":2}', finishedAt: START + 3 });
+        expect(await claimId(q)).to.equal(null);
+      });
+
+      it('a re-queued item is not claimable before retryDelaySeconds have passed, not a millisecond early (decisions §2.2, §3.2)', async () => {
+        const q = queue({ retryDelaySeconds: 5 });
+        const a = await post(q);
+        await claimId(q);
+        await s().error(q, a, '{}');
+        const b = await post(q);
+        expect(await claimId(q)).to.equal(b);
+        advance(4999);
+        expect(await claimId(q)).to.equal(null);
+        expect(await status(q, a)).to.equal('pending');
+        advance(1);
+        expect(await claimId(q)).to.equal(a);
+      });
+
+      it('a lease that ends re-queues the item at its end, not a millisecond early, keeping its place (decisions §3.2)', async () => {
+        const q = queue({ leaseSeconds: 10, maxAttempts: 2 });
+        const a = await post(q);
+        const b = await post(q);
+        const claimed = await s().claim(q, { worker: 'w', waitMs: 0 });
+        expect(claimed?.lease.until).to.equal(START + 10_000);
+        advance(9999);
+        expect(await status(q, a)).to.equal('claimed');
+        advance(1);
+        expect(await s().get(q, a, 0)).to.deep.include({ status: 'pending', attempts: 1, error: null, finishedAt: null, updatedAt: START + 10_000 });
+        expect(await claimId(q)).to.equal(a);
+        expect(await claimId(q)).to.equal(b);
+      });
+
+      it('a lease that ends on the last attempt fails the item with {reason: "lease expired"} (decisions §3.2, §7)', async () => {
+        const q = queue({ leaseSeconds: 10, maxAttempts: 2 });
+        const a = await post(q);
+        await claimId(q);
+        advance(10_000);
+        const again = await s().claim(q, { worker: 'w2', waitMs: 0 });
+        expect(again).to.deep.include({ id: a, attempts: 2 });
+        expect(again?.lease.until).to.equal(START + 20_000);
+        advance(9999);
+        expect(await status(q, a)).to.equal('claimed');
+        advance(1);
+        expect(await s().get(q, a, 0)).to.deep.include({ status: 'failed', attempts: 2, error: LEASE_EXPIRED, finishedAt: START + 20_000 });
+        expect(JSON.parse(LEASE_EXPIRED)).to.deep.equal({ reason: 'lease expired' });
+      });
+
+      it('an item whose lease ended waits retryDelaySeconds after the lease end before it is claimable (decisions §3.2)', async () => {
+        const q = queue({ leaseSeconds: 10, retryDelaySeconds: 20 });
+        const a = await post(q);
+        await claimId(q);
+        advance(10_000);
+        expect(await claimId(q)).to.equal(null);
+        advance(19_999);
+        expect(await claimId(q)).to.equal(null);
+        advance(1);
+        expect(await claimId(q)).to.equal(a);
+      });
+
+      it('timeoutSeconds after postedAt a non-terminal item is timedout, not a millisecond early; later submissions are not accepted (decisions §2.2)', async () => {
+        const q = queue({ timeoutSeconds: 100, leaseSeconds: 1000 });
+        const first = await post(q);
+        advance(1000);
+        const second = await post(q);
+        const third = await post(q);
+        await claimId(q);
+        await claimId(q);
+        await s().progress(q, second, '{}');
+        advance(98_999);
+        expect(await status(q, first)).to.equal('claimed');
+        advance(1);
+        expect(await s().get(q, first, 0)).to.deep.include({ status: 'timedout', finishedAt: START + 100_000 });
+        expect(await status(q, second)).to.equal('processing');
+        advance(1000);
+        expect(await s().get(q, second, 0)).to.deep.include({ status: 'timedout', finishedAt: START + 101_000 });
+        expect(await s().get(q, third, 0)).to.deep.include({ status: 'timedout', finishedAt: START + 101_000, attempts: 0 });
+        expect(await s().result(q, second, '{}')).to.deep.equal({ accepted: false, status: 'timedout' });
+        expect(await s().progress(q, first, '{}')).to.deep.equal({ accepted: false, status: 'timedout' });
+      });
+
+      it('cancel makes a non-terminal item cancelled; a second cancel and later submissions are not accepted (decisions §3.6)', async () => {
+        const q = queue();
+        const pending = await post(q);
+        const claimed = await post(q);
+        await claimId(q);
+        await claimId(q);
+        const fresh = await post(q);
+        advance(2);
+        expect(await s().cancel(q, fresh)).to.deep.equal({ accepted: true, status: 'cancelled' });
+        expect(await s().cancel(q, claimed)).to.deep.equal({ accepted: true, status: 'cancelled' });
+        expect(await s().get(q, claimed, 0)).to.deep.include({ status: 'cancelled', finishedAt: START + 2, attempts: 1 });
+        expect(await s().cancel(q, claimed)).to.deep.equal({ accepted: false, status: 'cancelled' });
+        expect(await s().result(q, claimed, '{}')).to.deep.equal({ accepted: false, status: 'cancelled' });
+        expect(await claimId(q)).to.equal(null);
+        expect(await status(q, pending)).to.equal('claimed');
+      });
+    });
+
+    describe('retention', () => {
+      it('with retainFrom "finished", a terminal item is purged retainSeconds after it became terminal, not a millisecond early (decisions §2.2)', async () => {
+        const q = queue({ retainSeconds: 100 });
+        const a = await post(q);
+        const b = await post(q);
+        await claimId(q);
+        advance(10);
+        await s().result(q, a, '{}');
+        await s().cancel(q, b);
+        advance(99_999);
+        expect(await status(q, a)).to.equal('finished');
+        advance(1);
+        expect(await s().get(q, a, 0)).to.equal(null);
+        expect(await s().get(q, b, 0)).to.equal(null);
+        expect(await s().result(q, a, '{}')).to.equal(null);
+        expect(await s().counts(q)).to.deep.equal({});
+      });
+
+      it('with retainFrom "fetched", a terminal item never fetched is kept; one fetched is purged retainSeconds after that first fetch (decisions §2.2, interface §2.1)', async () => {
+        const q = queue({ retainFrom: 'fetched', retainSeconds: 100 });
+        const kept = await post(q);
+        const fetched = await post(q);
+        await s().cancel(q, kept);
+        await s().cancel(q, fetched);
+        advance(50_000);
+        expect(await status(q, fetched)).to.equal('cancelled');
+        advance(99_999);
+        expect(await status(q, fetched)).to.equal('cancelled');
+        advance(1);
+        expect(await s().get(q, fetched, 0)).to.equal(null);
+        advance(30 * 86_400_000);
+        expect(await s().counts(q)).to.deep.equal({ cancelled: 1 });
+        expect(await status(q, kept)).to.equal('cancelled');
+      });
+
+      it('only the first fetch of a terminal item stamps it; a fetch before it was terminal does not (interface §2.1)', async () => {
+        const q = queue({ retainFrom: 'fetched', retainSeconds: 100 });
+        const a = await post(q);
+        expect(await status(q, a)).to.equal('pending');
+        advance(500_000);
+        await s().result(q, a, '{}');
+        advance(1000);
+        expect(await status(q, a)).to.equal('finished'); // the stamp: retention runs to +100 s from here
+        advance(50_000);
+        expect(await status(q, a)).to.equal('finished'); // a later fetch does not move it
+        advance(49_999);
+        expect(await status(q, a)).to.equal('finished');
+        advance(1);
+        expect(await s().get(q, a, 0)).to.equal(null);
+      });
+    });
+
+    describe('idempotency keys', () => {
+      it('a second post with the same key returns the first item and creates nothing (decisions §3.5)', async () => {
+        const q = queue();
+        const first = await s().post(q, { body: '{"n":1}', postedBy: 'p', idempotencyKey: 'order-17' });
+        await claimId(q);
+        const second = await s().post(q, { body: '{"n":2}', postedBy: 'p', idempotencyKey: 'order-17' });
+        expect(second).to.deep.equal({ id: first.id, status: 'claimed', created: false });
+        expect(await s().counts(q)).to.deep.equal({ claimed: 1 });
+        const other = await s().post(q, { body: '{"n":3}', postedBy: 'p', idempotencyKey: 'order-18' });
+        expect(other.created).to.equal(true);
+        expect(other.id).to.not.equal(first.id);
+        const unkeyed = await s().post(q, { body: '{"n":4}', postedBy: 'p' });
+        expect(unkeyed.created).to.equal(true);
+      });
+
+      it('keys are per queue (decisions §3.5)', async () => {
+        const q1 = queue();
+        const q2 = queue();
+        const a = await s().post(q1, { body: '{}', postedBy: 'p', idempotencyKey: 'k' });
+        const b = await s().post(q2, { body: '{}', postedBy: 'p', idempotencyKey: 'k' });
+        expect(b.created).to.equal(true);
+        expect(await s().get(q2, a.id, 0)).to.equal(null);
+      });
+
+      it('a key names its item while the item lives, terminal too; once purged the key creates a new item (decisions §3.5)', async () => {
+        const q = queue({ retainSeconds: 100 });
+        const first = await s().post(q, { body: '{}', postedBy: 'p', idempotencyKey: 'k' });
+        await s().cancel(q, first.id);
+        advance(99_999);
+        expect(await s().post(q, { body: '{}', postedBy: 'p', idempotencyKey: 'k' })).to.deep.equal({ id: first.id, status: 'cancelled', created: false });
+        advance(1);
+        const again = await s().post(q, { body: '{}', postedBy: 'p', idempotencyKey: 'k' });
+        expect(again).to.deep.include({ status: 'pending', created: true });
+        expect(again.id).to.not.equal(first.id);
+      });
+    });
+
+    describe('definition changes', () => {
+      it('shorter retention applies to items already terminal (decisions §2.4)', async () => {
+        let q = queue({ retainSeconds: 1000 });
+        const a = await post(q);
+        const b = await post(q);
+        await s().result(q, a, '{}');
+        advance(500_000);
+        await s().result(q, b, '{}');
+        q = redefine(q, { retainSeconds: 100 });
+        expect(await s().get(q, a, 0)).to.equal(null);
+        expect(await status(q, b)).to.equal('finished');
+        advance(100_000);
+        expect(await s().get(q, b, 0)).to.equal(null);
+      });
+
+      it('a timeout added or shortened applies to items already queued, counted from postedAt (decisions §2.2, §2.4)', async () => {
+        let q = queue({ leaseSeconds: 10_000 });
+        const a = await post(q);
+        advance(150_000);
+        const b = await post(q);
+        await claimId(q);
+        advance(100_000);
+        q = redefine(q, { leaseSeconds: 10_000, timeoutSeconds: 200 });
+        expect(await s().get(q, a, 0)).to.deep.include({ status: 'timedout', finishedAt: START + 250_000 });
+        expect(await status(q, b)).to.equal('pending');
+        q = redefine(q, { leaseSeconds: 10_000, timeoutSeconds: 50 });
+        expect(await s().get(q, b, 0)).to.deep.include({ status: 'timedout', finishedAt: START + 250_000 });
+      });
+
+      it('a longer retention or a removed timeout keeps items that the old rules would have ended (decisions §2.4)', async () => {
+        let q = queue({ retainSeconds: 100, timeoutSeconds: 100 });
+        const done = await post(q);
+        const waiting = await post(q);
+        await s().result(q, done, '{}');
+        q = redefine(q, { retainSeconds: 1000 });
+        advance(500_000);
+        expect(await status(q, done)).to.equal('finished');
+        expect(await status(q, waiting)).to.equal('pending');
+      });
+
+      it('lease length and maxAttempts apply as they stand when the rule runs (decisions §2.4, §3.2)', async () => {
+        let q = queue({ leaseSeconds: 10, maxAttempts: 3 });
+        const a = await post(q);
+        await claimId(q);
+        q = redefine(q, { leaseSeconds: 10, maxAttempts: 1 });
+        advance(10_000);
+        expect(await s().get(q, a, 0)).to.deep.include({ status: 'failed', error: LEASE_EXPIRED });
+        q = redefine(q, { leaseSeconds: 5 });
+        await post(q);
+        expect((await s().claim(q, { worker: 'w', waitMs: 0 }))?.lease.until).to.equal(now() + 5000);
+      });
+    });
+
+    describe('waiting', () => {
+      it('a claim with waitMs is answered with an item posted during the wait (decisions §3.3)', async () => {
+        const q = queue();
+        const started = Date.now();
+        const waiting = s().claim(q, { worker: 'patient', waitMs: 5000 });
+        await sleep(50);
+        const id = await post(q, { late: true });
+        const claimed = await waiting;
+        expect(claimed).to.deep.equal({ id, item: '{"late":true}', attempts: 1, lease: { worker: 'patient', until: now() + 30_000 } });
+        expect(Date.now() - started).to.be.below(4000);
+        expect(await status(q, id)).to.equal('claimed');
+      });
+
+      it('a waiting claim is not handed an item its criteria reject, and answers null when the wait is up (decisions §3.3)', async () => {
+        const q = queue();
+        const waiting = s().claim(q, { worker: 'w', criteria: { k: 1 }, waitMs: 300 });
+        await sleep(30);
+        const other = await post(q, { k: 2 });
+        expect(await waiting).to.equal(null);
+        expect(await status(q, other)).to.equal('pending');
+      });
+
+      it('a claim whose signal aborts answers null and claims nothing (decisions §1.1, §3.3)', async () => {
+        const q = queue();
+        const controller = new AbortController();
+        const waiting = s().claim(q, { worker: 'gone', waitMs: 5000, signal: controller.signal });
+        await sleep(30);
+        controller.abort();
+        expect(await waiting).to.equal(null);
+        const id = await post(q);
+        await sleep(30);
+        expect(await s().get(q, id, 0)).to.deep.include({ status: 'pending', attempts: 0 });
+      });
+
+      it('a fetch with waitMs is answered when the item becomes terminal (decisions §3.6)', async () => {
+        const q = queue();
+        const id = await post(q);
+        await claimId(q);
+        const started = Date.now();
+        const waiting = s().get(q, id, 5000);
+        await sleep(50);
+        await s().result(q, id, '{"done":true}');
+        expect(await waiting).to.deep.include({ status: 'finished', result: '{"done":true}' });
+        expect(Date.now() - started).to.be.below(4000);
+      });
+    });
+
+    describe('durability (decisions §6: a restart brings back every item, lease and status)', () => {
+      it('a posted item survives a restart, record and claim order included', async () => {
+        const q = queue();
+        const a = await s().post(q, { body: '{"n":1}', postedBy: 'alice', idempotencyKey: 'ka' });
+        advance(3);
+        const b = await post(q, { n: 2 });
+        const before = await s().get(q, a.id, 0);
+        await h.reopen();
+        expect(await s().get(q, a.id, 0)).to.deep.equal(before);
+        const c = await post(q, { n: 3 });
+        expect([await claimId(q), await claimId(q), await claimId(q)]).to.deep.equal([a.id, b, c]);
+      });
+
+      it('a claim survives a restart: status, attempts and the lease with its deadline', async () => {
+        const q = queue({ leaseSeconds: 10 });
+        const a = await post(q);
+        await claimId(q);
+        advance(5000);
+        await h.reopen();
+        expect(await s().get(q, a, 0)).to.deep.include({ status: 'claimed', attempts: 1 });
+        expect(await claimId(q)).to.equal(null);
+        advance(4999);
+        await h.reopen();
+        expect(await status(q, a)).to.equal('claimed');
+        advance(1);
+        expect(await status(q, a)).to.equal('pending');
+      });
+
+      it('accepted progress survives a restart, with its extended lease', async () => {
+        const q = queue({ leaseSeconds: 10 });
+        const a = await post(q);
+        await claimId(q);
+        advance(8000);
+        await s().progress(q, a, '{"percent":80}');
+        await h.reopen();
+        expect(await s().get(q, a, 0)).to.deep.include({ status: 'processing', progress: '{"percent":80}', updatedAt: START + 8000 });
+        advance(9999);
+        expect(await status(q, a)).to.equal('processing');
+        advance(1);
+        expect(await status(q, a)).to.equal('pending');
+      });
+
+      it('a result survives a restart, and the item stays terminal', async () => {
+        const q = queue();
+        const a = await post(q);
+        await claimId(q);
+        await s().result(q, a, '{"output":"kept"}');
+        const before = await s().get(q, a, 0);
+        await h.reopen();
+        expect(await s().get(q, a, 0)).to.deep.equal(before);
+        expect(await s().result(q, a, '{}')).to.deep.equal({ accepted: false, status: 'finished' });
+      });
+
+      it('an error survives a restart: re-queued with its retry delay, or failed', async () => {
+        const q = queue({ retryDelaySeconds: 10, maxAttempts: 2 });
+        const a = await post(q);
+        await claimId(q);
+        await s().error(q, a, '{"e":1}');
+        await h.reopen();
+        expect(await s().get(q, a, 0)).to.deep.include({ status: 'pending', error: '{"e":1}', attempts: 1 });
+        advance(9999);
+        await h.reopen();
+        expect(await claimId(q)).to.equal(null);
+        advance(1);
+        expect(await claimId(q)).to.equal(a);
+        await s().error(q, a, '{"e":2}');
+        await h.reopen();
+        expect(await s().get(q, a, 0)).to.deep.include({ status: 'failed', error: '{"e":2}', attempts: 2, finishedAt: START + 10_000 });
+      });
+
+      it('a cancel survives a restart', async () => {
+        const q = queue();
+        const a = await post(q);
+        await s().cancel(q, a);
+        await h.reopen();
+        expect(await s().get(q, a, 0)).to.deep.include({ status: 'cancelled', finishedAt: START });
+        expect(await claimId(q)).to.equal(null);
+      });
+
+      it('the fetched stamp survives a restart (retention from "fetched")', async () => {
+        const q = queue({ retainFrom: 'fetched', retainSeconds: 100 });
+        const a = await post(q);
+        await s().result(q, a, '{}');
+        advance(1000);
+        expect(await status(q, a)).to.equal('finished');
+        await h.reopen();
+        advance(99_999);
+        await h.reopen();
+        expect(await status(q, a)).to.equal('finished');
+        advance(1);
+        await h.reopen();
+        expect(await s().get(q, a, 0)).to.equal(null);
+      });
+
+      it('a lease that ended while the store was closed is applied at the reopen: re-queued, or failed on the last attempt', async () => {
+        const q = queue({ leaseSeconds: 10, maxAttempts: 2 });
+        const a = await post(q);
+        const b = await post(q);
+        await claimId(q);
+        await claimId(q);
+        await s().error(q, b, '{}');
+        await claimId(q);
+        await h.reopen(() => advance(60_000));
+        expect(await s().get(q, a, 0)).to.deep.include({ status: 'pending', attempts: 1, updatedAt: START + 60_000 });
+        expect(await s().get(q, b, 0)).to.deep.include({ status: 'failed', attempts: 2, error: LEASE_EXPIRED, finishedAt: START + 60_000 });
+        expect(await claimId(q)).to.equal(a);
+      });
+
+      it('idempotency keys survive a restart', async () => {
+        const q = queue();
+        const first = await s().post(q, { body: '{}', postedBy: 'p', idempotencyKey: 'once' });
+        await h.reopen();
+        expect(await s().post(q, { body: '{}', postedBy: 'p', idempotencyKey: 'once' })).to.deep.equal({ id: first.id, status: 'pending', created: false });
+        expect(await s().counts(q)).to.deep.equal({ pending: 1 });
+      });
+
+      it('counts survive a restart, and a restart twice in a row loses nothing', async () => {
+        const q = queue({ maxAttempts: 1 });
+        const ids: string[] = [];
+        for (let i = 0; i < 5; i++) ids.push(await post(q, { i }));
+        await claimId(q);
+        await claimId(q);
+        await s().progress(q, ids[1]!, '{}');
+        await s().error(q, ids[0]!, '{}');
+        await s().cancel(q, ids[2]!);
+        const counts = await s().counts(q);
+        expect(counts).to.deep.equal({ failed: 1, processing: 1, cancelled: 1, pending: 2 });
+        await h.reopen();
+        await h.reopen();
+        expect(await s().counts(q)).to.deep.equal(counts);
+      });
+    });
+  });
+}
+
+conformance('embedded', embedded);
+conformance('model', model);
+// No PostgreSQL store exists yet: the suite shows as skipped, not passed.
+conformance('postgres', null, process.env.SVCQ_TEST_PG_URL ? 'no PostgreSQL store yet' : 'SVCQ_TEST_PG_URL is not set (and no PostgreSQL store yet)');

@@ -1,0 +1,107 @@
+import path from 'node:path';
+import type { QueueConfig } from '../../../src/engine/config.js';
+import { EmbeddedStore } from '../../../src/store/embedded-store.js';
+import { ModelStore, newModelDisk } from '../../../src/store/model-store.js';
+import type { Store, StoreHooks } from '../../../src/store/store.js';
+import { openTools, type Tools } from '../../../src/tools/index.js';
+import { cleanupTemp, tempDir } from '../../support/server.js';
+
+/** A fake time far from the real one: only `advance` moves it. */
+export const START = 1_700_000_000_000;
+
+export class FakeClock {
+  constructor(private t = START) {}
+  readonly now = (): number => this.t;
+  advance(ms: number): void {
+    this.t += ms;
+  }
+}
+
+/** A store under test, its clock, and a restart on the same data. */
+export interface StoreUnderTest {
+  /** The open store; a different object after `reopen`. */
+  readonly store: Store;
+  readonly clock: FakeClock;
+  /** Closes the store and opens a new one on the same data (journal directory, model disk); `whileClosed` runs in between. */
+  reopen(whileClosed?: () => void): Promise<void>;
+  /** Closes it and removes what it kept. */
+  dispose(): Promise<void>;
+}
+
+export interface FactoryOptions {
+  /** A queue's current rules, for a store that applies time-driven changes outside any request (the embedded store at open). */
+  configFor: (key: string) => QueueConfig | undefined;
+  /** The embedded store: the real task history and payload archive (slower to open), or hooks that keep nothing. */
+  realTools?: boolean;
+  clock?: FakeClock;
+}
+
+export type StoreFactory = (options: FactoryOptions) => Promise<StoreUnderTest>;
+
+/** Hooks that keep nothing: for tests that look only at what the store answers. */
+export function nullHooks(): StoreHooks {
+  let size = 0;
+  return {
+    events: async (batch) => ({ file: 'memory', size: (size += batch.lines.length) }),
+    recoverEvents: async (position) => position ?? { file: 'memory', size: 0 },
+    stage: async () => ({ publish: async () => undefined, discard: async () => undefined }),
+  };
+}
+
+/** The embedded store on a fresh temp directory, with the fake clock as its `now`. */
+export const embedded: StoreFactory = async (options) => {
+  const clock = options.clock ?? new FakeClock();
+  const home = tempDir('svcq-conformance-');
+  const warnings: string[] = [];
+  let tools: Tools | undefined;
+  let store: EmbeddedStore;
+  const open = async (): Promise<void> => {
+    const hooks = options.realTools ? (tools = await openTools({ home, statsInterval: 3_600_000, warn: (l) => warnings.push(l) })).hooks : nullHooks();
+    store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks, configFor: options.configFor, warn: (l) => warnings.push(l), now: clock.now });
+    await store.open();
+  };
+  const close = async (): Promise<void> => {
+    await store.close();
+    await tools?.close();
+    tools = undefined;
+  };
+  await open();
+  return {
+    get store() {
+      return store;
+    },
+    clock,
+    async reopen(whileClosed) {
+      await close();
+      whileClosed?.();
+      await open();
+    },
+    async dispose() {
+      await close().catch(() => undefined);
+      cleanupTemp(home);
+    },
+  };
+};
+
+/** The reference model, with a disk that outlives each ModelStore. */
+export const model: StoreFactory = async (options) => {
+  const clock = options.clock ?? new FakeClock();
+  const disk = newModelDisk();
+  let store = new ModelStore(disk, { now: clock.now });
+  await store.open();
+  return {
+    get store() {
+      return store;
+    },
+    clock,
+    async reopen(whileClosed) {
+      await store.close();
+      whileClosed?.();
+      store = new ModelStore(disk, { now: clock.now });
+      await store.open();
+    },
+    async dispose() {
+      await store.close();
+    },
+  };
+};
