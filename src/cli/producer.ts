@@ -1,6 +1,6 @@
 import type { ItemRecord, PostResult, SvcqClient } from '../client/client.js';
 import { ClientError } from '../client/client.js';
-import { backoffMs, isTransient, sleep } from '../worker/backoff.js';
+import { FailureReport, isTransient, retrying, sleep } from '../client/backoff.js';
 import { UserError } from './base-command.js';
 
 /** One item to post: its JSON text and where it came from, for messages. */
@@ -95,17 +95,11 @@ export async function postMany(
   return outcomes;
 }
 
-async function postWithRetry(client: SvcqClient, queue: string, json: string, key: string | undefined): Promise<PostResult> {
-  for (let attempt = 0; ; attempt++) {
-    try {
-      return await client.post(queue, json, key);
-    } catch (err) {
-      // Without a key a retried post may create the item twice, so only unreachable servers are retried then.
-      const retry = isTransient(err) && attempt < 4 && (key !== undefined || (err as ClientError).status === undefined);
-      if (!retry) throw err;
-      await sleep(backoffMs(attempt));
-    }
-  }
+function postWithRetry(client: SvcqClient, queue: string, json: string, key: string | undefined): Promise<PostResult> {
+  return retrying(() => client.post(queue, json, key), {
+    // Without a key a retried post may create the item twice, so only unreachable servers are retried then.
+    retryable: (err, attempt) => isTransient(err) && attempt < 4 && (key !== undefined || (err as ClientError).status === undefined),
+  });
 }
 
 /** Statuses after which an item changes no more (decisions §3.1). */
@@ -127,37 +121,28 @@ export interface WaitOptions {
  * one sentence. Waiting on an item that takes long is not a failure and has no limit.
  */
 export async function waitForItem(client: SvcqClient, queue: string, id: string, options: WaitOptions): Promise<ItemRecord> {
-  const every = options.reportEveryMs ?? 10_000;
-  let failures = 0;
-  let failingSince = 0;
-  let reportedAt = 0;
+  const report = new FailureReport(options.reportEveryMs);
   for (;;) {
-    try {
-      const asked = Date.now();
-      const record = await client.item(queue, id, 30);
-      if (failures > 0 && reportedAt > 0) options.report?.('the server answers again; waiting');
-      failures = 0;
-      if (TERMINAL_STATUSES.has(record.status)) return record;
-      // A long poll answered at once (a server shutting down does that) is asked again after a pause, not in a tight loop.
-      if (Date.now() - asked < 1000) await sleep(1000);
-    } catch (err) {
-      if (!isTransient(err)) throw err;
-      const now = Date.now();
-      if (failures === 0) failingSince = now;
-      const failingFor = now - failingSince;
-      const reason = (err as Error).message;
-      if (failingFor >= options.giveUpMs) {
-        throw new ClientError(`gave up waiting for item ${id} after ${Math.round(failingFor / 1000)} s of failures: ${reason}`);
-      }
-      if (failures === 0) {
-        options.report?.(`${reason}; retrying`);
-        reportedAt = now;
-      } else if (now - reportedAt >= every) {
-        options.report?.(`${reason}; still retrying after ${Math.round(failingFor / 1000)} s, giving up after ${Math.round(options.giveUpMs / 1000)} s`);
-        reportedAt = now;
-      }
-      // Never sleep past the next report or the end: both happen on a fresh try.
-      await sleep(Math.min(backoffMs(failures++), options.giveUpMs - failingFor, reportedAt + every - now));
-    }
+    let asked = 0;
+    const record = await retrying(
+      () => {
+        asked = Date.now();
+        return client.item(queue, id, 30);
+      },
+      {
+        report,
+        giveUpAfterMs: options.giveUpMs,
+        gaveUp: (err, failingForMs) => new ClientError(`gave up waiting for item ${id} after ${Math.round(failingForMs / 1000)} s of failures: ${(err as Error).message}`),
+        onFailure: (f) => {
+          const reason = (f.error as Error).message;
+          if (f.report === 'first') options.report?.(`${reason}; retrying`);
+          else if (f.report === 'again') options.report?.(`${reason}; still retrying after ${Math.round(f.failingForMs / 1000)} s, giving up after ${Math.round(options.giveUpMs / 1000)} s`);
+        },
+        onRecovered: () => options.report?.('the server answers again; waiting'),
+      },
+    );
+    if (TERMINAL_STATUSES.has(record.status)) return record;
+    // A long poll answered at once (a server shutting down does that) is asked again after a pause, not in a tight loop.
+    if (Date.now() - asked < 1000) await sleep(1000);
   }
 }

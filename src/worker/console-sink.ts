@@ -1,3 +1,4 @@
+import { FAILURE_REPORT_EVERY_MS, FailureReport } from '../client/backoff.js';
 import { tally, type WorkerEvent, type WorkerSink } from './events.js';
 
 export interface ConsoleSinkOptions {
@@ -14,7 +15,7 @@ export interface ConsoleSinkOptions {
 const RATE_WINDOW_MS = 10_000;
 const REDRAW_MS = 100;
 /** While calls to the server keep failing, say so at most this often (the first failure at once). */
-export const RETRY_REPORT_EVERY_MS = 10_000;
+export const RETRY_REPORT_EVERY_MS = FAILURE_REPORT_EVERY_MS;
 
 /**
  * What a person or a program sees of `svcq work`: JSON event lines on stdout for programs, a
@@ -35,13 +36,13 @@ export class ConsoleSink implements WorkerSink {
   private redrawTimer?: NodeJS.Timeout;
   private ticker?: NodeJS.Timeout;
   private readonly now: () => number;
-  /** Since when calls to the server have been failing, as far as the last line said. */
-  private failingSince?: number;
-  private reportedAt = 0;
+  /** The run of failing calls to the server, as far as the lines said. */
+  private readonly connection: FailureReport;
 
   constructor(private readonly options: ConsoleSinkOptions) {
     this.now = options.now ?? Date.now;
     this.started = this.now();
+    this.connection = new FailureReport(RETRY_REPORT_EVERY_MS, this.now);
     // The rate decays while nothing finishes, so the line is redrawn even when nothing happens.
     if (options.statusLine) this.ticker = setInterval(() => this.redraw(), 1000).unref();
   }
@@ -69,22 +70,20 @@ export class ConsoleSink implements WorkerSink {
    * reminder at most every {@link RETRY_REPORT_EVERY_MS}, and a word when it answers again.
    */
   private connectionLine(e: Extract<WorkerEvent, { event: 'retry' | 'reconnected' }>): string | undefined {
-    const now = this.now();
     if (e.event === 'reconnected') {
-      if (this.failingSince === undefined) return undefined;
-      this.failingSince = undefined;
-      return `the server answers again, after ${seconds(e.afterMs)} of failures`;
+      return this.connection.answered() === undefined ? undefined : `the server answers again, after ${seconds(e.afterMs)} of failures`;
     }
     // "cannot reach URL (why)" says it all; a server that answered with an error is named by the call.
     const what = e.message.startsWith('cannot reach ') ? e.message : `${e.what}${e.id ? ` for ${e.id}` : ''} failed: ${e.message}`;
-    if (this.failingSince === undefined) {
-      this.failingSince = now;
-      this.reportedAt = now;
-      return `${what}; retrying`;
+    const now = this.now();
+    switch (this.connection.failed(now)) {
+      case 'first':
+        return `${what}; retrying`;
+      case 'again':
+        return `${what}; still retrying after ${seconds(this.connection.failingFor(now))}`;
+      default:
+        return undefined;
     }
-    if (now - this.reportedAt < RETRY_REPORT_EVERY_MS) return undefined;
-    this.reportedAt = now;
-    return `${what}; still retrying after ${seconds(now - this.failingSince)}`;
   }
 
   stderrLine(id: string, line: string): void {

@@ -1,5 +1,5 @@
 import { ClientError, type SvcqClient, type SubmitResult } from '../client/client.js';
-import { backoffMs, errorMessage, isTransient, sleep } from './backoff.js';
+import { backoffMs, errorMessage, FailureReport, isTransient, retrying, sleep } from '../client/backoff.js';
 import { tally, type WorkerEvent, type WorkerSink } from './events.js';
 import { setMaxListeners } from 'node:events';
 import { Job, MAX_STDOUT_CHARS, resultRecord, type JobOutcome } from './job.js';
@@ -79,8 +79,8 @@ export class Worker {
   /** Deliveries that failed at least once and are being retried. */
   private undelivered = 0;
   private gateWaiters: Array<() => void> = [];
-  /** Since when calls to the server have been failing (and retried); undefined while it answers. */
-  private failingSince?: number;
+  /** The run of failing calls to the server (retried), if there is one now: ended by any answer. */
+  private readonly connection = new FailureReport();
   private done = 0;
   private failed = 0;
   private cancelled = 0;
@@ -187,38 +187,44 @@ export class Worker {
    */
   private async claim(): Promise<'stop' | 'empty' | 'empty-early' | { id: string; item: Record<string, unknown>; attempts: number; lease: { until: number } }> {
     const { queue, worker, criteria, waitSeconds } = this.options;
-    for (let attempt = 0; ; attempt++) {
+    let sentAt = 0;
+    try {
+      const res = await retrying(
+        async () => {
+          if (this.stopping) return 'stop' as const;
+          const controller = new AbortController();
+          sentAt = Date.now();
+          this.claimsInFlight.set(controller, sentAt);
+          return this.client
+            .claim(
+              queue,
+              { worker, criteria, wait: waitSeconds },
+              // A server that holds the request well past the long-poll is treated as gone.
+              { signal: controller.signal, timeoutMs: (waitSeconds + 15) * 1000 },
+            )
+            .finally(() => this.claimsInFlight.delete(controller));
+        },
+        {
+          retryable: (err) => !this.stopping && isTransient(err),
+          onFailure: ({ error, attempt, delayMs }) => {
+            this.failing();
+            this.sink.event({ event: 'retry', what: 'claim', attempt, delayMs, message: errorMessage(error) });
+          },
+          signal: this.claims.signal,
+        },
+      );
+      if (res === 'stop') return 'stop';
+      this.answered();
+      // An item that arrives after the first signal is run all the same: it is ours now.
+      if (res.empty) return this.stopping ? 'stop' : Date.now() - sentAt < waitSeconds * 500 || waitSeconds === 0 ? 'empty-early' : 'empty';
+      return res;
+    } catch (err) {
       if (this.stopping) return 'stop';
-      const controller = new AbortController();
-      const sentAt = Date.now();
-      this.claimsInFlight.set(controller, sentAt);
-      try {
-        const res = await this.client
-          .claim(
-            queue,
-            { worker, criteria, wait: waitSeconds },
-            // A server that holds the request well past the long-poll is treated as gone.
-            { signal: controller.signal, timeoutMs: (waitSeconds + 15) * 1000 },
-          )
-          .finally(() => this.claimsInFlight.delete(controller));
-        this.answered();
-        // An item that arrives after the first signal is run all the same: it is ours now.
-        if (res.empty) return this.stopping ? 'stop' : Date.now() - sentAt < waitSeconds * 500 || waitSeconds === 0 ? 'empty-early' : 'empty';
-        return res;
-      } catch (err) {
-        if (this.stopping) return 'stop';
-        if (!isTransient(err)) {
-          this.answered();
-          this.sink.event({ event: 'error', message: `cannot claim from ${queue}: ${errorMessage(err)}` });
-          this.exitCode = EXIT.failed;
-          this.stop();
-          return 'stop';
-        }
-        const delayMs = backoffMs(attempt);
-        this.failing();
-        this.sink.event({ event: 'retry', what: 'claim', attempt: attempt + 1, delayMs, message: errorMessage(err) });
-        await sleep(delayMs, this.claims.signal);
-      }
+      this.answered();
+      this.sink.event({ event: 'error', message: `cannot claim from ${queue}: ${errorMessage(err)}` });
+      this.exitCode = EXIT.failed;
+      this.stop();
+      return 'stop';
     }
   }
 
@@ -375,36 +381,34 @@ export class Worker {
    * so a worker cut off from its server does not pile up results it cannot hand in.
    */
   private async deliver(kind: 'result' | 'error', id: string, record: string, rethrowRejection = false): Promise<SubmitResult | undefined> {
-    let retrying = false;
+    let retried = false;
     try {
-      for (let attempt = 0; ; attempt++) {
-        try {
-          const answer = await this.client.submit(this.options.queue, id, kind, record, { timeoutMs: SUBMIT_TIMEOUT_MS, signal: this.abandon.signal });
-          this.answered();
-          return answer;
-        } catch (err) {
-          if (!isTransient(err)) {
-            this.answered();
-            if (rethrowRejection && err instanceof ClientError && err.status !== 404) throw err;
-            this.sink.event({ event: 'error', id, message: `${kind} not delivered: ${errorMessage(err)}` });
-            return undefined;
-          }
-          if (!retrying) {
-            retrying = true;
+      const answer = await retrying(() => this.client.submit(this.options.queue, id, kind, record, { timeoutMs: SUBMIT_TIMEOUT_MS, signal: this.abandon.signal }), {
+        onFailure: ({ error, attempt, delayMs }) => {
+          if (!retried) {
+            retried = true;
             this.undelivered++;
           }
-          if (this.abandoning) {
-            this.sink.event({ event: 'error', id, message: `${kind} not delivered (gave up on signal): ${errorMessage(err)}` });
-            return undefined;
-          }
-          const delayMs = backoffMs(attempt);
           this.failing();
-          this.sink.event({ event: 'retry', what: kind, id, attempt: attempt + 1, delayMs, message: errorMessage(err) });
-          await sleep(delayMs, this.abandon.signal);
-        }
+          this.sink.event({ event: 'retry', what: kind, id, attempt, delayMs, message: errorMessage(error) });
+        },
+        // The third signal aborts it: a delivery still failing then is given up.
+        signal: this.abandon.signal,
+      });
+      this.answered();
+      return answer;
+    } catch (err) {
+      // A failure worth retrying comes out of `retrying` only once the third signal aborted it.
+      if (isTransient(err)) {
+        this.sink.event({ event: 'error', id, message: `${kind} not delivered (gave up on signal): ${errorMessage(err)}` });
+        return undefined;
       }
+      this.answered();
+      if (rethrowRejection && err instanceof ClientError && err.status !== 404) throw err;
+      this.sink.event({ event: 'error', id, message: `${kind} not delivered: ${errorMessage(err)}` });
+      return undefined;
     } finally {
-      if (retrying) {
+      if (retried) {
         this.undelivered--;
         if (this.undelivered === 0) this.openGate();
       }
@@ -413,14 +417,13 @@ export class Worker {
 
   /** A call to the server failed in a way worth retrying. */
   private failing(): void {
-    this.failingSince ??= Date.now();
+    this.connection.failed();
   }
 
   /** The server answered a call (whatever it said): if calls had been failing, say it is back. */
   private answered(): void {
-    if (this.failingSince === undefined) return;
-    this.sink.event({ event: 'reconnected', afterMs: Date.now() - this.failingSince });
-    this.failingSince = undefined;
+    const afterMs = this.connection.answered();
+    if (afterMs !== undefined) this.sink.event({ event: 'reconnected', afterMs });
   }
 
   private deliveriesSettled(): Promise<void> {
