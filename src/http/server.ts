@@ -99,6 +99,7 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
     warn,
   });
   await store.open();
+  await tools.tasks.start(store);
 
   const stopping = new AbortController();
   // Every waiting claim or fetch listens for the stop: there are as many as there are long polls.

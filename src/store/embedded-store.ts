@@ -3,9 +3,9 @@ import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import type { Criteria } from '../engine/criteria.js';
 import { isTerminal, type ItemStatus } from '../engine/item.js';
 import { Queue, type Change, type Item, type Outcome } from '../engine/queue.js';
-import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord, type HistoryMark } from './journal.js';
+import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord } from './journal.js';
 import type { WriteFn } from './append-file.js';
-import { StoreUnavailable, type Claimed, type ClaimInput, type EventBatch, type PayloadKind, type PostInput, type PostOutcome, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type SubmitOutcome } from './store.js';
+import { StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type SubmitOutcome } from './store.js';
 import { jsonString } from '../json-text.js';
 
 export interface EmbeddedStoreOptions {
@@ -67,7 +67,7 @@ interface Unconfirmed {
  * that keep the journal short (see journal.ts). Long polls wait on in-memory lists and are woken
  * by the change that makes them answerable, never by polling.
  */
-export class EmbeddedStore implements Store {
+export class EmbeddedStore implements Store, EventOutbox {
   private readonly journal: Journal;
   private readonly slots = new Map<string, QueueSlot>();
   private readonly itemWaiters = new Map<string, Array<() => void>>();
@@ -77,13 +77,15 @@ export class EmbeddedStore implements Store {
   private idsAt = 0;
   /** Number of the last task event written to the journal. */
   private eventSeq = 0;
-  /** How far the task history is known to hold events, and the last delivery to it. */
-  private mark: HistoryMark | null = null;
+  /** The task history holds every event through this number (it said so through eventsDelivered). */
+  private delivered = 0;
   private markWrittenAt = 0;
-  private delivered: Promise<unknown> = Promise.resolve();
-  /** Events written to the journal in this turn of the event loop, for the history once durable. */
-  private outbox: Array<{ seq: number; ts: number; lines: string }> = [];
-  private outboxDurable: Promise<void> = Promise.resolve();
+  /** Durable events the history does not hold yet, oldest first (see EventOutbox). */
+  private outbox: OutboxEntry[] = [];
+  private readonly eventListeners: Array<() => void> = [];
+  private eventsAnnounced = false;
+  /** Snapshots waiting for the history to hold every event through a number. */
+  private deliveryWaiters: Array<{ seq: number; resolve: () => void; reject: (err: Error) => void }> = [];
   /**
    * Every change applied in memory and not yet on disk, oldest first. A failed write takes them
    * all back (see {@link takeBack}): memory then holds exactly what the disk holds.
@@ -100,16 +102,12 @@ export class EmbeddedStore implements Store {
 
   async open(): Promise<void> {
     const { items: loaded, events } = await this.journal.open();
-    // Catch the task history up: cut it back to where it was known to be, then append what the journal holds beyond.
+    // The outbox starts with every durable event the history did not say it holds.
     this.eventSeq = events.lastSeq;
-    const start = await this.options.hooks.recoverEvents(events.mark);
-    this.mark = events.mark ?? { seq: events.lastSeq, ...start };
+    this.delivered = events.mark?.seq ?? 0;
     for (const [seq, batch] of events.pending) {
-      if (batch.length > 0) this.deliver(seq, { ts: batch[0]!.ts, lines: batch.map((e) => `${JSON.stringify(e)}\n`).join('') });
+      if (batch.length > 0) this.outbox.push({ seq, ts: batch[0]!.ts, lines: batch.map((e) => `${JSON.stringify(e)}\n`).join('') });
     }
-    await this.delivered;
-    // From here on a restart knows where the history stands, even if it stops before the next mark.
-    await this.journal.append(markRecord(this.mark));
     for (const [key, items] of loaded) {
       if (items.size === 0) continue;
       const slot = this.slotFor(key, this.options.configFor(key) ?? DEFAULT_CONFIG);
@@ -130,8 +128,8 @@ export class EmbeddedStore implements Store {
     this.itemWaiters.clear();
     // A last group that cannot be written was taken back and its callers told: the store still closes.
     await this.journal.sync().catch(() => undefined);
-    await this.delivered;
-    if (this.mark) this.journal.appendLater(markRecord(this.mark));
+    this.journal.appendLater(markRecord({ seq: this.delivered }));
+    for (const w of this.deliveryWaiters.splice(0)) w.reject(new Error('the store is closing'));
     await this.journal.close();
   }
 
@@ -332,12 +330,15 @@ export class EmbeddedStore implements Store {
     for (const change of changes) this.unconfirmed.push({ seq: ++this.changeSeq, slot, change });
     const through = this.changeSeq;
     const durable = this.journal.append(count > 0 ? records + eventsRecord(seq, eventList) : records).then(
-      () => this.confirm(through),
+      () => {
+        this.confirm(through);
+        // Durable writes complete in order, so the outbox stays in the order of the events' numbers.
+        if (count > 0) this.toOutbox({ seq, ts, lines });
+      },
       (err: Error) => {
         throw new StoreUnavailable(err);
       },
     );
-    if (count > 0) this.toDeliver(seq, ts, lines, durable);
     this.afterChange(slot, changes);
     if (!staged) return durable;
     return durable.then(
@@ -388,52 +389,49 @@ export class EmbeddedStore implements Store {
     this.commit(slot, changes).catch(() => undefined);
   }
 
-  /**
-   * Queues events for the history. Journal appends resolve in order, so once the last append of
-   * this turn is durable all of them are: one delivery per turn rather than one per change.
-   */
-  private toDeliver(seq: number, ts: number, lines: string, durable: Promise<void>): void {
-    if (this.outbox.length === 0) {
-      queueMicrotask(() => {
-        const batch = this.outbox;
-        this.outbox = [];
-        this.outboxDurable.then(
-          () => {
-            const first = batch[0]!;
-            const last = batch[batch.length - 1]!;
-            // One history append for the lot, unless they straddle midnight (UTC).
-            if (Math.floor(first.ts / 86_400_000) === Math.floor(last.ts / 86_400_000)) {
-              this.deliver(last.seq, { ts: first.ts, lines: batch.length === 1 ? first.lines : batch.map((b) => b.lines).join('') });
-            } else {
-              for (const b of batch) this.deliver(b.seq, { ts: b.ts, lines: b.lines });
-            }
-          },
-          () => undefined,
-        );
-      });
+  readEvents(afterSeq: number, limit: number): OutboxEntry[] {
+    const out: OutboxEntry[] = [];
+    for (const entry of this.outbox) {
+      if (entry.seq <= afterSeq) continue;
+      out.push(entry);
+      if (out.length === limit) break;
     }
-    this.outbox.push({ seq, ts, lines });
-    this.outboxDurable = durable;
+    return out;
   }
 
-  /**
-   * Hands durable events to the history, in order, and records how far it got; the position goes
-   * into the journal now and then, so a restart re-delivers only what may be missing.
-   */
-  private deliver(seq: number, batch: EventBatch): void {
-    this.delivered = this.options.hooks.events(batch).then(
-      (position) => {
-        // Deliveries complete in order; a mark never moves back.
-        if (this.mark && seq <= this.mark.seq) return;
-        this.mark = { seq, ...position };
-        const now = this.now();
-        if (now - this.markWrittenAt >= 250 && !this.closed) {
-          this.markWrittenAt = now;
-          this.journal.appendLater(markRecord(this.mark));
-        }
-      },
-      (err: Error) => this.options.warn(`task history: ${err.message}`),
-    );
+  eventsDelivered(seq: number): void {
+    if (seq <= this.delivered) return;
+    this.delivered = seq;
+    let n = 0;
+    while (n < this.outbox.length && this.outbox[n]!.seq <= seq) n++;
+    this.outbox.splice(0, n);
+    // The journal learns it now and then, so that a restart hands over only what may be missing.
+    const now = this.now();
+    if (now - this.markWrittenAt >= 250 && !this.closed) {
+      this.markWrittenAt = now;
+      this.journal.appendLater(markRecord({ seq }));
+    }
+    this.deliveryWaiters = this.deliveryWaiters.filter((w) => (w.seq <= seq ? (w.resolve(), false) : true));
+  }
+
+  onEvents(listener: () => void): void {
+    this.eventListeners.push(listener);
+  }
+
+  private toOutbox(entry: OutboxEntry): void {
+    this.outbox.push(entry);
+    if (this.eventsAnnounced) return;
+    this.eventsAnnounced = true;
+    queueMicrotask(() => {
+      this.eventsAnnounced = false;
+      for (const listener of this.eventListeners) listener();
+    });
+  }
+
+  /** Resolves once the history holds every event through `seq` (a snapshot may then drop older journals). */
+  private deliveredThrough(seq: number): Promise<number> {
+    if (this.delivered >= seq) return Promise.resolve(this.delivered);
+    return new Promise((resolve, reject) => this.deliveryWaiters.push({ seq, resolve: () => resolve(this.delivered), reject }));
   }
 
   /**
@@ -467,10 +465,8 @@ export class EmbeddedStore implements Store {
     }
     this.schedule(slot);
     if (this.journal.wantsSnapshot()) {
-      const historyMark = async (): Promise<HistoryMark | null> => {
-        await this.delivered;
-        return this.mark;
-      };
+      // Called once the journals before the new one are closed: every event they hold is numbered up to eventSeq now.
+      const historyMark = async (): Promise<{ seq: number }> => ({ seq: await this.deliveredThrough(this.eventSeq) });
       this.journal.snapshot(() => this.allItems(), historyMark).catch((err: Error) => this.options.warn(`snapshot failed: ${err.message}`));
     }
   }

@@ -5,7 +5,6 @@ import { Low } from 'lowdb';
 import { JSONFile } from 'lowdb/node';
 import type { TaskEvent } from '../engine/item.js';
 import { Item } from '../engine/queue.js';
-import type { HistoryPosition } from './store.js';
 import { fsyncDir } from '../durable-files.js';
 import { AppendFile, type AppendFileOptions, type WriteFn } from './append-file.js';
 import { jsonString } from '../json-text.js';
@@ -34,7 +33,7 @@ import { jsonString } from '../json-text.js';
 //   ["u", queue, id, ...state]                                                an item's state after a change
 //   ["d", queue, id]                                                          the item is gone (retention)
 //   ["e", seq, [event, ...]]        task events, written with the change they describe; seq numbers the last
-//   ["m", seq, file, size]          the task history holds every event up to seq: `file` has `size` bytes
+//   ["m", seq]                      the task history holds every event up to seq
 type StateFields = [Item['status'], number, number | null, number, string | null, number | null, number, string | null, string | null, string | null, number | null];
 
 function applyState(item: Item, s: StateFields): void {
@@ -84,14 +83,14 @@ export function eventsRecord(lastSeq: number, eventList: string): string {
 }
 
 export function markRecord(mark: HistoryMark): string {
-  return `${JSON.stringify(['m', mark.seq, mark.file, mark.size])}\n`;
+  return `["m",${mark.seq}]\n`;
 }
 
 /** Every live item found on disk, by queue. */
 export type LoadedItems = Map<string, Map<string, Item>>;
 
-/** The task history holds every event up to `seq`, and `file` has exactly `size` bytes of them. */
-export interface HistoryMark extends HistoryPosition {
+/** The task history holds every event up to `seq`. */
+export interface HistoryMark {
   seq: number;
 }
 
@@ -458,8 +457,9 @@ function applyRecord(text: string, body: string | undefined, items: LoadedItems,
     if (seq > events.lastSeq) events.lastSeq = seq;
     return true;
   }
-  if (record[0] === 'm' && record.length === 4 && typeof record[1] === 'number' && typeof record[2] === 'string' && typeof record[3] === 'number') {
-    const mark: HistoryMark = { seq: record[1], file: record[2], size: record[3] };
+  // ["m", seq], or ["m", seq, file, size] as stores written before kept it (the position is the history's own business now).
+  if (record[0] === 'm' && (record.length === 2 || record.length === 4) && typeof record[1] === 'number') {
+    const mark: HistoryMark = { seq: record[1] };
     if (mark.seq >= (events.mark?.seq ?? 0)) {
       // Every event up to mark.seq is in the history; later batches may precede this line.
       events.mark = mark;

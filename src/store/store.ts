@@ -63,31 +63,33 @@ export interface StatusRecord {
 
 export type PayloadKind = 'item' | 'progress' | 'result' | 'error';
 
-/** Task events of one change, all stamped with the same `ts`, as JSON lines (one `TaskEvent` each). */
-export interface EventBatch {
+/**
+ * Task events in the store's outbox: those of one change, all stamped with the same `ts`, as JSON
+ * lines (one `TaskEvent` each). Events are numbered in the order they were made durable; `seq` is
+ * the number of the entry's last event.
+ */
+export interface OutboxEntry {
+  seq: number;
   ts: number;
   lines: string;
 }
 
-/** How far the task history got: `file` holds exactly `size` bytes of events up to then. */
-export interface HistoryPosition {
-  file: string;
-  size: number;
+/**
+ * The task events a store has made durable, for whoever keeps the task history (decisions §5).
+ * A change's events are written in the same durable step as the change and enter the outbox once
+ * that step is on disk; they stay there, across restarts, until the history says it holds them.
+ */
+export interface EventOutbox {
+  /** Entries whose events are numbered after `afterSeq`, oldest first, at most `limit` entries. */
+  readEvents(afterSeq: number, limit: number): OutboxEntry[];
+  /** The history holds every event through `seq` durably: the store may forget them. */
+  eventsDelivered(seq: number): void;
+  /** Calls `listener` (at most once per turn of the event loop) when entries enter the outbox. */
+  onEvents(listener: () => void): void;
 }
 
-/**
- * Where a store puts what outlives an item: task events and archived payloads (decisions §5, §6).
- * An event is durable once the store has it in its own storage, in the same write as the change
- * it describes; the history is written just after, and caught up after a crash.
- */
+/** What a store calls outside itself: the payload archive (decisions §5, §6). */
 export interface StoreHooks {
-  /** Appends events the store has already made durable; resolves once the history has them on disk, with its position. */
-  events(batch: EventBatch): Promise<HistoryPosition>;
-  /**
-   * At start, before any new event: cuts the history back to the last position the store recorded
-   * (none: a new store), and resolves with the history's position from which events will follow.
-   */
-  recoverEvents(position: HistoryPosition | null): Promise<HistoryPosition>;
   /**
    * Writes a payload's exact bytes durably where nobody reads them yet (only for queues with
    * archivePayloads on). The store stages before it applies the change, then publishes the payload

@@ -53,8 +53,6 @@ export async function openTools(options: ToolsOptions): Promise<Tools> {
     tasks,
     sampler,
     hooks: {
-      events: (batch) => tasks.append(batch),
-      recoverEvents: (position) => tasks.recover(position),
       stage: (host, queue, id, kind, body) => payloads.stage(host, queue, id, kind, body),
     },
     async close() {

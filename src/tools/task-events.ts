@@ -1,7 +1,7 @@
-import { mkdir, readdir, rm, stat, truncate } from 'node:fs/promises';
+import { readdir, readFile, rm, stat, truncate, mkdir } from 'node:fs/promises';
 import path from 'node:path';
-import type { EventBatch, HistoryPosition } from '../store/store.js';
-import { fsyncDir } from '../durable-files.js';
+import type { EventOutbox, OutboxEntry } from '../store/store.js';
+import { fsyncDir, writeAtomically } from '../durable-files.js';
 import { AppendFile } from '../store/append-file.js';
 import { parseTaskFile, taskFileName, utcDay } from './files.js';
 
@@ -9,30 +9,38 @@ import { parseTaskFile, taskFileName, utcDay } from './files.js';
  * The task history (decisions §5): one JSON line per event in `tasks-YYYY-MM-DD.log` under
  * `<root>/_svcq/tasks/`. It is never pruned: it outlives retention.
  *
- * An acknowledged transition has its event on disk because the store writes the event into its
- * own journal, in the same fsync as the change. This file is written just after, off the
- * request's path, and the store remembers how far it got (a `HistoryPosition`); after a
- * crash, `recover` cuts the file back to the last position the store knew and the store appends
- * the events its journal holds beyond it, so the history has every event exactly once.
+ * It is a projection of the store's outbox: the store writes a change's events in the same durable
+ * step as the change, and this takes them from there, appends them to the day-files, syncs them,
+ * records how far it got in `position.json` (the last event's number, and the day-file and size
+ * that hold it), and only then tells the store it may forget them. After a crash it cuts the
+ * history back to that position and takes the rest from the outbox again, so the history holds
+ * every event exactly once, and the store knows nothing of files.
  */
-/** How long event lines gather before they are written and synced together. */
+
+/** How long events gather in the outbox before they are written and synced together. */
 const BATCH_MS = 100;
 /** How long a history write that failed waits before it is tried again. */
 const RETRY_MS = 1000;
+/** Outbox entries taken per write. */
+const TAKE = 4096;
+const POSITION_FILE = 'position.json';
 
-interface Batch {
-  day: string;
-  lines: string;
-  /** Bytes in `lines`. */
-  bytes: number;
-  /** Each append's promise, settled with the position just past its own lines. */
-  appends: Array<{ end: number; resolve: (position: HistoryPosition) => void; reject: (err: Error) => void }>;
+/** How far the history got: every event through `seq` is in it, and `file` holds exactly `size` bytes. */
+interface Position {
+  seq: number;
+  file: string;
+  size: number;
 }
 
 export class TaskEventLog {
   private file: AppendFile | undefined;
   private day = '';
+  private outbox: EventOutbox | undefined;
+  private position: Position | null = null;
   private closing = false;
+  private timer: NodeJS.Timeout | undefined;
+  /** The chain of writes, one after another, in order. */
+  private writing: Promise<void> = Promise.resolve();
 
   constructor(readonly dir: string) {}
 
@@ -51,85 +59,88 @@ export class TaskEventLog {
   }
 
   /**
-   * Appends a batch of events (JSON lines, all of one `ts`) in order; resolves once they are on
-   * disk, with the position just past them. Each goes to the day-file of its UTC day.
-   *
-   * Lines are gathered for up to {@link BATCH_MS} and written and synced together: nobody waits
-   * on this file in a request (the store's journal holds the events durably first), so one
-   * fdatasync every few hundred milliseconds is enough, and it stays out of the journal's way.
+   * Recovers the history (a crash may have left lines past the recorded position: they are cut off,
+   * with any day-file begun after it) and starts taking events from `outbox`.
    */
-  append(events: EventBatch): Promise<HistoryPosition> {
-    const day = this.dayOf(events.ts);
-    if (this.batch && this.batch.day !== day) this.writeBatch();
-    if (!this.batch) {
-      this.batch = { day, lines: '', bytes: 0, appends: [] };
-      this.batchTimer = setTimeout(() => this.writeBatch(), BATCH_MS);
+  async start(outbox: EventOutbox): Promise<void> {
+    await mkdir(this.dir, { recursive: true });
+    this.position = await this.readPosition();
+    const p = this.position;
+    if (p) {
+      const target = path.join(this.dir, p.file);
+      const size = await stat(target).then((st) => st.size, () => -1);
+      if (size > p.size) await truncate(target, p.size);
+      for (const name of await readdir(this.dir)) {
+        if (parseTaskFile(name) && name > p.file) await rm(path.join(this.dir, name), { force: true });
+      }
     }
-    const batch = this.batch;
-    batch.lines += events.lines;
-    batch.bytes += Buffer.byteLength(events.lines);
-    const through = batch.bytes;
-    const done = new Promise<HistoryPosition>((resolve, reject) => batch.appends.push({ end: through, resolve, reject }));
-    if (batch.bytes >= 1 << 20) this.writeBatch();
-    return done;
+    this.outbox = outbox;
+    outbox.onEvents(() => this.schedule());
+    this.schedule();
   }
 
-  private batch: Batch | undefined;
-  private batchTimer: NodeJS.Timeout | undefined;
-  /** The chain of batch writes, one after another, in order. */
-  private writing: Promise<void> = Promise.resolve();
+  private async readPosition(): Promise<Position | null> {
+    try {
+      const p = JSON.parse(await readFile(path.join(this.dir, POSITION_FILE), 'utf8')) as Position;
+      return typeof p.seq === 'number' && typeof p.size === 'number' && typeof p.file === 'string' && parseTaskFile(p.file) ? p : null;
+    } catch {
+      // None yet (a new root, or one written before the position was kept here): the history's
+      // files hold what the store's last mark says, and what the outbox holds follows them.
+      return null;
+    }
+  }
 
-  private writeBatch(): void {
-    clearTimeout(this.batchTimer);
-    this.batchTimer = undefined;
-    const batch = this.batch;
-    if (!batch) return;
-    this.batch = undefined;
+  /** Events gather for up to {@link BATCH_MS}: nobody waits on this file in a request (the store holds the events durably first). */
+  private schedule(): void {
+    if (this.timer || this.closing) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      void this.drain();
+    }, BATCH_MS);
+  }
+
+  /** Writes what the outbox holds now; resolves once it is in the history (or, closing, given up). */
+  private drain(): Promise<void> {
     this.writing = this.writing.then(async () => {
-      // The events are durable in the store already; a history write that fails (a full disk) is
-      // tried again until it succeeds, and later batches wait behind it, so the history keeps every
-      // event, in order. Only a close gives up (the store delivers them again after a restart).
       for (;;) {
-        try {
-          if (batch.day !== this.day || !this.file) await this.switchTo(batch.day);
-          const file = this.file!;
-          // The file's size counts what is queued: before queuing, it is where this batch starts.
-          const base = file.size;
-          await file.append(batch.lines);
-          const name = path.basename(file.file);
-          for (const a of batch.appends) a.resolve({ file: name, size: base + a.end });
-          return;
-        } catch (err) {
-          if (this.closing) {
-            for (const a of batch.appends) a.reject(err as Error);
-            return;
-          }
-          await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
-        }
+        const entries = this.outbox?.readEvents(this.position?.seq ?? 0, TAKE) ?? [];
+        if (entries.length === 0) return;
+        if (!(await this.write(entries))) return;
       }
     });
+    return this.writing;
   }
 
   /**
-   * After a crash: cuts the history back to `position` (dropping lines written after the store's
-   * last record of it) and removes day-files begun after it. Before any append.
+   * Appends entries to their day-files and records the position. A write that fails (a full disk)
+   * is tried again until it succeeds; later entries wait behind it. Only a close gives up (the
+   * outbox hands them over again after a restart).
    */
-  async recover(position: HistoryPosition | null, now = Date.now()): Promise<HistoryPosition> {
-    await mkdir(this.dir, { recursive: true });
-    if (!position || !parseTaskFile(position.file)) {
-      const file = taskFileName(utcDay(now));
-      return { file, size: await stat(path.join(this.dir, file)).then((st) => st.size, () => 0) };
+  private async write(entries: OutboxEntry[]): Promise<boolean> {
+    for (;;) {
+      try {
+        let at = 0;
+        while (at < entries.length) {
+          const day = this.dayOf(entries[at]!.ts);
+          let lines = '';
+          for (; at < entries.length && this.dayOf(entries[at]!.ts) === day; at++) lines += entries[at]!.lines;
+          if (day !== this.day || !this.file) await this.switchTo(day);
+          await this.file!.append(lines);
+        }
+        const seq = entries[entries.length - 1]!.seq;
+        const position: Position = { seq, file: path.basename(this.file!.file), size: this.file!.size };
+        await writeAtomically(path.join(this.dir, POSITION_FILE), JSON.stringify(position));
+        this.position = position;
+        this.outbox?.eventsDelivered(seq);
+        return true;
+      } catch {
+        if (this.closing) return false;
+        await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
+      }
     }
-    const target = path.join(this.dir, position.file);
-    const size = await stat(target).then((st) => st.size, () => -1);
-    if (size > position.size) await truncate(target, position.size);
-    for (const name of await readdir(this.dir)) {
-      if (parseTaskFile(name) && name > position.file) await rm(path.join(this.dir, name), { force: true });
-    }
-    return position;
   }
 
-  /** Only called from the chain of batch writes, so never twice at once. */
+  /** Only called from the chain of writes, so never twice at once. */
   private async switchTo(day: string): Promise<void> {
     const previous = this.file;
     this.file = await AppendFile.open(path.join(this.dir, taskFileName(day)));
@@ -139,16 +150,18 @@ export class TaskEventLog {
     await previous?.close();
   }
 
-  /** Writes and syncs everything appended so far. */
+  /** Writes and syncs every event the outbox holds now. */
   async flush(): Promise<void> {
-    this.writeBatch();
-    await this.writing;
+    await this.drain();
   }
 
   async close(): Promise<void> {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    // A last write; one that fails is not tried again.
     this.closing = true;
-    await this.flush();
-    // What could not be written is delivered again by the store after a restart.
+    await this.drain();
+    // What could not be written is handed over again by the store after a restart.
     await this.file?.close().catch(() => undefined);
     this.file = undefined;
     this.day = '';

@@ -53,6 +53,7 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
     tools = await openTools({ home, statsInterval: 3_600_000, warn: (l) => warnings.push(l) });
     store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks: tools.hooks, configFor: () => undefined, warn: (l) => warnings.push(l), write: disk.write });
     await store.open();
+    await tools.tasks.start(store);
   }
   async function close(): Promise<void> {
     await store.close();
