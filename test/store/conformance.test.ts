@@ -15,7 +15,13 @@ import { embedded, model, START, type StoreFactory, type StoreUnderTest } from '
 const HOST = 'conformance.example.com';
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-function conformance(name: string, factory: StoreFactory | null, whyNot?: string): void {
+/**
+ * Where a store is known to differ from the contract, by test tag, and why: those tests show as
+ * pending for that store (and say why), so that the difference stays visible until it is fixed.
+ */
+type KnownDifferences = Partial<Record<'counts-deadlines', string>>;
+
+function conformance(name: string, factory: StoreFactory | null, whyNot?: string, known: KnownDifferences = {}): void {
   describe(`conformance: ${name}`, function () {
     this.timeout(30_000);
     let h: StoreUnderTest;
@@ -29,7 +35,7 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
       });
     } else {
       beforeEach(async () => {
-        h = await factory({ configFor: (key) => configs.get(key), realTools: true });
+        h = await factory({ configFor: (key) => configs.get(key) });
       });
       afterEach(async () => {
         await h.dispose();
@@ -37,6 +43,12 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
     }
 
     const s = (): Store => h.store;
+    function knownDifference(test: Mocha.Context, tag: keyof KnownDifferences): void {
+      const why = known[tag];
+      if (why === undefined) return;
+      console.log(`      known difference (${tag}): ${why}`);
+      test.skip();
+    }
     const now = (): number => h.clock.now();
     const advance = (ms: number): void => h.clock.advance(ms);
 
@@ -111,6 +123,21 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         await s().cancel(q, ids[4]!);
         expect(await s().counts(q)).to.deep.equal({ claimed: 1, processing: 1, finished: 1, failed: 1, cancelled: 1, pending: 2 });
         expect(await s().counts(queue())).to.deep.equal({});
+      });
+
+      it('counts apply the deadlines already past, as every other request does (decisions §3.2, §5.1)', async function () {
+        knownDifference(this, 'counts-deadlines');
+        const q = queue({ leaseSeconds: 10, retainSeconds: 10, timeoutSeconds: 1000 });
+        const a = await post(q);
+        const b = await post(q);
+        await post(q);
+        await claimId(q);
+        await s().result(q, b, '{}');
+        advance(10_000);
+        expect(await s().counts(q)).to.deep.equal({ pending: 2 });
+        expect(await status(q, a)).to.equal('pending');
+        advance(990_000);
+        expect(await s().counts(q)).to.deep.equal({ timedout: 2 });
       });
     });
 
@@ -775,7 +802,12 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
   });
 }
 
-conformance('embedded', embedded);
+conformance('embedded', embedded, undefined, {
+  // EmbeddedStore.counts() reads the queue as its timers last left it and applies nothing due,
+  // unlike every other operation (prepare()). On a real clock the timer runs at the deadline, so
+  // counts lag by the timer's delay; on the fake clock here, until the next other request.
+  'counts-deadlines': 'EmbeddedStore.counts() does not apply deadlines already past (only its timers and the next other request do)',
+});
 conformance('model', model);
 // No PostgreSQL store exists yet: the suite shows as skipped, not passed.
 conformance('postgres', null, process.env.SVCQ_TEST_PG_URL ? 'no PostgreSQL store yet' : 'SVCQ_TEST_PG_URL is not set (and no PostgreSQL store yet)');

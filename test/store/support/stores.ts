@@ -2,7 +2,7 @@ import path from 'node:path';
 import type { QueueConfig } from '../../../src/engine/config.js';
 import { EmbeddedStore } from '../../../src/store/embedded-store.js';
 import { ModelStore, newModelDisk } from '../../../src/store/model-store.js';
-import type { Store, StoreHooks } from '../../../src/store/store.js';
+import type { Store } from '../../../src/store/store.js';
 import { openTools, type Tools } from '../../../src/tools/index.js';
 import { cleanupTemp, tempDir } from '../../support/server.js';
 
@@ -31,24 +31,12 @@ export interface StoreUnderTest {
 export interface FactoryOptions {
   /** A queue's current rules, for a store that applies time-driven changes outside any request (the embedded store at open). */
   configFor: (key: string) => QueueConfig | undefined;
-  /** The embedded store: the real task history and payload archive (slower to open), or hooks that keep nothing. */
-  realTools?: boolean;
   clock?: FakeClock;
 }
 
 export type StoreFactory = (options: FactoryOptions) => Promise<StoreUnderTest>;
 
-/** Hooks that keep nothing: for tests that look only at what the store answers. */
-export function nullHooks(): StoreHooks {
-  let size = 0;
-  return {
-    events: async (batch) => ({ file: 'memory', size: (size += batch.lines.length) }),
-    recoverEvents: async (position) => position ?? { file: 'memory', size: 0 },
-    stage: async () => ({ publish: async () => undefined, discard: async () => undefined }),
-  };
-}
-
-/** The embedded store on a fresh temp directory, with the fake clock as its `now`. */
+/** The embedded store on a fresh temp directory, with the real task history and payload archive beside it, and the fake clock as its `now`. */
 export const embedded: StoreFactory = async (options) => {
   const clock = options.clock ?? new FakeClock();
   const home = tempDir('svcq-conformance-');
@@ -56,8 +44,8 @@ export const embedded: StoreFactory = async (options) => {
   let tools: Tools | undefined;
   let store: EmbeddedStore;
   const open = async (): Promise<void> => {
-    const hooks = options.realTools ? (tools = await openTools({ home, statsInterval: 3_600_000, warn: (l) => warnings.push(l) })).hooks : nullHooks();
-    store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks, configFor: options.configFor, warn: (l) => warnings.push(l), now: clock.now });
+    tools = await openTools({ home, statsInterval: 3_600_000, warn: (l) => warnings.push(l) });
+    store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks: tools.hooks, configFor: options.configFor, warn: (l) => warnings.push(l), now: clock.now });
     await store.open();
   };
   const close = async (): Promise<void> => {
