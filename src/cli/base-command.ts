@@ -37,7 +37,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
       this.exit(err instanceof UserError ? err.exitCode : 1);
     }
     // Anything else (a flag oclif could not parse, say) is still one sentence with --json.
-    if (this.jsonEnabled() && err.oclif?.exit !== 0 && !(err.message ?? '').startsWith('EEXIT')) {
+    if (this.jsonEnabled() && err.oclif?.exit !== 0) {
       const sentence = err.message
         .split('\n')
         .map((line) => line.trim())
@@ -50,11 +50,18 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   }
 }
 
-/** A mistake in what the user asked for, with the exit code to leave with. */
+/**
+ * What kind of {@link UserError} it is: `usage`, a mistake in what was asked (exit 2 unless told);
+ * `not-done`, a request understood but not carried out (some items not posted, no archived payload).
+ */
+export type UserErrorCode = 'usage' | 'not-done';
+
+/** A mistake in what the user asked for, or a request not carried out, with the exit code to leave with. */
 export class UserError extends Error {
   constructor(
     message: string,
     readonly exitCode = 2,
+    readonly code: UserErrorCode = exitCode === 2 ? 'usage' : 'not-done',
   ) {
     super(message);
   }

@@ -85,7 +85,7 @@ export async function postMany(
         outcomes[index] = { input, result: await postWithRetry(client, queue, input.json, key) };
       } catch (err) {
         // Wrong address, token or queue, or no server at all: every other item would fail the same way.
-        if (err instanceof ClientError && (err.message.startsWith('not found') || (err.transient && err.status === undefined))) throw err;
+        if (err instanceof ClientError && (err.code === 'wall' || err.code === 'unreachable' || err.code === 'timeout' || err.code === 'aborted')) throw err;
         outcomes[index] = { input, error: err instanceof Error ? err.message : String(err) };
       }
       options.onDone?.(++count);
@@ -132,7 +132,7 @@ export async function waitForItem(client: SvcqClient, queue: string, id: string,
       {
         report,
         giveUpAfterMs: options.giveUpMs,
-        gaveUp: (err, failingForMs) => new ClientError(`gave up waiting for item ${id} after ${Math.round(failingForMs / 1000)} s of failures: ${(err as Error).message}`),
+        gaveUp: (err, failingForMs) => new ClientError(`gave up waiting for item ${id} after ${Math.round(failingForMs / 1000)} s of failures: ${(err as Error).message}`, 'gave-up'),
         onFailure: (f) => {
           const reason = (f.error as Error).message;
           if (f.report === 'first') options.report?.(`${reason}; retrying`);

@@ -12,16 +12,38 @@ export interface ClientOptions {
   host?: string;
 }
 
-/** A failure a person can act on: `message` is the one sentence a command prints. */
+/**
+ * What kind of failure a {@link ClientError} is, for callers that act on it (its message is for people):
+ * - `invalid-url`: the server URL given is not one the client can use
+ * - `unreachable`: no answer: the connection failed or broke
+ * - `timeout`: the server was reached but said nothing within the time allowed
+ * - `aborted`: the caller abandoned the request before its answer began
+ * - `wall`: 404 not found: a wrong token, host or queue (the server never says which)
+ * - `no-such-item`: the queue has no item with that id
+ * - `rejected`: 4xx naming the fields the server refused
+ * - `api-version`: 426, the server speaks another API version
+ * - `http`: any other error status (see `status`)
+ * - `gave-up`: retried until the time allowed for failures ran out
+ * - `not-a-folder`: a local path that should be a folder is not one
+ */
+export type ClientErrorCode = 'invalid-url' | 'unreachable' | 'timeout' | 'aborted' | 'wall' | 'no-such-item' | 'rejected' | 'api-version' | 'http' | 'gave-up' | 'not-a-folder';
+
+/** A failure a person can act on: `message` is the one sentence a command prints, `code` what a caller checks. */
 export class ClientError extends Error {
+  readonly status?: number;
+  readonly body?: unknown;
+  /** true for failures worth retrying: the server could not be reached, or answered 5xx */
+  readonly transient: boolean;
+
   constructor(
     message: string,
-    readonly status?: number,
-    readonly body?: unknown,
-    /** true for failures worth retrying: the server could not be reached, or answered 5xx */
-    readonly transient = false,
+    readonly code: ClientErrorCode,
+    details: { status?: number; body?: unknown; transient?: boolean } = {},
   ) {
     super(message);
+    this.status = details.status;
+    this.body = details.body;
+    this.transient = details.transient ?? false;
   }
 }
 
@@ -86,12 +108,16 @@ export class SvcqClient {
     try {
       this.base = new URL(options.url);
     } catch {
-      throw new ClientError(`--url "${options.url}" is not a valid URL (expected e.g. http://127.0.0.1:8080)`);
+      throw new ClientError(`--url "${options.url}" is not a valid URL (expected e.g. http://127.0.0.1:8080)`, 'invalid-url');
     }
-    if (this.base.protocol !== 'http:') throw new ClientError(`--url "${options.url}": only http:// is supported`);
+    if (this.base.protocol !== 'http:') throw new ClientError(`--url "${options.url}": only http:// is supported`, 'invalid-url');
   }
 
-  /** Sends one request; resolves with whatever the server answered. Rejects only when it could not be reached. */
+  /**
+   * Sends one request; resolves with whatever the server answered. Rejects only when it could not be reached.
+   * `signal` abandons the request only until the answer begins: an answer already arriving (a claimed
+   * item, say) is read to its end, since the server has acted on the request by then.
+   */
   request(method: string, path: string, opts: { body?: string | Buffer; headers?: Record<string, string>; queueHost?: boolean; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<RawResponse> {
     const headers: Record<string, string> = { ...opts.headers };
     if (this.options.token) headers.authorization = `Bearer ${this.options.token}`;
@@ -100,26 +126,43 @@ export class SvcqClient {
       headers['content-type'] ??= 'application/json';
       headers['content-length'] = String(Buffer.byteLength(opts.body));
     }
+    const { signal } = opts;
     return new Promise((resolve, reject) => {
+      let why: 'timeout' | 'aborted' | undefined;
       const req = http.request(
-        { protocol: 'http:', hostname: this.base.hostname, port: this.base.port || 80, method, path: `${this.base.pathname.replace(/\/$/, '')}${path}`, headers, agent, signal: opts.signal },
+        { protocol: 'http:', hostname: this.base.hostname, port: this.base.port || 80, method, path: `${this.base.pathname.replace(/\/$/, '')}${path}`, headers, agent },
         (res) => {
+          signal?.removeEventListener('abort', onAbort);
           const chunks: Buffer[] = [];
           res.on('data', (c: Buffer) => chunks.push(c));
           res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
-          res.on('error', (err) => reject(this.unreachable(err)));
+          res.on('error', (err) => reject(this.unreachable(err, why)));
         },
       );
-      if (opts.timeoutMs) req.setTimeout(opts.timeoutMs, () => req.destroy(new Error(`no answer within ${Math.round(opts.timeoutMs! / 1000)} s`)));
-      req.on('error', (err) => reject(this.unreachable(err)));
+      const onAbort = (): void => {
+        why = 'aborted';
+        req.destroy(Object.assign(new Error('The operation was aborted'), { name: 'AbortError', code: 'ABORT_ERR' }));
+      };
+      if (opts.timeoutMs) {
+        req.setTimeout(opts.timeoutMs, () => {
+          why = 'timeout';
+          req.destroy(new Error(`no answer within ${Math.round(opts.timeoutMs! / 1000)} s`));
+        });
+      }
+      req.on('error', (err) => {
+        signal?.removeEventListener('abort', onAbort);
+        reject(this.unreachable(err, why));
+      });
       req.end(opts.body);
+      if (signal?.aborted) onAbort();
+      else signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
 
-  private unreachable(err: Error): ClientError {
+  private unreachable(err: Error, why?: 'timeout' | 'aborted'): ClientError {
     const code = (err as NodeJS.ErrnoException).code;
-    const why = (code && NETWORK_ERRORS[code]) ?? code ?? err.message;
-    return new ClientError(`cannot reach ${this.options.url} (${why})`, undefined, undefined, true);
+    const words = (code && NETWORK_ERRORS[code]) ?? code ?? err.message;
+    return new ClientError(`cannot reach ${this.options.url} (${words})`, why ?? 'unreachable', { transient: true });
   }
 
   /** Sends a request and parses a JSON answer, turning error statuses into ClientErrors. */
@@ -193,16 +236,16 @@ export const WALL_WITHOUT_TOKEN = 'not found: no token was given (pass --token o
 
 /** The sentence for an error status (decisions §1.2). */
 function explain(status: number, body: unknown, tokenGiven: boolean): ClientError {
-  if (status === 426) return new ClientError(`the server speaks another API version (it says: ${describe(body)}); this client speaks /api/v${CLIENT_API}`, status, body);
+  if (status === 426) return new ClientError(`the server speaks another API version (it says: ${describe(body)}); this client speaks /api/v${CLIENT_API}`, 'api-version', { status, body });
   const record = (typeof body === 'object' && body !== null ? body : {}) as { error?: unknown; errors?: Array<{ path?: string; message?: string }> };
-  if (status === 404 && record.error === 'not found') return new ClientError(tokenGiven ? 'not found (wrong token, host or queue?)' : WALL_WITHOUT_TOKEN, status, body);
-  if (status === 404 && record.error === 'no such item') return new ClientError('no such item', status, body);
+  if (status === 404 && record.error === 'not found') return new ClientError(tokenGiven ? 'not found (wrong token, host or queue?)' : WALL_WITHOUT_TOKEN, 'wall', { status, body });
+  if (status === 404 && record.error === 'no such item') return new ClientError('no such item', 'no-such-item', { status, body });
   if (Array.isArray(record.errors)) {
     const parts = record.errors.map((e) => (e.path && e.path !== '/' ? `${e.path}: ${e.message}` : String(e.message)));
-    return new ClientError(`rejected: ${parts.join('; ')}`, status, body);
+    return new ClientError(`rejected: ${parts.join('; ')}`, 'rejected', { status, body });
   }
-  if (typeof record.error === 'string') return new ClientError(record.error, status, body, status >= 500);
-  return new ClientError(`the server answered HTTP ${status}`, status, body, status >= 500);
+  if (typeof record.error === 'string') return new ClientError(record.error, 'http', { status, body, transient: status >= 500 });
+  return new ClientError(`the server answered HTTP ${status}`, 'http', { status, body, transient: status >= 500 });
 }
 
 function describe(body: unknown): string {

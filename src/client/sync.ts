@@ -50,7 +50,7 @@ export class InvalidDefinitions extends Error {
  */
 export async function loadLocalDefinitions(dir: string): Promise<{ definitions: LocalDefinition[]; invalid: InvalidDefinition[] }> {
   const isDir = await stat(dir).then((s) => s.isDirectory(), () => false);
-  if (!isDir) throw new ClientError(`"${dir}" is not a folder`);
+  if (!isDir) throw new ClientError(`"${dir}" is not a folder`, 'not-a-folder');
   const { found, skipped } = await scanDefinitions(dir);
   const invalid: InvalidDefinition[] = skipped.map((rel) => {
     const parsed = parseDefinitionPath(rel);
@@ -100,7 +100,7 @@ export async function syncDefinitions(client: SvcqClient, dir: string, options: 
   const concurrency = options.concurrency ?? 8;
   await inBatches(toPut, concurrency, async (d) => {
     await client.putDefinition(d.path, d.bytes).catch((err: unknown) => {
-      throw err instanceof ClientError && !err.transient && !err.message.startsWith(d.path) ? new ClientError(`${d.path}: ${err.message}`, err.status, err.body) : err;
+      throw err instanceof ClientError && !err.transient && !err.message.startsWith(d.path) ? new ClientError(`${d.path}: ${err.message}`, err.code, { status: err.status, body: err.body }) : err;
     });
     step();
   });

@@ -24,10 +24,9 @@ interface HostDefinitions {
   users: Map<string, Buffer>;
 }
 
+/** A definition the server refuses (`message` names the file, then every problem): answered 400. */
 export class DefinitionError extends Error {
-  constructor(message: string) {
-    super(message);
-  }
+  readonly code = 'invalid-definition';
 }
 
 /**

@@ -3,11 +3,19 @@ import { DefinitionError } from '../definitions/registry.js';
 import { StoreUnavailable } from '../store/store.js';
 import { sendWall } from './wall.js';
 
+/**
+ * What kind of {@link HttpError} it is: `wall` (a denied or unknown request), `rejected` (fields
+ * refused), `no-such-item`, `bad-request` (management and tools), `unavailable` (503: the store
+ * cannot take changes now), or `http` for any other status.
+ */
+export type HttpErrorCode = 'wall' | 'rejected' | 'no-such-item' | 'bad-request' | 'unavailable' | 'http';
+
 /** Errors that know their HTTP answer. Every layer throws these; {@link sendError} is the one place that answers them. */
 export class HttpError extends Error {
   constructor(
     readonly status: number,
     readonly body: unknown,
+    readonly code: HttpErrorCode = status === 503 ? 'unavailable' : 'http',
   ) {
     super(typeof body === 'object' && body !== null && 'error' in body ? String((body as { error: unknown }).error) : `HTTP ${status}`);
   }
@@ -21,27 +29,27 @@ export interface FieldError {
 /** The wall: a denied or unknown request. */
 export class NotFound extends HttpError {
   constructor() {
-    super(404, null);
+    super(404, null, 'wall');
   }
 }
 
 /** 400 `{ ok: false, errors }` for queue endpoints (decisions §3.5). */
 export class Rejected extends HttpError {
   constructor(errors: FieldError[], status = 400) {
-    super(status, { ok: false, errors });
+    super(status, { ok: false, errors }, 'rejected');
   }
 }
 
 export class NoSuchItem extends HttpError {
   constructor() {
-    super(404, { ok: false, error: 'no such item' });
+    super(404, { ok: false, error: 'no such item' }, 'no-such-item');
   }
 }
 
 /** 400 `{ error }` for management and tools endpoints. */
 export class BadRequest extends HttpError {
   constructor(message: string) {
-    super(400, { error: message });
+    super(400, { error: message }, 'bad-request');
   }
 }
 

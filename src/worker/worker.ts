@@ -344,7 +344,7 @@ export class Worker {
             continue;
           }
           this.answered();
-          if (err instanceof ClientError && err.message === 'no such item') this.itemEnded(state, 'gone');
+          if (err instanceof ClientError && err.code === 'no-such-item') this.itemEnded(state, 'gone');
           else {
             this.sink.event({ event: 'error', id: state.id, message: `progress not accepted: ${errorMessage(err)}` });
             // A record the server refuses (too large, say) would be refused on every beat, and the
