@@ -1,6 +1,6 @@
 import { Args } from '@oclif/core';
 import { BaseCommand, hostFlag } from '../src/cli/base-command.js';
-import type { SubmitResult } from '../src/client/client.js';
+import type { SubmissionAnswer } from '../src/protocol.js';
 
 export default class Cancel extends BaseCommand<typeof Cancel> {
   static override summary = 'Cancel an item that is not yet terminal.';
@@ -16,7 +16,7 @@ export default class Cancel extends BaseCommand<typeof Cancel> {
     host: hostFlag,
   };
 
-  async run(): Promise<SubmitResult> {
+  async run(): Promise<SubmissionAnswer> {
     const { args } = await this.parse(Cancel);
     const result = await this.client({ host: this.flags.host }).cancel(args.queue, args.id);
     this.log(result.accepted ? `${args.id} cancelled` : `${args.id} not cancelled: it is already ${result.status}`);

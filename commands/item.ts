@@ -1,7 +1,7 @@
 import { Args, Flags } from '@oclif/core';
 import { BaseCommand, hostFlag } from '../src/cli/base-command.js';
 import { waitForItem } from '../src/cli/producer.js';
-import type { ItemRecord } from '../src/client/client.js';
+import type { StatusAnswer } from '../src/protocol.js';
 
 export default class Item extends BaseCommand<typeof Item> {
   static override summary = "Show an item's status record.";
@@ -20,7 +20,7 @@ When the server cannot be reached (or answers 5xx) it says so on stderr at once 
     'give-up': Flags.integer({ description: 'with --wait: seconds of failing to reach the server, in a row, after which to give up (0: at the first failure)', default: 60, min: 0 }),
   };
 
-  async run(): Promise<ItemRecord> {
+  async run(): Promise<StatusAnswer> {
     const { args } = await this.parse(Item);
     const client = this.client({ host: this.flags.host });
     const record = this.flags.wait
@@ -32,7 +32,7 @@ When the server cannot be reached (or answers 5xx) it says so on stderr at once 
 }
 
 /** The status record as a person reads it: one field a line, bodies as compact JSON. */
-function summary(r: ItemRecord): string {
+function summary(r: StatusAnswer): string {
   const time = (ms: number | null): string => (ms === null ? '-' : new Date(ms).toISOString());
   const body = (v: unknown): string => (v === null || v === undefined ? '-' : JSON.stringify(v));
   const took = r.finishedAt === null ? '' : ` (${((r.finishedAt - r.postedAt) / 1000).toFixed(1)} s after posting)`;

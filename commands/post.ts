@@ -2,7 +2,7 @@ import { Args, Flags } from '@oclif/core';
 import cliProgress from 'cli-progress';
 import { BaseCommand, UserError, hostFlag } from '../src/cli/base-command.js';
 import { parseItemArgument, parseItemsFromStdin, postMany, type ItemInput } from '../src/cli/producer.js';
-import type { PostResult } from '../src/client/client.js';
+import type { PostAnswer } from '../src/protocol.js';
 
 export default class Post extends BaseCommand<typeof Post> {
   static override summary = 'Post an item to a queue and print its id and status.';
@@ -24,7 +24,7 @@ With --idempotency-key a repeated post returns the first item instead of creatin
     'idempotency-key': Flags.string({ description: 'post at most once for this key (1-200 printable characters)' }),
   };
 
-  async run(): Promise<PostResult | undefined> {
+  async run(): Promise<PostAnswer | undefined> {
     const { args } = await this.parse(Post);
     const items = await readItems(args.item);
     const client = this.client({ host: this.flags.host });

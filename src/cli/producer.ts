@@ -1,4 +1,5 @@
-import type { ItemRecord, PostResult, SvcqClient } from '../client/client.js';
+import type { SvcqClient } from '../client/client.js';
+import type { PostAnswer, StatusAnswer } from '../protocol.js';
 import { ClientError } from '../client/client.js';
 import { FailureReport, isTransient, retrying, sleep } from '../client/backoff.js';
 import { UserError } from './base-command.js';
@@ -60,7 +61,7 @@ function describe(value: unknown): string {
   return `a ${typeof value}`;
 }
 
-export type PostOutcome = { input: ItemInput; result: PostResult } | { input: ItemInput; error: string };
+export type PostOutcome = { input: ItemInput; result: PostAnswer } | { input: ItemInput; error: string };
 
 /**
  * Posts many items, `parallel` at a time, and returns the outcomes in input order. A rejected
@@ -95,7 +96,7 @@ export async function postMany(
   return outcomes;
 }
 
-function postWithRetry(client: SvcqClient, queue: string, json: string, key: string | undefined): Promise<PostResult> {
+function postWithRetry(client: SvcqClient, queue: string, json: string, key: string | undefined): Promise<PostAnswer> {
   return retrying(() => client.post(queue, json, key), {
     // Without a key a retried post may create the item twice, so only unreachable servers are retried then.
     retryable: (err, attempt) => isTransient(err) && attempt < 4 && (key !== undefined || (err as ClientError).status === undefined),
@@ -120,7 +121,7 @@ export interface WaitOptions {
  * and at most every `reportEveryMs` after; after `giveUpMs` of failures in a row it gives up with
  * one sentence. Waiting on an item that takes long is not a failure and has no limit.
  */
-export async function waitForItem(client: SvcqClient, queue: string, id: string, options: WaitOptions): Promise<ItemRecord> {
+export async function waitForItem(client: SvcqClient, queue: string, id: string, options: WaitOptions): Promise<StatusAnswer> {
   const report = new FailureReport(options.reportEveryMs);
   for (;;) {
     let asked = 0;

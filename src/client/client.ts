@@ -1,5 +1,6 @@
 import http from 'node:http';
 import type { Manifest } from '../definitions/manifest.js';
+import type { ClaimAnswer, ClaimRequest, PostAnswer, StatusAnswer, SubmissionAnswer } from '../protocol.js';
 
 export const CLIENT_API = 2;
 
@@ -51,33 +52,6 @@ export interface RawResponse {
   status: number;
   headers: http.IncomingHttpHeaders;
   body: Buffer;
-}
-
-export interface PostResult {
-  ok: true;
-  id: string;
-  status: string;
-}
-export interface ItemRecord {
-  ok: true;
-  id: string;
-  status: string;
-  postedBy: string;
-  postedAt: number;
-  updatedAt: number;
-  finishedAt: number | null;
-  attempts: number;
-  progress: unknown;
-  result: unknown;
-  error: unknown;
-}
-export type ClaimResult =
-  | { ok: true; empty: true }
-  | { ok: true; empty?: undefined; id: string; item: Record<string, unknown>; attempts: number; lease: { worker: string; until: number } };
-export interface SubmitResult {
-  ok: true;
-  accepted: boolean;
-  status: string;
 }
 
 /** Socket error codes in the words a person uses for them. */
@@ -210,23 +184,23 @@ export class SvcqClient {
   }
 
   // --- queues (user token or public, Host header) ---
-  post(queue: string, item: string, idempotencyKey?: string): Promise<PostResult> {
+  post(queue: string, item: string, idempotencyKey?: string): Promise<PostAnswer> {
     return this.json('POST', `/${encodeURIComponent(queue)}`, { body: item, queueHost: true, headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : {} });
   }
   /** With `waitSeconds`, a server silent for 15 s past the wait counts as unreachable (a transient failure). */
-  item(queue: string, id: string, waitSeconds = 0): Promise<ItemRecord> {
+  item(queue: string, id: string, waitSeconds = 0): Promise<StatusAnswer> {
     const wait = waitSeconds > 0 ? `?wait=${waitSeconds}` : '';
     return this.json('GET', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}${wait}`, { queueHost: true, timeoutMs: waitSeconds > 0 ? (waitSeconds + 15) * 1000 : undefined });
   }
   /** `opts.signal` abandons a long-poll claim (a stopping worker); `opts.timeoutMs` bounds a silent server. */
-  claim(queue: string, body: { worker?: string; criteria?: Record<string, unknown>; wait?: number }, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<ClaimResult> {
+  claim(queue: string, body: ClaimRequest, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<ClaimAnswer> {
     return this.json('POST', `/${encodeURIComponent(queue)}/claim`, { body: JSON.stringify(body), queueHost: true, ...opts });
   }
   /** `opts.timeoutMs` bounds a silent server (a transient failure, retried by the worker); `opts.signal` abandons the call. */
-  submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: string, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<SubmitResult> {
+  submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: string, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<SubmissionAnswer> {
     return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/${kind}`, { body: record, queueHost: true, ...opts });
   }
-  cancel(queue: string, id: string): Promise<SubmitResult> {
+  cancel(queue: string, id: string): Promise<SubmissionAnswer> {
     return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/cancel`, { queueHost: true });
   }
 }

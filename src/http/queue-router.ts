@@ -6,12 +6,12 @@ import type { ErrorObject } from 'ajv';
 import type { Operation } from '../definitions/schemas.js';
 import type { QueueRuntime } from '../definitions/registry.js';
 import { allows } from '../engine/config.js';
-import type { Criteria } from '../engine/criteria.js';
 import { StoreUnavailable, type StatusRecord, type SubmitOutcome } from '../store/store.js';
 import { bearerToken, requestHost } from './auth.js';
 import type { ServerContext } from './context.js';
 import { HttpError, NoSuchItem, NotFound, Rejected, sendError, sendRawJson, type FieldError } from './errors.js';
 import { jsonString, nestedDeeperThan } from '../json-text.js';
+import { CLAIM_REQUEST_SCHEMA, type ClaimRequest } from '../protocol.js';
 
 /**
  * The queue domain: producer and worker endpoints (interface §4.1–§4.3, decisions §3), routed by
@@ -32,14 +32,7 @@ const CLAIM_DEPTH = 64;
 const SCHEMA_DEPTH = 512;
 
 const requestAjv = new Ajv2020({ allErrors: true, strict: false });
-const validateClaim = requestAjv.compile({
-  type: 'object',
-  properties: {
-    worker: { type: 'string', minLength: 1, maxLength: 200 },
-    criteria: { type: 'object' },
-    wait: { type: 'integer', minimum: 0, maximum: 30 },
-  },
-});
+const validateClaim = requestAjv.compile<ClaimRequest>(CLAIM_REQUEST_SCHEMA);
 
 const preflight = cors({
   origin: '*',
@@ -104,7 +97,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     if (nestedDeeperThan(body, CLAIM_DEPTH)) throw new Rejected([{ path: '/criteria', message: `the claim request nests deeper than ${CLAIM_DEPTH} levels` }]);
     const input = body.trim() === '' ? {} : parseObject(body, 'the claim request');
     if (!validateClaim(input)) throw new Rejected(ajvErrors(validateClaim.errors ?? []));
-    const { worker, criteria, wait } = input as { worker?: string; criteria?: Criteria; wait?: number };
+    const { worker, criteria, wait } = input;
     // An item at hand is claimed without waiting; only a claim that has to wait gets the hang-up
     // signal, which costs listeners on the request, the socket and the server.
     let claimed = await ctx.store.claim(queue, { worker: worker ?? 'anonymous', criteria, waitMs: 0 });

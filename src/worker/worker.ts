@@ -1,4 +1,5 @@
-import { ClientError, type SvcqClient, type SubmitResult } from '../client/client.js';
+import { ClientError, type SvcqClient } from '../client/client.js';
+import type { SubmissionAnswer } from '../protocol.js';
 import { backoffMs, errorMessage, FailureReport, isTransient, retrying, sleep } from '../client/backoff.js';
 import { tally, type WorkerEvent, type WorkerSink } from './events.js';
 import { setMaxListeners } from 'node:events';
@@ -366,7 +367,7 @@ export class Worker {
   }
 
   /** Delivers a result; a result the server rejects (too large, say) becomes an error record instead. */
-  private async deliverResult(id: string, record: string): Promise<SubmitResult | undefined> {
+  private async deliverResult(id: string, record: string): Promise<SubmissionAnswer | undefined> {
     try {
       return await this.deliver('result', id, record, true);
     } catch (err) {
@@ -380,7 +381,7 @@ export class Worker {
    * Submits until the server answers. While a delivery is being retried nothing new is claimed,
    * so a worker cut off from its server does not pile up results it cannot hand in.
    */
-  private async deliver(kind: 'result' | 'error', id: string, record: string, rethrowRejection = false): Promise<SubmitResult | undefined> {
+  private async deliver(kind: 'result' | 'error', id: string, record: string, rethrowRejection = false): Promise<SubmissionAnswer | undefined> {
     let retried = false;
     try {
       const answer = await retrying(() => this.client.submit(this.options.queue, id, kind, record, { timeoutMs: SUBMIT_TIMEOUT_MS, signal: this.abandon.signal }), {
