@@ -239,10 +239,23 @@ export class Worker {
     this.sink.event({ event: 'claimed', id, attempts });
     const started = Date.now();
 
+    let input: string;
+    try {
+      input = JSON.stringify(item);
+    } catch {
+      // An item nested too deep to be written out again (the stack runs out): CMD cannot be given it.
+      const answer = await this.deliver('error', id, JSON.stringify({ exitCode: null, signal: null, stderr: '', reason: 'the item nests too deeply to be passed to the command' }));
+      if (answer) this.ended({ event: 'failed', id, attempts, ms: Date.now() - started, exitCode: null, signal: null, timedOut: false, accepted: answer.accepted, status: answer.status });
+      else this.failed++;
+      this.running.delete(claim);
+      this.sink.running(this.runningIds());
+      return false;
+    }
+
     const start = (): Job => {
       const job = new Job({
         command,
-        input: JSON.stringify(item),
+        input,
         env: { SVCQ_QUEUE: queue, SVCQ_ITEM_ID: id, SVCQ_ATTEMPT: String(attempts) },
         timeoutMs: timeoutSeconds ? timeoutSeconds * 1000 : undefined,
         onProgress: (record) => {
