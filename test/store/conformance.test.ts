@@ -624,7 +624,7 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
       it('a claim with waitMs is answered with an item posted during the wait (decisions §3.3)', async () => {
         const q = queue();
         const started = Date.now();
-        const waiting = s().claim(q, { worker: 'patient', waitMs: 5000 });
+        const waiting = h.waits.claim(q, { worker: 'patient', waitMs: 5000 });
         await sleep(50);
         const id = await post(q, { late: true });
         const claimed = await waiting;
@@ -635,7 +635,7 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
 
       it('a waiting claim is not handed an item its criteria reject, and answers null when the wait is up (decisions §3.3)', async () => {
         const q = queue();
-        const waiting = s().claim(q, { worker: 'w', criteria: { k: 1 }, waitMs: 300 });
+        const waiting = h.waits.claim(q, { worker: 'w', criteria: { k: 1 }, waitMs: 300 });
         await sleep(30);
         const other = await post(q, { k: 2 });
         expect(await waiting).to.equal(null);
@@ -645,7 +645,7 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
       it('a claim whose signal aborts answers null and claims nothing (decisions §1.1, §3.3)', async () => {
         const q = queue();
         const controller = new AbortController();
-        const waiting = s().claim(q, { worker: 'gone', waitMs: 5000, signal: controller.signal });
+        const waiting = h.waits.claim(q, { worker: 'gone', waitMs: 5000, signal: controller.signal });
         await sleep(30);
         controller.abort();
         expect(await waiting).to.equal(null);
@@ -659,7 +659,7 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         const id = await post(q);
         await claimId(q);
         const started = Date.now();
-        const waiting = s().get(q, id, 5000);
+        const waiting = h.waits.get(q, id, 5000);
         await sleep(50);
         await s().result(q, id, '{"done":true}');
         expect(await waiting).to.deep.include({ status: 'finished', result: '{"done":true}' });

@@ -167,7 +167,7 @@ async function sequence(initial: number, commands: Command[]): Promise<void> {
 }
 
 describe('the embedded store against the reference model (model-based, fast-check)', function () {
-  this.timeout(600_000);
+  this.timeout(60_000 + RUNS * 500);
 
   it(`answers every caller as the model does over ${RUNS} random sequences of posts, claims with criteria, submissions, cancels, fetches, counts, clock advances, definition changes and restarts (decisions §3, §6)`, async () => {
     await fc.assert(

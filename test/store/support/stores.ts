@@ -22,6 +22,11 @@ export interface StoreUnderTest {
   /** The open store; a different object after `reopen`. */
   readonly store: Store;
   readonly clock: FakeClock;
+  /**
+   * Claims and fetches that wait (decisions §3.3 `wait`, §3.6 `?wait=N`): the store's own `waitMs`.
+   * If long polls move above the stores, this is the one place that puts them over each store.
+   */
+  readonly waits: Pick<Store, 'claim' | 'get'>;
   /** Closes the store and opens a new one on the same data (journal directory, model disk); `whileClosed` runs in between. */
   reopen(whileClosed?: () => void): Promise<void>;
   /** Closes it and removes what it kept. */
@@ -58,6 +63,9 @@ export const embedded: StoreFactory = async (options) => {
     get store() {
       return store;
     },
+    get waits() {
+      return store;
+    },
     clock,
     async reopen(whileClosed) {
       await close();
@@ -79,6 +87,9 @@ export const model: StoreFactory = async (options) => {
   await store.open();
   return {
     get store() {
+      return store;
+    },
+    get waits() {
       return store;
     },
     clock,
