@@ -1,6 +1,7 @@
 import type { DefinitionRegistry } from '../definitions/registry.js';
 import type { Store } from '../store/store.js';
 import type { AccessLogSink } from '../tools/access-log.js';
+import type { LongPolls } from '../waiting/long-poll.js';
 
 /** Everything a request handler may use. Built by `startServer`, or by a test for `createApp`. */
 export interface ServerContext {
@@ -8,6 +9,8 @@ export interface ServerContext {
   masterToken: string;
   registry: DefinitionRegistry;
   store: Store;
+  /** Claims and fetches that wait (long polls), above the store. */
+  waits: LongPolls;
   accessLog: AccessLogSink;
   /** Milliseconds between stats samples, as `GET /api/v2/stats` reports it (default 15000). */
   statsInterval?: number;

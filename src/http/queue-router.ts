@@ -87,7 +87,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     const id = params.id ?? '';
     const waitMs = waitParam(query.wait);
     if (!ID.test(id)) throw new NoSuchItem();
-    const record = await ctx.store.get(queue, id, waitMs, waitMs > 0 ? closeSignal(req, res, ctx) : undefined);
+    const record = await ctx.waits.get(queue, id, waitMs, waitMs > 0 ? closeSignal(req, res, ctx) : undefined);
     if (!record) throw new NoSuchItem();
     sendRawJson(res, 200, statusJson(record));
   });
@@ -100,9 +100,9 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     const { worker, criteria, wait } = input;
     // An item at hand is claimed without waiting; only a claim that has to wait gets the hang-up
     // signal, which costs listeners on the request, the socket and the server.
-    let claimed = await ctx.store.claim(queue, { worker: worker ?? 'anonymous', criteria, waitMs: 0 });
+    let claimed = await ctx.waits.claim(queue, { worker: worker ?? 'anonymous', criteria, waitMs: 0 });
     if (!claimed && wait) {
-      claimed = await ctx.store.claim(queue, { worker: worker ?? 'anonymous', criteria, waitMs: wait * 1000, signal: closeSignal(req, res, ctx) });
+      claimed = await ctx.waits.claim(queue, { worker: worker ?? 'anonymous', criteria, waitMs: wait * 1000, signal: closeSignal(req, res, ctx) });
     }
     if (!claimed) return sendRawJson(res, 200, '{"ok":true,"empty":true}');
     sendRawJson(

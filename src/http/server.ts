@@ -4,6 +4,8 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { DefinitionRegistry } from '../definitions/registry.js';
 import { EmbeddedStore } from '../store/embedded-store.js';
+import { LongPolls } from '../waiting/long-poll.js';
+import { InProcessNotifier } from '../waiting/notifier.js';
 import { openTools } from '../tools/index.js';
 import { createApp } from './app.js';
 import type { ServerContext } from './context.js';
@@ -88,7 +90,9 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
   const master = await resolveMasterToken(home, options.masterToken);
   const registry = await DefinitionRegistry.load(root, warn);
   const tools = await openTools({ home, logMaxBytes: options.logMaxBytes, logKeep: options.logKeep, statsInterval: options.statsInterval, warn });
+  const notifier = new InProcessNotifier();
   const store = new EmbeddedStore({
+    notifier,
     dir: path.join(home, 'store'),
     hooks: tools.hooks,
     compactBytes: options.compactBytes,
@@ -109,6 +113,7 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
     masterToken: master.token,
     registry,
     store,
+    waits: new LongPolls(store, notifier),
     accessLog: tools.accessLog,
     taskHistory: tools.tasks,
     statsInterval: tools.sampler.intervalMs,

@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
-import type { Criteria } from '../engine/criteria.js';
 import { isTerminal, type ItemStatus } from '../engine/item.js';
 import { Queue, type Change, type Item, type Outcome } from '../engine/queue.js';
 import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord } from './journal.js';
 import type { WriteFn } from './append-file.js';
 import { StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type SubmitOutcome } from './store.js';
 import { jsonString } from '../json-text.js';
+import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
 
 export interface EmbeddedStoreOptions {
   /** `<root>/_svcq/store` */
@@ -20,16 +20,8 @@ export interface EmbeddedStoreOptions {
   now?: () => number;
   /** The journal's write system call, for tests that make it fail. */
   write?: WriteFn;
-}
-
-interface ClaimWaiter {
-  worker: string;
-  criteria: Criteria | undefined;
-  /** The waiter was handed an item: its timeout and hang-up no longer apply. */
-  disarm: () => void;
-  done: (claimed: Claimed | null) => void;
-  /** The claim handed to it could not be written. */
-  fail: (err: Error) => void;
+  /** Told of every durable change a long poll may wait for (items to claim, an item become terminal). */
+  notifier?: Notifier;
 }
 
 interface QueueSlot {
@@ -41,7 +33,6 @@ interface QueueSlot {
   /** The key as JSON text, for journal records. */
   keyJson: string;
   queue: Queue;
-  waiters: ClaimWaiter[];
   timer: NodeJS.Timeout | undefined;
   timerAt: number;
 }
@@ -70,7 +61,6 @@ interface Unconfirmed {
 export class EmbeddedStore implements Store, EventOutbox {
   private readonly journal: Journal;
   private readonly slots = new Map<string, QueueSlot>();
-  private readonly itemWaiters = new Map<string, Array<() => void>>();
   private readonly now: () => number;
   private closed = false;
   private ids = Buffer.alloc(0);
@@ -120,12 +110,7 @@ export class EmbeddedStore implements Store, EventOutbox {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    for (const slot of this.slots.values()) {
-      clearTimeout(slot.timer);
-      for (const waiter of slot.waiters.splice(0)) waiter.done(null);
-    }
-    for (const wake of [...this.itemWaiters.values()].flat()) wake();
-    this.itemWaiters.clear();
+    for (const slot of this.slots.values()) clearTimeout(slot.timer);
     // A last group that cannot be written was taken back and its callers told: the store still closes.
     await this.journal.sync().catch(() => undefined);
     this.journal.appendLater(markRecord({ seq: this.delivered }));
@@ -159,7 +144,6 @@ export class EmbeddedStore implements Store, EventOutbox {
     const change = slot.queue.post({ id, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, this.now());
     const durable = this.commit(slot, [change], true, staged);
     const outcome: PostOutcome = { id: change.item.id, status: change.item.status, created: true };
-    this.offer(slot, change.item);
     await durable;
     return outcome;
   }
@@ -180,44 +164,12 @@ export class EmbeddedStore implements Store, EventOutbox {
       await this.commit(slot, [change]);
       return claimed;
     }
-    if (input.waitMs <= 0 || this.closed || input.signal?.aborted) return null;
-    return new Promise<Claimed | null>((resolve, reject) => {
-      const waiter: ClaimWaiter = {
-        worker: input.worker,
-        criteria: input.criteria,
-        disarm: () => {
-          clearTimeout(timer);
-          input.signal?.removeEventListener('abort', giveUp);
-        },
-        done: (claimed) => {
-          waiter.disarm();
-          resolve(claimed);
-        },
-        fail: (err) => {
-          waiter.disarm();
-          reject(err);
-        },
-      };
-      const giveUp = (): void => {
-        const i = slot.waiters.indexOf(waiter);
-        // Not in the list: an item was handed to it and is being written; that answer will come.
-        if (i === -1) return;
-        slot.waiters.splice(i, 1);
-        waiter.done(null);
-      };
-      const timer = setTimeout(giveUp, input.waitMs);
-      input.signal?.addEventListener('abort', giveUp, { once: true });
-      slot.waiters.push(waiter);
-    });
+    return null;
   }
 
-  async get(ref: QueueRef, id: string, waitMs: number, signal?: AbortSignal): Promise<StatusRecord | null> {
+  async get(ref: QueueRef, id: string): Promise<StatusRecord | null> {
     const slot = this.prepare(ref);
-    let item = slot.queue.items.get(id);
-    if (item && !isTerminal(item.status) && waitMs > 0 && !this.closed && !signal?.aborted) {
-      await this.waitForItem(ref.key, id, waitMs, signal);
-      item = slot.queue.items.get(id);
-    }
+    const item = slot.queue.items.get(id);
     if (!item) return null;
     const stamp = slot.queue.fetched(item, this.now());
     if (stamp) this.commitLater(slot, [stamp]);
@@ -245,7 +197,8 @@ export class EmbeddedStore implements Store, EventOutbox {
   }
 
   async counts(ref: QueueRef): Promise<Partial<Record<ItemStatus, number>>> {
-    return this.slots.get(ref.key)?.queue.counts() ?? {};
+    // As every operation does: the deadlines already past are applied first.
+    return this.slots.has(ref.key) ? this.prepare(ref).queue.counts() : {};
   }
 
   /**
@@ -265,10 +218,7 @@ export class EmbeddedStore implements Store, EventOutbox {
       if (!outcome) return null;
       await this.synced();
     } else {
-      const durable = this.commit(slot, [outcome.change], false, staged);
-      // An error that re-queued the item makes it claimable again at once.
-      if (outcome.change.item.status === 'pending') this.offer(slot, outcome.change.item);
-      await durable;
+      await this.commit(slot, [outcome.change], false, staged);
     }
     return { accepted: outcome.accepted, status: outcome.status };
   }
@@ -311,7 +261,6 @@ export class EmbeddedStore implements Store, EventOutbox {
         eventPrefix: `"host":${JSON.stringify(host)},"queue":${JSON.stringify(name)}`,
         keyJson: JSON.stringify(key),
         queue: new Queue(config),
-        waiters: [],
         timer: undefined,
         timerAt: Infinity,
       };
@@ -334,12 +283,13 @@ export class EmbeddedStore implements Store, EventOutbox {
         this.confirm(through);
         // Durable writes complete in order, so the outbox stays in the order of the events' numbers.
         if (count > 0) this.toOutbox({ seq, ts, lines });
+        this.announce(slot, changes);
       },
       (err: Error) => {
         throw new StoreUnavailable(err);
       },
     );
-    this.afterChange(slot, changes);
+    this.afterChange(slot);
     if (!staged) return durable;
     return durable.then(
       () => staged.publish().catch((err: Error) => this.options.warn(`a payload could not be archived: ${err.message}`)),
@@ -459,10 +409,21 @@ export class EmbeddedStore implements Store, EventOutbox {
     return { records, eventList, lines, count, ts };
   }
 
-  private afterChange(slot: QueueSlot, changes: Change[]): void {
-    for (const change of changes) {
-      if (isTerminal(change.item.status) || change.purged) this.wakeItem(slot.key, change.item.id);
+  /**
+   * Tells long polls of durable changes they may wait for: an item that can be claimed (posted,
+   * re-queued, past its retry delay), an item that became terminal or was purged. A change that
+   * was taken back is never announced.
+   */
+  private announce(slot: QueueSlot, changes: Change[]): void {
+    const notifier = this.options.notifier;
+    if (!notifier) return;
+    for (const { item, purged } of changes) {
+      if (purged || isTerminal(item.status)) notifier.notify(itemTopic(slot.key, item.id));
+      else if (item.status === 'pending' && item.availableAt === 0) notifier.notify(claimTopic(slot.key));
     }
+  }
+
+  private afterChange(slot: QueueSlot): void {
     this.schedule(slot);
     if (this.journal.wantsSnapshot()) {
       // Called once the journals before the new one are closed: every event they hold is numbered up to eventSeq now.
@@ -475,31 +436,10 @@ export class EmbeddedStore implements Store, EventOutbox {
     for (const slot of this.slots.values()) for (const item of slot.queue.items.values()) yield [slot.keyJson, item];
   }
 
-  /** Hands a newly claimable item to the longest-waiting claim whose criteria it passes. */
-  private offer(slot: QueueSlot, item: Item): void {
-    for (let i = 0; i < slot.waiters.length; i++) {
-      const waiter = slot.waiters[i]!;
-      const change = slot.queue.claimItem(item, waiter.worker, waiter.criteria, this.now());
-      if (!change) {
-        if (item.status !== 'pending') return;
-        continue;
-      }
-      slot.waiters.splice(i, 1);
-      waiter.disarm();
-      const claimed = claimedOf(item);
-      this.commit(slot, [change]).then(
-        () => waiter.done(claimed),
-        (err: Error) => waiter.fail(err),
-      );
-      return;
-    }
-  }
-
   private runTick(slot: QueueSlot): void {
     const changes = slot.queue.tick(this.now());
     if (changes.length === 0) return this.schedule(slot);
     this.commitLater(slot, changes);
-    for (const change of changes) if (change.item.status === 'pending' && !change.purged) this.offer(slot, change.item);
   }
 
   /** One timer per queue, at its next deadline. */
@@ -520,33 +460,6 @@ export class EmbeddedStore implements Store, EventOutbox {
       this.runTick(slot);
     }, Math.max(0, next - this.now()));
     slot.timer.unref();
-  }
-
-  private waitForItem(key: string, id: string, waitMs: number, signal?: AbortSignal): Promise<void> {
-    return new Promise((resolve) => {
-      const waitKey = `${key}\u0000${id}`;
-      const list = this.itemWaiters.get(waitKey) ?? [];
-      const wake = (): void => {
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', wake);
-        const current = this.itemWaiters.get(waitKey);
-        if (current) {
-          const i = current.indexOf(wake);
-          if (i !== -1) current.splice(i, 1);
-          if (current.length === 0) this.itemWaiters.delete(waitKey);
-        }
-        resolve();
-      };
-      const timer = setTimeout(wake, waitMs);
-      signal?.addEventListener('abort', wake, { once: true });
-      list.push(wake);
-      this.itemWaiters.set(waitKey, list);
-    });
-  }
-
-  private wakeItem(key: string, id: string): void {
-    const list = this.itemWaiters.get(`${key}\u0000${id}`);
-    if (list) for (const wake of [...list]) wake();
   }
 
   /** 16 lowercase hex characters, random, unique in the queue (decisions §3.5). */

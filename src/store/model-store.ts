@@ -3,6 +3,7 @@ import { matches } from '../engine/criteria.js';
 import { isTerminal, type ItemStatus } from '../engine/item.js';
 import * as rules from '../engine/rules.js';
 import type { ItemRecord, Submission } from '../engine/rules.js';
+import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
 import { StoreUnavailable, type Claimed, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome } from './store.js';
 
 /**
@@ -23,8 +24,8 @@ export function newModelDisk(): ModelDisk {
 
 export interface ModelStoreOptions {
   now?: () => number;
-  /** How often a held claim or fetch looks again (real milliseconds). */
-  pollMs?: number;
+  /** Told of every change a long poll may wait for, as the Store contract asks. */
+  notifier?: Notifier;
 }
 
 /**
@@ -34,13 +35,13 @@ export interface ModelStoreOptions {
  * scans every item, an idempotency key is a linear search. The conformance suite and the
  * model-based test hold the real stores to what this one does.
  *
- * It keeps no task history and archives no payloads (it takes no {@link StoreHooks}), and a held
- * claim or fetch looks again every few milliseconds rather than being woken. "Durable" means
- * written to its {@link ModelDisk}, which outlives the store object.
+ * It keeps no task history and archives no payloads (it takes no {@link StoreHooks}). "Durable"
+ * means written to its {@link ModelDisk}, which outlives the store object, so a change is
+ * announced as soon as it is made.
  */
 export class ModelStore implements Store {
   private readonly now: () => number;
-  private readonly pollMs: number;
+  private readonly notifier: Notifier | undefined;
   private state: 'new' | 'open' | 'closed' = 'new';
 
   constructor(
@@ -48,7 +49,7 @@ export class ModelStore implements Store {
     options: ModelStoreOptions = {},
   ) {
     this.now = options.now ?? Date.now;
-    this.pollMs = options.pollMs ?? 5;
+    this.notifier = options.notifier;
   }
 
   async open(): Promise<void> {
@@ -72,37 +73,29 @@ export class ModelStore implements Store {
     const ord = (this.disk.lastOrd.get(ref.key) ?? 0) + 1;
     this.disk.lastOrd.set(ref.key, ord);
     const { record } = rules.post({ id, ord, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, this.now());
-    items.set(id, record);
+    this.put(ref.key, items, record);
     return { id, status: record.status, created: true };
   }
 
   async claim(ref: QueueRef, input: ClaimInput): Promise<Claimed | null> {
-    const until = Date.now() + Math.max(0, input.waitMs);
-    for (;;) {
-      if (input.signal?.aborted) return null;
-      const claimed = this.claimNow(ref, input);
-      if (claimed) return claimed;
-      if (Date.now() >= until || this.isClosed()) return null;
-      await sleep(this.pollMs);
-      if (this.isClosed()) return null;
-    }
+    if (input.signal?.aborted) return null;
+    return this.claimNow(ref, input);
   }
 
-  async get(ref: QueueRef, id: string, waitMs: number, signal?: AbortSignal): Promise<StatusRecord | null> {
-    const until = Date.now() + Math.max(0, waitMs);
-    for (;;) {
-      const items = this.prepare(ref);
-      const r = items.get(id);
-      if (!r) return null;
-      const waitMore = !isTerminal(r.status) && Date.now() < until && !signal?.aborted;
-      if (!waitMore) {
-        const stamp = rules.fetched(r, this.now());
-        if (stamp) items.set(id, stamp.record);
-        return statusOf(r);
-      }
-      await sleep(this.pollMs);
-      if (this.isClosed()) return statusOf(r);
-    }
+  async get(ref: QueueRef, id: string): Promise<StatusRecord | null> {
+    const items = this.prepare(ref);
+    const r = items.get(id);
+    if (!r) return null;
+    const stamp = rules.fetched(r, this.now());
+    if (stamp) items.set(id, stamp.record);
+    return statusOf(r);
+  }
+
+  /** Keeps a record, and announces what a long poll may wait for: an item to claim, an item that became terminal. */
+  private put(key: string, items: Map<string, ItemRecord>, record: ItemRecord): void {
+    items.set(record.id, record);
+    if (isTerminal(record.status)) this.notifier?.notify(itemTopic(key, record.id));
+    else if (record.status === 'pending' && record.availableAt === 0) this.notifier?.notify(claimTopic(key));
   }
 
   async progress(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
@@ -127,10 +120,6 @@ export class ModelStore implements Store {
     return out;
   }
 
-  private isClosed(): boolean {
-    return this.state === 'closed';
-  }
-
   private claimNow(ref: QueueRef, input: ClaimInput): Claimed | null {
     const items = this.prepare(ref);
     const now = this.now();
@@ -138,7 +127,7 @@ export class ModelStore implements Store {
     const found = candidates.find((r) => input.criteria === undefined || matches(JSON.parse(r.body) as Record<string, unknown>, input.criteria));
     if (!found) return null;
     const { record } = rules.claim(found, ref.config, input.worker, now);
-    items.set(record.id, record);
+    this.put(ref.key, items, record);
     return { id: record.id, item: record.body, attempts: record.attempts, lease: { worker: record.leaseWorker ?? '', until: record.leaseUntil ?? 0 } };
   }
 
@@ -147,7 +136,7 @@ export class ModelStore implements Store {
     const r = items.get(id);
     if (!r) return null;
     const outcome = apply(r, this.now());
-    if (outcome.transition) items.set(id, outcome.transition.record);
+    if (outcome.transition) this.put(ref.key, items, outcome.transition.record);
     return { accepted: outcome.accepted, status: outcome.status };
   }
 
@@ -163,8 +152,10 @@ export class ModelStore implements Store {
     for (const r of [...items.values()]) {
       const t = rules.due(r, ref.config, now);
       if (!t) continue;
-      if (t.purged) items.delete(r.id);
-      else items.set(r.id, t.record);
+      if (t.purged) {
+        items.delete(r.id);
+        this.notifier?.notify(itemTopic(ref.key, r.id));
+      } else this.put(ref.key, items, t.record);
     }
     return items;
   }
@@ -185,6 +176,4 @@ function statusOf(r: ItemRecord): StatusRecord {
   };
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
+

@@ -28,9 +28,7 @@ export interface PostOutcome {
 export interface ClaimInput {
   worker: string;
   criteria?: Criteria;
-  /** How long to hold the request for a matching item (0 = answer at once). */
-  waitMs: number;
-  /** Aborted when the caller went away or the server is stopping: then nothing is claimed. */
+  /** Aborted when the caller went away or the server is stopping: a long walk of the backlog stops, and nothing is claimed. */
   signal?: AbortSignal;
 }
 
@@ -134,24 +132,31 @@ function reason(err: Error): string {
 
 /**
  * The storage contract, written in queue operations. Every method that changes an item resolves
- * only once the change is durable: a resolved promise is the 200 the caller is about to send.
- * An id the queue does not hold gives null. Implementations: the embedded store (journal and
- * snapshots under `<root>/_svcq/store`), and later PostgreSQL.
+ * only once the change is durable: a resolved promise is the 200 the caller is about to send; a
+ * change that cannot be made durable rejects with {@link StoreUnavailable} and leaves no trace.
+ * Every operation first applies the time-driven rules that are due (lease end, retry delay,
+ * timeout, retention), so what it sees is the queue as of now. An id the queue does not hold
+ * gives null.
+ *
+ * A store never waits: long polls live above it (src/waiting), and a store announces the durable
+ * changes they wait for through the Notifier it is given (items to claim in a queue, an item that
+ * became terminal or was purged). Implementations: the embedded store (journal and snapshots under
+ * `<root>/_svcq/store`), the reference model (model-store.ts), and later PostgreSQL.
  */
 export interface Store {
   /** Loads or connects; after it resolves every acknowledged item is back. */
   open(): Promise<void>;
-  /** Answers waiting claims and fetches, makes everything durable and releases files or connections. */
+  /** Makes everything durable and releases files or connections. */
   close(): Promise<void>;
   /** Creates a pending item, or returns the earlier item with the same idempotency key. */
   post(queue: QueueRef, input: PostInput): Promise<PostOutcome>;
-  /** Leases the oldest pending item that matches, or null when none did within `waitMs`. */
+  /** Leases the oldest claimable item that passes the criteria (by claim order), or null when none does. */
   claim(queue: QueueRef, input: ClaimInput): Promise<Claimed | null>;
   /**
-   * The item's status record, held up to `waitMs` until the item is terminal. The first fetch that
-   * returns a terminal item stamps it as fetched (retention with `retainFrom: "fetched"`).
+   * The item's status record. The first fetch that returns a terminal item stamps it as fetched
+   * (retention with `retainFrom: "fetched"`); the record resolves once everything it shows is durable.
    */
-  get(queue: QueueRef, id: string, waitMs: number, signal?: AbortSignal): Promise<StatusRecord | null>;
+  get(queue: QueueRef, id: string): Promise<StatusRecord | null>;
   /** Records progress (a heartbeat that extends the lease) unless the item is terminal. */
   progress(queue: QueueRef, id: string, body: string): Promise<SubmitOutcome | null>;
   /** Finishes the item unless it is terminal, whoever sends it. */

@@ -7,6 +7,8 @@ import { EmbeddedStore } from '../../src/store/embedded-store.js';
 import { StoreUnavailable, type QueueRef } from '../../src/store/store.js';
 import type { WriteFn } from '../../src/store/append-file.js';
 import { openTools, type Tools } from '../../src/tools/index.js';
+import { LongPolls } from '../../src/waiting/long-poll.js';
+import { InProcessNotifier } from '../../src/waiting/notifier.js';
 import { cleanupTemp, tempDir } from '../support/server.js';
 
 const HOST = 'fail.example.com';
@@ -47,12 +49,15 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
   let tools: Tools;
   let store: EmbeddedStore;
   let disk: FaultyDisk;
+  let waits: LongPolls;
   const warnings: string[] = [];
 
   async function open(): Promise<void> {
     tools = await openTools({ home, statsInterval: 3_600_000, warn: (l) => warnings.push(l) });
-    store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks: tools.hooks, configFor: () => undefined, warn: (l) => warnings.push(l), write: disk.write });
+    const notifier = new InProcessNotifier();
+    store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks: tools.hooks, configFor: () => undefined, warn: (l) => warnings.push(l), write: disk.write, notifier });
     await store.open();
+    waits = new LongPolls(store, notifier);
     await tools.tasks.start(store);
   }
   async function close(): Promise<void> {
@@ -90,8 +95,8 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
 
     // Space is back, no restart: only the acknowledged item exists.
     expect(await store.counts(q)).to.deep.equal({ pending: 1 });
-    expect((await store.claim(q, { worker: 'w', waitMs: 0 }))?.id).to.equal(kept.id);
-    expect(await store.claim(q, { worker: 'w', waitMs: 0 })).to.equal(null);
+    expect((await store.claim(q, { worker: 'w' }))?.id).to.equal(kept.id);
+    expect(await store.claim(q, { worker: 'w' })).to.equal(null);
     // The idempotency key was not taken: the retry creates the item now.
     const retried = await store.post(q, { body: '{"n":2}', postedBy: 'public', idempotencyKey: 'k2' });
     expect(retried.created).to.equal(true);
@@ -103,17 +108,24 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
     expect(events.filter((e) => e.event === 'posted').map((e) => e.id)).to.deep.equal([kept.id, retried.id]);
   });
 
-  it('a claim waiting for an item is not handed one whose post failed; it fails with the post (§6)', async () => {
+  it('a claim waiting for an item is not woken by a post that failed, and is handed the next one that is written (§6)', async () => {
     const q = ref('waiting');
-    const waiting = store.claim(q, { worker: 'w', waitMs: 5000 });
+    let answered: unknown = 'not yet';
+    const waiting = waits.claim(q, { worker: 'w', waitMs: 1500 }).then((c) => (answered = c));
     await new Promise((r) => setImmediate(r));
     disk.failing = true;
     const refused = await rejection(store.post(q, { body: '{"n":1}', postedBy: 'public' }));
     expect(refused).to.be.instanceOf(StoreUnavailable);
-    const claimRefused = await rejection(waiting);
-    expect(claimRefused).to.be.instanceOf(StoreUnavailable);
     disk.failing = false;
+    // Nothing was announced: the waiting claim is not woken for the item that was taken back, and ends empty.
+    await new Promise((r) => setTimeout(r, 200));
+    expect(answered).to.equal('not yet');
+    expect(await waiting).to.equal(null);
     expect(await store.counts(q)).to.deep.equal({});
+    // An item that is written wakes it.
+    const later = waits.claim(q, { worker: 'w', waitMs: 5000 });
+    const kept = await store.post(q, { body: '{"n":2}', postedBy: 'public' });
+    expect((await later)?.id).to.equal(kept.id);
   });
 
   it('a claim, progress, result, error or cancel whose write fails takes no effect, then or after a restart (§6)', async () => {
@@ -122,10 +134,10 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
     const b = await store.post(q, { body: '{"n":2}', postedBy: 'public' });
 
     disk.failing = true;
-    expect(await rejection(store.claim(q, { worker: 'w', waitMs: 0 }))).to.be.instanceOf(StoreUnavailable);
+    expect(await rejection(store.claim(q, { worker: 'w' }))).to.be.instanceOf(StoreUnavailable);
     disk.failing = false;
     // The failed claim left nothing leased: the oldest item is claimed next.
-    const claimed = await store.claim(q, { worker: 'w', waitMs: 0 });
+    const claimed = await store.claim(q, { worker: 'w' });
     expect(claimed?.id).to.equal(a.id);
     expect(claimed?.attempts).to.equal(1);
 
@@ -142,17 +154,17 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
     disk.failing = false;
 
     const check = async (): Promise<void> => {
-      const ra = await store.get(q, a.id, 0);
+      const ra = await store.get(q, a.id);
       expect(ra).to.include({ status: 'claimed', attempts: 1, progress: null, result: null, error: null, finishedAt: null });
-      expect((await store.get(q, b.id, 0))?.status).to.equal('pending');
+      expect((await store.get(q, b.id))?.status).to.equal('pending');
     };
     await check();
     // And what does get written later is the item as it really is.
     expect(await store.result(q, a.id, '{"output":"done"}')).to.deep.equal({ accepted: true, status: 'finished' });
     await close();
     await open();
-    expect((await store.get(q, a.id, 0))?.result).to.equal('{"output":"done"}');
-    expect((await store.get(q, b.id, 0))?.status).to.equal('pending');
+    expect((await store.get(q, a.id))?.result).to.equal('{"output":"done"}');
+    expect((await store.get(q, b.id))?.status).to.equal('pending');
     const events = historyEvents().filter((e) => e.id === a.id).map((e) => e.event);
     expect(events).to.deep.equal(['posted', 'claimed', 'finished']);
   });
@@ -171,8 +183,8 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
     await tools.close();
     await open();
     expect(await store.counts(q)).to.deep.equal({ pending: 2 });
-    expect((await store.claim(q, { worker: 'w', waitMs: 0 }))?.id).to.equal(kept.id);
-    expect((await store.claim(q, { worker: 'w', waitMs: 0 }))?.item).to.equal('{"n":"after"}');
+    expect((await store.claim(q, { worker: 'w' }))?.id).to.equal(kept.id);
+    expect((await store.claim(q, { worker: 'w' }))?.item).to.equal('{"n":"after"}');
   });
 
   it('archives no payload for a change that could not be written, and archives it once it is (§5, §6)', async () => {
@@ -185,7 +197,7 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
     expect(files()).to.deep.equal([]);
 
     const posted = await store.post(q, { body: '{"n":2}', postedBy: 'public' });
-    await store.claim(q, { worker: 'w', waitMs: 0 });
+    await store.claim(q, { worker: 'w' });
     disk.failing = true;
     expect(await rejection(store.result(q, posted.id, '{"output":"lost"}'))).to.be.instanceOf(StoreUnavailable);
     disk.failing = false;
@@ -198,15 +210,15 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
   it('time-driven changes that cannot be written are taken back and tried again, not in a loop (§3.2, §6)', async () => {
     const q: QueueRef = { ...ref('lease'), config: resolveQueue({ leaseSeconds: 1, maxAttempts: 3 }) };
     const a = await store.post(q, { body: '{"n":1}', postedBy: 'public' });
-    await store.claim(q, { worker: 'w', waitMs: 0 });
+    await store.claim(q, { worker: 'w' });
     disk.failing = true;
     await new Promise((r) => setTimeout(r, 1600));
     const failuresWhileFull = disk.failures;
     // The lease ended while the disk was full: re-queueing it was tried, taken back, and retried about once a second.
     expect(failuresWhileFull).to.be.within(1, 4);
-    expect((await store.get(q, a.id, 0))?.status).to.equal('claimed');
+    expect((await store.get(q, a.id))?.status).to.equal('claimed');
     disk.failing = false;
     await new Promise((r) => setTimeout(r, 1200));
-    expect((await store.get(q, a.id, 0))?.status).to.equal('pending');
+    expect((await store.get(q, a.id))?.status).to.equal('pending');
   });
 });

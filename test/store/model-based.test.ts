@@ -95,7 +95,7 @@ async function run(side: Side, q: QueueRef, c: Command, step: number): Promise<u
       return { ...out, id: label(side, out.id) };
     }
     case 'claim': {
-      const claimed = await store.claim(q, { worker: c.worker, criteria: CRITERIA[c.criteria], waitMs: 0 });
+      const claimed = await store.claim(q, { worker: c.worker, criteria: CRITERIA[c.criteria] });
       return claimed === null ? null : { ...claimed, id: label(side, claimed.id) };
     }
     case 'progress':
@@ -105,11 +105,8 @@ async function run(side: Side, q: QueueRef, c: Command, step: number): Promise<u
     case 'cancel':
       return store.cancel(q, idFor(side, c.item));
     case 'get':
-      return shown(side, await store.get(q, idFor(side, c.item), 0));
+      return shown(side, await store.get(q, idFor(side, c.item)));
     case 'counts':
-      // The embedded store's counts do not apply deadlines already past (its timers do, on the
-      // real clock): a request first brings the queue up to date, as on a live server.
-      await store.get(q, UNKNOWN_ID, 0);
       return store.counts(q);
     default:
       return undefined;
@@ -123,7 +120,7 @@ async function run(side: Side, q: QueueRef, c: Command, step: number): Promise<u
  * that the later timers find nothing left and both stores answer the same whatever they do.
  */
 async function touch(sides: Side[], q: QueueRef): Promise<void> {
-  for (const side of sides) await side.h.store.get(q, UNKNOWN_ID, 0);
+  for (const side of sides) await side.h.store.get(q, UNKNOWN_ID);
 }
 
 async function sequence(initial: number, commands: Command[]): Promise<void> {

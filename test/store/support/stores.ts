@@ -4,6 +4,8 @@ import { EmbeddedStore } from '../../../src/store/embedded-store.js';
 import { ModelStore, newModelDisk } from '../../../src/store/model-store.js';
 import type { Store } from '../../../src/store/store.js';
 import { openTools, type Tools } from '../../../src/tools/index.js';
+import { LongPolls } from '../../../src/waiting/long-poll.js';
+import { InProcessNotifier } from '../../../src/waiting/notifier.js';
 import { cleanupTemp, tempDir } from '../../support/server.js';
 
 /** A fake time far from the real one: only `advance` moves it. */
@@ -22,11 +24,8 @@ export interface StoreUnderTest {
   /** The open store; a different object after `reopen`. */
   readonly store: Store;
   readonly clock: FakeClock;
-  /**
-   * Claims and fetches that wait (decisions §3.3 `wait`, §3.6 `?wait=N`): the store's own `waitMs`.
-   * If long polls move above the stores, this is the one place that puts them over each store.
-   */
-  readonly waits: Pick<Store, 'claim' | 'get'>;
+  /** Claims and fetches that wait (decisions §3.3 `wait`, §3.6 `?wait=N`): the long polls above the store, woken by its announcements. */
+  readonly waits: LongPolls;
   /** Closes the store and opens a new one on the same data (journal directory, model disk); `whileClosed` runs in between. */
   reopen(whileClosed?: () => void): Promise<void>;
   /** Closes it and removes what it kept. */
@@ -48,10 +47,14 @@ export const embedded: StoreFactory = async (options) => {
   const warnings: string[] = [];
   let tools: Tools | undefined;
   let store: EmbeddedStore;
+  let waits: LongPolls;
   const open = async (): Promise<void> => {
     tools = await openTools({ home, statsInterval: 3_600_000, warn: (l) => warnings.push(l) });
-    store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks: tools.hooks, configFor: options.configFor, warn: (l) => warnings.push(l), now: clock.now });
+    const notifier = new InProcessNotifier();
+    store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks: tools.hooks, configFor: options.configFor, warn: (l) => warnings.push(l), now: clock.now, notifier });
     await store.open();
+    await tools.tasks.start(store);
+    waits = new LongPolls(store, notifier);
   };
   const close = async (): Promise<void> => {
     await store.close();
@@ -64,7 +67,7 @@ export const embedded: StoreFactory = async (options) => {
       return store;
     },
     get waits() {
-      return store;
+      return waits;
     },
     clock,
     async reopen(whileClosed) {
@@ -83,20 +86,24 @@ export const embedded: StoreFactory = async (options) => {
 export const model: StoreFactory = async (options) => {
   const clock = options.clock ?? new FakeClock();
   const disk = newModelDisk();
-  let store = new ModelStore(disk, { now: clock.now });
+  let notifier = new InProcessNotifier();
+  let store = new ModelStore(disk, { now: clock.now, notifier });
+  let waits = new LongPolls(store, notifier);
   await store.open();
   return {
     get store() {
       return store;
     },
     get waits() {
-      return store;
+      return waits;
     },
     clock,
     async reopen(whileClosed) {
       await store.close();
       whileClosed?.();
-      store = new ModelStore(disk, { now: clock.now });
+      notifier = new InProcessNotifier();
+      store = new ModelStore(disk, { now: clock.now, notifier });
+      waits = new LongPolls(store, notifier);
       await store.open();
     },
     async dispose() {

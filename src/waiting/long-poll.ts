@@ -1,0 +1,167 @@
+import { isTerminal } from '../engine/item.js';
+import type { Claimed, QueueRef, StatusRecord, Store } from '../store/store.js';
+import type { Criteria } from '../engine/criteria.js';
+import { claimTopic, itemTopic, type Notifier } from './notifier.js';
+
+export interface WaitingClaim {
+  worker: string;
+  criteria?: Criteria;
+  /** How long to hold the request for a matching item (0 = answer at once). */
+  waitMs: number;
+  /** Aborted when the caller went away or the server is stopping: then it is answered empty. */
+  signal?: AbortSignal;
+}
+
+interface ClaimWaiter {
+  ref: QueueRef;
+  claim: WaitingClaim;
+  /** A claim for it is being made: its time running out or a hang-up is handled when that returns. */
+  busy: boolean;
+  /** Its wait ran out, or its caller went away. */
+  over: boolean;
+  settle: (claimed: Claimed | null) => void;
+  fail: (err: unknown) => void;
+}
+
+interface QueueWaiters {
+  waiters: ClaimWaiter[];
+  /** Counts announcements: a claim that found nothing tries again if one came meanwhile. */
+  version: number;
+}
+
+/**
+ * Long polls (decisions §3.3 `wait`, §3.6 `?wait=N`), above every store: a claim that finds
+ * nothing waits for its queue's announcement that items can be claimed, and a fetch of an item
+ * that is not terminal waits for the item's announcement; both then ask the store again. A store
+ * announces a change through the {@link Notifier} only once it is durable, so a waiting request
+ * never sees what a crash could take back.
+ *
+ * Waiters are served oldest first: at an announcement every waiting claim of the queue asks the
+ * store in the same turn, in the order they came, so the store hands the oldest item to the
+ * longest-waiting claim and their writes share one commit.
+ */
+export class LongPolls {
+  private readonly queues = new Map<string, QueueWaiters>();
+
+  constructor(
+    private readonly store: Store,
+    private readonly notifier: Notifier,
+  ) {}
+
+  /** Claims the oldest matching item, waiting up to `waitMs` for one; null when none came. */
+  async claim(ref: QueueRef, claim: WaitingClaim): Promise<Claimed | null> {
+    const queue = this.queueOf(ref.key);
+    for (;;) {
+      const version = queue.version;
+      const claimed = await this.store.claim(ref, { worker: claim.worker, criteria: claim.criteria, signal: claim.signal });
+      if (claimed || claim.waitMs <= 0 || claim.signal?.aborted) return claimed;
+      // Items were announced while the store looked: look again rather than wait for the next.
+      if (queue.version === version) break;
+    }
+    return new Promise<Claimed | null>((resolve, reject) => {
+      const waiter: ClaimWaiter = {
+        ref,
+        claim,
+        busy: false,
+        over: false,
+        settle: (claimed) => {
+          clearTimeout(timer);
+          claim.signal?.removeEventListener('abort', giveUp);
+          const i = queue.waiters.indexOf(waiter);
+          if (i !== -1) queue.waiters.splice(i, 1);
+          resolve(claimed);
+        },
+        fail: (err) => {
+          waiter.settle(null);
+          reject(err);
+        },
+      };
+      const giveUp = (): void => {
+        waiter.over = true;
+        if (!waiter.busy) waiter.settle(null);
+      };
+      const timer = setTimeout(giveUp, claim.waitMs);
+      claim.signal?.addEventListener('abort', giveUp, { once: true });
+      queue.waiters.push(waiter);
+    });
+  }
+
+  /**
+   * The item's status record, held up to `waitMs` until the item is terminal (or gone). The store
+   * stamps the first fetch that returns it terminal.
+   */
+  async get(ref: QueueRef, id: string, waitMs: number, signal?: AbortSignal): Promise<StatusRecord | null> {
+    if (waitMs <= 0 || signal?.aborted) return this.store.get(ref, id);
+    let wake: () => void = () => {};
+    let changed = false;
+    // Listening before the first look: a change between the two is not missed.
+    const unsubscribe = this.notifier.subscribe(itemTopic(ref.key, id), () => {
+      changed = true;
+      wake();
+    });
+    try {
+      const deadline = Date.now() + waitMs;
+      for (;;) {
+        const record = await this.store.get(ref, id);
+        if (!record || isTerminal(record.status) || signal?.aborted || Date.now() >= deadline) return record;
+        if (changed) {
+          // It changed while the store looked: look again.
+          changed = false;
+          continue;
+        }
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(done, Math.max(0, deadline - Date.now()));
+          signal?.addEventListener('abort', done, { once: true });
+          wake = done;
+          function done(): void {
+            clearTimeout(timer);
+            signal?.removeEventListener('abort', done);
+            resolve();
+          }
+        });
+      }
+    } finally {
+      unsubscribe();
+    }
+  }
+
+  private queueOf(key: string): QueueWaiters {
+    let queue = this.queues.get(key);
+    if (!queue) {
+      const created: QueueWaiters = { waiters: [], version: 0 };
+      this.queues.set(key, created);
+      this.notifier.subscribe(claimTopic(key), () => {
+        created.version++;
+        this.serve(created);
+      });
+      queue = created;
+    }
+    return queue;
+  }
+
+  /** Items can be claimed: every waiting claim of the queue asks the store, oldest first, in this turn. */
+  private serve(queue: QueueWaiters): void {
+    for (const waiter of [...queue.waiters]) {
+      if (waiter.busy || waiter.over) continue;
+      this.attempt(queue, waiter);
+    }
+  }
+
+  private attempt(queue: QueueWaiters, waiter: ClaimWaiter): void {
+    waiter.busy = true;
+    const version = queue.version;
+    const { worker, criteria, signal } = waiter.claim;
+    this.store.claim(waiter.ref, { worker, criteria, signal }).then(
+      (claimed) => {
+        waiter.busy = false;
+        if (claimed || waiter.over) return waiter.settle(claimed);
+        // Announced while it asked (and so skipped): it asks again.
+        if (queue.version !== version) this.attempt(queue, waiter);
+      },
+      (err: unknown) => {
+        waiter.busy = false;
+        waiter.fail(err);
+      },
+    );
+  }
+}

@@ -1,0 +1,51 @@
+/**
+ * How stores tell the waiting service that something a long poll may be waiting for has happened:
+ * a queue has items to claim, or an item became terminal. A store announces a change only once it
+ * is durable. In one process this is a map of listeners; with several nodes on one database it
+ * will be LISTEN/NOTIFY, fanned out to the same listeners.
+ */
+export interface Notifier {
+  /** Tells every listener of `topic`, each at most once per turn of the event loop. */
+  notify(topic: string): void;
+  /** Listens to `topic` until the returned function is called. */
+  subscribe(topic: string, listener: () => void): () => void;
+}
+
+/** The topic a queue's claimable items are announced on. */
+export function claimTopic(queueKey: string): string {
+  return `claim ${queueKey}`;
+}
+
+/** The topic an item's change to a terminal status (or its purge) is announced on. */
+export function itemTopic(queueKey: string, id: string): string {
+  return `item ${queueKey} ${id}`;
+}
+
+/** The notifier of one process. */
+export class InProcessNotifier implements Notifier {
+  private readonly listeners = new Map<string, Set<() => void>>();
+  private readonly due = new Set<string>();
+
+  notify(topic: string): void {
+    if (!this.listeners.has(topic) || this.due.has(topic)) return;
+    // Several changes in one turn (a group of posts) wake a listener once.
+    if (this.due.size === 0) queueMicrotask(() => this.deliver());
+    this.due.add(topic);
+  }
+
+  subscribe(topic: string, listener: () => void): () => void {
+    let set = this.listeners.get(topic);
+    if (!set) this.listeners.set(topic, (set = new Set()));
+    set.add(listener);
+    return () => {
+      set.delete(listener);
+      if (set.size === 0 && this.listeners.get(topic) === set) this.listeners.delete(topic);
+    };
+  }
+
+  private deliver(): void {
+    const topics = [...this.due];
+    this.due.clear();
+    for (const topic of topics) for (const listener of [...(this.listeners.get(topic) ?? [])]) listener();
+  }
+}
