@@ -2,11 +2,19 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, open, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 
+/** A file written and synced under a temporary name beside its place, not yet in it. */
+export interface StagedFile {
+  /** Renames it into place and syncs the folder: a crash leaves the old bytes or the new ones. */
+  publish(): Promise<void>;
+  /** Removes it. */
+  discard(): Promise<void>;
+}
+
 /**
- * temp file, fsync, rename, fsync of the folder: a crash leaves the old bytes or the new ones,
- * never a torn file. On failure the temp file is removed and nothing else changed.
+ * Writes `bytes` to a temporary file beside `file` and syncs it (and any folder made for it); the
+ * file itself is untouched until {@link StagedFile.publish}. On failure nothing is left behind.
  */
-export async function writeAtomically(file: string, bytes: Buffer | string): Promise<void> {
+export async function stageFile(file: string, bytes: Buffer | string): Promise<StagedFile> {
   const dir = path.dirname(file);
   const created = await mkdir(dir, { recursive: true });
   // A folder made just now is only durable once the entry naming it is: fsync each new level's parent.
@@ -22,12 +30,30 @@ export async function writeAtomically(file: string, bytes: Buffer | string): Pro
     } finally {
       await handle.close();
     }
-    await rename(tmp, file);
   } catch (err) {
     await rm(tmp, { force: true });
     throw err;
   }
-  await fsyncDir(dir);
+  return {
+    async publish() {
+      try {
+        await rename(tmp, file);
+      } catch (err) {
+        await rm(tmp, { force: true });
+        throw err;
+      }
+      await fsyncDir(dir);
+    },
+    discard: () => rm(tmp, { force: true }),
+  };
+}
+
+/**
+ * temp file, fsync, rename, fsync of the folder: a crash leaves the old bytes or the new ones,
+ * never a torn file. On failure the temp file is removed and nothing else changed.
+ */
+export async function writeAtomically(file: string, bytes: Buffer | string): Promise<void> {
+  await (await stageFile(file, bytes)).publish();
 }
 
 /** Makes a folder's entries durable: a created, renamed or removed file survives a crash only once its folder is synced. */
