@@ -1,9 +1,8 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { mkdir, readFile, rm, stat } from 'node:fs/promises';
-import path from 'node:path';
-import { fsyncDir, writeAtomically } from '../durable-files.js';
+import { mkdir } from 'node:fs/promises';
 import { resolveQueue, type AccessPolicy, type QueueConfig } from '../engine/config.js';
-import { scanDefinitions, sha256Hex, type Manifest } from './manifest.js';
+import { FileDefinitionStore, type DefinitionStore } from './definition-store.js';
+import { sha256Hex, type Manifest } from './manifest.js';
 import { parseDefinition, type ItemValidator, type ParsedDefinition } from './schemas.js';
 import type { DefinitionPath } from './names.js';
 
@@ -30,9 +29,9 @@ export class DefinitionError extends Error {
 }
 
 /**
- * The stored definitions: exact bytes on disk under `<root>/<host>/svc-*`, and their parsed form
- * in memory so that a request never reads a file. A PUT or DELETE takes effect for the next
- * request (decisions §2.4).
+ * The live definitions: their exact bytes in a {@link DefinitionStore} (files under `--root`
+ * today), and their parsed form in memory so that a request never reads storage. A PUT or DELETE
+ * takes effect for the next request (decisions §2.4). The manifest hashes what is stored.
  */
 export class DefinitionRegistry {
   private readonly hosts = new Map<string, HostDefinitions>();
@@ -43,16 +42,17 @@ export class DefinitionRegistry {
    */
   private writes: Promise<unknown> = Promise.resolve();
 
-  private constructor(private readonly root: string) {}
+  private constructor(private readonly stored: DefinitionStore) {}
 
-  /** Loads every stored definition under `root`. A stored file that no longer parses is skipped with a warning. */
-  static async load(root: string, warn: (line: string) => void = () => {}): Promise<DefinitionRegistry> {
-    const registry = new DefinitionRegistry(root);
-    await mkdir(root, { recursive: true });
-    const { found } = await scanDefinitions(root);
-    for (const def of found) {
-      const bytes = await readFile(def.file);
-      const error = registry.apply(def, bytes);
+  /**
+   * Loads every stored definition: from the files under `root`, or from the given store. A stored
+   * definition that no longer parses is skipped with a warning.
+   */
+  static async load(from: string | DefinitionStore, warn: (line: string) => void = () => {}): Promise<DefinitionRegistry> {
+    if (typeof from === 'string') await mkdir(from, { recursive: true });
+    const registry = new DefinitionRegistry(typeof from === 'string' ? new FileDefinitionStore(from) : from);
+    for (const { at, bytes } of await registry.stored.list()) {
+      const error = registry.apply(at, bytes);
       if (error) warn(`skipping stored definition ${error}`);
     }
     return registry;
@@ -90,7 +90,7 @@ export class DefinitionRegistry {
     const parsed = parseDefinition(at, bytes);
     if ('error' in parsed) throw new DefinitionError(parsed.error);
     await this.serially(async () => {
-      await writeAtomically(path.join(this.root, at.path), bytes);
+      await this.stored.put(at, bytes);
       this.live(at, parsed, bytes);
     });
   }
@@ -107,12 +107,7 @@ export class DefinitionRegistry {
   }
 
   private async remove(at: DefinitionPath): Promise<boolean> {
-    const file = path.join(this.root, at.path);
-    const existed = await stat(file).then(() => true, () => false);
-    if (existed) {
-      await rm(file, { force: true });
-      await fsyncDir(path.dirname(file));
-    }
+    const existed = await this.stored.delete(at);
     const host = this.hosts.get(at.host);
     if (at.kind === 'queue') host?.queues.delete(at.name);
     else host?.users.delete(at.name);
