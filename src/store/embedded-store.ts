@@ -4,7 +4,7 @@ import { isTerminal, type ItemStatus } from '../engine/item.js';
 import { Queue, type Change, type Item, type Outcome } from '../engine/queue.js';
 import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord } from './journal.js';
 import type { WriteFn } from './append-file.js';
-import { StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type SubmitOutcome } from './store.js';
+import { claimedOf, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type SubmitOutcome } from './store.js';
 import { jsonString } from '../json-text.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
 
@@ -173,7 +173,7 @@ export class EmbeddedStore implements Store, EventOutbox {
     if (!item) return null;
     const stamp = slot.queue.fetched(item, this.now());
     if (stamp) this.commitLater(slot, [stamp]);
-    const record = recordOf(item);
+    const record = statusOf(item);
     // What is shown must be what a crash would keep: wait for anything still being written (if
     // that fails, what the record shows was taken back, and the fetch fails with it).
     await this.synced();
@@ -474,23 +474,4 @@ export class EmbeddedStore implements Store, EventOutbox {
       if (!queue.items.has(id)) return id;
     }
   }
-}
-
-function claimedOf(item: Item): Claimed {
-  return { id: item.id, item: item.body, attempts: item.attempts, lease: { worker: item.leaseWorker ?? '', until: item.leaseUntil ?? 0 } };
-}
-
-function recordOf(item: Item): StatusRecord {
-  return {
-    id: item.id,
-    status: item.status,
-    postedBy: item.postedBy,
-    postedAt: item.postedAt,
-    updatedAt: item.updatedAt,
-    finishedAt: item.finishedAt,
-    attempts: item.attempts,
-    progress: item.progress,
-    result: item.result,
-    error: item.error,
-  };
 }

@@ -4,7 +4,7 @@ import { isTerminal, type ItemStatus } from '../engine/item.js';
 import * as rules from '../engine/rules.js';
 import type { ItemRecord, Submission } from '../engine/rules.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
-import { StoreUnavailable, type Claimed, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome } from './store.js';
+import { claimedOf, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome } from './store.js';
 
 /**
  * What a {@link ModelStore} keeps between a close and the next open: its stand-in for a disk.
@@ -128,7 +128,7 @@ export class ModelStore implements Store {
     if (!found) return null;
     const { record } = rules.claim(found, ref.config, input.worker, now);
     this.put(ref.key, items, record);
-    return { id: record.id, item: record.body, attempts: record.attempts, lease: { worker: record.leaseWorker ?? '', until: record.leaseUntil ?? 0 } };
+    return claimedOf(record);
   }
 
   private submit(ref: QueueRef, id: string, apply: (r: ItemRecord, now: number) => Submission): SubmitOutcome | null {
@@ -160,20 +160,3 @@ export class ModelStore implements Store {
     return items;
   }
 }
-
-function statusOf(r: ItemRecord): StatusRecord {
-  return {
-    id: r.id,
-    status: r.status,
-    postedBy: r.postedBy,
-    postedAt: r.postedAt,
-    updatedAt: r.updatedAt,
-    finishedAt: r.finishedAt,
-    attempts: r.attempts,
-    progress: r.progress,
-    result: r.result,
-    error: r.error,
-  };
-}
-
-

@@ -1,6 +1,7 @@
 import type { QueueConfig } from '../engine/config.js';
 import type { Criteria } from '../engine/criteria.js';
 import type { ItemStatus } from '../engine/item.js';
+import type { ItemRecord } from '../engine/rules.js';
 
 /** Which queue an operation is for, with its rules as they stand for this request. */
 export interface QueueRef {
@@ -60,6 +61,27 @@ export interface StatusRecord {
 }
 
 export type PayloadKind = 'item' | 'progress' | 'result' | 'error';
+
+/** What a claim answers for a leased item's record. */
+export function claimedOf(r: ItemRecord): Claimed {
+  return { id: r.id, item: r.body, attempts: r.attempts, lease: { worker: r.leaseWorker ?? '', until: r.leaseUntil ?? 0 } };
+}
+
+/** An item's record as the fetch endpoint shows it. */
+export function statusOf(r: ItemRecord): StatusRecord {
+  return {
+    id: r.id,
+    status: r.status,
+    postedBy: r.postedBy,
+    postedAt: r.postedAt,
+    updatedAt: r.updatedAt,
+    finishedAt: r.finishedAt,
+    attempts: r.attempts,
+    progress: r.progress,
+    result: r.result,
+    error: r.error,
+  };
+}
 
 /**
  * Task events in the store's outbox: those of one change, all stamped with the same `ts`, as JSON
