@@ -4,26 +4,42 @@ import path from 'node:path';
 
 export interface MasterToken {
   token: string;
-  /** The file it was read from or created in; undefined when it came from a flag or the environment. */
+  /** Where it was read from or created in; undefined when it came from a flag or the environment. */
   file?: string;
   created: boolean;
 }
 
 /**
- * The master token (decisions §1.1): the flag, else SVCQ_MASTER_TOKEN (both resolved by the
- * caller into `given`), else `<home>/master-token`, created with mode 0600 on first start.
+ * Where the master token is kept when neither `--master-token` nor SVCQ_MASTER_TOKEN gives one
+ * (decisions §1.1): a file under the root today; a shared database tomorrow, so that every node
+ * on it agrees on one token.
  */
-export async function resolveMasterToken(home: string, given: string | undefined): Promise<MasterToken> {
-  if (given !== undefined && given !== '') return { token: given, created: false };
-  const file = path.join(home, 'master-token');
-  try {
-    const token = (await readFile(file, 'utf8')).trim();
-    if (token !== '') return { token, file, created: false };
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+export interface MasterTokenStore {
+  /** The stored token, or a fresh random one stored now (`created`). */
+  readOrCreate(): Promise<MasterToken>;
+}
+
+/** `<home>/master-token`, created with mode 0600 and a fresh random 32-byte hex token on first start. */
+export class FileMasterTokenStore implements MasterTokenStore {
+  constructor(readonly home: string) {}
+
+  async readOrCreate(): Promise<MasterToken> {
+    const file = path.join(this.home, 'master-token');
+    try {
+      const token = (await readFile(file, 'utf8')).trim();
+      if (token !== '') return { token, file, created: false };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
+    await mkdir(this.home, { recursive: true, mode: 0o700 });
+    const token = randomBytes(32).toString('hex');
+    await writeFile(file, `${token}\n`, { mode: 0o600, flag: 'w' });
+    return { token, file, created: true };
   }
-  await mkdir(home, { recursive: true, mode: 0o700 });
-  const token = randomBytes(32).toString('hex');
-  await writeFile(file, `${token}\n`, { mode: 0o600, flag: 'w' });
-  return { token, file, created: true };
+}
+
+/** The master token: the flag, else SVCQ_MASTER_TOKEN (both resolved by the caller into `given`), else the store's. */
+export async function resolveMasterToken(given: string | undefined, stored: MasterTokenStore): Promise<MasterToken> {
+  if (given !== undefined && given !== '') return { token: given, created: false };
+  return stored.readOrCreate();
 }

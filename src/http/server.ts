@@ -9,7 +9,7 @@ import { InProcessNotifier } from '../waiting/notifier.js';
 import { openTools } from '../tools/index.js';
 import { createApp } from './app.js';
 import type { ServerContext } from './context.js';
-import { resolveMasterToken } from './master-token.js';
+import { FileMasterTokenStore, resolveMasterToken } from './master-token.js';
 import { createQueueRouter } from './queue-router.js';
 
 export interface ServeOptions {
@@ -87,7 +87,7 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
 async function serve(server: Server, options: ServeOptions, warn: (line: string) => void, ready: (handle: (req: IncomingMessage, res: ServerResponse) => void) => void): Promise<RunningServer> {
   const root = path.resolve(options.root);
   const home = homeOf(root);
-  const master = await resolveMasterToken(home, options.masterToken);
+  const master = await resolveMasterToken(options.masterToken, new FileMasterTokenStore(home));
   const registry = await DefinitionRegistry.load(root, warn);
   const tools = await openTools({ home, logMaxBytes: options.logMaxBytes, logKeep: options.logKeep, statsInterval: options.statsInterval, warn });
   const notifier = new InProcessNotifier();
