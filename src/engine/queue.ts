@@ -85,19 +85,7 @@ export class Item {
   }
 
   private worked(): ItemWork {
-    return (this.work ??= {
-      idempotencyKey: null,
-      updatedAt: this.postedAt,
-      finishedAt: null,
-      attempts: 0,
-      leaseWorker: null,
-      leaseUntil: null,
-      availableAt: 0,
-      progress: null,
-      result: null,
-      error: null,
-      fetchedAt: null,
-    });
+    return (this.work ??= { idempotencyKey: null, ...rules.workAsPosted(this.postedAt) });
   }
 
   get idempotencyKey(): string | null {

@@ -80,23 +80,14 @@ function next(r: ItemRecord, state: Partial<ItemState>): ItemRecord {
   };
 }
 
+/** What work on an item fills in later, as it reads when the item is posted. */
+export function workAsPosted(postedAt: number): Omit<ItemState, 'status'> {
+  return { updatedAt: postedAt, finishedAt: null, attempts: 0, leaseWorker: null, leaseUntil: null, availableAt: 0, progress: null, result: null, error: null, fetchedAt: null };
+}
+
 /** A new item: pending, no attempts (interface §3). */
 export function post(fields: { id: string; ord: number; body: string; postedBy: string; idempotencyKey: string | null }, now: number): Transition {
-  const record: ItemRecord = {
-    ...fields,
-    postedAt: now,
-    status: 'pending',
-    updatedAt: now,
-    finishedAt: null,
-    attempts: 0,
-    leaseWorker: null,
-    leaseUntil: null,
-    availableAt: 0,
-    progress: null,
-    result: null,
-    error: null,
-    fetchedAt: null,
-  };
+  const record: ItemRecord = { ...fields, postedAt: now, status: 'pending', ...workAsPosted(now) };
   return { record, events: [{ event: 'posted' }] };
 }
 
