@@ -22,7 +22,19 @@ export interface DefinitionStore {
   put(at: DefinitionPath, bytes: Buffer): Promise<void>;
   /** Removes the definition durably; false when there was none. */
   delete(at: DefinitionPath): Promise<boolean>;
+  /** The exact bytes stored at one path, or null when none are (a store without it is read through `list`). */
+  read?(at: DefinitionPath): Promise<Buffer | null>;
+  /**
+   * For a store that others write too (several nodes on one database): calls `onChange` with each
+   * path put or deleted, after the write is durable, at least once (a registry re-reads the path,
+   * which is idempotent). Returns the function that stops it. A registry loaded from a store that
+   * has it follows the changes by itself.
+   */
+  watch?(onChange: DefinitionChangeListener): () => void;
 }
+
+/** Told that the definition at `at` was put or deleted (by this process or another). */
+export type DefinitionChangeListener = (at: DefinitionPath) => void;
 
 /** Definitions as files: `<root>/<host>/svc-queues/<name>.json` and `<root>/<host>/svc-users/<name>.json`. */
 export class FileDefinitionStore implements DefinitionStore {
@@ -31,6 +43,13 @@ export class FileDefinitionStore implements DefinitionStore {
   async list(): Promise<StoredDefinition[]> {
     const { found } = await scanDefinitions(this.root);
     return Promise.all(found.map(async (def) => ({ at: def, bytes: await readFile(def.file) })));
+  }
+
+  async read(at: DefinitionPath): Promise<Buffer | null> {
+    return readFile(path.join(this.root, at.path)).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT' || err.code === 'ENOTDIR') return null;
+      throw err;
+    });
   }
 
   async put(at: DefinitionPath, bytes: Buffer): Promise<void> {

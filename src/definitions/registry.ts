@@ -4,7 +4,7 @@ import { resolveQueue, type AccessPolicy, type QueueConfig } from '../engine/con
 import { FileDefinitionStore, type DefinitionStore } from './definition-store.js';
 import { sha256Hex, type Manifest } from './manifest.js';
 import { parseDefinition, type ItemValidator, type ParsedDefinition } from './schemas.js';
-import type { DefinitionPath } from './names.js';
+import { FOLDER, type DefinitionPath } from './names.js';
 
 /** What the server knows of one queue right now. Replaced whole on every PUT. */
 export interface QueueRuntime {
@@ -42,20 +42,88 @@ export class DefinitionRegistry {
    */
   private writes: Promise<unknown> = Promise.resolve();
 
-  private constructor(private readonly stored: DefinitionStore) {}
+  /** Stops following the store's changes (see {@link load}). */
+  private unwatch: (() => void) | undefined;
+
+  private constructor(
+    private readonly stored: DefinitionStore,
+    private readonly warn: (line: string) => void,
+  ) {}
 
   /**
    * Loads every stored definition: from the files under `root`, or from the given store. A stored
    * definition that no longer parses is skipped with a warning.
+   *
+   * A store that others write too (it has `watch`, as the PostgreSQL one) is followed from before
+   * the first read: each path another node puts or deletes is re-read with {@link reload}, so the
+   * change takes effect here within the store's delay (decisions §6.1: within 1 s). {@link close}
+   * stops following.
    */
   static async load(from: string | DefinitionStore, warn: (line: string) => void = () => {}): Promise<DefinitionRegistry> {
     if (typeof from === 'string') await mkdir(from, { recursive: true });
-    const registry = new DefinitionRegistry(typeof from === 'string' ? new FileDefinitionStore(from) : from);
+    const registry = new DefinitionRegistry(typeof from === 'string' ? new FileDefinitionStore(from) : from, warn);
+    // Watched before the list is read: a change made meanwhile is in the list, or reported, or both.
+    registry.unwatch = registry.stored.watch?.((at) => {
+      registry.reload(at).catch((err: Error) => warn(`could not reload definition ${at.path} after another node changed it: ${err.message}`));
+    });
     for (const { at, bytes } of await registry.stored.list()) {
       const error = registry.apply(at, bytes);
       if (error) warn(`skipping stored definition ${error}`);
     }
     return registry;
+  }
+
+  /** Stops following the store's changes (the store itself is closed by whoever opened it). */
+  close(): void {
+    this.unwatch?.();
+    this.unwatch = undefined;
+  }
+
+  /**
+   * Re-reads one path from the store and makes what it holds live: its bytes when present (a
+   * definition that does not parse is dropped with a warning, as at load), nothing when absent.
+   * Runs in turn with this registry's own writes, so memory always ends as the last read left it,
+   * and a read never overtakes a local PUT or DELETE. Idempotent.
+   */
+  reload(at: DefinitionPath): Promise<void> {
+    return this.serially(async () => {
+      const bytes = this.stored.read ? await this.stored.read(at) : ((await this.stored.list()).find((d) => d.at.path === at.path)?.bytes ?? null);
+      if (bytes === null) return this.forget(at);
+      const error = this.apply(at, bytes);
+      if (error) {
+        this.forget(at);
+        this.warn(`skipping stored definition ${error}`);
+      }
+    });
+  }
+
+  /**
+   * Re-reads every stored definition and makes exactly those live (paths no longer stored are
+   * dropped). In turn with this registry's own writes.
+   */
+  refresh(): Promise<void> {
+    return this.serially(async () => {
+      const stored = await this.stored.list();
+      const keep = new Set(stored.map((d) => d.at.path));
+      for (const { at, bytes } of stored) {
+        const error = this.apply(at, bytes);
+        if (error) {
+          this.forget(at);
+          this.warn(`skipping stored definition ${error}`);
+        }
+      }
+      for (const host of [...this.hosts.keys()]) {
+        const defs = this.hosts.get(host)!;
+        for (const name of [...defs.queues.keys()]) {
+          const at: DefinitionPath = { host, kind: 'queue', name, path: `${host}/${FOLDER.queue}/${name}.json` };
+          if (!keep.has(at.path)) this.forget(at);
+        }
+        for (const name of [...defs.users.keys()]) {
+          const at: DefinitionPath = { host, kind: 'user', name, path: `${host}/${FOLDER.user}/${name}.json` };
+          if (!keep.has(at.path)) this.forget(at);
+        }
+      }
+    });
   }
 
   manifest(): Manifest {
@@ -64,6 +132,11 @@ export class DefinitionRegistry {
 
   queue(host: string, name: string): QueueRuntime | undefined {
     return this.hosts.get(host)?.queues.get(name);
+  }
+
+  /** Every live queue definition, in no particular order. */
+  queues(): QueueRuntime[] {
+    return [...this.hosts.values()].flatMap((h) => [...h.queues.values()]);
   }
 
   hasHost(host: string): boolean {
@@ -108,12 +181,17 @@ export class DefinitionRegistry {
 
   private async remove(at: DefinitionPath): Promise<boolean> {
     const existed = await this.stored.delete(at);
+    this.forget(at);
+    return existed;
+  }
+
+  /** Drops a path from memory only. */
+  private forget(at: DefinitionPath): void {
     const host = this.hosts.get(at.host);
     if (at.kind === 'queue') host?.queues.delete(at.name);
     else host?.users.delete(at.name);
     if (host && host.queues.size === 0 && host.users.size === 0) this.hosts.delete(at.host);
     this.hashes.delete(at.path);
-    return existed;
   }
 
   /** Makes parsed bytes live in memory; returns an error sentence instead when they do not parse. */

@@ -4,6 +4,7 @@ import { bearerToken, tokensEqual } from './auth.js';
 import type { ServerContext } from './context.js';
 import { NotFound, sendError, sendJson } from './errors.js';
 import { manageRouter } from './manage-router.js';
+import { operatorsRouter } from './operators-router.js';
 import { toolsRouter } from './tools-router.js';
 
 export const API_VERSION = 2;
@@ -50,6 +51,7 @@ export function createApp(ctx: ServerContext): express.Express {
 
   app.use(`/api/v${API_VERSION}`, manageRouter(ctx));
   app.use(`/api/v${API_VERSION}`, toolsRouter(ctx));
+  app.use(`/api/v${API_VERSION}`, operatorsRouter(ctx));
 
   app.use((_req: Request, _res: Response, next: NextFunction) => next(new NotFound()));
   // Express recognises an error handler by its four parameters.

@@ -1,4 +1,5 @@
 import type { DefinitionRegistry } from '../definitions/registry.js';
+import type { Operators } from '../operators/operators.js';
 import type { Store } from '../store/store.js';
 import type { AccessLogSink } from '../tools/access-log.js';
 import type { LongPolls } from '../waiting/long-poll.js';
@@ -18,6 +19,13 @@ export interface ServerContext {
   maxBody: number;
   /** The task history; its readers flush it first, so that they see every acknowledged event. */
   taskHistory?: { flush(): Promise<void> };
+  /**
+   * Where archived payloads are read when the store keeps them itself (PostgreSQL, shared by every
+   * node); absent: the files under the root (the embedded store's archive).
+   */
+  payloads?: { read(host: string, queue: string, id: string, kind: 'item' | 'progress' | 'result' | 'error'): Promise<Buffer | null> };
   /** Aborted when the server begins to stop: long polls answer at once. */
   stopping: AbortSignal;
+  /** What operators see (decisions §5.1): queue overviews, rates and metrics. */
+  operators: Operators;
 }

@@ -3,10 +3,12 @@ import { setMaxListeners } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { DefinitionRegistry } from '../definitions/registry.js';
-import { EmbeddedStore } from '../store/embedded-store.js';
+import { openStore, parseStoreLocation } from '../store/open-store.js';
+import { openPostgresDefinitions } from '../store/postgres/pg-definition-store.js';
+import { PostgresStore } from '../store/postgres/postgres-store.js';
 import { LongPolls } from '../waiting/long-poll.js';
-import { InProcessNotifier } from '../waiting/notifier.js';
 import { openTools } from '../tools/index.js';
+import { Operators } from '../operators/operators.js';
 import { createApp } from './app.js';
 import type { ServerContext } from './context.js';
 import { FileMasterTokenStore, resolveMasterToken } from './master-token.js';
@@ -24,6 +26,8 @@ export interface ServeOptions {
   statsInterval?: number;
   /** Journal bytes past which the store writes a snapshot. */
   compactBytes?: number;
+  /** Where items live (decisions §1.1 `--store`): absent or `embedded`, or a `postgres://` URL shared by every node. */
+  store?: string;
   /**
    * At a stop, how long a connection may take to deliver a whole request before it is closed
    * (default 5000 ms, decisions §1.1). Requests already received are finished first.
@@ -87,13 +91,23 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
 async function serve(server: Server, options: ServeOptions, warn: (line: string) => void, ready: (handle: (req: IncomingMessage, res: ServerResponse) => void) => void): Promise<RunningServer> {
   const root = path.resolve(options.root);
   const home = homeOf(root);
+  const location = parseStoreLocation(options.store);
   const master = await resolveMasterToken(options.masterToken, new FileMasterTokenStore(home));
-  const registry = await DefinitionRegistry.load(root, warn);
+  // Definitions live with the items: files under the root, or the shared database, where every
+  // node follows the others' changes (decisions §6.1).
+  const definitions =
+    location.kind === 'postgres'
+      ? await openPostgresDefinitions(location.url, warn).catch((err: Error) => {
+          throw new Error(`cannot reach the PostgreSQL store at ${new URL(location.url).host} (${err.message})`, { cause: err });
+        })
+      : undefined;
+  const registry = await DefinitionRegistry.load(definitions?.store ?? root, warn);
   const tools = await openTools({ home, logMaxBytes: options.logMaxBytes, logKeep: options.logKeep, statsInterval: options.statsInterval, warn });
-  const notifier = new InProcessNotifier();
-  const store = new EmbeddedStore({
-    notifier,
-    dir: path.join(home, 'store'),
+  // Rates and metrics learn of durable events and group commits from the store itself.
+  const operators = new Operators(registry);
+  const opened = await openStore({
+    location,
+    home,
     hooks: tools.hooks,
     compactBytes: options.compactBytes,
     configFor: (key) => {
@@ -101,9 +115,11 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
       return registry.queue(key.slice(0, slash), key.slice(slash + 1))?.config;
     },
     warn,
+    observer: operators.observer,
   });
-  await store.open();
-  await tools.tasks.start(store);
+  const { store, notifier } = opened;
+  operators.watch(store);
+  if (opened.outbox) await tools.tasks.start(opened.outbox);
 
   const stopping = new AbortController();
   // Every waiting claim or fetch listens for the stop: there are as many as there are long polls.
@@ -119,6 +135,8 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
     statsInterval: tools.sampler.intervalMs,
     maxBody: options.maxBody ?? 1024 * 1024,
     stopping: stopping.signal,
+    operators,
+    payloads: store instanceof PostgresStore ? { read: (host, queue, id, kind) => store.readPayload(host, queue, id, kind) } : undefined,
   };
   const app = createApp(ctx);
   const queues = createQueueRouter(ctx);
@@ -131,17 +149,20 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
     const q = url.indexOf('?');
     // A keep-alive connection whose request was under way when the stop came ends with its answer.
     if (stopping.signal.aborted && !req.socket.destroyed) req.socket.end();
+    const ms = performance.now() - seen.started;
+    const path = q === -1 ? url : url.slice(0, q);
     ctx.accessLog.record({
       ts: Date.now(),
       method: req.method ?? '',
       host: req.headers.host ?? '',
-      path: q === -1 ? url : url.slice(0, q),
+      path,
       status: this.statusCode,
-      ms: Math.round((performance.now() - seen.started) * 1000) / 1000,
+      ms: Math.round(ms * 1000) / 1000,
       // Bytes on the wire, headers included: a response written with writeHead(status, headers) keeps no content-length to read back.
       bytes: req.socket.bytesWritten - seen.sentBefore,
       ip: req.socket.remoteAddress ?? '',
     });
+    operators.request(isApiPath(path) ? 'api' : 'queue', this.statusCode, ms / 1000);
   }
 
   ready((req, res) => {
@@ -152,7 +173,7 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
     res.on('finish', logFinished);
     // Stopping: this is the connection's last exchange (the answer carries `connection: close`).
     if (stopping.signal.aborted) res.shouldKeepAlive = false;
-    if (url === '/api' || url.startsWith('/api/') || url.startsWith('/api?')) app(req, res);
+    if (isApiPath(url)) app(req, res);
     else queues(req, res);
   });
 
@@ -176,10 +197,17 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
         const grace = setTimeout(() => server.closeAllConnections(), options.shutdownGraceMs ?? 5000);
         await closed;
         clearTimeout(grace);
-        await store.close();
+        await opened.close();
+        registry.close();
+        await definitions?.close();
         await tools.close();
       })()),
   };
+}
+
+/** Whether a request URL is for the Express app (`/api…`) rather than the queue domain. */
+function isApiPath(url: string): boolean {
+  return url === '/api' || url.startsWith('/api/') || url.startsWith('/api?');
 }
 
 /** What the access log needs to know of a request from the moment it arrived. */

@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { Router, type Request } from 'express';
 import { isHost, isQueueName } from '../definitions/names.js';
-import { sendToolFile, rangeStart } from '../tools/file-response.js';
+import { rangeStart, sendEmpty, sendToolFile } from '../tools/file-response.js';
 import {
   ACTIVE_LOG,
   isItemId,
@@ -91,7 +91,11 @@ export function toolsRouter(ctx: ServerContext): Router {
     if (!isPayloadKind(kind)) throw new BadRequest(`kind "${printable(kind)}" is not one of item, progress, result, error`);
     if (!ctx.registry.queue(host, queue)) throw new BadRequest(`host "${host}" has no queue "${queue}"`);
     // Payloads are served whole: the Range header is for the growing day-files only.
-    await sendToolFile(res, payloadFile(payloadsDir(home), host, queue, id, kind));
+    if (!ctx.payloads) return sendToolFile(res, payloadFile(payloadsDir(home), host, queue, id, kind));
+    const bytes = await ctx.payloads.read(host, queue, id, kind);
+    if (!bytes || bytes.length === 0) return sendEmpty(res);
+    res.writeHead(200, { 'content-type': 'application/octet-stream', 'accept-ranges': 'bytes', 'content-length': bytes.length, 'access-control-allow-origin': '*' });
+    res.end(bytes);
   });
 
   return router;

@@ -1,6 +1,6 @@
 import type { QueueConfig } from '../engine/config.js';
 import type { Criteria } from '../engine/criteria.js';
-import type { ItemStatus } from '../engine/item.js';
+import type { ItemStatus, TaskEventKind } from '../engine/item.js';
 import type { ItemRecord } from '../engine/rules.js';
 
 /** Which queue an operation is for, with its rules as they stand for this request. */
@@ -62,6 +62,31 @@ export interface StatusRecord {
 
 export type PayloadKind = 'item' | 'progress' | 'result' | 'error';
 
+/** Items by status; every status is present (0 when the queue holds none). */
+export type StatusCounts = Record<ItemStatus, number>;
+
+/** One queue as operators see it (decisions §5.1). */
+export interface QueueOverview {
+  counts: StatusCounts;
+  /** `postedAt` of the oldest pending item (claimable or waiting out a retry delay), or null. */
+  oldestPendingAt: number | null;
+  /** The oldest pending items, oldest first, at most `limits.oldest`. */
+  oldest: Array<{ id: string; postedAt: number; attempts: number }>;
+  /** Current leases (claimed or processing), soonest end first, at most `limits.leases`. */
+  leases: Array<{ id: string; worker: string; until: number; attempts: number }>;
+}
+
+/**
+ * What a store tells whoever watches it (metrics, rates). Called after the fact, never on a path
+ * that decides anything; an observer must not throw.
+ */
+export interface StoreObserver {
+  /** One durable write (a group commit, a transaction) took `seconds` and carried `changes` changes. */
+  committed(seconds: number, changes: number): void;
+  /** Task events of queue `key` became durable (each event kind once per event). */
+  events(key: string, kinds: readonly TaskEventKind[]): void;
+}
+
 /** What a claim answers for a leased item's record. */
 export function claimedOf(r: ItemRecord): Claimed {
   return { id: r.id, item: r.body, attempts: r.attempts, lease: { worker: r.leaseWorker ?? '', until: r.leaseUntil ?? 0 } };
@@ -106,6 +131,12 @@ export interface EventOutbox {
   eventsDelivered(seq: number): void;
   /** Calls `listener` (at most once per turn of the event loop) when entries enter the outbox. */
   onEvents(listener: () => void): void;
+  /**
+   * For an outbox that fills from elsewhere (a shared database): resolves once it holds every event
+   * made durable before the call, so that a reader of the history sees every acknowledged change.
+   * An outbox filled by its own store's writes has nothing to do and need not have it.
+   */
+  catchUp?(): Promise<void>;
 }
 
 /** What a store calls outside itself: the payload archive (decisions §5, §6). */
@@ -153,27 +184,63 @@ function reason(err: Error): string {
 }
 
 /**
- * The storage contract, written in queue operations. Every method that changes an item resolves
- * only once the change is durable: a resolved promise is the 200 the caller is about to send; a
- * change that cannot be made durable rejects with {@link StoreUnavailable} and leaves no trace.
- * Every operation first applies the time-driven rules that are due (lease end, retry delay,
- * timeout, retention), so what it sees is the queue as of now. An id the queue does not hold
- * gives null.
+ * The storage contract: atomic operations on items, each applying the queue rules of
+ * engine/rules.ts (pure functions over an item's record, the queue's config and the time) inside
+ * the store's own atomic step. Every store keeps it, and none re-implements a rule.
+ *
+ * - **Atomicity.** Each call is one atomic change: a post (or a batch of posts), a claim (of one
+ *   or up to `max` items), a submission, a fetch's stamp. Nothing of a call is ever half applied.
+ * - **Conditional, under concurrency.** A rule is applied to the item's record as it stands at the
+ *   moment of the change, under the store's exclusion (the embedded store's single thread; a row
+ *   lock with a version-guarded write on PostgreSQL): a writer that read a stale record never wins,
+ *   it sees the item as it is now. Two claims never lease the same item; one idempotency key names
+ *   one item however many posts race with it.
+ * - **Durability.** A call that changes an item resolves only once the change is durable (fsynced
+ *   journal, committed transaction): a resolved promise is the 200 the caller is about to send. A
+ *   change that cannot be made durable rejects with {@link StoreUnavailable} and leaves no trace.
+ *   The change's task events (and archived payloads) are made durable in the same step.
+ * - **Folding.** Calls made together (in one turn of the event loop, or while a write is under
+ *   way) may share one durable write, and are expected to: the embedded store group-commits its
+ *   journal, the PostgreSQL store folds them into one transaction. So a caller that needs several
+ *   changes at once (decisions §3.8 hand-ins) issues them without awaiting each, in order.
+ * - **Time.** Deadlines are data on the items (lease end, retry delay, timeout, retention), not
+ *   timers: every call first applies what is due for its queue, so it sees the queue as of now,
+ *   and each store also applies them with no traffic (a timer per queue on the embedded store's
+ *   in-memory index; bounded `SKIP LOCKED` sweeps on PostgreSQL, each deadline applied once
+ *   whichever node gets there). An id the queue does not hold gives null.
  *
  * A store never waits: long polls live above it (src/waiting), and a store announces the durable
  * changes they wait for through the Notifier it is given (items to claim in a queue, an item that
  * became terminal or was purged). Implementations: the embedded store (journal and snapshots under
- * `<root>/_svcq/store`), the reference model (model-store.ts), and later PostgreSQL.
+ * `<root>/_svcq/store`), PostgreSQL (postgres/postgres-store.ts), and the reference model
+ * (model-store.ts) they are both held to.
  */
 export interface Store {
   /** Loads or connects; after it resolves every acknowledged item is back. */
   open(): Promise<void>;
   /** Makes everything durable and releases files or connections. */
   close(): Promise<void>;
-  /** Creates a pending item, or returns the earlier item with the same idempotency key. */
+  /**
+   * Creates a pending item, or returns the earlier item with the same idempotency key (a key names
+   * at most one item of a queue while that item lives: concurrent posts with one key create one).
+   */
   post(queue: QueueRef, input: PostInput): Promise<PostOutcome>;
-  /** Leases the oldest claimable item that passes the criteria (by claim order), or null when none does. */
+  /**
+   * Creates several items at once (decisions §3.8 batch), in order: they are made durable together
+   * (one journal write, one transaction) and claimed in this order. Each is treated as `post`
+   * treats one, idempotency keys included (a key repeated within the batch names the first).
+   */
+  postMany(queue: QueueRef, inputs: readonly PostInput[]): Promise<PostOutcome[]>;
+  /**
+   * Leases the oldest claimable item that passes the criteria (by claim order), or null when none
+   * does. Exactly once under concurrency: two claims never lease the same item.
+   */
   claim(queue: QueueRef, input: ClaimInput): Promise<Claimed | null>;
+  /**
+   * Leases up to `max` of the oldest claimable items that pass the criteria, oldest first
+   * (decisions §3.8 `max`), all in one durable write; [] when none does.
+   */
+  claimMany(queue: QueueRef, input: ClaimInput, max: number): Promise<Claimed[]>;
   /**
    * The item's status record. The first fetch that returns a terminal item stamps it as fetched
    * (retention with `retainFrom: "fetched"`); the record resolves once everything it shows is durable.
@@ -189,4 +256,23 @@ export interface Store {
   cancel(queue: QueueRef, id: string): Promise<SubmitOutcome | null>;
   /** How many items the queue holds, by status (for tests, benchmarks and operators). */
   counts(queue: QueueRef): Promise<Partial<Record<ItemStatus, number>>>;
+  /**
+   * The queue for operators (decisions §5.1): counts kept as items change (never a scan of the
+   * items), the oldest pending items and the current leases. Reads only: it changes nothing, and
+   * may show deadlines already past as not yet applied.
+   */
+  overview(queue: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview>;
+}
+
+/** Counts with every status present. */
+export function fullCounts(partial: Partial<Record<ItemStatus, number>>): StatusCounts {
+  return {
+    pending: partial.pending ?? 0,
+    claimed: partial.claimed ?? 0,
+    processing: partial.processing ?? 0,
+    finished: partial.finished ?? 0,
+    failed: partial.failed ?? 0,
+    timedout: partial.timedout ?? 0,
+    cancelled: partial.cancelled ?? 0,
+  };
 }

@@ -39,6 +39,13 @@ export class TaskEventLog {
   private file: AppendFile | undefined;
   private positionFile: FileHandle | undefined;
   private day = '';
+  /**
+   * The latest day-file written to (from the position at start): the history never goes back to an
+   * earlier day's file. Entries from several nodes' clocks may step back across midnight, and a
+   * crash recovery removes every day-file after the recorded one, so writing to an earlier file
+   * after a later one would lose the later one's lines.
+   */
+  private latestDay = '';
   private outbox: EventOutbox | undefined;
   private position: Position | null = null;
   private closing = false;
@@ -62,6 +69,12 @@ export class TaskEventLog {
     return this.dayName;
   }
 
+  /** The day-file for an entry: its UTC day, or the latest day written to when that is later. */
+  private dayFor(ts: number): string {
+    const day = this.dayOf(ts);
+    return day < this.latestDay ? this.latestDay : day;
+  }
+
   /**
    * Recovers the history (a crash may have left lines past the recorded position: they are cut off,
    * with any day-file begun after it) and starts taking events from `outbox`.
@@ -71,6 +84,7 @@ export class TaskEventLog {
     this.position = await this.readPosition();
     const p = this.position;
     if (p) {
+      this.latestDay = parseTaskFile(p.file)!.date;
       const target = path.join(this.dir, p.file);
       const size = await stat(target).then((st) => st.size, () => -1);
       if (size > p.size) await truncate(target, p.size);
@@ -135,9 +149,9 @@ export class TaskEventLog {
       try {
         let at = 0;
         while (at < entries.length) {
-          const day = this.dayOf(entries[at]!.ts);
+          const day = this.dayFor(entries[at]!.ts);
           let lines = '';
-          for (; at < entries.length && this.dayOf(entries[at]!.ts) === day; at++) lines += entries[at]!.lines;
+          for (; at < entries.length && this.dayFor(entries[at]!.ts) === day; at++) lines += entries[at]!.lines;
           if (day !== this.day || !this.file) await this.switchTo(day);
           await this.file!.append(lines);
         }
@@ -172,14 +186,16 @@ export class TaskEventLog {
   private async switchTo(day: string): Promise<void> {
     const previous = this.file;
     this.file = await AppendFile.open(path.join(this.dir, taskFileName(day)));
+    if (day > this.latestDay) this.latestDay = day;
     // A new day-file's name must survive a crash as well as the bytes written into it.
     await fsyncDir(this.dir);
     this.day = day;
     await previous?.close();
   }
 
-  /** Writes and syncs every event the outbox holds now. */
+  /** Writes and syncs every event made durable before the call (the outbox catches up first). */
   async flush(): Promise<void> {
+    await this.outbox?.catchUp?.();
     await this.drain(true);
   }
 

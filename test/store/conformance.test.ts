@@ -81,6 +81,19 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
       return id === null ? -1 : ids.indexOf(id);
     }
 
+    /** A queue of one attempt holding five items: one failed, one processing, one cancelled, two pending. */
+    async function mixedQueue(): Promise<QueueRef> {
+      const q = queue({ maxAttempts: 1 });
+      const ids: string[] = [];
+      for (let i = 0; i < 5; i++) ids.push(await post(q, { i }));
+      await claimId(q);
+      await claimId(q);
+      await s().progress(q, ids[1]!, '{}');
+      await s().error(q, ids[0]!, '{}');
+      await s().cancel(q, ids[2]!);
+      return q;
+    }
+
     describe('posting', () => {
       it('a posted item is pending with no attempts, and its record says who posted it and when (interface §2.1, decisions §3.1)', async () => {
         const q = queue();
@@ -271,6 +284,44 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         expect(await firstMatch(bodies, { a: { gte: 2 }, b: { in: [2] } })).to.equal(2);
         expect(await firstMatch(bodies, { a: 1, b: 3 })).to.equal(-1);
         expect(await firstMatch(bodies, {})).to.equal(0);
+      });
+
+      it('criteria match bodies as JSON.parse reads them: escapes, characters outside the BMP, lone surrogates, duplicate keys, huge numbers and deep nesting (decisions §3.3)', async () => {
+        /** Posts raw bodies (exact text) to a fresh queue, claims with `criteria`: the index claimed, or -1. */
+        const firstRaw = async (bodies: string[], criteria: Criteria): Promise<number> => {
+          const q = queue();
+          const ids: string[] = [];
+          for (const body of bodies) ids.push((await s().post(q, { body, postedBy: 'p' })).id);
+          const got = await claimId(q, criteria);
+          return got === null ? -1 : ids.indexOf(got);
+        };
+        const deep = `${'['.repeat(600)}${']'.repeat(600)}`;
+        // An escaped surrogate pair and the raw character are the same string.
+        expect(await firstRaw(['{"k":"x"}', String.raw`{"k":"\ud83d\ude00"}`, '{"k":"😀"}'], { k: '😀' })).to.equal(1);
+        expect(await firstRaw(['{"k":"x"}', '{"k":"😀"}'], { k: { eq: '😀' } })).to.equal(1);
+        // A lone surrogate and a NUL, escaped: valid JSON, equal to the same JavaScript strings.
+        expect(await firstRaw(['{"k":"x"}', String.raw`{"k":"\ud800"}`], { k: '\ud800' })).to.equal(1);
+        expect(await firstRaw(['{"k":"x"}', String.raw`{"k":"\u0000x"}`], { k: '\u0000x' })).to.equal(1);
+        // \u00e9 unescapes to é; a decomposed é (e + U+0301) is another string.
+        expect(await firstRaw(['{"k":"e\u0301"}', String.raw`{"k":"\u00e9"}`], { k: 'é' })).to.equal(1);
+        // The last of duplicate keys counts.
+        expect(await firstRaw(['{"k":"a","k":"b"}'], { k: 'a' })).to.equal(-1);
+        expect(await firstRaw(['{"k":"a","k":"b"}'], { k: 'b' })).to.equal(0);
+        // Numbers are doubles: 1.0000000000000001 is 1, 1e5000 is Infinity.
+        expect(await firstRaw(['{"n":2}', '{"n":1.0000000000000001}'], { n: 1 })).to.equal(1);
+        expect(await firstRaw(['{"n":2}', '{"n":1e5000}'], { n: { gt: 1e308 } })).to.equal(1);
+        // Strings order by UTF-16 code units: U+1F600 (a surrogate pair, 0xD83D…) sorts before U+FFFF.
+        expect(await firstRaw(['{"s":"\uffff"}', '{"s":"😀"}'], { s: { lt: '\uffff' } })).to.equal(1);
+        // Booleans and null by JSON type: "true" is not true.
+        expect(await firstRaw(['{"b":"true","z":null}', '{"b":true,"z":null}'], { b: true, z: null })).to.equal(1);
+        expect(await firstRaw(['{"b":true}'], { b: 'true' })).to.equal(-1);
+        // A field named __proto__ is a field like any other.
+        expect(await firstRaw(['{"k":"x"}', '{"__proto__":"x"}'], JSON.parse('{"__proto__":"x"}') as Criteria)).to.equal(1);
+        // Field names a database may not hold as they are: a NUL, a lone surrogate.
+        expect(await firstRaw(['{"k":"x"}', String.raw`{"\u0000":"x"}`], { '\u0000': 'x' })).to.equal(1);
+        expect(await firstRaw(['{"k":"x"}', String.raw`{"\udc00":"y"}`], { '\udc00': { eq: 'y' } })).to.equal(1);
+        // Deep nesting beside the field that matches.
+        expect(await firstRaw([`{"d":${deep},"k":"y"}`, `{"d":${deep},"k":"x"}`], { k: 'x' })).to.equal(1);
       });
     });
 
@@ -784,14 +835,7 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
       });
 
       it('counts survive a restart, and a restart twice in a row loses nothing', async () => {
-        const q = queue({ maxAttempts: 1 });
-        const ids: string[] = [];
-        for (let i = 0; i < 5; i++) ids.push(await post(q, { i }));
-        await claimId(q);
-        await claimId(q);
-        await s().progress(q, ids[1]!, '{}');
-        await s().error(q, ids[0]!, '{}');
-        await s().cancel(q, ids[2]!);
+        const q = await mixedQueue();
         const counts = await s().counts(q);
         expect(counts).to.deep.equal({ failed: 1, processing: 1, cancelled: 1, pending: 2 });
         await h.reopen();
@@ -799,10 +843,138 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         expect(await s().counts(q)).to.deep.equal(counts);
       });
     });
+
+    describe('batches (decisions §3.8)', () => {
+      it('postMany creates every item in order, claimed in that order', async () => {
+        const q = queue();
+        const out = await s().postMany(q, [0, 1, 2].map((i) => ({ body: JSON.stringify({ i }), postedBy: 'p' })));
+        expect(out.map((o) => [o.status, o.created])).to.deep.equal([['pending', true], ['pending', true], ['pending', true]]);
+        expect(new Set(out.map((o) => o.id)).size).to.equal(3);
+        for (const o of out) expect(await claimId(q)).to.equal(o.id);
+      });
+
+      it('postMany honours idempotency keys against earlier items and within the batch', async () => {
+        const q = queue();
+        const earlier = await post(q, {}, 'K:0');
+        const out = await s().postMany(q, [
+          { body: '{}', postedBy: 'p', idempotencyKey: 'K:0' },
+          { body: '{}', postedBy: 'p', idempotencyKey: 'K:1' },
+          { body: '{}', postedBy: 'p', idempotencyKey: 'K:1' },
+        ]);
+        expect(out[0]).to.deep.equal({ id: earlier, status: 'pending', created: false });
+        expect(out[1]!.created).to.equal(true);
+        expect(out[2]).to.deep.equal({ id: out[1]!.id, status: 'pending', created: false });
+        expect(await s().counts(q)).to.deep.equal({ pending: 2 });
+      });
+
+      it('postMany is durable: every item is back after a restart', async () => {
+        const q = queue();
+        const out = await s().postMany(q, [{ body: '{"a":1}', postedBy: 'p' }, { body: '{"a":2}', postedBy: 'p' }]);
+        await h.reopen();
+        expect(await status(q, out[0]!.id)).to.equal('pending');
+        expect(await status(q, out[1]!.id)).to.equal('pending');
+      });
+
+      it('claimMany leases up to max items, oldest first, each once', async () => {
+        const q = queue();
+        const ids: string[] = [];
+        for (let i = 0; i < 5; i++) ids.push(await post(q, { i }));
+        const first = await s().claimMany(q, { worker: 'w1' }, 3);
+        expect(first.map((c) => c.id)).to.deep.equal(ids.slice(0, 3));
+        expect(first.every((c) => c.attempts === 1 && c.lease.worker === 'w1')).to.equal(true);
+        const rest = await s().claimMany(q, { worker: 'w2' }, 3);
+        expect(rest.map((c) => c.id)).to.deep.equal(ids.slice(3));
+        expect(await s().claimMany(q, { worker: 'w3' }, 3)).to.deep.equal([]);
+      });
+
+      it('claimMany applies criteria and keeps FIFO among matching items', async () => {
+        const q = queue();
+        const ids: string[] = [];
+        for (const kind of ['a', 'b', 'a', 'b', 'a']) ids.push(await post(q, { kind }));
+        const got = await s().claimMany(q, { worker: 'w', criteria: { kind: 'a' } }, 10);
+        expect(got.map((c) => c.id)).to.deep.equal([ids[0], ids[2], ids[4]]);
+      });
+
+      it('claimMany is durable: leases are back after a restart', async () => {
+        const q = queue();
+        await post(q);
+        await post(q);
+        const got = await s().claimMany(q, { worker: 'w' }, 2);
+        await h.reopen();
+        for (const c of got) expect(await status(q, c.id)).to.equal('claimed');
+        expect(await claimId(q)).to.equal(null);
+      });
+    });
+
+    describe('operators (decisions §5.1)', () => {
+      it('overview counts every status, kept as items change', async () => {
+        const q = await mixedQueue();
+        const o = await s().overview(q, { oldest: 20, leases: 100 });
+        expect(o.counts).to.deep.equal({ pending: 2, claimed: 0, processing: 1, finished: 0, failed: 1, timedout: 0, cancelled: 1 });
+        await h.reopen();
+        expect((await s().overview(q, { oldest: 0, leases: 0 })).counts).to.deep.equal(o.counts);
+      });
+
+      it('overview lists the oldest pending items, oldest first, and their age', async () => {
+        const q = queue();
+        const ids: string[] = [];
+        for (let i = 0; i < 4; i++) {
+          ids.push(await post(q, { i }));
+          advance(1000);
+        }
+        await claimId(q);
+        const o = await s().overview(q, { oldest: 2, leases: 0 });
+        expect(o.oldest).to.deep.equal([
+          { id: ids[1], postedAt: START + 1000, attempts: 0 },
+          { id: ids[2], postedAt: START + 2000, attempts: 0 },
+        ]);
+        expect(o.oldestPendingAt).to.equal(START + 1000);
+        expect(o.leases).to.deep.equal([]);
+      });
+
+      it('overview counts an item waiting out its retry delay as pending, and lists it', async () => {
+        const q = queue({ retryDelaySeconds: 60 });
+        const id = await post(q);
+        advance(1000);
+        await post(q);
+        await claimId(q);
+        await s().error(q, id, '{}');
+        const o = await s().overview(q, { oldest: 20, leases: 0 });
+        expect(o.counts.pending).to.equal(2);
+        expect(o.oldest.map((e) => e.id)[0]).to.equal(id);
+        expect(o.oldest[0]!.attempts).to.equal(1);
+        expect(o.oldestPendingAt).to.equal(START);
+      });
+
+      it('overview lists current leases, soonest end first, with worker and attempts', async () => {
+        const q = queue({ leaseSeconds: 30 });
+        const a = await post(q);
+        const b = await post(q);
+        await claimId(q, undefined, 'wa');
+        advance(1000);
+        await claimId(q, undefined, 'wb');
+        advance(1000);
+        await s().progress(q, a, '{}');
+        const o = await s().overview(q, { oldest: 20, leases: 100 });
+        expect(o.leases).to.deep.equal([
+          { id: b, worker: 'wb', until: START + 1000 + 30_000, attempts: 1 },
+          { id: a, worker: 'wa', until: START + 2000 + 30_000, attempts: 1 },
+        ]);
+        await s().result(q, b, '{}');
+        expect((await s().overview(q, { oldest: 20, leases: 1 })).leases.map((l) => l.id)).to.deep.equal([a]);
+        expect((await s().overview(q, { oldest: 20, leases: 100 })).oldestPendingAt).to.equal(null);
+      });
+
+      it('overview of a queue that holds nothing is all zeros', async () => {
+        const o = await s().overview(queue(), { oldest: 20, leases: 100 });
+        expect(o).to.deep.equal({ counts: { pending: 0, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 }, oldestPendingAt: null, oldest: [], leases: [] });
+      });
+    });
   });
 }
 
 conformance('embedded', embedded);
 conformance('model', model);
-// No PostgreSQL store exists yet: the suite shows as skipped, not passed.
-conformance('postgres', null, process.env.SVCQ_TEST_PG_URL ? 'no PostgreSQL store yet' : 'SVCQ_TEST_PG_URL is not set (and no PostgreSQL store yet)');
+// PostgreSQL when SVCQ_TEST_PG_URL names a server that answers; otherwise shown as skipped, with why.
+const pg = await (await import('./support/stores.js')).postgresUnderTest();
+conformance('postgres', 'factory' in pg ? pg.factory : null, 'whyNot' in pg ? pg.whyNot : undefined);

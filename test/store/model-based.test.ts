@@ -4,16 +4,19 @@ import { resolveQueue, type QueueConfig } from '../../src/engine/config.js';
 import type { Criteria } from '../../src/engine/criteria.js';
 import type { QueueDefinition } from '../../src/definitions/schemas.js';
 import type { QueueRef, StatusRecord } from '../../src/store/store.js';
-import { embedded, FakeClock, model, type StoreUnderTest } from './support/stores.js';
+import { embedded, FakeClock, model, postgresUnderTest, type StoreFactory, type StoreUnderTest } from './support/stores.js';
 
 /**
- * The embedded store against the reference model: random sequences of operations run on both
- * side by side, on one fake clock, and everything a caller would see is compared (ids, which are
- * random, are compared by the order the items were posted in). fast-check shrinks a difference to
- * a minimal sequence. `SVCQ_FC_RUNS=N` runs N sequences instead of the default.
+ * The real stores against the reference model: random sequences of operations run on a store and
+ * on the model side by side, on one fake clock, and everything a caller would see is compared
+ * (ids, which are random, are compared by the order the items were posted in). fast-check shrinks
+ * a difference to a minimal sequence. `SVCQ_FC_RUNS=N` runs N sequences against the embedded
+ * store instead of the default; `SVCQ_FC_PG_RUNS=N` against PostgreSQL (fewer by default: each
+ * sequence has a database of its own, and every restart reconnects).
  */
 
 const RUNS = Number(process.env.SVCQ_FC_RUNS ?? 300);
+const PG_RUNS = Number(process.env.SVCQ_FC_PG_RUNS ?? 40);
 const MAX_COMMANDS = 40;
 const UNKNOWN_ID = '0000000000000000';
 
@@ -42,6 +45,9 @@ const CRITERIA: Array<Criteria | undefined> = [
 type Command =
   | { op: 'post'; kind: string; n: number | null; key: string | null }
   | { op: 'claim'; criteria: number; worker: string }
+  | { op: 'postMany'; items: Array<{ kind: string; key: string | null }> }
+  | { op: 'claimMany'; criteria: number; worker: string; max: number }
+  | { op: 'overview' }
   | { op: 'progress' | 'result' | 'error' | 'cancel' | 'get'; item: number }
   | { op: 'counts' }
   | { op: 'advance'; ms: number }
@@ -56,6 +62,10 @@ const command: fc.Arbitrary<Command> = fc.oneof(
   { weight: 5, arbitrary: fc.record({ op: fc.constant('claim' as const), criteria: fc.nat({ max: CRITERIA.length - 1 }), worker: fc.constantFrom('w1', 'w2') }) },
   { weight: 6, arbitrary: fc.record({ op: fc.constantFrom('progress' as const, 'result' as const, 'error' as const, 'cancel' as const, 'get' as const), item }) },
   { weight: 1, arbitrary: fc.constant({ op: 'counts' as const }) },
+  // Batches (decisions §3.8) and the operators' view (§5.1).
+  { weight: 2, arbitrary: fc.record({ op: fc.constant('postMany' as const), items: fc.array(fc.record({ kind: fc.constantFrom('a', 'b', 'c'), key: fc.option(fc.constantFrom('k1', 'k2', 'k4'), { freq: 3 }) }), { minLength: 1, maxLength: 4 }) }) },
+  { weight: 2, arbitrary: fc.record({ op: fc.constant('claimMany' as const), criteria: fc.nat({ max: CRITERIA.length - 1 }), worker: fc.constantFrom('w1', 'w2'), max: fc.integer({ min: 1, max: 4 }) }) },
+  { weight: 1, arbitrary: fc.constant({ op: 'overview' as const }) },
   { weight: 4, arbitrary: fc.record({ op: fc.constant('advance' as const), ms: durations }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('define' as const), config: fc.nat({ max: CONFIGS.length - 1 }) }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('restart' as const), closedMs: fc.oneof(fc.constant(0), durations) }) },
@@ -98,6 +108,22 @@ async function run(side: Side, q: QueueRef, c: Command, step: number): Promise<u
       const claimed = await store.claim(q, { worker: c.worker, criteria: CRITERIA[c.criteria] });
       return claimed === null ? null : { ...claimed, id: label(side, claimed.id) };
     }
+    case 'postMany': {
+      const outs = await store.postMany(
+        q,
+        c.items.map((i) => ({ body: JSON.stringify({ kind: i.kind }), postedBy: 'producer', idempotencyKey: i.key ?? undefined })),
+      );
+      for (const out of outs) if (out.created) side.ids.push(out.id);
+      return outs.map((out) => ({ ...out, id: label(side, out.id) }));
+    }
+    case 'claimMany': {
+      const claimed = await store.claimMany(q, { worker: c.worker, criteria: CRITERIA[c.criteria] }, c.max);
+      return claimed.map((x) => ({ ...x, id: label(side, x.id) }));
+    }
+    case 'overview': {
+      const o = await store.overview(q, { oldest: 5, leases: 5 });
+      return { ...o, oldest: o.oldest.map((x) => ({ ...x, id: label(side, x.id) })), leases: o.leases.map((x) => ({ ...x, id: label(side, x.id) })) };
+    }
     case 'progress':
     case 'result':
     case 'error':
@@ -114,22 +140,27 @@ async function run(side: Side, q: QueueRef, c: Command, step: number): Promise<u
 }
 
 /**
- * A request with nothing to do but apply what is due, on both sides. The embedded store also
- * applies deadlines by timers, at moments the fake clock does not control; after every change of
- * time, rules or process the test lets a request apply what is due under the rules in force, so
- * that the later timers find nothing left and both stores answer the same whatever they do.
+ * A request with nothing to do but apply what is due, on both sides. The embedded store (by
+ * timers) and the PostgreSQL store (by its periodic sweep) also apply deadlines at moments the
+ * fake clock does not control; after every change of time, rules or process the test lets a
+ * request apply what is due under the rules in force, so that the later timers find nothing left
+ * and both stores answer the same whatever they do.
  */
+/** After the clock moved: each store applies what is due now, as its timers or its sweep would. */
 async function touch(sides: Side[], q: QueueRef): Promise<void> {
-  for (const side of sides) await side.h.store.get(q, UNKNOWN_ID);
+  for (const side of sides) {
+    if (side.h.settle) await side.h.settle();
+    else await side.h.store.get(q, UNKNOWN_ID);
+  }
 }
 
-async function sequence(initial: number, commands: Command[]): Promise<void> {
+async function sequence(subject: { name: string; factory: StoreFactory }, initial: number, commands: Command[]): Promise<void> {
   const clock = new FakeClock();
   let config = CONFIGS[initial]!;
   const configFor = (): QueueConfig => config;
   let q: QueueRef = { key: 'model.example.com/q', host: 'model.example.com', name: 'q', config };
   const sides: Side[] = [
-    { name: 'embedded', h: await embedded({ configFor, clock }), ids: [] },
+    { name: subject.name, h: await subject.factory({ configFor, clock }), ids: [] },
     { name: 'model', h: await model({ configFor, clock }), ids: [] },
   ];
   try {
@@ -146,7 +177,7 @@ async function sequence(initial: number, commands: Command[]): Promise<void> {
         continue;
       }
       if (c.op === 'restart') {
-        // Time passes while the embedded store is down; the model does nothing between requests anyway.
+        // Time passes while the store is down; the model does nothing between requests anyway.
         await sides[0]!.h.reopen(() => clock.advance(c.closedMs));
         await sides[1]!.h.reopen();
         await touch(sides, q);
@@ -155,7 +186,7 @@ async function sequence(initial: number, commands: Command[]): Promise<void> {
       const seen = [];
       for (const side of sides) seen.push(await run(side, q, c, step));
       if (!isDeepStrictEqual(seen[0], seen[1])) {
-        throw new Error(`step ${step} ${JSON.stringify(c)}: the embedded store answered ${JSON.stringify(seen[0])}, the model ${JSON.stringify(seen[1])}`);
+        throw new Error(`step ${step} ${JSON.stringify(c)}: the ${subject.name} store answered ${JSON.stringify(seen[0])}, the model ${JSON.stringify(seen[1])}`);
       }
     }
   } finally {
@@ -166,10 +197,33 @@ async function sequence(initial: number, commands: Command[]): Promise<void> {
 describe('the embedded store against the reference model (model-based, fast-check)', function () {
   this.timeout(60_000 + RUNS * 500);
 
-  it(`answers every caller as the model does over ${RUNS} random sequences of posts, claims with criteria, submissions, cancels, fetches, counts, clock advances, definition changes and restarts (decisions §3, §6)`, async () => {
+  it(`answers every caller as the model does over ${RUNS} random sequences of posts, batch posts, claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, clock advances, definition changes and restarts (decisions §3, §3.8, §5.1, §6)`, async () => {
     await fc.assert(
-      fc.asyncProperty(fc.nat({ max: CONFIGS.length - 1 }), fc.array(command, { maxLength: MAX_COMMANDS, size: 'max' }), sequence),
+      fc.asyncProperty(fc.nat({ max: CONFIGS.length - 1 }), fc.array(command, { maxLength: MAX_COMMANDS, size: 'max' }), (initial, commands) => sequence({ name: 'embedded', factory: embedded }, initial, commands)),
       { numRuns: RUNS },
+    );
+  });
+});
+
+// PostgreSQL when SVCQ_TEST_PG_URL names a server that answers; otherwise shown as skipped, with why.
+const pg = await postgresUnderTest();
+
+describe('the PostgreSQL store against the reference model (model-based, fast-check)', function () {
+  this.timeout(60_000 + PG_RUNS * 3000);
+
+  if (!('factory' in pg)) {
+    before(function () {
+      console.log(`    skipped: ${pg.whyNot}`);
+      this.skip();
+    });
+  }
+
+  it(`answers every caller as the model does over ${PG_RUNS} random sequences of posts, batch posts, claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, clock advances, definition changes and restarts (decisions §3, §3.8, §5.1, §6, §6.1)`, async () => {
+    if (!('factory' in pg)) return;
+    const factory = pg.factory;
+    await fc.assert(
+      fc.asyncProperty(fc.nat({ max: CONFIGS.length - 1 }), fc.array(command, { maxLength: MAX_COMMANDS, size: 'max' }), (initial, commands) => sequence({ name: 'postgres', factory }, initial, commands)),
+      { numRuns: PG_RUNS },
     );
   });
 });

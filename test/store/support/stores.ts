@@ -1,7 +1,11 @@
+import { randomBytes } from 'node:crypto';
 import path from 'node:path';
+import pg from 'pg';
 import type { QueueConfig } from '../../../src/engine/config.js';
 import { EmbeddedStore } from '../../../src/store/embedded-store.js';
 import { ModelStore, newModelDisk } from '../../../src/store/model-store.js';
+import { PgNotifier } from '../../../src/store/postgres/pg-notifier.js';
+import { PostgresStore } from '../../../src/store/postgres/postgres-store.js';
 import type { Store } from '../../../src/store/store.js';
 import { openTools, type Tools } from '../../../src/tools/index.js';
 import { LongPolls } from '../../../src/waiting/long-poll.js';
@@ -30,6 +34,12 @@ export interface StoreUnderTest {
   reopen(whileClosed?: () => void): Promise<void>;
   /** Closes it and removes what it kept. */
   dispose(): Promise<void>;
+  /**
+   * Applies what is due at the clock's time, as the store's own sweep would once time moved (the
+   * PostgreSQL store sweeps on a real-time interval). Absent where a call does it: the embedded
+   * store and the model apply what is due at their next call.
+   */
+  settle?(): Promise<void>;
 }
 
 export interface FactoryOptions {
@@ -40,74 +50,200 @@ export interface FactoryOptions {
 
 export type StoreFactory = (options: FactoryOptions) => Promise<StoreUnderTest>;
 
+/** An open store and the long polls above it. */
+interface Opened {
+  store: Store;
+  waits: LongPolls;
+}
+
+/**
+ * A {@link StoreUnderTest} from how a store opens and closes: `reopen` closes it, runs
+ * `whileClosed` and opens again on the same data; `dispose` closes it (ignoring a failure) and
+ * removes what it kept. A first open that fails removes it too.
+ */
+async function underTest<O extends Opened>(
+  clock: FakeClock,
+  open: () => Promise<O>,
+  close: (opened: O) => Promise<void>,
+  remove: () => Promise<void> | void,
+  settle?: (opened: O) => Promise<void>,
+): Promise<StoreUnderTest> {
+  let opened: O;
+  try {
+    opened = await open();
+  } catch (err) {
+    await Promise.resolve(remove()).catch(() => undefined);
+    throw err;
+  }
+  return {
+    get store() {
+      return opened.store;
+    },
+    get waits() {
+      return opened.waits;
+    },
+    clock,
+    async reopen(whileClosed) {
+      await close(opened);
+      whileClosed?.();
+      opened = await open();
+    },
+    async dispose() {
+      await close(opened).catch(() => undefined);
+      await remove();
+    },
+    ...(settle ? { settle: () => settle(opened) } : {}),
+  };
+}
+
 /** The embedded store on a fresh temp directory, with the real task history and payload archive beside it, and the fake clock as its `now`. */
 export const embedded: StoreFactory = async (options) => {
   const clock = options.clock ?? new FakeClock();
   const home = tempDir('svcq-conformance-');
   const warnings: string[] = [];
   let tools: Tools | undefined;
-  let store: EmbeddedStore;
-  let waits: LongPolls;
-  const open = async (): Promise<void> => {
-    tools = await openTools({ home, statsInterval: 3_600_000, warn: (l) => warnings.push(l) });
-    const notifier = new InProcessNotifier();
-    store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks: tools.hooks, configFor: options.configFor, warn: (l) => warnings.push(l), now: clock.now, notifier });
-    await store.open();
-    await tools.tasks.start(store);
-    waits = new LongPolls(store, notifier);
-  };
-  const close = async (): Promise<void> => {
-    await store.close();
-    await tools?.close();
-    tools = undefined;
-  };
-  await open();
-  return {
-    get store() {
-      return store;
-    },
-    get waits() {
-      return waits;
-    },
+  return underTest(
     clock,
-    async reopen(whileClosed) {
-      await close();
-      whileClosed?.();
-      await open();
+    async () => {
+      tools = await openTools({ home, statsInterval: 3_600_000, warn: (l) => warnings.push(l) });
+      const notifier = new InProcessNotifier();
+      const store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks: tools.hooks, configFor: options.configFor, warn: (l) => warnings.push(l), now: clock.now, notifier });
+      await store.open();
+      await tools.tasks.start(store);
+      return { store, waits: new LongPolls(store, notifier) };
     },
-    async dispose() {
-      await close().catch(() => undefined);
-      cleanupTemp(home);
+    async ({ store }) => {
+      await store.close();
+      await tools?.close();
+      tools = undefined;
     },
-  };
+    () => cleanupTemp(home),
+  );
 };
 
 /** The reference model, with a disk that outlives each ModelStore. */
 export const model: StoreFactory = async (options) => {
   const clock = options.clock ?? new FakeClock();
   const disk = newModelDisk();
-  let notifier = new InProcessNotifier();
-  let store = new ModelStore(disk, { now: clock.now, notifier });
-  let waits = new LongPolls(store, notifier);
-  await store.open();
-  return {
-    get store() {
-      return store;
-    },
-    get waits() {
-      return waits;
-    },
+  return underTest(
     clock,
-    async reopen(whileClosed) {
-      await store.close();
-      whileClosed?.();
-      notifier = new InProcessNotifier();
-      store = new ModelStore(disk, { now: clock.now, notifier });
-      waits = new LongPolls(store, notifier);
+    async () => {
+      const notifier = new InProcessNotifier();
+      const store = new ModelStore(disk, { now: clock.now, notifier });
       await store.open();
+      return { store, waits: new LongPolls(store, notifier) };
     },
-    async dispose() {
-      await store.close();
+    ({ store }) => store.close(),
+    () => undefined,
+  );
+};
+
+/** The URL of a database on the same server as `url`. */
+export function databaseUrl(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  return u.toString();
+}
+
+/** A fresh database on the server of SVCQ_TEST_PG_URL (made through its `postgres` maintenance database), and its removal. */
+export async function freshDatabase(baseUrl: string): Promise<{ url: string; drop: () => Promise<void> }> {
+  const name = `svcq_test_${process.pid}_${randomBytes(4).toString('hex')}`;
+  const admin = databaseUrl(baseUrl, 'postgres');
+  const run = async (sql: string): Promise<void> => {
+    const client = new pg.Client({ connectionString: admin });
+    await client.connect();
+    try {
+      await client.query(sql);
+    } finally {
+      await client.end();
+    }
+  };
+  await run(`CREATE DATABASE ${pg.escapeIdentifier(name)}`);
+  return { url: databaseUrl(baseUrl, name), drop: () => run(`DROP DATABASE IF EXISTS ${pg.escapeIdentifier(name)} WITH (FORCE)`) };
+}
+
+/**
+ * The PostgreSQL store on a database of its own (created for it, dropped by `dispose`), with the
+ * fake clock as its `now` and a {@link PgNotifier} for the long polls; `reopen` closes both and
+ * opens new ones on the same database.
+ */
+export function postgresFactory(baseUrl: string): StoreFactory {
+  return async (options) => {
+    const clock = options.clock ?? new FakeClock();
+    const db = await freshDatabase(baseUrl);
+    const warnings: string[] = [];
+    return underTest(
+      clock,
+      async () => {
+        const notifier = new PgNotifier({ url: db.url, warn: (l) => warnings.push(l) });
+        await notifier.start();
+        const store = new PostgresStore({ url: db.url, now: clock.now, notifier, configFor: options.configFor, warn: (l) => warnings.push(l) });
+        try {
+          await store.open();
+        } catch (err) {
+          await notifier.close();
+          throw err;
+        }
+        return { store, notifier, waits: new LongPolls(store, notifier) };
+      },
+      async ({ store, notifier }) => {
+        await store.close();
+        await notifier.close();
+      },
+      () => db.drop(),
+      ({ store }) => store.sweepNow(),
+    );
+  };
+}
+
+/**
+ * The PostgreSQL store's factory when SVCQ_TEST_PG_URL is set and its server answers, or why the
+ * PostgreSQL tests are skipped.
+ */
+export async function postgresUnderTest(): Promise<{ factory: StoreFactory; url: string } | { whyNot: string }> {
+  const url = process.env.SVCQ_TEST_PG_URL;
+  if (!url) return { whyNot: 'SVCQ_TEST_PG_URL is not set' };
+  const client = new pg.Client({ connectionString: databaseUrl(url, 'postgres'), connectionTimeoutMillis: 3000 });
+  try {
+    await client.connect();
+    await client.query('SELECT 1');
+  } catch (err) {
+    return { whyNot: `the PostgreSQL server of SVCQ_TEST_PG_URL does not answer (${(err as Error).message})` };
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+  return { factory: postgresFactory(url), url };
+}
+
+/** A fresh database (see {@link freshDatabase}) with a client connected to it, for tests that look at its tables; `drop` ends the client, then drops it. */
+export async function freshDatabaseWithClient(baseUrl: string): Promise<{ url: string; admin: pg.Client; drop: () => Promise<void> }> {
+  const db = await freshDatabase(baseUrl);
+  const admin = new pg.Client({ connectionString: db.url });
+  try {
+    await admin.connect();
+  } catch (err) {
+    await db.drop();
+    throw err;
+  }
+  return {
+    url: db.url,
+    admin,
+    drop: async () => {
+      await admin.end().catch(() => undefined);
+      await db.drop();
     },
   };
-};
+}
+
+/**
+ * For a PostgreSQL suite: true when `target` is a reachable server; otherwise the calling
+ * `describe` is skipped with one visible line saying why.
+ */
+export function postgresPresent(target: Awaited<ReturnType<typeof postgresUnderTest>>): target is { factory: StoreFactory; url: string } {
+  if ('factory' in target) return true;
+  before(function () {
+    console.log(`    skipped: ${target.whyNot}`);
+    this.skip();
+  });
+  return false;
+}

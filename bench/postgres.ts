@@ -1,0 +1,270 @@
+/**
+ * `npm run bench:postgres -- --store postgres://USER@HOST:PORT/DB`: one svcq node on PostgreSQL
+ * against the embedded store and against pg-boss on the same PostgreSQL, with what each job costs
+ * the database (commits, WAL bytes, database CPU). Every phase gets a fresh database of its own
+ * (made through the server's `postgres` database, dropped after). Rounds alternate the sides, and
+ * ratios are taken round by round (machines here are noisy).
+ *
+ *   --store URL     the PostgreSQL server to use (its database part is ignored)
+ *   --jobs 20000    jobs per full-cycle phase (pg-boss: a quarter, it is much slower)
+ *   --rounds 3      paired rounds
+ *   --in-flight 32  producers and workers
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { BENCH_DIR, REPO } from './procs.js';
+import { RESULT_PREFIX, type LoadMode, type LoadResult, type LoadSpec } from './protocol.js';
+import type { PgBossResult, PgBossSpec } from './pgboss-load.js';
+
+const { values: opts } = parseArgs({
+  options: {
+    store: { type: 'string' },
+    jobs: { type: 'string', default: '20000' },
+    rounds: { type: 'string', default: '3' },
+    'in-flight': { type: 'string', default: '32' },
+  },
+  strict: true,
+});
+if (!opts.store || !/^postgres(ql)?:\/\//.test(opts.store)) {
+  console.error('bench:postgres: give --store postgres://USER@HOST:PORT/DB');
+  process.exit(2);
+}
+const BASE = opts.store;
+const JOBS = Number(opts.jobs);
+const ROUNDS = Number(opts.rounds);
+const IN_FLIGHT = Number(opts['in-flight']);
+const HOST = 'bench.test';
+const MASTER = 'bench-master-token-0123456789abcdef';
+const BIN = path.join(REPO, 'bin/run.js');
+const children = new Set<ChildProcess>();
+
+function databaseUrl(database: string): string {
+  const u = new URL(BASE);
+  u.pathname = `/${database}`;
+  return u.toString();
+}
+
+async function admin<T>(sql: string, database = 'postgres'): Promise<T[]> {
+  const client = new pg.Client({ connectionString: databaseUrl(database) });
+  await client.connect();
+  try {
+    return (await client.query(sql)).rows as T[];
+  } finally {
+    await client.end();
+  }
+}
+
+async function freshDatabase(): Promise<{ name: string; url: string; drop: () => Promise<void> }> {
+  const name = `svcq_bench_${process.pid}_${Math.random().toString(16).slice(2, 10)}`;
+  await admin(`CREATE DATABASE ${name}`);
+  return { name, url: databaseUrl(name), drop: async () => void (await admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)) };
+}
+
+/** CPU seconds used so far by each backend process serving `database` (from /proc: this machine's PostgreSQL). */
+async function backendCpu(database: string): Promise<Map<number, number>> {
+  const rows = await admin<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE datname = '${database}'`);
+  const out = new Map<number, number>();
+  for (const { pid } of rows) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      out.set(pid, (Number(fields[11]) + Number(fields[12])) / 100);
+    } catch {
+      // the backend ended meanwhile
+    }
+  }
+  return out;
+}
+
+/**
+ * Follows the CPU of `database`'s backends through a phase (every 250 ms, keeping each pid's last
+ * reading), so that backends which end with their client (pg-boss stops before the phase is read)
+ * still count.
+ */
+function followCpu(database: string): { stop: () => Promise<Map<number, number>> } {
+  const seen = new Map<number, number>();
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      for (const [pid, cpu] of await backendCpu(database).catch(() => new Map<number, number>())) seen.set(pid, cpu);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await loop;
+      for (const [pid, cpu] of await backendCpu(database)) seen.set(pid, cpu);
+      return seen;
+    },
+  };
+}
+
+interface DbFigures {
+  commits: number;
+  walBytes: number;
+  /** CPU seconds by backend pid: a phase counts what its own database's backends used. */
+  cpu: Map<number, number>;
+}
+
+async function dbFigures(database: string): Promise<DbFigures> {
+  const [row] = await admin<{ commits: string; lsn: string }>(`SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = '${database}') AS commits, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::text AS lsn`);
+  return { commits: Number(row!.commits), walBytes: Number(row!.lsn), cpu: await backendCpu(database) };
+}
+
+function spawnTracked(args: string[]): ChildProcess {
+  const proc = spawn(process.execPath, args, { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
+  children.add(proc);
+  proc.once('exit', () => children.delete(proc));
+  return proc;
+}
+
+async function runChild<T>(script: string, arg: unknown, timeoutMs: number): Promise<T> {
+  const proc = spawnTracked(['--import', 'tsx', path.join(BENCH_DIR, script), JSON.stringify(arg)]);
+  let out = '';
+  proc.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+  proc.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+  const timer = setTimeout(() => proc.kill('SIGKILL'), timeoutMs);
+  const code = await new Promise<number | null>((resolve) => proc.once('exit', resolve));
+  clearTimeout(timer);
+  const at = out.indexOf(RESULT_PREFIX);
+  if (code !== 0 || at < 0) throw new Error(`${script} failed (exit ${code}):\n${out.slice(-2000)}`);
+  return JSON.parse(out.slice(at + RESULT_PREFIX.length, out.indexOf('\n', at))) as T;
+}
+
+/** A `svcq serve` on a temp root, on the embedded store or on `store`. */
+async function startSvcq(store?: string): Promise<{ url: string; stop: () => Promise<void> }> {
+  const root = mkdtempSync(path.join(os.tmpdir(), 'svcq-bench-pg-'));
+  const proc = spawnTracked([BIN, 'serve', '--root', root, '--port', '0', '--master-token', MASTER, ...(store ? ['--store', store] : [])]);
+  let out = '';
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`svcq serve did not start:\n${out}`)), 60_000);
+    proc.stdout!.on('data', (c: Buffer) => {
+      out += c.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]!);
+      }
+    });
+    proc.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+    proc.once('exit', (code) => reject(new Error(`svcq serve exited with ${code}:\n${out}`)));
+  });
+  const res = await fetch(`${url}/api/v2/def?path=${HOST}/svc-queues/q.json`, {
+    method: 'PUT',
+    headers: { authorization: `Bearer ${MASTER}` },
+    body: JSON.stringify({ leaseSeconds: 300, access: { post: 'public', fetch: 'public', work: 'public' } }),
+  });
+  if (res.status !== 200) throw new Error(`defining the queue failed: ${res.status} ${await res.text()}`);
+  return {
+    url,
+    stop: async () => {
+      proc.kill('SIGTERM');
+      await new Promise((resolve) => (proc.exitCode !== null ? resolve(null) : proc.once('exit', resolve)));
+      rmSync(root, { recursive: true, force: true });
+    },
+  };
+}
+
+interface Phase {
+  label: string;
+  rate: number;
+  jobs: number;
+  db?: { commitsPerJob: number; walBytesPerJob: number; cpuMsPerJob: number };
+}
+
+/** One svcq phase (`cycle` or `handin`) on a fresh server (and a fresh database for PostgreSQL). */
+async function svcqPhase(mode: LoadMode, onPostgres: boolean): Promise<Phase> {
+  const db = onPostgres ? await freshDatabase() : undefined;
+  const server = await startSvcq(db?.url);
+  try {
+    const before = db ? await dbFigures(db.name) : undefined;
+    const cpu = db ? followCpu(db.name) : undefined;
+    const spec: LoadSpec = { mode, url: server.url, host: HOST, queue: 'q', inFlight: IN_FLIGHT, durationMs: 300_000, maxCount: JOBS, itemBytes: 190, recordLatency: false };
+    const r = await runChild<LoadResult>('load.ts', spec, 360_000);
+    if (r.errors > 0) throw new Error(`${mode}: ${r.errors} errors, the first: ${r.firstError}`);
+    const after = db ? { ...(await dbFigures(db.name)), cpu: await cpu!.stop() } : undefined;
+    const label = `svcq ${mode === 'handin' ? 'full cycle with hand-ins' : 'full cycle'}, ${onPostgres ? 'PostgreSQL' : 'embedded'}`;
+    return { label, rate: r.rate, jobs: r.count, db: before && after ? perJob(before, after, r.count) : undefined };
+  } finally {
+    await server.stop();
+    await db?.drop();
+  }
+}
+
+async function pgbossPhase(): Promise<Phase> {
+  const db = await freshDatabase();
+  try {
+    const jobs = Math.max(1000, Math.round(JOBS / 4));
+    const before = await dbFigures(db.name);
+    const cpu = followCpu(db.name);
+    const spec: PgBossSpec = { url: db.url, jobs, inFlight: IN_FLIGHT, itemBytes: 190, timeoutMs: 300_000 };
+    const r = await runChild<PgBossResult>('pgboss-load.ts', spec, 360_000);
+    if (r.timedOut) throw new Error('pg-boss did not finish in time');
+    const after = { ...(await dbFigures(db.name)), cpu: await cpu.stop() };
+    return { label: 'pg-boss full cycle, same PostgreSQL', rate: r.rate, jobs: r.completed, db: perJob(before, after, r.completed) };
+  } finally {
+    await db.drop();
+  }
+}
+
+function perJob(before: DbFigures, after: DbFigures, jobs: number): Phase['db'] {
+  return {
+    commitsPerJob: (after.commits - before.commits) / jobs,
+    walBytesPerJob: (after.walBytes - before.walBytes) / jobs,
+    cpuMsPerJob: ([...after.cpu].reduce((sum, [pid, s]) => sum + s - (before.cpu.get(pid) ?? 0), 0) * 1000) / jobs,
+  };
+}
+
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
+const fmt = (n: number, d = 0): string => n.toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d });
+
+async function main(): Promise<void> {
+  const kinds: Array<{ key: string; run: () => Promise<Phase> }> = [
+    { key: 'pg-cycle', run: () => svcqPhase('cycle', true) },
+    { key: 'pg-handin', run: () => svcqPhase('handin', true) },
+    { key: 'embedded-cycle', run: () => svcqPhase('cycle', false) },
+    { key: 'pgboss', run: () => pgbossPhase() },
+  ];
+  const rounds: Array<Record<string, Phase>> = [];
+  for (let r = 0; r < ROUNDS; r++) {
+    const round: Record<string, Phase> = {};
+    // Alternate the order, so that no side always runs first on a machine whose speed drifts.
+    for (const k of r % 2 === 0 ? kinds : [...kinds].reverse()) {
+      const p = await k.run();
+      round[k.key] = p;
+      console.log(`[round ${r + 1}] ${p.label}: ${fmt(p.rate)} jobs/s${p.db ? ` (${fmt(p.db.commitsPerJob, 2)} commits, ${fmt(p.db.walBytesPerJob)} WAL bytes, ${fmt(p.db.cpuMsPerJob, 3)} ms database CPU per job)` : ''}`);
+    }
+    rounds.push(round);
+  }
+  const ratio = (a: string, b: string): number[] => rounds.map((r) => r[a]!.rate / r[b]!.rate);
+  console.log('');
+  console.log(`svcq on PostgreSQL, ${ROUNDS} paired rounds, ${IN_FLIGHT} in flight, ${fmt(JOBS)} jobs per svcq phase (${os.cpus().length} cores, node ${process.version})`);
+  for (const key of ['pg-cycle', 'pg-handin', 'embedded-cycle', 'pgboss']) {
+    const list = rounds.map((r) => r[key]!);
+    const m = list.find((p) => p.rate === median(list.map((x) => x.rate)))!;
+    const db = m.db ? `; per job: ${fmt(m.db.commitsPerJob, 3)} commits, ${fmt(m.db.walBytesPerJob)} WAL bytes, ${fmt(m.db.cpuMsPerJob, 3)} ms database CPU` : '';
+    console.log(`  ${m.label}: ${fmt(m.rate)} jobs/s (median of ${list.map((p) => fmt(p.rate)).join(', ')})${db}`);
+  }
+  const targets: Array<[string, number[], number]> = [
+    ['svcq full cycle on PostgreSQL ≥ 10× pg-boss', ratio('pg-cycle', 'pgboss'), 10],
+    ['svcq full cycle on PostgreSQL ≥ 0.5× embedded', ratio('pg-cycle', 'embedded-cycle'), 0.5],
+  ];
+  for (const [label, list, goal] of targets) {
+    const m = median(list);
+    console.log(`  ${m >= goal ? 'pass' : 'FAIL'}  ${label}: median of ${list.map((x) => fmt(x, 2)).join(', ')} = ${fmt(m, 2)}×`);
+  }
+}
+
+try {
+  await main();
+} catch (err) {
+  console.error(`bench:postgres failed: ${(err as Error).message}`);
+  process.exitCode = 1;
+} finally {
+  for (const c of children) c.kill('SIGKILL');
+}

@@ -1,0 +1,125 @@
+import pg from 'pg';
+
+export interface PgListenerOptions {
+  url: string;
+  channel: string;
+  /** Called for every notification on the channel (from any session, this process's included). */
+  onNotify: (payload: string) => void;
+  /** Called once listening again after the connection failed: notifications sent meanwhile were lost. */
+  onResumed?: () => void;
+  /** What the warnings call the connection (default: "the connection listening on CHANNEL"). */
+  name?: string;
+  warn?: (line: string) => void;
+}
+
+/** Reconnection delays after the connection fails, doubling up to the last. */
+const RECONNECT_MS = [100, 200, 400, 800, 1600, 3200, 5000];
+
+/**
+ * One dedicated connection that LISTENs on a channel, reconnecting by itself with a growing delay
+ * when it fails (a pooled connection cannot listen: it is shared, and a pooler in transaction
+ * mode would drop the LISTEN). Delivery is best effort: notifications sent while it is down are
+ * lost, so whoever uses it is told through `onResumed` when listening resumes. Used by the
+ * definitions (which also poll) and by the long polls' notifier (which also sends on it).
+ */
+export class PgListener {
+  private client: pg.Client | undefined;
+  private connecting: Promise<void> | undefined;
+  private closed = false;
+  private failures = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private readonly warn: (line: string) => void;
+
+  constructor(private readonly options: PgListenerOptions) {
+    this.warn = options.warn ?? (() => undefined);
+  }
+
+  private get name(): string {
+    return this.options.name ?? `the connection listening on ${this.options.channel}`;
+  }
+
+  /** Connects and LISTENs. A first connection that fails rejects; later failures reconnect. */
+  start(): Promise<void> {
+    return this.connect();
+  }
+
+  /**
+   * Runs a statement on the listening connection (one statement at a time: the caller waits for
+   * each). Resolves false, running nothing, while the connection is down.
+   */
+  async run(text: string, values: unknown[]): Promise<boolean> {
+    const client = this.client;
+    if (!client) return false;
+    await client.query(text, values);
+    return true;
+  }
+
+  /** Whether the connection is up and listening. */
+  get listening(): boolean {
+    return this.client !== undefined;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.timer);
+    await this.connecting?.catch(() => undefined);
+    const client = this.client;
+    this.client = undefined;
+    await client?.end().catch(() => undefined);
+  }
+
+  private connect(): Promise<void> {
+    if (this.connecting) return this.connecting;
+    const attempt = (async () => {
+      const client = new pg.Client({ connectionString: this.options.url, connectionTimeoutMillis: 5000, keepAlive: true });
+      client.on('error', (err) => this.lost(client, err));
+      client.on('end', () => this.lost(client, new Error('the connection ended')));
+      client.on('notification', (msg) => {
+        if (msg.channel === this.options.channel) this.options.onNotify(msg.payload ?? '');
+      });
+      try {
+        await client.connect();
+        await client.query(`LISTEN ${pg.escapeIdentifier(this.options.channel)}`);
+      } catch (err) {
+        client.removeAllListeners('end');
+        await client.end().catch(() => undefined);
+        throw err;
+      }
+      if (this.closed) {
+        await client.end().catch(() => undefined);
+        return;
+      }
+      this.client = client;
+      if (this.failures > 0) {
+        this.failures = 0;
+        this.options.onResumed?.();
+      }
+    })();
+    this.connecting = attempt.finally(() => {
+      this.connecting = undefined;
+    });
+    return this.connecting;
+  }
+
+  private lost(client: pg.Client, err: Error): void {
+    if (this.client !== client) return;
+    this.client = undefined;
+    if (this.closed) return;
+    this.warn(`${this.name} failed (${err.message}); reconnecting`);
+    this.reconnect();
+  }
+
+  private reconnect(): void {
+    if (this.closed || this.timer) return;
+    const delay = RECONNECT_MS[Math.min(this.failures, RECONNECT_MS.length - 1)]!;
+    this.failures++;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.connect().catch((err: Error) => {
+        this.warn(`${this.name} could not be opened yet (${err.message})`);
+        this.reconnect();
+      });
+    }, delay);
+    this.timer.unref();
+  }
+}

@@ -1,0 +1,204 @@
+import { randomBytes } from 'node:crypto';
+import { InProcessNotifier, type Notifier } from '../../waiting/notifier.js';
+import { PgListener } from './pg-listener.js';
+
+export interface PgNotifierOptions {
+  /** The database every node shares (the store's URL). */
+  url: string;
+  /** The LISTEN/NOTIFY channel (default `svcq`). */
+  channel?: string;
+  /** A topic is sent to other nodes at most once per this many milliseconds (default 20); the last notify of a burst is always sent. */
+  minIntervalMs?: number;
+  warn?: (line: string) => void;
+}
+
+/**
+ * Bytes of topics packed into one notification, below PostgreSQL's 8000-byte payload limit: the
+ * topics of a statement go out in as few notifications as fit (one per finished item would cost
+ * every node a message per job).
+ */
+const PAYLOAD_BYTES = 7000;
+
+/** Statements that send notifications start at most this often, in milliseconds: topics of the time between go together. */
+const SEND_EVERY_MS = 5;
+
+/** Topics held for other nodes while the connection is down, at most. */
+const MAX_HELD = 10_000;
+
+/**
+ * The notifier of a node that shares its database with others (decisions §6.1: "a claim held on
+ * one node is answered within milliseconds of a matching post on another"). Listeners of this
+ * process are woken at once, as by {@link InProcessNotifier}; the topic is also sent to every
+ * other node with `NOTIFY` and wakes their listeners when it arrives.
+ *
+ * - One dedicated connection LISTENs (a pooled connection cannot: it is shared, and a pooler in
+ *   transaction mode would drop the LISTEN). It also sends: the topics of a few milliseconds
+ *   (SEND_EVERY_MS) go out in one statement, packed into as few notifications as fit.
+ * - NOTIFY takes a database-wide lock at commit, so a topic is sent at most once per
+ *   `minIntervalMs`; a notify inside that window is sent at its end, never dropped.
+ * - A node ignores its own notifications (it woke its listeners already).
+ * - At least once, not exactly once: a listener may be woken when nothing changed for it (a long
+ *   poll then asks the store and waits again). When the connection fails, it reconnects by
+ *   itself with a growing delay; once listening again it wakes every local listener, since
+ *   notifications sent meanwhile are lost. Notifications that cannot be sent are dropped with a
+ *   warning: the waiting requests they would have woken end at their deadline.
+ */
+export class PgNotifier implements Notifier {
+  private readonly local = new InProcessNotifier();
+  private readonly channel: string;
+  private readonly minInterval: number;
+  private readonly warn: (line: string) => void;
+  /** Prefixes this node's payloads, so that it can tell its own notifications apart. */
+  private readonly node = randomBytes(6).toString('hex');
+  private readonly listener: PgListener;
+  private closed = false;
+  /** Subscribers by topic (to wake them all after a reconnection). */
+  private readonly topics = new Map<string, number>();
+  /** When each topic was last sent, oldest first (a topic sent again moves to the end). */
+  private readonly sentAt = new Map<string, number>();
+  /** Topics to send in the next statement. */
+  private outbox = new Set<string>();
+  private flushScheduled = false;
+  private lastSend = 0;
+  /** A NOTIFY statement is under way: topics wait in the outbox for it (one statement at a time on the connection). */
+  private sending = false;
+  /** Topics waiting for the end of their interval, with the timer that sends them. */
+  private readonly delayed = new Map<string, NodeJS.Timeout>();
+
+  constructor(private readonly options: PgNotifierOptions) {
+    this.channel = options.channel ?? 'svcq';
+    this.minInterval = options.minIntervalMs ?? 20;
+    this.warn = options.warn ?? (() => undefined);
+    this.listener = new PgListener({
+      url: options.url,
+      channel: this.channel,
+      name: 'the connection that listens for other nodes',
+      warn: this.warn,
+      onNotify: (payload) => {
+        const space = payload.indexOf(' ');
+        if (space === -1 || payload.slice(0, space) === this.node) return;
+        for (const topic of payload.slice(space + 1).split('\n')) this.local.notify(topic);
+      },
+      onResumed: () => {
+        this.warn('listening for other nodes again');
+        // Whatever other nodes announced meanwhile was lost: every local listener looks again.
+        for (const topic of this.topics.keys()) this.local.notify(topic);
+        this.flush();
+      },
+    });
+  }
+
+  /** Connects and LISTENs; resolves once notifications from other nodes arrive. */
+  async start(): Promise<void> {
+    await this.listener.start();
+    this.flush();
+  }
+
+  notify(topic: string): void {
+    this.local.notify(topic);
+    if (this.closed) return;
+    if (this.delayed.has(topic) || this.outbox.has(topic)) return;
+    const now = Date.now();
+    const last = this.sentAt.get(topic);
+    if (last !== undefined && now - last < this.minInterval) {
+      const timer = setTimeout(() => {
+        this.delayed.delete(topic);
+        this.enqueue(topic);
+      }, this.minInterval - (now - last));
+      timer.unref();
+      this.delayed.set(topic, timer);
+      return;
+    }
+    this.enqueue(topic);
+  }
+
+  subscribe(topic: string, listener: () => void): () => void {
+    this.topics.set(topic, (this.topics.get(topic) ?? 0) + 1);
+    const unsubscribe = this.local.subscribe(topic, listener);
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      unsubscribe();
+      const n = (this.topics.get(topic) ?? 1) - 1;
+      if (n === 0) this.topics.delete(topic);
+      else this.topics.set(topic, n);
+    };
+  }
+
+  /** Stops listening and sending; local listeners keep working. */
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const timer of this.delayed.values()) clearTimeout(timer);
+    this.delayed.clear();
+    await this.listener.close();
+  }
+
+  private enqueue(topic: string): void {
+    this.outbox.add(topic);
+    if (this.flushScheduled || this.sending) return;
+    this.flushScheduled = true;
+    const wait = this.lastSend + SEND_EVERY_MS - Date.now();
+    const go = (): void => {
+      this.flushScheduled = false;
+      this.flush();
+    };
+    if (wait > 0) setTimeout(go, wait).unref();
+    else setImmediate(go);
+  }
+
+  private flush(): void {
+    const topics = [...this.outbox];
+    this.outbox = new Set();
+    if (topics.length === 0) return;
+    const now = Date.now();
+    for (const topic of topics) {
+      this.sentAt.delete(topic);
+      this.sentAt.set(topic, now);
+    }
+    // Forget topics sent longer ago than the interval (item topics are many and each used once).
+    for (const [topic, at] of this.sentAt) {
+      if (now - at < this.minInterval) break;
+      this.sentAt.delete(topic);
+    }
+    if (this.closed) return;
+    if (!this.listener.listening) {
+      // Not listening (so not sending) at the moment: sent once the connection is back, up to a bound.
+      if (topics.length <= MAX_HELD) for (const topic of topics) this.outbox.add(topic);
+      else this.warn(`${topics.length} notification(s) for other nodes were dropped while the database could not be reached`);
+      return;
+    }
+    this.sending = true;
+    this.lastSend = now;
+    this.listener
+      .run('SELECT pg_notify($1, $2 || t) FROM unnest($3::text[]) AS t', [this.channel, `${this.node} `, pack(topics)])
+      .then((sent) => {
+        // The connection went down just then: held for it like the others.
+        if (!sent) for (const topic of topics) this.outbox.add(topic);
+      })
+      .catch((err: Error) => this.warn(`${topics.length} notification(s) could not be sent to other nodes: ${err.message}`))
+      .finally(() => {
+        this.sending = false;
+        if (this.outbox.size > 0) this.flush();
+      });
+  }
+}
+
+/** Topics joined by newlines (no topic holds one) into payloads of at most PAYLOAD_BYTES. */
+function pack(topics: readonly string[]): string[] {
+  const payloads: string[] = [];
+  let current: string[] = [];
+  let bytes = 0;
+  for (const topic of topics) {
+    const size = Buffer.byteLength(topic) + 1;
+    if (current.length > 0 && bytes + size > PAYLOAD_BYTES) {
+      payloads.push(current.join('\n'));
+      current = [];
+      bytes = 0;
+    }
+    current.push(topic);
+    bytes += size;
+  }
+  if (current.length > 0) payloads.push(current.join('\n'));
+  return payloads;
+}

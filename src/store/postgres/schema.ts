@@ -1,0 +1,214 @@
+import type pg from 'pg';
+
+/**
+ * The PostgreSQL schema of the store, as versioned migrations (decisions §6.1: "schema changes
+ * are versioned migrations run at start, safe when several nodes start at once").
+ *
+ * Times are integers (milliseconds since the epoch, `bigint`), as the store's clock gives them:
+ * every time-driven rule compares them with a `now` passed as a parameter, never with the
+ * database's clock, so a fake clock drives the store exactly as it drives the others.
+ *
+ * Deadlines are data on the rows (decisions §3.2): `lease_until`, `available_at`, `posted_at`,
+ * `finished_at` and `fetched_at`, each under a partial index. Timeout and retention are not
+ * stored as absolute deadlines because they move when a queue is redefined (decisions §2.4: a
+ * shortened timeout applies to items already queued): the sweep compares `posted_at`,
+ * `finished_at` or `fetched_at` with `now - timeoutMs` / `now - retainMs` of the rules in force.
+ */
+export interface Migration {
+  version: number;
+  description: string;
+  sql: string;
+}
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    description: 'items, claim order, idempotency keys, deadline indexes, task events, known queues',
+    sql: `
+      -- Claim order: one sequence for every queue (unique and increasing within each queue).
+      CREATE SEQUENCE svcq_item_ord AS bigint;
+
+      CREATE TABLE svcq_items (
+        queue           text    NOT NULL,          -- '<host>/<name>'
+        id              text    NOT NULL,          -- 16 lowercase hex characters
+        ord             bigint  NOT NULL,
+        body            text    NOT NULL,          -- the item's JSON text exactly as posted (not jsonb: bytes round-trip)
+        posted_by       text    NOT NULL,
+        posted_at       bigint  NOT NULL,
+        idempotency_key text,
+        status          text    NOT NULL,
+        updated_at      bigint  NOT NULL,
+        finished_at     bigint,
+        attempts        integer NOT NULL,
+        lease_worker    text,
+        lease_until     bigint,
+        available_at    bigint  NOT NULL DEFAULT 0,
+        progress        text,
+        result          text,
+        error           text,
+        fetched_at      bigint,
+        -- Bumped by every write: an UPDATE guarded on it loses detectably if the row moved under it.
+        version         bigint  NOT NULL DEFAULT 0,
+        PRIMARY KEY (queue, id),
+        CHECK (status IN ('pending', 'claimed', 'processing', 'finished', 'failed', 'timedout', 'cancelled'))
+      );
+
+      -- A key names at most one live item of a queue; INSERT ... ON CONFLICT DO NOTHING relies on it.
+      CREATE UNIQUE INDEX svcq_items_idempotency ON svcq_items (queue, idempotency_key) WHERE idempotency_key IS NOT NULL;
+      -- Claims walk pending items in claim order.
+      CREATE INDEX svcq_items_pending ON svcq_items (queue, ord) WHERE status = 'pending';
+      -- Counts by status, the oldest pending posted_at, and the timeout sweep (non-terminal by posted_at).
+      CREATE INDEX svcq_items_status ON svcq_items (queue, status, posted_at);
+      -- Lease ends (sweep) and the current leases, soonest end first (overview).
+      CREATE INDEX svcq_items_leases ON svcq_items (queue, lease_until) WHERE status IN ('claimed', 'processing');
+      -- Re-queued items waiting out their retry delay.
+      CREATE INDEX svcq_items_retry ON svcq_items (queue, available_at) WHERE available_at > 0;
+      -- Retention from "finished" and from "fetched".
+      CREATE INDEX svcq_items_finished ON svcq_items (queue, finished_at) WHERE finished_at IS NOT NULL;
+      CREATE INDEX svcq_items_fetched ON svcq_items (queue, fetched_at) WHERE fetched_at IS NOT NULL;
+
+      -- Task events (decisions §5), written in the transaction of the change that made them.
+      CREATE TABLE svcq_events (
+        seq      bigserial PRIMARY KEY,
+        ts       bigint  NOT NULL,
+        host     text    NOT NULL,
+        queue    text    NOT NULL,
+        id       text    NOT NULL,
+        event    text    NOT NULL,
+        attempts integer NOT NULL,
+        status   text    NOT NULL,
+        worker   text
+      );
+
+      -- Queues that ever held an item: the periodic sweep walks these.
+      CREATE TABLE svcq_queues (
+        key text PRIMARY KEY
+      );
+    `,
+  },
+  {
+    version: 2,
+    description: 'definitions as exact bytes by path, with a revision counter other nodes follow',
+    sql: `
+      -- Definitions (decisions §2, §6.1): the exact bytes by server-relative path. A DELETE keeps
+      -- the row with bytes NULL (a tombstone) so that other nodes learn of it by its revision.
+      CREATE TABLE svcq_definitions (
+        path     text   PRIMARY KEY,
+        bytes    bytea,
+        revision bigint NOT NULL
+      );
+      -- Other nodes read what changed after the revision they hold.
+      CREATE INDEX svcq_definitions_revision ON svcq_definitions (revision);
+
+      -- One row: the last revision given. A write increments it first and holds its row lock until
+      -- COMMIT, so revisions become visible in the order they were given (no reader skips one).
+      CREATE TABLE svcq_definition_revision (
+        one      boolean PRIMARY KEY DEFAULT true CHECK (one),
+        revision bigint  NOT NULL
+      );
+      INSERT INTO svcq_definition_revision (one, revision) VALUES (true, 0);
+    `,
+  },
+  {
+    version: 3,
+    description: 'task events read in transaction order by every node, and purged by age',
+    sql: `
+      -- The transaction that wrote each event. seq is given when the INSERT runs, not at COMMIT, so
+      -- a reader that followed seq could pass an event whose transaction commits later; every
+      -- transaction older than the oldest one still running (pg_snapshot_xmin) has ended, so events
+      -- are read by xid, only below that horizon, where no more can appear (see postgres-store.ts).
+      -- Rows already here get the xid of this migration.
+      ALTER TABLE svcq_events ADD COLUMN xid xid8 NOT NULL DEFAULT pg_current_xact_id();
+      CREATE INDEX svcq_events_xid ON svcq_events (xid, seq);
+      -- Events are appended in roughly ts order: a BRIN index finds the old ones to purge for little upkeep.
+      CREATE INDEX svcq_events_ts ON svcq_events USING brin (ts);
+    `,
+  },
+  {
+    version: 4,
+    description: 'archived payloads',
+    sql: `
+      -- Archived payloads (decisions §5): for queues with svc-queue-archivePayloads, the exact bytes
+      -- of an item, its latest accepted progress, its result and its latest error, written in the
+      -- transaction of the change that accepted them. Not tied to svcq_items: they survive retention.
+      CREATE TABLE svcq_payloads (
+        host       text   NOT NULL,
+        queue      text   NOT NULL,
+        id         text   NOT NULL,
+        kind       text   NOT NULL,
+        body       bytea  NOT NULL,
+        updated_at bigint NOT NULL,
+        PRIMARY KEY (host, queue, id, kind),
+        CHECK (kind IN ('item', 'progress', 'result', 'error'))
+      );
+    `,
+  },
+  {
+    version: 5,
+    description: 'item counts by queue and status, kept as items change',
+    sql: `
+      -- Counts by status (decisions §5.1: "kept as items change, never by scanning items"). Every
+      -- transaction that changes items appends its net change per (queue, status) to
+      -- svcq_count_deltas (no unique key: concurrent writers never wait on one row); a count is
+      -- svcq_counts.n plus the deltas not yet folded in, and any node's periodic sweep folds them in
+      -- (DELETE … FOR UPDATE SKIP LOCKED, so nodes compacting at once take different rows).
+      CREATE TABLE svcq_counts (
+        queue  text   NOT NULL,
+        status text   NOT NULL,
+        n      bigint NOT NULL,
+        PRIMARY KEY (queue, status)
+      );
+      CREATE TABLE svcq_count_deltas (
+        queue  text    NOT NULL,
+        status text    NOT NULL,
+        delta  integer NOT NULL
+      );
+      CREATE INDEX svcq_count_deltas_queue ON svcq_count_deltas (queue);
+      -- Transactions of nodes still running an older build finish before the rows are counted
+      -- (the count's snapshot is taken after the lock is granted).
+      LOCK TABLE svcq_items IN SHARE MODE;
+      INSERT INTO svcq_counts (queue, status, n) SELECT queue, status, count(*) FROM svcq_items GROUP BY queue, status;
+    `,
+  },
+];
+
+/** Any constant the whole database agrees on: the lock that serialises migrations across nodes. */
+const MIGRATION_LOCK = 0x73766371; // 'svcq'
+
+/**
+ * Brings the schema up to the newest migration. Runs under a session advisory lock, so nodes
+ * that start at once take turns: the first applies what is missing, the others then find
+ * nothing to do. Each migration is applied in its own transaction together with its row in
+ * `svcq_migrations`, so a crash leaves the schema at a whole version.
+ */
+export async function migrate(client: pg.ClientBase, migrations: readonly Migration[] = MIGRATIONS): Promise<number[]> {
+  const applied: number[] = [];
+  await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
+  try {
+    await client.query(`CREATE TABLE IF NOT EXISTS svcq_migrations (
+      version     integer PRIMARY KEY,
+      description text NOT NULL,
+      applied_at  timestamptz NOT NULL DEFAULT now()
+    )`);
+    const done = new Set((await client.query<{ version: number }>('SELECT version FROM svcq_migrations')).rows.map((r) => r.version));
+    for (const m of migrations) {
+      if (done.has(m.version)) continue;
+      await client.query('BEGIN');
+      try {
+        await client.query(m.sql);
+        await client.query('INSERT INTO svcq_migrations (version, description) VALUES ($1, $2)', [m.version, m.description]);
+        await client.query('COMMIT');
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        throw new Error(`schema migration ${m.version} (${m.description}) failed: ${(err as Error).message}`, { cause: err });
+      }
+      applied.push(m.version);
+    }
+    const newest = Math.max(0, ...done, ...applied);
+    const known = Math.max(0, ...migrations.map((m) => m.version));
+    if (newest > known) throw new Error(`the database's schema is at version ${newest}, newer than this build knows (${known}): upgrade svcq on this node`);
+  } finally {
+    await client.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK]).catch(() => undefined);
+  }
+  return applied;
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env node
+// `npm run test:http-postgres`: the black-box HTTP suites again, every server they start now on
+// PostgreSQL (SVCQ_TEST_SERVER_STORE=postgres: one database per server root, made on the server of
+// SVCQ_TEST_PG_URL and dropped after). Where no PostgreSQL answers, one line says why and it passes.
+import { spawnSync } from 'node:child_process';
+import pg from 'pg';
+
+const url = process.env.SVCQ_TEST_PG_URL;
+let whyNot;
+if (!url) whyNot = 'SVCQ_TEST_PG_URL is not set';
+else {
+  const admin = new URL(url);
+  admin.pathname = '/postgres';
+  const client = new pg.Client({ connectionString: admin.toString(), connectionTimeoutMillis: 3000 });
+  try {
+    await client.connect();
+    await client.query('SELECT 1');
+  } catch (err) {
+    whyNot = `the PostgreSQL server of SVCQ_TEST_PG_URL does not answer (${err.message})`;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+if (whyNot) {
+  console.log(`HTTP suites on PostgreSQL: skipped: ${whyNot}`);
+  process.exit(0);
+}
+console.log('HTTP suites on PostgreSQL: every server these tests start keeps its items and definitions in a database of its own');
+// The suites whose answers depend on the store: the queue endpoints, batches and hand-ins, long
+// polls and the operators' views. The wall, CORS, management, master-token and shutdown suites
+// exercise HTTP code that is the same whatever the store (and the multi-node tests choose their
+// own database and run in the main suite); `SUITES=all` runs every file.
+const suites =
+  process.env.SUITES === 'all'
+    ? ['test/http/*.test.ts', '--ignore', 'test/http/multi-node.test.ts']
+    : ['test/http/queue.test.ts', 'test/http/batch.test.ts', 'test/http/long-poll.test.ts', 'test/http/operators.test.ts'];
+const run = spawnSync('npx', ['mocha', '--no-config', '--node-option', 'import=tsx', '--timeout', '60000', '--exit', '--forbid-only', '--parallel', '--jobs', '3', ...suites], {
+  stdio: 'inherit',
+  env: { ...process.env, SVCQ_TEST_SERVER_STORE: 'postgres' },
+});
+process.exit(run.status ?? 1);

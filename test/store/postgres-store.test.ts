@@ -1,0 +1,168 @@
+import { expect } from 'chai';
+import pg from 'pg';
+import { resolveQueue } from '../../src/engine/config.js';
+import type { TaskEventKind } from '../../src/engine/item.js';
+import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
+import { StoreUnavailable, type QueueRef } from '../../src/store/store.js';
+import { FakeClock, freshDatabaseWithClient, postgresPresent, postgresUnderTest, START } from './support/stores.js';
+
+/**
+ * What the PostgreSQL store does beyond the conformance suite: calls folded into one transaction,
+ * task events in the transaction of their change, deadlines applied with no traffic, and one
+ * refused statement failing only its own call.
+ */
+
+const target = await postgresUnderTest();
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('PostgreSQL store: transactions, events and sweeps', function () {
+  this.timeout(30_000);
+  let db: { url: string; admin: pg.Client; drop: () => Promise<void> };
+  let admin: pg.Client;
+  let store: PostgresStore;
+  let clock: FakeClock;
+  let commits: Array<{ seconds: number; changes: number }>;
+  let events: Array<{ key: string; kinds: readonly TaskEventKind[] }>;
+  const config = resolveQueue({ leaseSeconds: 10, maxAttempts: 1, retainSeconds: 60 });
+  const q: QueueRef = { key: 'tx.example.com/q', host: 'tx.example.com', name: 'q', config };
+
+  if (postgresPresent(target)) {
+    beforeEach(async () => {
+      db = await freshDatabaseWithClient(target.url);
+      admin = db.admin;
+      clock = new FakeClock();
+      commits = [];
+      events = [];
+      store = new PostgresStore({
+        url: db.url,
+        now: clock.now,
+        configFor: (key) => (key === q.key ? config : undefined),
+        sweepIntervalMs: 50,
+        observer: { committed: (seconds, changes) => commits.push({ seconds, changes }), events: (key, kinds) => events.push({ key, kinds }) },
+      });
+      await store.open();
+    });
+    afterEach(async () => {
+      await store.close();
+      await db.drop();
+    });
+  }
+
+  it('posts made in the same turn are folded into one transaction, one commit, in the order they were made (decisions §6: group-committed)', async () => {
+    const outcomes = await Promise.all(Array.from({ length: 50 }, (_, i) => store.post(q, { body: JSON.stringify({ i }), postedBy: 'p' })));
+    expect(commits.map((c) => c.changes)).to.deep.equal([50]);
+    expect(events).to.deep.equal([{ key: q.key, kinds: Array(50).fill('posted') }]);
+    const claimed = await store.claimMany(q, { worker: 'w' }, 50);
+    expect(claimed.map((c) => c.id)).to.deep.equal(outcomes.map((o) => o.id));
+  });
+
+  it('claims and submissions made in the same turn share one commit too, and each claim takes a different item (decisions §6)', async () => {
+    const posted = await store.postMany(q, Array.from({ length: 10 }, (_, i) => ({ body: JSON.stringify({ i }), postedBy: 'p' })));
+    commits = [];
+    const claims = await Promise.all(Array.from({ length: 12 }, (_, i) => store.claim(q, { worker: `w${i}` })));
+    expect(commits.length).to.equal(1);
+    expect(claims.slice(0, 10).map((c) => c?.id)).to.deep.equal(posted.map((o) => o.id));
+    expect(claims.slice(10)).to.deep.equal([null, null]);
+    commits = [];
+    const answers = await Promise.all(posted.map((o, i) => (i % 2 === 0 ? store.result(q, o.id, '{"ok":true}') : store.error(q, o.id, '{"ok":false}'))));
+    expect(answers.map((a) => a?.status)).to.deep.equal(posted.map((_, i) => (i % 2 === 0 ? 'finished' : 'failed')));
+    expect(commits.length).to.equal(1);
+  });
+
+  it('calls folded into one transaction see each other\'s changes before any is written: a claim never takes an item finished, cancelled or claimed earlier in it (decisions §6, §3.2)', async () => {
+    const [a, b, c, d] = await store.postMany(q, Array.from({ length: 4 }, (_, i) => ({ body: JSON.stringify({ i }), postedBy: 'p' })));
+    commits = [];
+    // In one turn: a result for pending a, a cancel of pending b, a claim with criteria that takes
+    // c, then plain claims: only d is left for them.
+    const [ra, cb, cc, claims] = await Promise.all([
+      store.result(q, a!.id, '{"early":true}'),
+      store.cancel(q, b!.id),
+      store.claim(q, { worker: 'picky', criteria: { i: { gte: 0 } } }),
+      Promise.all([store.claim(q, { worker: 'w1' }), store.claim(q, { worker: 'w2' })]),
+    ]);
+    expect(commits.length).to.equal(1);
+    expect([ra?.status, cb?.status]).to.deep.equal(['finished', 'cancelled']);
+    expect(cc?.id).to.equal(c!.id);
+    expect(claims.map((x) => x?.id ?? null)).to.deep.equal([d!.id, null]);
+    // Then a submission for an item claimed in the same turn applies to the claimed record.
+    const [e] = await store.postMany(q, [{ body: '{"i":9}', postedBy: 'p' }]);
+    const [claimedE, resultE] = await Promise.all([store.claim(q, { worker: 'w3' }), store.result(q, e!.id, '{"done":1}')]);
+    expect(claimedE?.id).to.equal(e!.id);
+    expect(resultE).to.deep.equal({ accepted: true, status: 'finished' });
+    expect(await store.get(q, e!.id)).to.deep.include({ status: 'finished', attempts: 1 });
+    const counts = await store.counts(q);
+    expect(counts).to.deep.equal({ finished: 2, cancelled: 1, claimed: 2 });
+    const overview = await store.overview(q, { oldest: 0, leases: 0 });
+    expect(overview.counts).to.deep.include({ pending: 0, claimed: 2, finished: 2, cancelled: 1 });
+  });
+
+  it('a status read that no rule applies to runs no transaction; the first read of a finished item stamps it in one (retention from "fetched" starts there, decisions §2.2)', async () => {
+    const [a] = await store.postMany(q, [{ body: '{"n":1}', postedBy: 'p' }]);
+    commits = [];
+    const reads = await Promise.all(Array.from({ length: 20 }, () => store.get(q, a!.id)));
+    expect(reads.every((r) => r?.status === 'pending')).to.equal(true);
+    expect(await store.get(q, 'ffffffffffffffff')).to.equal(null);
+    expect(commits).to.deep.equal([]);
+    await store.result(q, a!.id, '{"ok":true}');
+    commits = [];
+    expect(await store.get(q, a!.id)).to.deep.include({ status: 'finished' });
+    const { rows } = await admin.query<{ fetched_at: string | null }>('SELECT fetched_at FROM svcq_items WHERE id = $1', [a!.id]);
+    expect(Number(rows[0]!.fetched_at)).to.equal(clock.now());
+    expect(commits.map((c) => c.changes)).to.deep.equal([1]);
+    expect(await store.get(q, a!.id)).to.deep.include({ status: 'finished' });
+    expect(commits.length).to.equal(1);
+  });
+
+  it('task events are written in the transaction of their change, as TaskEvent lines (decisions §5)', async () => {
+    const { id } = await store.post(q, { body: '{}', postedBy: 'p' });
+    clock.advance(5);
+    await store.claim(q, { worker: 'w-1' });
+    await store.progress(q, id, '{"pct":1}');
+    clock.advance(10_000);
+    // The heartbeat ran the lease to +10 s from +5 ms; the last attempt's lease end fails the item.
+    expect(await store.get(q, id)).to.deep.include({ status: 'failed' });
+    const res = await admin.query('SELECT ts, host, queue, id, event, attempts, status, worker FROM svcq_events ORDER BY seq');
+    expect(res.rows.map((r) => ({ ...r, ts: Number(r.ts) }))).to.deep.equal([
+      { ts: START, host: q.host, queue: q.name, id, event: 'posted', attempts: 0, status: 'pending', worker: null },
+      { ts: START + 5, host: q.host, queue: q.name, id, event: 'claimed', attempts: 1, status: 'claimed', worker: 'w-1' },
+      { ts: START + 5, host: q.host, queue: q.name, id, event: 'progress', attempts: 1, status: 'processing', worker: 'w-1' },
+      { ts: START + 10_005, host: q.host, queue: q.name, id, event: 'failed', attempts: 1, status: 'failed', worker: 'w-1' },
+    ]);
+  });
+
+  it('deadlines are applied by the periodic sweep with no request at all (decisions §6.1)', async () => {
+    const { id } = await store.post(q, { body: '{}', postedBy: 'p' });
+    await store.claim(q, { worker: 'w' });
+    clock.advance(10_000);
+    await sleep(300);
+    const row = await admin.query('SELECT status, error FROM svcq_items WHERE id = $1', [id]);
+    expect(row.rows[0]).to.deep.equal({ status: 'failed', error: '{"reason":"lease expired"}' });
+    clock.advance(60_000);
+    await sleep(300);
+    expect((await admin.query('SELECT count(*)::integer AS n FROM svcq_items')).rows[0].n).to.equal(0);
+    const kinds = (await admin.query('SELECT event FROM svcq_events ORDER BY seq')).rows.map((r) => r.event);
+    expect(kinds).to.deep.equal(['posted', 'claimed', 'failed', 'purged']);
+  });
+
+  it('bodies are kept byte for byte: whitespace, escapes and characters outside the BMP (interface §2.1)', async () => {
+    const body = '{ "a" : "\\u00e9 é \u{1F600}",\n\t"n": 1.50e3 , "z":[ ] }';
+    const { id } = await store.post(q, { body, postedBy: 'p' });
+    expect((await store.claim(q, { worker: 'w' }))?.item).to.equal(body);
+    await store.result(q, id, '{"r" :  "\u{1F600}"}');
+    expect((await store.get(q, id))?.result).to.equal('{"r" :  "\u{1F600}"}');
+  });
+
+  it('a statement the database refuses fails only its own call; the calls folded with it are made (decisions §6)', async () => {
+    // PostgreSQL text cannot hold U+0000: this post's INSERT is refused.
+    const bad = store.post(q, { body: '{}', postedBy: 'nul\u0000' });
+    const good = Promise.all([store.post(q, { body: '{"ok":1}', postedBy: 'p' }), store.post(q, { body: '{"ok":2}', postedBy: 'p' })]);
+    const refused = await bad.then(
+      () => null,
+      (err: unknown) => err,
+    );
+    expect(refused).to.be.instanceOf(StoreUnavailable);
+    const made = await good;
+    expect(made.every((o) => o.created)).to.equal(true);
+    expect((await store.counts(q)).pending).to.equal(2);
+  });
+});
