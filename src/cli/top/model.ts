@@ -1,0 +1,99 @@
+import type { QueueDetail, QueueEntry, QueueList } from '../../operators/answers.js';
+import type { CoreTimes, Snapshot } from '../../tools/stats.js';
+
+/** Samples kept per queue for the sparkline: one per refresh, a minute at one refresh a second. */
+export const HISTORY = 60;
+
+/** What one refresh fetched. */
+export interface Fetched {
+  at: number;
+  list: QueueList;
+  /** The selected queue's detail; null when there is no queue (or it went away meanwhile). */
+  detail: QueueDetail | null;
+  /** The server's health; null when it could not be read this time. */
+  health: Snapshot | null;
+}
+
+/** Everything the screen shows, carried from one refresh to the next. */
+export interface TopState {
+  fetched: Fetched | null;
+  /** The selected queue's `<host>/<name>`, or null before the first answer. */
+  selected: string | null;
+  /** Per queue: items done (finished + failed) per second between successive refreshes, oldest first. */
+  throughput: Map<string, number[]>;
+  /** Per queue: finished + failed at the previous refresh, to difference. */
+  lastDone: Map<string, { done: number; at: number }>;
+  /** CPU busy (0..1) between the last two health snapshots, null until there are two. */
+  cpuBusy: number | null;
+  /** The last error, shown until the next refresh succeeds. */
+  error: string | null;
+}
+
+export function initialState(): TopState {
+  return { fetched: null, selected: null, throughput: new Map(), lastDone: new Map(), cpuBusy: null, error: null };
+}
+
+export const keyOf = (q: { host: string; name: string }): string => `${q.host}/${q.name}`;
+
+/**
+ * The state after a refresh: throughput is the change in finished + failed since the previous
+ * refresh, per second (never below 0: retention purges terminal items); CPU busy is taken between
+ * the per-core cumulative times of two snapshots.
+ */
+export function advance(state: TopState, fetched: Fetched): TopState {
+  const throughput = new Map<string, number[]>();
+  const lastDone = new Map<string, { done: number; at: number }>();
+  for (const q of fetched.list.queues) {
+    const key = keyOf(q);
+    const done = q.counts.finished + q.counts.failed;
+    const before = state.lastDone.get(key);
+    const series = [...(state.throughput.get(key) ?? [])];
+    if (before && fetched.at > before.at) {
+      series.push(Math.max(0, done - before.done) / ((fetched.at - before.at) / 1000));
+      if (series.length > HISTORY) series.splice(0, series.length - HISTORY);
+    }
+    throughput.set(key, series);
+    lastDone.set(key, { done, at: fetched.at });
+  }
+  const previous = state.fetched?.health;
+  const cpuBusy = previous?.cpu && fetched.health?.cpu ? busyBetween(previous.cpu.cores, fetched.health.cpu.cores) ?? state.cpuBusy : state.cpuBusy;
+  return { ...state, fetched, throughput, lastDone, cpuBusy, error: null, selected: selectedAfter(state.selected, fetched.list.queues) };
+}
+
+/** Keeps the selection on the same queue while it exists; otherwise the first queue. */
+export function selectedAfter(selected: string | null, queues: QueueEntry[]): string | null {
+  if (selected !== null && queues.some((q) => keyOf(q) === selected)) return selected;
+  return queues.length > 0 ? keyOf(queues[0]!) : null;
+}
+
+/** Moves the selection `by` rows (up is -1), staying within the list. */
+export function move(state: TopState, by: number): TopState {
+  const queues = state.fetched?.list.queues ?? [];
+  if (queues.length === 0) return state;
+  const at = Math.max(0, queues.findIndex((q) => keyOf(q) === state.selected));
+  const next = Math.min(queues.length - 1, Math.max(0, at + by));
+  return { ...state, selected: keyOf(queues[next]!) };
+}
+
+/** Busy share of all cores between two cumulative readings; null when no time passed (or a reboot). */
+export function busyBetween(before: CoreTimes[], after: CoreTimes[]): number | null {
+  if (before.length !== after.length) return null;
+  let total = 0;
+  let idle = 0;
+  after.forEach((c, i) => {
+    const b = before[i]!;
+    total += c.user + c.nice + c.sys + c.idle + c.irq - (b.user + b.nice + b.sys + b.idle + b.irq);
+    idle += c.idle - b.idle;
+  });
+  return total > 0 && idle >= 0 ? Math.min(1, Math.max(0, (total - idle) / total)) : null;
+}
+
+const BLOCKS = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/** The last `width` values as block characters scaled to their maximum; blanks stand for no sample yet. */
+export function sparkline(values: readonly number[], width: number): string {
+  const shown = values.slice(-width);
+  const max = Math.max(0, ...shown);
+  const line = shown.map((v) => (max <= 0 ? BLOCKS[0] : BLOCKS[Math.min(BLOCKS.length - 1, Math.round((v / max) * (BLOCKS.length - 1)))])).join('');
+  return line.padStart(width, ' ');
+}

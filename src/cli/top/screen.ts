@@ -1,0 +1,148 @@
+import chalk from 'chalk';
+import type { QueueDetail, QueueEntry } from '../../operators/answers.js';
+import type { Snapshot } from '../../tools/stats.js';
+import { localTime, table } from '../view/format.js';
+import { bar, diskSummary, memorySummary } from '../view/panel.js';
+import { agePaint, humanAge, humanRate, leaseLeftText, paintAge } from '../view/queues.js';
+import { keyOf, sparkline, type TopState } from './model.js';
+
+type Align = 'left' | 'right';
+
+/** A cell padded on its plain text, then painted, so that colour codes never upset the columns. */
+function cell(text: string, width: number, align: Align, paint?: (s: string) => string): string {
+  const clipped = text.length > width ? `${text.slice(0, Math.max(0, width - 1))}…` : text;
+  const padded = align === 'left' ? clipped.padEnd(width) : clipped.padStart(width);
+  return paint ? paint(padded) : padded;
+}
+
+const NUMBER = 9;
+const SPARK = 30;
+
+/** Just the columns `svcq top` shows, for the live screen and for the snapshot off a terminal. */
+function queueCells(q: QueueEntry): Array<{ text: string; paint?: (s: string) => string }> {
+  const inFlight = q.counts.claimed + q.counts.processing;
+  const dimZero = (n: number, paint?: (s: string) => string) => (n === 0 ? chalk.dim : paint);
+  return [
+    { text: String(q.counts.pending), paint: dimZero(q.counts.pending) },
+    { text: String(inFlight), paint: dimZero(inFlight, chalk.cyan) },
+    { text: humanRate(q.rates.finished), paint: dimZero(q.rates.finished, chalk.green) },
+    { text: humanRate(q.rates.failed), paint: dimZero(q.rates.failed, chalk.red) },
+  ];
+}
+
+/** One snapshot as a table, for `svcq top` into a pipe or a file. */
+export function snapshotTable(queues: QueueEntry[], health: Snapshot | null): string {
+  const rows = queues.map((q) => [q.host, q.name, ...queueCells(q).map((c) => (c.paint ? c.paint(c.text) : c.text)), paintAge(q.oldestPendingAgeMs)]);
+  const head = ['host', 'queue', 'pending', 'in flight', 'finished/s', 'failed/s', 'oldest pending'];
+  const body = queues.length === 0 ? 'no queues defined' : table(head, rows, ['left', 'left', 'right', 'right', 'right', 'right', 'right']);
+  return `${healthLine(health, null)}\n${body}`;
+}
+
+/** Memory and disk (and CPU busy once two snapshots are known) on one line. */
+export function healthLine(health: Snapshot | null, cpuBusy: number | null): string {
+  if (!health) return chalk.dim('server health unknown');
+  const parts: string[] = [];
+  const pct = (f: number): string => `${(100 * f).toFixed(0).padStart(3)} %`;
+  if (cpuBusy !== null) parts.push(`cpu ${bar(cpuBusy, 10)} ${pct(cpuBusy)}`);
+  else if (health.load.length > 0) parts.push(`load ${health.load.map((l) => l.toFixed(2)).join(' ')}`);
+  if (health.memory) {
+    const m = memorySummary(health.memory);
+    parts.push(`mem ${bar(m.fraction, 10)} ${pct(m.fraction)}`);
+  }
+  if (health.disk) {
+    const d = diskSummary(health.disk);
+    parts.push(`disk ${bar(d.fraction, 10)} ${pct(d.fraction)}`);
+  }
+  return `${chalk.bold(health.hostname)}  ${parts.join('  ')}`;
+}
+
+export interface ScreenSize {
+  columns: number;
+  rows: number;
+}
+
+/**
+ * The whole screen as lines (Ink truncates each to the width): the header with the server's
+ * health, the queues with the selected one highlighted, the selected queue's leases and oldest
+ * pending items, and a footer. It never has more lines than the terminal has rows, less one, so
+ * that a redraw never scrolls.
+ */
+export function screenLines(state: TopState, size: ScreenSize, url: string, now = Date.now()): string[] {
+  const lines: string[] = [];
+  const f = state.fetched;
+  const budget = Math.max(8, size.rows - 1);
+  lines.push(`${chalk.bold.cyan('svcq top')}  ${url}  ${chalk.dim(f ? localTime(f.at).slice(11, 19) : 'connecting…')}`);
+  lines.push(healthLine(f?.health ?? null, state.cpuBusy));
+  lines.push('');
+
+  const queues = f?.list.queues ?? [];
+  const hostWidth = Math.min(30, Math.max(4, ...queues.map((q) => q.host.length)));
+  const nameWidth = Math.min(30, Math.max(5, ...queues.map((q) => q.name.length)));
+  const header =
+    ' ' +
+    [cell('HOST', hostWidth, 'left'), cell('QUEUE', nameWidth, 'left'), cell('PENDING', NUMBER, 'right'), cell('IN FLIGHT', NUMBER, 'right'), cell('FINISH/S', NUMBER, 'right'), cell('FAIL/S', NUMBER, 'right'), cell('OLDEST', NUMBER, 'right'), cell('DONE/S, LAST MINUTE', SPARK, 'left')].join(' ');
+  lines.push(chalk.bold(header));
+
+  // The detail below needs at least a title and two short lists; the queues get the rest.
+  const footerLines = 2;
+  const detailMin = 9;
+  const queueRows = Math.max(1, Math.min(queues.length, budget - lines.length - detailMin - footerLines));
+  const at = Math.max(0, queues.findIndex((q) => keyOf(q) === state.selected));
+  const first = Math.min(Math.max(0, at - Math.floor(queueRows / 2)), Math.max(0, queues.length - queueRows));
+  if (queues.length === 0) lines.push(chalk.dim(f ? ' no queues defined' : ' waiting for the server…'));
+  for (const q of queues.slice(first, first + queueRows)) {
+    const selected = keyOf(q) === state.selected;
+    const series = state.throughput.get(keyOf(q)) ?? [];
+    const row = [
+      cell(q.host, hostWidth, 'left'),
+      cell(q.name, nameWidth, 'left', chalk.bold),
+      ...queueCells(q).map((c) => cell(c.text, NUMBER, 'right', c.paint)),
+      cell(humanAge(q.oldestPendingAgeMs), NUMBER, 'right', agePaint(q.oldestPendingAgeMs)),
+      chalk.green(sparkline(series, SPARK)),
+    ].join(' ');
+    lines.push(selected ? chalk.inverse(`>${row}`) : ` ${row}`);
+  }
+  if (queues.length > queueRows) lines.push(chalk.dim(` rows ${first + 1}-${first + queueRows} of ${queues.length}`));
+  lines.push('');
+
+  const room = budget - lines.length - footerLines;
+  lines.push(...detailLines(f?.detail ?? null, state.selected, room, now));
+
+  while (lines.length < budget - footerLines) lines.push('');
+  lines.push(state.error ? chalk.red(`! ${state.error}`) : '');
+  lines.push(chalk.dim('↑/↓ select   q quit   refreshed every second'));
+  return lines.slice(0, budget);
+}
+
+/** The selected queue's leases (soonest end first) and oldest pending items, within `room` lines. */
+function detailLines(detail: QueueDetail | null, selected: string | null, room: number, now: number): string[] {
+  if (!selected) return [];
+  const lines: string[] = [];
+  if (!detail || keyOf(detail) !== selected) return [chalk.bold(`${selected}`), chalk.dim(' loading…')];
+  const c = detail.counts;
+  lines.push(
+    `${chalk.bold.cyan(selected)}  ${chalk.dim('finished')} ${c.finished}  ${chalk.dim('failed')} ${c.failed}  ${chalk.dim('timedout')} ${c.timedout}  ${chalk.dim('cancelled')} ${c.cancelled}  ${chalk.dim('posted/s')} ${humanRate(detail.rates.posted)}  ${chalk.dim('claimed/s')} ${humanRate(detail.rates.claimed)}`,
+  );
+  // Two lists, each a title and its header; what rows are left are shared, leases first.
+  const rows = Math.max(0, room - lines.length - 4);
+  const leaseRows = Math.min(detail.leases.length, Math.max(1, Math.ceil(rows / 2)), rows);
+  const oldestRows = Math.min(detail.oldest.length, Math.max(0, rows - Math.max(1, leaseRows)));
+
+  lines.push(chalk.bold(` leases (${detail.leases.length}${detail.leases.length === 100 ? '+' : ''})`) + chalk.dim('  soonest end first'));
+  if (detail.leases.length === 0) lines.push(chalk.dim('   none'));
+  else {
+    lines.push(chalk.dim(`   ${cell('ID', 16, 'left')}  ${cell('WORKER', 24, 'left')}  ${cell('ENDS IN', 12, 'right')}  ${cell('ATTEMPTS', 8, 'right')}`));
+    for (const l of detail.leases.slice(0, leaseRows)) {
+      lines.push(`   ${cell(l.id, 16, 'left')}  ${cell(l.worker, 24, 'left')}  ${cell(leaseLeftText(l.until - now), 12, 'right', l.until < now ? chalk.red : undefined)}  ${cell(String(l.attempts), 8, 'right')}`);
+    }
+  }
+  lines.push(chalk.bold(` oldest pending (${detail.oldest.length}${detail.oldest.length === 20 ? '+' : ''})`));
+  if (detail.oldest.length === 0) lines.push(chalk.dim('   none'));
+  else {
+    lines.push(chalk.dim(`   ${cell('ID', 16, 'left')}  ${cell('POSTED', 23, 'left')}  ${cell('AGE', 12, 'right')}  ${cell('ATTEMPTS', 8, 'right')}`));
+    for (const o of detail.oldest.slice(0, oldestRows)) {
+      lines.push(`   ${cell(o.id, 16, 'left')}  ${cell(localTime(o.postedAt), 23, 'left')}  ${cell(humanAge(now - o.postedAt), 12, 'right')}  ${cell(String(o.attempts), 8, 'right')}`);
+    }
+  }
+  return lines.slice(0, Math.max(0, room));
+}

@@ -1,0 +1,133 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { ItemStatus, TaskEventKind } from '../engine/item.js';
+import type { StatusCounts } from '../store/store.js';
+import { BucketHistogram } from './histogram.js';
+
+/** The task events counted as `svcq_items_<kind>_total` (decisions §5.1). */
+export const COUNTED_EVENTS = ['posted', 'claimed', 'finished', 'failed', 'timedout', 'cancelled'] as const;
+type CountedEvent = (typeof COUNTED_EVENTS)[number];
+const EVENT_INDEX: Partial<Record<TaskEventKind, number>> = Object.fromEntries(COUNTED_EVENTS.map((k, i) => [k, i]));
+
+const STATUSES: readonly ItemStatus[] = ['pending', 'claimed', 'processing', 'finished', 'failed', 'timedout', 'cancelled'];
+
+/** Who a request was for: the queue domain (producers, workers) or `/api` (management, tools, operators). */
+export type Audience = 'queue' | 'api';
+
+/** One defined queue as a scrape sees it. */
+export interface QueueGauges {
+  host: string;
+  name: string;
+  counts: StatusCounts;
+  /** Seconds since the oldest pending item was posted, or null when none is pending. */
+  oldestPendingAgeSeconds: number | null;
+}
+
+/**
+ * The server's Prometheus metrics (decisions §5.1), in a registry of its own so that two servers
+ * in one process (tests) keep apart. The hot paths only add to plain numbers: event totals are
+ * kept per queue in an array and handed to the counters at scrape time, item gauges are read from
+ * the store's kept counts when scraped, and the request histogram is a few array operations.
+ */
+export class OperatorMetrics {
+  readonly register = new Registry();
+  /** Per queue key (`<host>/<name>`): totals of each counted event, in COUNTED_EVENTS order. */
+  private readonly totals = new Map<string, Float64Array>();
+  private readonly counters: Array<Counter<'host' | 'queue'>>;
+  private readonly items: Gauge<'host' | 'queue' | 'status'>;
+  private readonly oldestAge: Gauge<'host' | 'queue'>;
+  private readonly httpDuration: BucketHistogram;
+  private readonly commitDuration: Histogram;
+  private readonly commitBatch: Histogram;
+
+  constructor() {
+    const registers = [this.register];
+    collectDefaultMetrics({ register: this.register });
+    this.items = new Gauge({ name: 'svcq_items', help: 'Items held, by queue and status (the store\'s kept counts, read when scraped).', labelNames: ['host', 'queue', 'status'], registers });
+    this.oldestAge = new Gauge({
+      name: 'svcq_queue_oldest_pending_age_seconds',
+      help: 'Seconds since the oldest pending item of the queue was posted; 0 when nothing is pending.',
+      labelNames: ['host', 'queue'],
+      registers,
+    });
+    this.counters = COUNTED_EVENTS.map(
+      (kind) => new Counter({ name: `svcq_items_${kind}_total`, help: `Items ${kind} on this node since it started (durable task events "${kind}").`, labelNames: ['host', 'queue'], registers }),
+    );
+    this.httpDuration = new BucketHistogram(
+      'svcq_http_request_duration_seconds',
+      'Time from a request\'s arrival to its response handed to the socket, by audience (queue domain or /api) and status.',
+      [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      this.register,
+    );
+    this.commitDuration = new Histogram({
+      name: 'svcq_store_commit_duration_seconds',
+      help: 'Time one durable write of the store took (a group commit: write and fsync).',
+      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers,
+    });
+    this.commitBatch = new Histogram({
+      name: 'svcq_store_commit_batch_size',
+      help: 'Changes carried by one durable write of the store.',
+      buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000],
+      registers,
+    });
+  }
+
+  /** The store made task events of queue `key` durable (StoreObserver.events). */
+  events(key: string, kinds: readonly TaskEventKind[]): void {
+    let totals: Float64Array | undefined;
+    for (const kind of kinds) {
+      const index = EVENT_INDEX[kind];
+      if (index === undefined) continue;
+      totals ??= this.totalsOf(key);
+      totals[index]! += 1;
+    }
+  }
+
+  /** The store made one durable write (StoreObserver.committed). */
+  committed(seconds: number, changes: number): void {
+    this.commitDuration.observe(seconds);
+    this.commitBatch.observe(changes);
+  }
+
+  /** A response was handed to the socket `seconds` after its request arrived. */
+  request(audience: Audience, status: number, seconds: number): void {
+    this.httpDuration.observe(`${audience} ${status}`, () => ({ audience, status: String(status) }), seconds);
+  }
+
+  /**
+   * The exposition text, with the item gauges of exactly the queues given (the defined ones, read
+   * now) and a counter series for each of them, 0 until its first event.
+   */
+  async exposition(queues: readonly QueueGauges[]): Promise<string> {
+    this.items.reset();
+    this.oldestAge.reset();
+    for (const q of queues) {
+      for (const status of STATUSES) this.items.set({ host: q.host, queue: q.name, status }, q.counts[status]);
+      this.oldestAge.set({ host: q.host, queue: q.name }, q.oldestPendingAgeSeconds ?? 0);
+      this.totalsOf(`${q.host}/${q.name}`);
+    }
+    for (const counter of this.counters) counter.reset();
+    for (const [key, totals] of this.totals) {
+      const slash = key.indexOf('/');
+      const labels = { host: key.slice(0, slash), queue: key.slice(slash + 1) };
+      this.counters.forEach((counter, i) => counter.inc(labels, totals[i]!));
+    }
+    return this.register.metrics();
+  }
+
+  /** `text/plain; version=0.0.4; charset=utf-8` */
+  get contentType(): string {
+    return this.register.contentType;
+  }
+
+  /** Totals of one counted event kind for a queue (for tests and the single-queue view). */
+  total(key: string, kind: CountedEvent): number {
+    return this.totals.get(key)?.[COUNTED_EVENTS.indexOf(kind)] ?? 0;
+  }
+
+  private totalsOf(key: string): Float64Array {
+    let totals = this.totals.get(key);
+    if (!totals) this.totals.set(key, (totals = new Float64Array(COUNTED_EVENTS.length)));
+    return totals;
+  }
+}

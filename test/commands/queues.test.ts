@@ -1,0 +1,134 @@
+import { expect } from 'chai';
+import { runCli, type CliResult } from '../support/cli.js';
+import { request } from '../support/http.js';
+import { serverForSuite } from '../support/server.js';
+import { HOST, defineQueue, postItem, queueName } from '../worker/support.js';
+
+// eslint-disable-next-line no-control-regex -- looking for colour codes
+const ANSI = /\u001b\[/;
+
+interface Entry {
+  host: string;
+  name: string;
+  counts: Record<string, number>;
+  oldestPendingAgeMs: number | null;
+  rates: Record<string, number>;
+}
+
+describe('svcq queues and svcq queue HOST/NAME (decisions §1.2, §5.1, §7)', () => {
+  const server = serverForSuite();
+  const cli = (args: string[], env: Record<string, string> = {}): Promise<CliResult> => runCli([...args, '--url', server.url, '--token', server.masterToken], { env: { NO_COLOR: '', ...env } });
+
+  const queue = queueName('ops');
+  const idle = queueName('idle');
+  const ids: string[] = [];
+  let lease: { worker: string; until: number };
+
+  before(async () => {
+    await defineQueue(server, queue);
+    await defineQueue(server, idle);
+    for (let n = 0; n < 3; n++) ids.push(await postItem(server, queue, { n }));
+    const claim = await request(server.url, `/${queue}/claim`, { method: 'POST', host: HOST, body: JSON.stringify({ worker: 'ops-worker' }) });
+    lease = (claim.json as { lease: { worker: string; until: number } }).lease;
+  });
+
+  it('svcq queues --json prints the answer of GET /api/v2/queues (decisions §7: list commands print the endpoint JSON)', async () => {
+    const run = await cli(['queues', '--json']);
+    expect(run.code, run.stderr).to.equal(0);
+    const printed = JSON.parse(run.stdout) as { queues: Entry[] };
+    const served = (await request(server.url, '/api/v2/queues', { token: server.masterToken })).json as { queues: Entry[] };
+    // The same answer but for the age, which grows between the two requests.
+    const ageless = (list: { queues: Entry[] }): unknown => list.queues.map((q) => ({ ...q, oldestPendingAgeMs: q.oldestPendingAgeMs === null ? null : 'n' }));
+    expect(ageless(printed)).to.deep.equal(ageless(served));
+    const mine = printed.queues.find((q) => q.name === queue)!;
+    expect(mine.host).to.equal(HOST);
+    expect(mine.counts).to.deep.equal({ pending: 2, claimed: 1, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 });
+    expect(mine.rates).to.deep.equal({ posted: 3 / 60, claimed: 1 / 60, finished: 0, failed: 0 });
+    expect(printed.queues.find((q) => q.name === idle)!.oldestPendingAgeMs).to.equal(null);
+  });
+
+  it('svcq queues prints a table: host, queue, the counts, the oldest pending age and the rates (decisions §5.1)', async () => {
+    const run = await cli(['queues']);
+    expect(run.code, run.stderr).to.equal(0);
+    const [header] = run.stdout.split('\n').filter((l) => l.includes('host'));
+    for (const column of ['host', 'queue', 'pending', 'claimed', 'processing', 'finished', 'failed', 'oldest pending', 'posted/s', 'claimed/s', 'finished/s', 'failed/s']) expect(header).to.include(column);
+    const row = run.stdout.split('\n').find((l) => l.includes(queue))!;
+    const cells = row.split('│').map((c) => c.trim()).filter((c) => c !== '');
+    expect(cells.slice(0, 7)).to.deep.equal([HOST, queue, '2', '1', '0', '0', '0']);
+    expect(cells[7]).to.match(/^\d+(ms|\.\ds|s)$/);
+    expect(cells.slice(8)).to.deep.equal(['0.05', '0.02', '0', '0']);
+    const idleRow = run.stdout.split('\n').find((l) => l.includes(idle))!;
+    expect(idleRow.split('│').map((c) => c.trim())[8]).to.equal('-');
+    expect(run.stdout).to.include('rates per second over the last 60 s');
+  });
+
+  it('colours follow the terminal, FORCE_COLOR and NO_COLOR (NO_COLOR wins)', async () => {
+    const plain = await cli(['queues']);
+    expect(ANSI.test(plain.stdout)).to.equal(false);
+    const forced = await cli(['queues'], { FORCE_COLOR: '1' });
+    expect(ANSI.test(forced.stdout)).to.equal(true);
+    const none = await cli(['queues'], { FORCE_COLOR: '1', NO_COLOR: '1' });
+    expect(none.code, none.stderr).to.equal(0);
+    expect(ANSI.test(none.stdout)).to.equal(false);
+    const detail = await cli(['queue', `${HOST}/${queue}`], { FORCE_COLOR: '1', NO_COLOR: '1' });
+    expect(ANSI.test(detail.stdout)).to.equal(false);
+  });
+
+  it('svcq queue HOST/NAME --json prints the queue with its oldest pending items and leases (decisions §5.1)', async () => {
+    const run = await cli(['queue', `${HOST}/${queue}`, '--json']);
+    expect(run.code, run.stderr).to.equal(0);
+    const detail = JSON.parse(run.stdout) as Entry & { oldest: Array<{ id: string; attempts: number }>; leases: Array<{ id: string; worker: string; until: number; attempts: number }> };
+    expect(detail.host).to.equal(HOST);
+    expect(detail.name).to.equal(queue);
+    expect(detail.counts.pending).to.equal(2);
+    expect(detail.oldest.map((o) => [o.id, o.attempts])).to.deep.equal([
+      [ids[1], 0],
+      [ids[2], 0],
+    ]);
+    expect(detail.leases).to.deep.equal([{ id: ids[0], worker: 'ops-worker', until: lease.until, attempts: 1 }]);
+  });
+
+  it('svcq queue HOST/NAME shows the counts, the oldest pending items and the leases', async () => {
+    const run = await cli(['queue', `${HOST}/${queue}`]);
+    expect(run.code, run.stderr).to.equal(0);
+    expect(run.stdout).to.include(`${HOST}/${queue}`);
+    expect(run.stdout).to.include('oldest pending (2)');
+    expect(run.stdout).to.include('leases (1, soonest end first)');
+    expect(run.stdout).to.include(ids[1]!);
+    expect(run.stdout).to.include(ids[2]!);
+    const leaseRow = run.stdout.split('\n').find((l) => l.includes(ids[0]!))!;
+    expect(leaseRow).to.include('ops-worker');
+    expect(run.stdout).to.match(/per second over the last 60 s: posted 0\.05, claimed 0\.02, finished 0, failed 0/);
+  });
+
+  it('an unknown queue is one clear sentence and exit 1; with --json, { error } (decisions §1.2)', async () => {
+    const run = await cli(['queue', `${HOST}/no-such-queue`]);
+    expect(run.code).to.equal(1);
+    expect(run.stdout).to.equal('');
+    expect(run.stderr).to.equal(`svcq: no queue "no-such-queue" is defined on host "${HOST}" (svcq queues lists them)\n`);
+    const json = await cli(['queue', `other.test/${queue}`, '--json']);
+    expect(json.code).to.equal(1);
+    expect(JSON.parse(json.stdout)).to.deep.equal({ error: `no queue "${queue}" is defined on host "other.test" (svcq queues lists them)` });
+  });
+
+  it('a malformed HOST/NAME is a usage error (exit 2) that names the problem', async () => {
+    const noSlash = await cli(['queue', queue]);
+    expect(noSlash.code).to.equal(2);
+    expect(noSlash.stderr).to.equal(`svcq: "${queue}" is not HOST/NAME (e.g. jobs.example.com/thumbnails)\n`);
+    const badHost = await cli(['queue', `Bad_Host/${queue}`]);
+    expect(badHost.code).to.equal(2);
+    expect(badHost.stderr).to.match(/^svcq: "Bad_Host" is not a valid host/);
+    const badName = await cli(['queue', `${HOST}/api`]);
+    expect(badName.code).to.equal(2);
+    expect(badName.stderr).to.equal('svcq: "api" is not a valid queue name\n');
+  });
+
+  it('without the master token both commands meet the wall and say so (decisions §1.2, §4)', async () => {
+    const list = await runCli(['queues', '--url', server.url], { env: { SVCQ_TOKEN: '' } });
+    expect(list.code).to.equal(1);
+    expect(list.stderr).to.match(/^svcq: not found: no token was given/);
+    const one = await runCli(['queue', `${HOST}/${queue}`, '--url', server.url, '--token', 'wrong']);
+    expect(one.code).to.equal(1);
+    expect(one.stderr).to.equal('svcq: not found (wrong token, host or queue?)\n');
+  });
+});

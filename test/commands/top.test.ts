@@ -1,0 +1,138 @@
+import { execFileSync, spawnSync } from 'node:child_process';
+import { expect } from 'chai';
+import { runCli } from '../support/cli.js';
+import { request } from '../support/http.js';
+import { BIN, serverForSuite } from '../support/server.js';
+import { HOST, defineQueue, postItem, queueName } from '../worker/support.js';
+
+/** Polls `check` every 100 ms until it returns true, failing after `ms` with the last screen. */
+async function until(check: () => boolean, what: string, last: () => string, ms = 15_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; the screen:\n${last()}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+describe('svcq top (decisions §5.1: operators see their queues live)', () => {
+  const server = serverForSuite();
+  const first = queueName('top-a');
+  const second = queueName('top-b');
+  const ids: string[] = [];
+
+  before(async () => {
+    await defineQueue(server, first);
+    await defineQueue(server, second);
+    for (let n = 0; n < 3; n++) ids.push(await postItem(server, first, { n }));
+    await postItem(server, second, { n: 9 });
+    const claim = await request(server.url, `/${second}/claim`, { method: 'POST', host: HOST, body: JSON.stringify({ worker: 'top-worker' }) });
+    expect(claim.status).to.equal(200);
+  });
+
+  it('off a terminal it prints one snapshot as a table and exits 0', async () => {
+    const run = await runCli(['top', '--url', server.url, '--token', server.masterToken], { env: { NO_COLOR: '1' } });
+    expect(run.code, run.stderr).to.equal(0);
+    // eslint-disable-next-line no-control-regex -- no screen control off a terminal
+    expect(run.stdout).not.to.match(/\u001b/);
+    const lines = run.stdout.split('\n');
+    const header = lines.find((l) => l.includes('in flight'))!;
+    for (const column of ['host', 'queue', 'pending', 'in flight', 'finished/s', 'failed/s', 'oldest pending']) expect(header).to.include(column);
+    const cells = (name: string): string[] => lines.find((l) => l.includes(name))!.split('│').map((c) => c.trim()).filter((c) => c !== '');
+    expect(cells(first).slice(0, 6)).to.deep.equal([HOST, first, '3', '0', '0', '0']);
+    expect(cells(second).slice(0, 6)).to.deep.equal([HOST, second, '0', '1', '0', '0']);
+    expect(cells(second)[6]).to.equal('-');
+  });
+
+  it('off a terminal --json prints the snapshot as JSON: the queues and the server health', async () => {
+    const run = await runCli(['top', '--json', '--url', server.url, '--token', server.masterToken]);
+    expect(run.code, run.stderr).to.equal(0);
+    const snapshot = JSON.parse(run.stdout) as { queues: Array<{ name: string; counts: Record<string, number> }>; health: { hostname: string } | null };
+    expect(snapshot.queues.map((q) => q.name)).to.deep.equal([first, second].sort());
+    expect(snapshot.queues.find((q) => q.name === first)!.counts.pending).to.equal(3);
+    expect(snapshot.health?.hostname).to.be.a('string');
+  });
+
+  it('without the master token it meets the wall with one sentence and exit 1 (decisions §1.2)', async () => {
+    const run = await runCli(['top', '--url', server.url, '--token', 'wrong']);
+    expect(run.code).to.equal(1);
+    expect(run.stderr).to.equal('svcq: not found (wrong token, host or queue?)\n');
+  });
+
+  describe('on a real terminal (tmux)', function () {
+    const socket = `svcq-top-test-${process.pid}`;
+    const session = 'top';
+    let tmuxMissing = false;
+    const tmux = (...args: string[]): string => execFileSync('tmux', ['-L', socket, ...args], { encoding: 'utf8' });
+    const screen = (): string => tmux('capture-pane', '-p', '-t', session);
+    const display = (format: string): string => tmux('display-message', '-p', '-t', session, format).trim();
+
+    before(function () {
+      if (spawnSync('sh', ['-c', 'command -v tmux']).status !== 0) {
+        tmuxMissing = true;
+        console.log('      tmux is not installed (apt-get install tmux): skipping the terminal test of svcq top');
+        this.skip();
+      }
+      // A shell of our own on a private tmux server, with a prompt that is easy to find.
+      tmux('-f', '/dev/null', 'new-session', '-d', '-s', session, '-x', '120', '-y', '40', 'sh');
+      // CI=true as a CI runner sets it: a terminal is still a terminal (Ink alone would hold every
+      // frame back until exit there).
+      tmux('send-keys', '-t', session, "PS1='shell$ '; export CI=true; clear", 'Enter');
+    });
+    after(() => {
+      if (!tmuxMissing) spawnSync('tmux', ['-L', socket, 'kill-server']);
+    });
+
+    it('shows the queues full-screen, selects with the arrow keys, and on q exits 0 and gives the shell its screen back', async () => {
+      await until(() => screen().trim() === 'shell$', 'the prompt', screen);
+      tmux('send-keys', '-t', session, 'echo before-top-marker', 'Enter');
+      await until(() => /^before-top-marker$/m.test(screen()), 'the marker line', screen);
+      tmux('send-keys', '-t', session, `${process.execPath} ${BIN} top --url ${server.url} --token ${server.masterToken}; echo "top exited with $?"`, 'Enter');
+
+      // The live view: the alternate screen, both queues, the first one selected with its oldest items.
+      await until(() => screen().includes(first) && screen().includes(second) && screen().includes(ids[0]!), 'the queue rows and the selected queue', screen);
+      expect(display('#{alternate_on}')).to.equal('1');
+      const view = screen();
+      expect(view).to.include('svcq top');
+      expect(view).not.to.include('before-top-marker');
+      expect(view.split('\n').find((l) => l.includes(first))).to.match(/^>/);
+      expect(view).to.match(/leases \(0\)/);
+      expect(view).to.match(/oldest pending \(3\)/);
+
+      // Down selects the second queue and shows its lease.
+      tmux('send-keys', '-t', session, 'Down');
+      await until(() => /^>.*top-b/m.test(screen()) && screen().includes('top-worker'), 'the second queue selected with its lease', screen);
+      tmux('send-keys', '-t', session, 'Up');
+      await until(() => /^>.*top-a/m.test(screen()) && screen().includes(ids[0]!), 'the first queue selected again', screen);
+
+      tmux('send-keys', '-t', session, 'q');
+      await until(() => /^top exited with \d+$/m.test(screen()), 'svcq top to exit', screen);
+      const after = screen();
+      expect(after).to.match(/^top exited with 0$/m);
+      // The shell's own screen is back, as it was: the marker, the command line, and a fresh prompt.
+      expect(after).to.match(/^before-top-marker$/m);
+      expect(after).not.to.include('svcq top  ');
+      expect(after.trimEnd().split('\n').pop()).to.equal('shell$');
+      expect(display('#{alternate_on}')).to.equal('0');
+      expect(display('#{cursor_flag}')).to.equal('1');
+    });
+
+    it('with a wrong token it says so in one sentence on the shell\'s own screen and exits 1 (decisions §1.2)', async () => {
+      tmux('send-keys', '-t', session, 'clear', 'Enter');
+      tmux('send-keys', '-t', session, `${process.execPath} ${BIN} top --url ${server.url} --token wrong; echo "top gave $?"`, 'Enter');
+      await until(() => /^top gave \d+$/m.test(screen()), 'svcq top to exit', screen);
+      expect(screen()).to.match(/^svcq: not found \(wrong token, host or queue\?\)\ntop gave 1$/m);
+      expect(display('#{alternate_on}')).to.equal('0');
+    });
+
+    it('Ctrl-C quits it too, exit 0, the terminal restored', async () => {
+      tmux('send-keys', '-t', session, 'clear', 'Enter');
+      tmux('send-keys', '-t', session, `${process.execPath} ${BIN} top --url ${server.url} --token ${server.masterToken}; echo "top ended with $?"`, 'Enter');
+      await until(() => display('#{alternate_on}') === '1' && screen().includes(first), 'the live view', screen);
+      tmux('send-keys', '-t', session, 'C-c');
+      await until(() => /^top ended with \d+$/m.test(screen()), 'svcq top to exit', screen);
+      expect(screen()).to.match(/^top ended with 0$/m);
+      expect(display('#{alternate_on}')).to.equal('0');
+      expect(display('#{cursor_flag}')).to.equal('1');
+    });
+  });
+});
