@@ -5,7 +5,8 @@
  */
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { makeItem, RESULT_PREFIX, summarise, type LoadResult, type LoadSpec } from './protocol.js';
+import { Client } from 'undici';
+import { BATCH_SIZE, CLAIM_MAX, makeItem, RESULT_PREFIX, summarise, type LoadResult, type LoadSpec } from './protocol.js';
 
 const spec = JSON.parse(process.argv[2] ?? '') as LoadSpec;
 const base = new URL(spec.url);
@@ -24,7 +25,35 @@ interface Reply {
   text: string;
 }
 
-class Connection {
+/** One keep-alive connection with at most one request in flight. */
+interface Sender {
+  send(path: string, body: string): Promise<Reply>;
+  close(): void;
+}
+
+/** The same over undici (the client inside Node's fetch): what a Node program speaking to svcq would use. */
+class UndiciConnection implements Sender {
+  private readonly client = new Client(spec.url, { pipelining: 1, keepAliveTimeout: 60_000 });
+  private readonly headers = { host: spec.host, 'content-type': 'application/json' };
+
+  async send(path: string, body: string): Promise<Reply> {
+    outstanding++;
+    try {
+      const res = await this.client.request({ path, method: 'POST', headers: this.headers, body });
+      return { status: res.statusCode, text: await res.body.text() };
+    } finally {
+      outstanding--;
+    }
+  }
+
+  close(): void {
+    void this.client.destroy();
+  }
+}
+
+const connect = (): Sender => (spec.client === 'undici' ? new UndiciConnection() : new Connection());
+
+class Connection implements Sender {
   private socket: net.Socket;
   private buffer: Buffer = Buffer.alloc(0);
   private closed = false;
@@ -104,7 +133,7 @@ function fail(what: string): void {
   firstError ??= what.slice(0, 300);
 }
 
-async function post(conn: Connection): Promise<boolean> {
+async function post(conn: Sender): Promise<boolean> {
   const seq = started;
   const t = spec.recordLatency ? performance.now() : 0;
   const reply = await conn.send(postPath, makeItem(seq, spec.itemBytes));
@@ -117,7 +146,7 @@ async function post(conn: Connection): Promise<boolean> {
 }
 
 /** Claims one item and posts its result; false when the queue had nothing. */
-async function claimAndFinish(conn: Connection, worker: string, waitS = 0): Promise<boolean | 'error'> {
+async function claimAndFinish(conn: Sender, worker: string, waitS = 0): Promise<boolean | 'error'> {
   const claim = await conn.send(claimPath, waitS > 0 ? `{"worker":"${worker}","wait":${waitS}}` : `{"worker":"${worker}"}`);
   if (claim.status !== 200) {
     fail(`claim: ${claim.status} ${claim.text}`);
@@ -136,7 +165,42 @@ async function claimAndFinish(conn: Connection, worker: string, waitS = 0): Prom
   return true;
 }
 
-const connections = Array.from({ length: spec.inFlight }, () => new Connection());
+/** Posts BATCH_SIZE items in one request; the number created, or -1 on an error. */
+async function postBatch(conn: Sender): Promise<number> {
+  const seq = started;
+  const items: string[] = [];
+  for (let i = 0; i < BATCH_SIZE; i++) items.push(makeItem(seq * BATCH_SIZE + i, spec.itemBytes));
+  const reply = await conn.send(`/${spec.queue}/batch`, `[${items.join(',')}]`);
+  if (reply.status !== 200) {
+    fail(`batch: ${reply.status} ${reply.text}`);
+    return -1;
+  }
+  let created = 0;
+  for (const e of (JSON.parse(reply.text) as { items: Array<{ ok: boolean }> }).items) if (e.ok) created++;
+  return created;
+}
+
+/**
+ * One claim that hands in `done` (ids whose results go with it, decisions §3.8) and claims up to
+ * `max` items (one without): the ids claimed, and how many hand-ins were accepted.
+ */
+async function claimWithDone(conn: Sender, worker: string, done: string[], max: number | undefined, waitS: number): Promise<{ ids: string[]; accepted: number } | 'error'> {
+  const doneJson = done.length > 0 ? `,"done":[${done.map((id) => `{"id":"${id}","result":{"output":"done"}}`).join(',')}]` : '';
+  const claim = await conn.send(claimPath, `{"worker":"${worker}"${waitS > 0 ? `,"wait":${waitS}` : ''}${max === undefined ? '' : `,"max":${max}`}${doneJson}}`);
+  if (claim.status !== 200) {
+    fail(`claim: ${claim.status} ${claim.text}`);
+    return 'error';
+  }
+  const body = JSON.parse(claim.text) as { empty?: boolean; id?: string; items?: Array<{ id: string }>; done?: Array<{ ok: boolean; accepted?: boolean }> };
+  let accepted = 0;
+  for (const d of body.done ?? []) if (d.ok && d.accepted) accepted++;
+  if (accepted !== done.length) fail(`hand-in: ${done.length - accepted} of ${done.length} not accepted: ${claim.text.slice(0, 200)}`);
+  const ids = body.items ? body.items.map((i) => i.id) : body.empty ? [] : [body.id!];
+  if (ids.length === 0) empties++;
+  return { ids, accepted };
+}
+
+const connections = Array.from({ length: spec.inFlight }, () => connect());
 
 // For the orchestrator's error message should this process have to be killed: that it got this
 // far, and, well past its deadline, what it is still waiting for.
@@ -159,6 +223,22 @@ async function loop(index: number): Promise<void> {
         case 'latency':
           if (await post(conn)) count++;
           break;
+        case 'batch-post': {
+          const created = await postBatch(conn);
+          if (created > 0) count += created;
+          break;
+        }
+        case 'drain-batch': {
+          // Each loop hands in what it claimed last with its next claim, until the queue is empty.
+          let held: string[] = [];
+          for (;;) {
+            const got = await claimWithDone(conn, worker, held, CLAIM_MAX, 0);
+            if (got === 'error') return;
+            count += got.accepted;
+            held = got.ids;
+            if (held.length === 0) return;
+          }
+        }
         case 'loop': {
           const t = spec.recordLatency ? performance.now() : 0;
           if (!(await post(conn))) break;
@@ -190,7 +270,7 @@ async function loop(index: number): Promise<void> {
  */
 let lastResultAt = 0;
 async function cycle(): Promise<void> {
-  const workers = Array.from({ length: spec.inFlight }, () => new Connection());
+  const workers = Array.from({ length: spec.inFlight }, () => connect());
   // Set when the phase is over, by the timer or by the last result: a timer may fire a fraction of
   // a millisecond before performance.now() reaches the deadline, and the claims its end cuts off
   // must not count as errors then.
@@ -198,7 +278,7 @@ async function cycle(): Promise<void> {
   let finish: () => void = () => {};
   const finished = new Promise<void>((resolve) => (finish = () => ((stopped = true), resolve())));
   const ended = (): boolean => stopped || count >= spec.maxCount || errors >= maxErrors || performance.now() >= deadline;
-  const producer = async (conn: Connection): Promise<void> => {
+  const producer = async (conn: Sender): Promise<void> => {
     while (more()) {
       started++;
       try {
@@ -208,11 +288,23 @@ async function cycle(): Promise<void> {
       }
     }
   };
-  const worker = async (conn: Connection, index: number): Promise<void> => {
+  const worker = async (conn: Sender, index: number): Promise<void> => {
     const name = `bench-${process.pid}-w${index}`;
+    // `handin`: the item this worker holds, whose result goes in with its next claim.
+    let held: string[] = [];
     while (!ended()) {
       try {
-        if ((await claimAndFinish(conn, name, 1)) === true && performance.now() < deadline) {
+        if (spec.mode === 'handin') {
+          // Once every item is posted, a claim that hands the last ones in does not wait for more.
+          const got = await claimWithDone(conn, name, held, undefined, held.length > 0 && started >= spec.maxCount ? 0 : 1);
+          if (got === 'error') continue;
+          held = got.ids;
+          if (got.accepted > 0 && performance.now() < deadline) {
+            count += got.accepted;
+            lastResultAt = performance.now();
+            if (count >= spec.maxCount) finish();
+          }
+        } else if ((await claimAndFinish(conn, name, 1)) === true && performance.now() < deadline) {
           count++;
           lastResultAt = performance.now();
           if (count >= spec.maxCount) finish();
@@ -232,10 +324,10 @@ async function cycle(): Promise<void> {
   await Promise.all(running);
 }
 
-if (spec.mode === 'cycle') await cycle();
+if (spec.mode === 'cycle' || spec.mode === 'handin') await cycle();
 else await Promise.all(Array.from({ length: spec.inFlight }, (_, i) => loop(i)));
 // A cycle phase is measured up to its last result (or its deadline).
-const elapsedMs = spec.mode === 'cycle' ? (count >= spec.maxCount ? lastResultAt : Math.min(performance.now(), deadline)) - t0 : performance.now() - t0;
+const elapsedMs = spec.mode === 'cycle' || spec.mode === 'handin' ? (count >= spec.maxCount ? lastResultAt : Math.min(performance.now(), deadline)) - t0 : performance.now() - t0;
 const cpu = process.cpuUsage(cpu0);
 for (const c of connections) c.close();
 

@@ -7,7 +7,15 @@
  * `maxCount` items as fast as possible; `latency` is `post` with every request timed (run it at
  * one in flight).
  */
-export type LoadMode = 'post' | 'cycle' | 'loop' | 'drain' | 'prefill' | 'latency';
+export type LoadMode = 'post' | 'cycle' | 'loop' | 'drain' | 'prefill' | 'latency' | 'handin' | 'batch-post' | 'drain-batch';
+// `handin` (decisions §3.8): the `cycle` with each worker handing its last result in with its next
+// claim (`done`), two requests per job; `batch-post`: posts of BATCH_SIZE items each (the rate
+// counts items); `drain-batch`: claims of up to 100 items with the last claim's results handed in,
+// until the queue is empty.
+
+/** Items per request in `batch-post`, and per claim in `drain-batch`. */
+export const BATCH_SIZE = 1000;
+export const CLAIM_MAX = 100;
 
 export interface LoadSpec {
   mode: LoadMode;
@@ -26,6 +34,8 @@ export interface LoadSpec {
   itemBytes: number;
   /** Time every request (post requests in `post`/`latency`/`prefill`, whole cycles in `loop`). */
   recordLatency: boolean;
+  /** The HTTP client: the generator's own raw-socket client (default), or undici (the client inside Node's fetch). */
+  client?: 'raw' | 'undici';
 }
 
 export interface LatencySummary {

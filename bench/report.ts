@@ -43,7 +43,23 @@ export interface BenchRun {
   load: { start: number; end: number };
   options: { sizes: number[]; durationS: number; inFlight: number; itemBytes: number; rounds: number; vs?: string };
   /** `cycle` is the median of `cycleRounds`. */
-  empty: { post: LoadResult; cycle: LoadResult; cycleRounds: LoadResult[]; loop: LoadResult; drain: LoadResult; latency: LoadResult; drainQueued: number };
+  empty: {
+    post: LoadResult;
+    cycle: LoadResult;
+    cycleRounds: LoadResult[];
+    loop: LoadResult;
+    drain: LoadResult;
+    latency: LoadResult;
+    drainQueued: number;
+    /** Full cycles with each result handed in with the next claim (decisions §3.8), paired by round with the others; raw-socket and undici clients. */
+    handinRounds: LoadResult[];
+    handinUndiciRounds: LoadResult[];
+    /** The plain full cycle with undici clients, for comparison. */
+    cycleUndiciRounds: LoadResult[];
+    /** Items posted per second in batches of 1,000, and drained per second by claims of 100 with hand-ins. */
+    batchPost: LoadResult;
+    drainBatch: LoadResult;
+  };
   /** The round paired with the median svcq round, and every round (paired by index with `empty.cycleRounds`). */
   bullmq?: BullmqResult & { jobs: number; rounds: BullmqResult[] };
   /**
@@ -80,12 +96,22 @@ const median = (list: number[]): number => {
   const mid = Math.floor(sorted.length / 2);
   return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 };
+/** The round with the median rate (the lower middle one of an even number). */
+const medianOf = (rounds: LoadResult[]): LoadResult => [...rounds].sort((a, b) => a.rate - b.rate)[Math.floor((rounds.length - 1) / 2)]!;
 const list = (ratios: number[]): string => ratios.map((r) => fmt(r, 2)).join(', ');
 
-/** svcq's full cycle over BullMQ's, round by round. */
-function bullmqRatios(run: BenchRun): number[] {
+/** svcq's full cycle (or another list of rounds) over BullMQ's, round by round. */
+function bullmqRatios(run: BenchRun, ours: LoadResult[] = run.empty.cycleRounds): number[] {
   const peer = run.bullmq?.rounds ?? [];
-  return run.empty.cycleRounds.map((r, i) => r.rate / (peer[i]?.rate ?? Number.NaN));
+  return ours.map((r, i) => r.rate / (peer[i]?.rate ?? Number.NaN));
+}
+
+/** The hand-in cycles against BullMQ (decisions §3.8 targets): label, rounds, target ratio. */
+function handinKinds(run: BenchRun): Array<{ label: string; rounds: LoadResult[]; target: number }> {
+  return [
+    { label: 'full cycle with hand-ins (raw-socket clients)', rounds: run.empty.handinRounds ?? [], target: 1.3 },
+    { label: 'full cycle with hand-ins (undici clients)', rounds: run.empty.handinUndiciRounds ?? [], target: 1.0 },
+  ];
 }
 
 /** Backlog over empty reference, round by round, for one kind of phase. */
@@ -106,9 +132,17 @@ export function verdicts(run: BenchRun): Verdict[] {
     const ratio = median(ratios);
     const measured = ratios.length > 1 ? `median of ${ratios.length} paired rounds (${list(ratios)}) = ${fmt(ratio, 2)}×` : `${fmt(run.empty.cycle.rate)} / ${fmt(run.bullmq.rate)} = ${fmt(ratio, 2)}×`;
     out.push({ target: 'full cycle ≥ 0.75× BullMQ', measured, pass: ratio >= 0.75 });
+    for (const k of handinKinds(run)) {
+      if (k.rounds.length === 0) continue;
+      const r = bullmqRatios(run, k.rounds);
+      const m = median(r);
+      out.push({ target: `${k.label} ≥ ${fmt(k.target, 1)}× BullMQ`, measured: r.length > 1 ? `median of ${r.length} paired rounds (${list(r)}) = ${fmt(m, 2)}×` : `${fmt(m, 2)}×`, pass: m >= k.target });
+    }
   } else {
     out.push({ target: 'full cycle ≥ 0.75× BullMQ', measured: 'not run (add --vs bullmq)', pass: undefined });
   }
+  if (run.empty.batchPost) out.push({ target: 'batch post of 1,000-item requests ≥ 100,000 items/s', measured: `${fmt(run.empty.batchPost.rate)} items/s`, pass: run.empty.batchPost.rate >= 100_000 });
+  if (run.empty.drainBatch) out.push({ target: 'drain by claims of 100 with hand-ins ≥ 50,000 items/s', measured: `${fmt(run.empty.drainBatch.rate)} items/s`, pass: run.empty.drainBatch.rate >= 50_000 });
   const big = run.backlogs.at(-1);
   if (big) {
     const note = big.size === 1_000_000 ? '' : ` (set for 1M; run had ${sizeName(big.size)})`;
@@ -142,6 +176,19 @@ export function rows(run: BenchRun): Row[] {
       unit: 'cycles/s',
       from: empty.cycle,
     },
+    ...[
+      ['full cycle with hand-ins: claim carries the last result, 2 requests per job', empty.handinRounds],
+      ['full cycle with hand-ins, undici as producer and worker client', empty.handinUndiciRounds],
+      ['full cycle (3 requests per job), undici as producer and worker client', empty.cycleUndiciRounds],
+    ]
+      .filter(([, r]) => (r as LoadResult[] | undefined)?.length)
+      .map(([label, r]) => {
+        const list = r as LoadResult[];
+        const m = medianOf(list);
+        return { phase: `${label as string}${list.length > 1 ? ` (median of ${list.map((x) => fmt(x.rate)).join(', ')})` : ''}`, figure: m.rate, unit: 'cycles/s', from: m };
+      }),
+    ...(empty.batchPost ? [{ phase: 'batch posts of 1,000 items, 4 in flight', figure: empty.batchPost.rate, unit: 'items/s', target: '≥ 100,000/s', pass: empty.batchPost.rate >= 100_000, from: empty.batchPost }] : []),
+    ...(empty.drainBatch ? [{ phase: `drain of ${fmt(empty.drainBatch.count)} by claims of 100 with hand-ins, 4 in flight`, figure: empty.drainBatch.rate, unit: 'items/s', target: '≥ 50,000/s', pass: empty.drainBatch.rate >= 50_000, from: empty.drainBatch }] : []),
     { phase: `post → claim → result in turn, ${run.options.inFlight} loops (not a target)`, figure: empty.loop.rate, unit: 'cycles/s', from: empty.loop },
     { phase: `drain (claim→result) of ${fmt(empty.drainQueued)} queued, ${run.options.inFlight} in flight`, figure: empty.drain.rate, unit: 'items/s', from: empty.drain },
   ];
@@ -158,6 +205,12 @@ export function rows(run: BenchRun): Row[] {
     const peerRates = run.bullmq.rounds.map((r) => r.rate);
     out.push({ phase: `BullMQ full cycle: ${run.options.inFlight} producers, a Worker of concurrency ${run.options.inFlight}, ${fmt(run.bullmq.jobs)} jobs (Redis AOF everysec)${several ? ` (median of ${peerRates.map((r) => fmt(r)).join(', ')})` : ''}`, figure: median(peerRates), unit: 'cycles/s' });
     out.push({ phase: `svcq cycle / BullMQ cycle${several ? `, median of paired rounds (${list(ratios)})` : ''}`, figure: ratio, unit: '×', target: '≥ 0.75×', pass: ratio >= 0.75 });
+    for (const k of handinKinds(run)) {
+      if (k.rounds.length === 0) continue;
+      const r = bullmqRatios(run, k.rounds);
+      const m = median(r);
+      out.push({ phase: `svcq ${k.label} / BullMQ cycle${r.length > 1 ? `, median of paired rounds (${list(r)})` : ''}`, figure: m, unit: '×', target: `≥ ${fmt(k.target, 1)}×`, pass: m >= k.target });
+    }
   }
   if (run.floor) {
     const { plain, durable, durableCycle, durableLatency } = run.floor;

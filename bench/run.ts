@@ -21,7 +21,7 @@ import chalk from 'chalk';
 import { summariseProfile } from './profile-summary.js';
 import { execFileSync } from 'node:child_process';
 import { BENCH_DIR, REPO, snapshotBuild, killAll, runBullmq, runLoad, startFloor, startRedis, startSvcq, type BullmqResult, type Svcq } from './procs.js';
-import type { LoadMode, LoadResult, LoadSpec } from './protocol.js';
+import { BATCH_SIZE, CLAIM_MAX, type LoadMode, type LoadResult, type LoadSpec } from './protocol.js';
 import { renderTable, sizeName, verdicts, type BacklogRun, type BenchRun, type Pair, type RestartFigures } from './report.js';
 
 const HOST = 'bench.test';
@@ -181,14 +181,22 @@ async function emptyPhases(peer?: Peer): Promise<{ empty: BenchRun['empty']; bul
   log('empty queue: starting svcq serve');
   const server = await startSvcq({ root: tempRoot('empty'), masterToken: MASTER });
   const cycleQueues = Array.from({ length: rounds }, (_, r) => `cycle-${r}`);
-  await defineQueues(server, ['warm', 'post', 'lat', ...cycleQueues]);
+  const handinQueues = Array.from({ length: rounds }, (_, r) => [`handin-${r}`, `handin-undici-${r}`, `cycle-undici-${r}`]).flat();
+  await defineQueues(server, ['warm', 'post', 'lat', 'batch', ...cycleQueues, ...handinQueues]);
   await load(server, 'cycle', 'warm', { durationMs: warmupMs });
   const post = checked('post, empty', await load(server, 'post', 'post'));
   const cycleRounds: LoadResult[] = [];
+  const handinRounds: LoadResult[] = [];
+  const handinUndiciRounds: LoadResult[] = [];
+  const cycleUndiciRounds: LoadResult[] = [];
   const peerRounds: BullmqResult[] = [];
   for (let r = 0; r < rounds; r++) {
+    const round = rounds > 1 ? ` (round ${r + 1} of ${rounds})` : '';
     const ours = async (): Promise<void> => {
-      cycleRounds.push(checked(`full cycle, empty${rounds > 1 ? ` (round ${r + 1} of ${rounds})` : ''}`, await load(server, 'cycle', cycleQueues[r]!, cyclePhase)));
+      cycleRounds.push(checked(`full cycle, empty${round}`, await load(server, 'cycle', cycleQueues[r]!, cyclePhase)));
+      handinRounds.push(checked(`full cycle with hand-ins, empty${round}`, await load(server, 'handin', `handin-${r}`, cyclePhase)));
+      handinUndiciRounds.push(checked(`full cycle with hand-ins, undici clients${round}`, await load(server, 'handin', `handin-undici-${r}`, { ...cyclePhase, client: 'undici' })));
+      cycleUndiciRounds.push(checked(`full cycle, undici clients${round}`, await load(server, 'cycle', `cycle-undici-${r}`, { ...cyclePhase, client: 'undici' })));
     };
     const theirs = async (): Promise<void> => {
       if (peer) peerRounds.push(await peer.round(r));
@@ -206,8 +214,10 @@ async function emptyPhases(peer?: Peer): Promise<{ empty: BenchRun['empty']; bul
   // The post phase left its items waiting: that is the pre-filled queue to drain.
   const drain = checked('drain', await load(server, 'drain', 'post'));
   const latency = checked('post at 1 in flight', await load(server, 'latency', 'lat', { inFlight: 1, recordLatency: true }));
+  const batchPost = checked(`batch posts of ${BATCH_SIZE} items, 4 in flight`, await load(server, 'batch-post', 'batch', { inFlight: 4 }));
+  const drainBatch = checked(`drain of ${batchPost.count.toLocaleString('en-US')} by claims of ${CLAIM_MAX} with hand-ins, 4 in flight`, await load(server, 'drain-batch', 'batch', { inFlight: 4, durationMs: 120_000 }));
   await server.stop();
-  const empty = { post, cycle, cycleRounds, loop, drain, latency, drainQueued: post.count };
+  const empty = { post, cycle, cycleRounds, loop, drain, latency, drainQueued: post.count, handinRounds, handinUndiciRounds, cycleUndiciRounds, batchPost, drainBatch };
   if (!peer) return { empty };
   const bullmq = { ...peerRounds[cycleRounds.indexOf(cycle)]!, jobs: CYCLE_JOBS, rounds: peerRounds };
   return { empty, bullmq };

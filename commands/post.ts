@@ -1,14 +1,14 @@
 import { Args, Flags } from '@oclif/core';
 import cliProgress from 'cli-progress';
 import { BaseCommand, UserError, hostFlag } from '../src/cli/base-command.js';
-import { parseItemArgument, parseItemsFromStdin, postMany, type ItemInput } from '../src/cli/producer.js';
+import { parseItemArgument, parseItemsFromStdin, postBatches, postMany, type ItemInput } from '../src/cli/producer.js';
 import type { PostAnswer } from '../src/protocol.js';
 
 export default class Post extends BaseCommand<typeof Post> {
   static override summary = 'Post an item to a queue and print its id and status.';
   static override description = `The item is a JSON object given as the argument, or read from stdin ("-", or no argument with piped input).
-Stdin may hold one object or JSON lines (one object per line): each line is posted as an item, and nothing is posted unless every line parses.
-With --idempotency-key a repeated post returns the first item instead of creating another; with JSON lines, line N uses KEY:N.`;
+Stdin may hold one object or JSON lines (one object per line): each line is posted as an item, and nothing is posted unless every line parses. JSON lines go in batches of up to 1,000 items per request.
+With --idempotency-key a repeated post returns the first item instead of creating another; with JSON lines, line N uses KEY:N (those lines are posted one request each, so that the keys stay KEY:N).`;
   static override examples = [
     `<%= config.bin %> post public-echo '{"text":"hello"}' --host jobs.example.com`,
     `<%= config.bin %> post thumbnails - --host jobs.example.com --token $ALICE_TOKEN < items.jsonl`,
@@ -43,7 +43,11 @@ With --idempotency-key a repeated post returns the first item instead of creatin
     bar?.start(items.length, 0);
     let outcomes;
     try {
-      outcomes = await postMany(client, args.queue, items, { idempotencyKey: this.flags['idempotency-key'], onDone: (n) => bar?.update(n) });
+      const key = this.flags['idempotency-key'];
+      outcomes =
+        key === undefined
+          ? await postBatches(client, args.queue, items, { onDone: (n) => bar?.update(n) })
+          : await postMany(client, args.queue, items, { idempotencyKey: key, onDone: (n) => bar?.update(n) });
     } finally {
       bar?.stop();
     }
@@ -59,7 +63,11 @@ With --idempotency-key a repeated post returns the first item instead of creatin
         process.stderr.write(`svcq: ${outcome.input.source}: ${outcome.error}\n`);
       }
     }
-    if (rejected > 0) throw new UserError(`${rejected} of ${items.length} item(s) were not posted`, 1);
+    if (rejected > 0) {
+      // The outcome lines may still be on their way down a pipe: the exit that follows must not cut them (or the summary) off.
+      await new Promise<void>((resolve) => process.stdout.write('', () => resolve()));
+      throw new UserError(`${rejected} of ${items.length} item(s) were not posted`, 1);
+    }
     return undefined;
   }
 }

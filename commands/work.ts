@@ -8,7 +8,7 @@ export default class Work extends BaseCommand<typeof Work> {
   static override summary = 'Run a command for each item of a queue (the generic worker).';
   static override description = `Claims items (long-polling), runs CMD through sh -c for each with the item JSON on stdin and SVCQ_QUEUE, SVCQ_ITEM_ID and SVCQ_ATTEMPT in its environment, and submits what it printed.
 Lines "::progress <integer or JSON object>" on CMD's stdout are posted as progress; the rest of stdout is the result (as is when it is one JSON object, else {"output": "..."}). A non-zero exit, a signal or --timeout is reported as an error record {exitCode, signal, stderr}.
-The lease is extended while CMD runs; a cancelled item's CMD gets SIGTERM. Ctrl-C (or SIGTERM) claims nothing new and lets running commands finish; a second one stops them.
+The lease is extended while CMD runs; a cancelled item's CMD gets SIGTERM. Results and errors are handed in with the next claim (one request per job; one that waits over a second for a claim is submitted on its own), and --prefetch N claims up to N items at once. Ctrl-C (or SIGTERM) claims nothing new and lets running commands finish; a second one stops them.
 On a terminal a status line is shown; on a pipe or with --json each event is one line of JSON on stdout. Exit codes: 0 done, 1 failure (with --once: CMD failed), 3 --once found the queue empty.`;
   static override examples = [
     '<%= config.bin %> work thumbnails --host jobs.example.com --exec "node examples/jobs/progress.mjs"',
@@ -29,6 +29,17 @@ On a terminal a status line is shown; on a pipe or with --json each event is one
     once: Flags.boolean({ description: 'handle one item, then exit (exit code 3 when the queue stays empty)', default: false }),
     timeout: Flags.integer({ description: 'stop CMD after this many seconds and report an error', min: 1 }),
     wait: Flags.integer({ description: 'seconds each claim waits for an item (long-poll); 0 polls, pausing up to 2 s between claims while the queue is empty', default: 30, min: 0, max: 30 }),
+    prefetch: Flags.integer({
+      description: 'claim up to this many items in one claim; items claimed ahead wait for a free slot, and no more are claimed ahead than can start before half their lease has run',
+      default: 1,
+      min: 1,
+      max: 100,
+    }),
+    'hand-in': Flags.boolean({
+      description: 'hand results and errors in with the next claim (one request per job); --no-hand-in submits each on its own',
+      default: true,
+      allowNo: true,
+    }),
   };
 
   async run(): Promise<void> {
@@ -52,6 +63,8 @@ On a terminal a status line is shown; on a pipe or with --json each event is one
         once: flags.once,
         timeoutSeconds: flags.timeout,
         waitSeconds: flags.wait,
+        prefetch: flags.prefetch,
+        handIns: flags['hand-in'],
       },
       sink,
     );

@@ -4,6 +4,27 @@
  * these. A request type is derived from its schema, so that the two cannot drift apart.
  */
 
+/** Most items one claim may ask for, and most hand-ins it may carry (decisions §3.8). */
+export const MAX_CLAIM = 100;
+export const MAX_DONE = 100;
+
+/** Most items one batch post may carry, and its largest body (decisions §3.8). */
+export const MAX_BATCH = 1000;
+export const MAX_BATCH_BYTES = 16 * 1024 * 1024;
+
+/** JSON schema of one hand-in: an item's id with exactly one of its result or its error (decisions §3.8 `done`). */
+const DONE_ENTRY_SCHEMA = {
+  type: 'object',
+  properties: {
+    id: { type: 'string' },
+    result: { type: 'object' },
+    error: { type: 'object' },
+  },
+  required: ['id'],
+  additionalProperties: false,
+  oneOf: [{ required: ['result'] }, { required: ['error'] }],
+} as const;
+
 /** JSON schema of a claim request (`POST /<queue>/claim`); the body may also be empty. */
 export const CLAIM_REQUEST_SCHEMA = {
   type: 'object',
@@ -11,22 +32,58 @@ export const CLAIM_REQUEST_SCHEMA = {
     worker: { type: 'string', minLength: 1, maxLength: 200 },
     criteria: { type: 'object' },
     wait: { type: 'integer', minimum: 0, maximum: 30 },
+    max: { type: 'integer', minimum: 1, maximum: MAX_CLAIM },
+    done: { type: 'array', maxItems: MAX_DONE, items: DONE_ENTRY_SCHEMA },
   },
 } as const;
 
+/** One hand-in of a claim request: the result or the error of an item claimed earlier. */
+export type DoneEntry = { id: string; result: Record<string, unknown>; error?: undefined } | { id: string; error: Record<string, unknown>; result?: undefined };
+
 /** The TypeScript type of one property schema above (only the types those schemas use). */
-type PropertyType<S> = S extends { type: 'string' } ? string : S extends { type: 'integer' } ? number : S extends { type: 'object' } ? Record<string, unknown> : never;
+type PropertyType<S> = S extends { type: 'string' } ? string : S extends { type: 'integer' } ? number : S extends { type: 'object' } ? Record<string, unknown> : S extends { type: 'array'; items: typeof DONE_ENTRY_SCHEMA } ? DoneEntry[] : never;
 
 /** An object schema's properties, none of them required. */
 type FromObjectSchema<S extends { properties: object }> = { -readonly [K in keyof S['properties']]?: PropertyType<S['properties'][K]> };
 
-/** A claim request: the worker's name, the criteria an item must match (interface §4.3), and how many seconds to long-poll (0–30). */
+/**
+ * A claim request: the worker's name, the criteria an item must match (interface §4.3), how many
+ * seconds to long-poll (0–30), and (decisions §3.8) how many items at most, and the hand-ins to
+ * apply first.
+ */
 export type ClaimRequest = FromObjectSchema<typeof CLAIM_REQUEST_SCHEMA>;
 
 /** The answer to a claim: nothing to do, or the item, leased to the worker until `lease.until` (ms). */
 export type ClaimAnswer =
-  | { ok: true; empty: true }
-  | { ok: true; empty?: undefined; id: string; item: Record<string, unknown>; attempts: number; lease: { worker: string; until: number } };
+  | { ok: true; empty: true; done?: DoneAnswer[] }
+  | { ok: true; empty?: undefined; id: string; item: Record<string, unknown>; attempts: number; lease: { worker: string; until: number }; done?: DoneAnswer[] };
+
+/** A claimed item as a claim with `max` lists it. */
+export interface ClaimedItem {
+  id: string;
+  item: Record<string, unknown>;
+  attempts: number;
+  lease: { worker: string; until: number };
+}
+
+/** What became of one hand-in (decisions §3.8 `done`). */
+export type DoneAnswer = { id: string; ok: true; accepted: boolean; status: string } | { id: string; ok: false; error: string };
+
+/** The answer to a claim with `max`: up to `max` items, oldest first (`done` when hand-ins were sent). */
+export interface ClaimManyAnswer {
+  ok: true;
+  items: ClaimedItem[];
+  done?: DoneAnswer[];
+}
+
+/** One entry of a batch post's answer, in the order of the items sent. */
+export type BatchEntryAnswer = { ok: true; id: string; status: string } | { ok: false; errors: Array<{ path: string; message: string }> };
+
+/** The answer to a batch post (`POST /<queue>/batch`). */
+export interface BatchAnswer {
+  ok: true;
+  items: BatchEntryAnswer[];
+}
 
 /** The answer to a post (`POST /<queue>`): the item's id and status (an earlier item's, for a repeated idempotency key). */
 export interface PostAnswer {

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import type { Manifest } from '../definitions/manifest.js';
-import type { ClaimAnswer, ClaimRequest, PostAnswer, StatusAnswer, SubmissionAnswer } from '../protocol.js';
+import type { BatchAnswer, ClaimAnswer, ClaimManyAnswer, ClaimRequest, PostAnswer, StatusAnswer, SubmissionAnswer } from '../protocol.js';
 
 export const CLIENT_API = 2;
 
@@ -192,9 +192,23 @@ export class SvcqClient {
     const wait = waitSeconds > 0 ? `?wait=${waitSeconds}` : '';
     return this.json('GET', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}${wait}`, { queueHost: true, timeoutMs: waitSeconds > 0 ? (waitSeconds + 15) * 1000 : undefined });
   }
-  /** `opts.signal` abandons a long-poll claim (a stopping worker); `opts.timeoutMs` bounds a silent server. */
-  claim(queue: string, body: ClaimRequest, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<ClaimAnswer> {
+  /**
+   * `opts.signal` abandons a long-poll claim (a stopping worker); `opts.timeoutMs` bounds a silent
+   * server. With `max` the answer lists the items (decisions §3.8); with `done` it also says what
+   * became of each hand-in.
+   */
+  claim(queue: string, body: ClaimRequest & { max?: undefined }, opts?: { signal?: AbortSignal; timeoutMs?: number }): Promise<ClaimAnswer>;
+  claim(queue: string, body: ClaimRequest & { max: number }, opts?: { signal?: AbortSignal; timeoutMs?: number }): Promise<ClaimManyAnswer>;
+  claim(queue: string, body: ClaimRequest, opts?: { signal?: AbortSignal; timeoutMs?: number }): Promise<ClaimAnswer | ClaimManyAnswer>;
+  claim(queue: string, body: ClaimRequest, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<ClaimAnswer | ClaimManyAnswer> {
     return this.json('POST', `/${encodeURIComponent(queue)}/claim`, { body: JSON.stringify(body), queueHost: true, ...opts });
+  }
+  /**
+   * Posts up to 1,000 items (JSON object texts) in one request and one durable write (decisions
+   * §3.8); with `idempotencyKey` K, item n carries the key `K:n`. One answer per item, in order.
+   */
+  postBatch(queue: string, items: readonly string[], idempotencyKey?: string): Promise<BatchAnswer> {
+    return this.json('POST', `/${encodeURIComponent(queue)}/batch`, { body: `[${items.join(',')}]`, queueHost: true, headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : {} });
   }
   /** `opts.timeoutMs` bounds a silent server (a transient failure, retried by the worker); `opts.signal` abandons the call. */
   submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: string, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<SubmissionAnswer> {

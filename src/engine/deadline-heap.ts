@@ -27,6 +27,11 @@ export class DeadlineHeap<T> {
     values[i] = value;
   }
 
+  /** Every entry, in no particular order (stale ones included). */
+  *entries(): Iterable<[deadline: number, value: T]> {
+    for (let i = 0; i < this.at.length; i++) yield [this.at[i]!, this.values[i]!];
+  }
+
   /** The earliest deadline, or undefined when empty. */
   peek(): number | undefined {
     return this.at[0];

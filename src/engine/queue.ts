@@ -67,16 +67,22 @@ export class Item {
   /** Takes the state of a record the rules returned (the fields that change after posting). */
   assign(r: rules.ItemState): void {
     this.status = r.status;
-    this.updatedAt = r.updatedAt;
-    this.finishedAt = r.finishedAt;
-    this.attempts = r.attempts;
-    this.leaseWorker = r.leaseWorker;
-    this.leaseUntil = r.leaseUntil;
-    this.availableAt = r.availableAt;
-    this.progress = r.progress;
-    this.result = r.result;
-    this.error = r.error;
-    this.fetchedAt = r.fetchedAt;
+    let w = this.work;
+    if (w === null) {
+      // Still the state as posted: nothing to keep (as the setters would have it, field by field).
+      if (r.updatedAt === this.postedAt && r.finishedAt === null && r.attempts === 0 && r.leaseWorker === null && r.leaseUntil === null && r.availableAt === 0 && r.progress === null && r.result === null && r.error === null && r.fetchedAt === null) return;
+      w = this.worked();
+    }
+    w.updatedAt = r.updatedAt;
+    w.finishedAt = r.finishedAt;
+    w.attempts = r.attempts;
+    w.leaseWorker = r.leaseWorker;
+    w.leaseUntil = r.leaseUntil;
+    w.availableAt = r.availableAt;
+    w.progress = r.progress;
+    w.result = r.result;
+    w.error = r.error;
+    w.fetchedAt = r.fetchedAt;
   }
 
   /** Nothing has worked on the item yet: every field of work reads as its default. */
@@ -85,7 +91,8 @@ export class Item {
   }
 
   private worked(): ItemWork {
-    return (this.work ??= { idempotencyKey: null, ...rules.workAsPosted(this.postedAt) });
+    // What rules.workAsPosted gives, spelled out: made once per item that is worked on.
+    return (this.work ??= { idempotencyKey: null, updatedAt: this.postedAt, finishedAt: null, attempts: 0, leaseWorker: null, leaseUntil: null, availableAt: 0, progress: null, result: null, error: null, fetchedAt: null });
   }
 
   get idempotencyKey(): string | null {
@@ -212,6 +219,8 @@ export class Queue {
    */
   private readonly unmatched = new Map<string, number>();
   private lastOrd = 0;
+  /** Items by status, kept as items change (operators read it on every refresh: never a scan). */
+  private readonly tally: Record<ItemStatus, number> = { pending: 0, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 };
 
   constructor(public config: QueueConfig) {}
 
@@ -234,9 +243,9 @@ export class Queue {
   }
 
   post(fields: { id: string; body: string; postedBy: string; idempotencyKey: string | null }, now: number): Change {
-    const { record: r, events } = rules.post({ ...fields, ord: this.nextOrd() }, now);
+    const { record: r, events } = rules.post({ id: fields.id, body: fields.body, postedBy: fields.postedBy, idempotencyKey: fields.idempotencyKey, ord: this.nextOrd() }, now);
     const item = new Item(r.id, r.ord, r.body, r.postedBy, r.postedAt, r.status);
-    item.idempotencyKey = r.idempotencyKey;
+    if (r.idempotencyKey !== null) item.idempotencyKey = r.idempotencyKey;
     this.restore(item);
     return { item, events };
   }
@@ -247,7 +256,9 @@ export class Queue {
    */
   restore(item: Item): void {
     const previous = this.items.get(item.id);
+    this.tally[item.status]++;
     if (previous) {
+      this.tally[previous.status]--;
       this.pending.delete(previous.ord);
       if (previous.idempotencyKey !== null) this.byKey.delete(previous.idempotencyKey);
     }
@@ -266,8 +277,11 @@ export class Queue {
     const { item, before } = change;
     if (before === undefined) return this.remove(item.id);
     if (this.pending.get(item.ord) === item) this.pending.delete(item.ord);
+    const present = this.items.get(item.id) === item;
+    if (present) this.tally[item.status]--;
     item.restoreState(before);
-    if (this.items.get(item.id) !== item) {
+    this.tally[item.status]++;
+    if (!present) {
       this.items.set(item.id, item);
       if (item.idempotencyKey !== null) this.byKey.set(item.idempotencyKey, item);
     }
@@ -279,6 +293,7 @@ export class Queue {
     const item = this.items.get(id);
     if (!item) return;
     this.items.delete(id);
+    this.tally[item.status]--;
     this.pending.delete(item.ord);
     if (item.idempotencyKey !== null && this.byKey.get(item.idempotencyKey) === item) this.byKey.delete(item.idempotencyKey);
   }
@@ -407,7 +422,9 @@ export class Queue {
     }
     const was = rules.deadlines(item, this.config);
     if (this.pending.get(item.ord) === item) this.pending.delete(item.ord);
+    this.tally[item.status]--;
     item.assign(t.record);
+    this.tally[item.status]++;
     const now = rules.deadlines(item, this.config);
     if (now.lease !== null && now.lease !== was.lease) this.leases.push(now.lease, item);
     if (now.retry !== null && now.retry !== was.retry) this.delayed.push(now.retry, item);
@@ -443,12 +460,17 @@ export class Queue {
 
   /** When `tick` next has something to do, or null. */
   nextDeadline(): number | null {
-    let next: number | null = null;
-    for (const heap of [this.leases, this.delayed, this.timeouts, this.retention]) {
-      const at = heap.peek();
-      if (at !== undefined && (next === null || at < next)) next = at;
-    }
-    return next;
+    // Asked before every operation: four peeks, without an array of the heaps each time.
+    let next = Infinity;
+    let at = this.leases.peek();
+    if (at !== undefined && at < next) next = at;
+    at = this.delayed.peek();
+    if (at !== undefined && at < next) next = at;
+    at = this.timeouts.peek();
+    if (at !== undefined && at < next) next = at;
+    at = this.retention.peek();
+    if (at !== undefined && at < next) next = at;
+    return next === Infinity ? null : next;
   }
 
   /**
@@ -469,10 +491,47 @@ export class Queue {
     }
   }
 
-  /** Items by status (operators, tests, benchmarks): a full scan, not for hot paths. */
-  counts(): Partial<Record<ItemStatus, number>> {
-    const out: Partial<Record<ItemStatus, number>> = {};
-    for (const item of this.items.values()) out[item.status] = (out[item.status] ?? 0) + 1;
-    return out;
+  /** Items by status, as kept: O(1). */
+  counts(): Record<ItemStatus, number> {
+    return { ...this.tally };
+  }
+
+  /**
+   * The oldest pending items (claim order), at most `limit`: the first claimable ones, and those
+   * waiting out a retry delay (few: only items re-queued in the last retryDelaySeconds).
+   */
+  oldestPending(limit: number): Item[] {
+    const out: Item[] = [];
+    for (const [, item] of this.pending.entries()) {
+      if (out.length >= limit) break;
+      out.push(item);
+    }
+    const delayed = this.waitingRetry();
+    if (delayed.length === 0) return out;
+    return [...out, ...delayed].sort((a, b) => a.ord - b.ord).slice(0, limit);
+  }
+
+  /** postedAt of the oldest pending item, or null. */
+  oldestPendingAt(): number | null {
+    let at: number | null = this.pending.size > 0 ? this.pending.get(this.pending.minKey()!)!.postedAt : null;
+    for (const item of this.waitingRetry()) if (at === null || item.postedAt < at) at = item.postedAt;
+    return at;
+  }
+
+  private waitingRetry(): Item[] {
+    const seen = new Set<Item>();
+    for (const [, item] of this.delayed.entries()) {
+      if (item.status === 'pending' && this.items.get(item.id) === item && this.pending.get(item.ord) !== item) seen.add(item);
+    }
+    return [...seen];
+  }
+
+  /** Items under a lease (claimed or processing), soonest end first, at most `limit`. */
+  leased(limit: number): Item[] {
+    const seen = new Set<Item>();
+    for (const [at, item] of this.leases.entries()) {
+      if ((item.status === 'claimed' || item.status === 'processing') && item.leaseUntil === at && this.items.get(item.id) === item) seen.add(item);
+    }
+    return [...seen].sort((a, b) => a.leaseUntil! - b.leaseUntil! || a.ord - b.ord).slice(0, limit);
   }
 }

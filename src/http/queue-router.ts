@@ -6,12 +6,13 @@ import type { ErrorObject } from 'ajv';
 import type { Operation } from '../definitions/schemas.js';
 import type { QueueRuntime } from '../definitions/registry.js';
 import { allows } from '../engine/config.js';
-import { StoreUnavailable, type StatusRecord, type SubmitOutcome } from '../store/store.js';
+import { EmbeddedStore } from '../store/embedded-store.js';
+import { StoreUnavailable, type Claimed, type PostInput, type StatusRecord, type SubmitOutcome } from '../store/store.js';
 import { bearerToken, requestHost } from './auth.js';
 import type { ServerContext } from './context.js';
 import { HttpError, NoSuchItem, NotFound, Rejected, sendError, sendRawJson, type FieldError } from './errors.js';
 import { jsonString, nestedDeeperThan } from '../json-text.js';
-import { CLAIM_REQUEST_SCHEMA, type ClaimRequest } from '../protocol.js';
+import { CLAIM_REQUEST_SCHEMA, MAX_BATCH, MAX_BATCH_BYTES, type ClaimRequest, type DoneEntry } from '../protocol.js';
 
 /**
  * The queue domain: producer and worker endpoints (interface §4.1–§4.3, decisions §3), routed by
@@ -96,20 +97,87 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     const body = await readBody(req, ctx.maxBody);
     if (nestedDeeperThan(body, CLAIM_DEPTH)) throw new Rejected([{ path: '/criteria', message: `the claim request nests deeper than ${CLAIM_DEPTH} levels` }]);
     const input = body.trim() === '' ? {} : parseObject(body, 'the claim request');
+    // A malformed max or done is refused here, before anything of the request is applied (decisions §3.8).
     if (!validateClaim(input)) throw new Rejected(ajvErrors(validateClaim.errors ?? []));
-    const { worker, criteria, wait } = input;
+    const { criteria, wait, max, done } = input;
+    const worker = input.worker ?? 'anonymous';
+    // Hand-ins first, in order, exactly as the result and error endpoints apply them; the claim
+    // then runs at once, and everything is awaited together: one durable write carries them all.
+    const handIns = done === undefined ? undefined : handIn(queue, done);
+    let claimed = await ctx.waits.claimMany(queue, { worker, criteria, waitMs: 0, max });
     // An item at hand is claimed without waiting; only a claim that has to wait gets the hang-up
     // signal, which costs listeners on the request, the socket and the server.
-    let claimed = await ctx.waits.claim(queue, { worker: worker ?? 'anonymous', criteria, waitMs: 0 });
-    if (!claimed && wait) {
-      claimed = await ctx.waits.claim(queue, { worker: worker ?? 'anonymous', criteria, waitMs: wait * 1000, signal: closeSignal(req, res, ctx) });
+    if (claimed.length === 0 && wait) {
+      claimed = await ctx.waits.claimMany(queue, { worker, criteria, waitMs: wait * 1000, max, signal: closeSignal(req, res, ctx) });
     }
-    if (!claimed) return sendRawJson(res, 200, '{"ok":true,"empty":true}');
-    sendRawJson(
-      res,
-      200,
-      `{"ok":true,"id":"${claimed.id}","item":${claimed.item},"attempts":${claimed.attempts},"lease":{"worker":${jsonString(claimed.lease.worker)},"until":${claimed.lease.until}}}`,
-    );
+    const doneJson = handIns === undefined ? '' : `,"done":[${(await handIns).join(',')}]`;
+    if (max !== undefined) return sendRawJson(res, 200, `{"ok":true,"items":[${claimed.map(claimedJson).join(',')}]${doneJson}}`);
+    const first = claimed[0];
+    if (!first) return sendRawJson(res, 200, `{"ok":true,"empty":true${doneJson}}`);
+    sendRawJson(res, 200, `{"ok":true,${claimedJson(first).slice(1, -1)}${doneJson}}`);
+  });
+
+  /**
+   * Applies a claim's hand-ins in order (each as its endpoint would) and resolves to their answers
+   * as JSON texts once all are durable. Every submission is started before any is awaited, so that
+   * they and the claim after them share one durable write; with payloads archived, a submission
+   * stages its payload first, so each waits for the one before it to keep the order.
+   */
+  const handIn = async (queue: QueueRuntime, done: DoneEntry[]): Promise<string[]> => {
+    const apply = (entry: DoneEntry): Promise<SubmitOutcome | null> => {
+      if (!ID.test(entry.id)) return Promise.resolve(null);
+      return entry.result !== undefined ? ctx.store.result(queue, entry.id, JSON.stringify(entry.result)) : ctx.store.error(queue, entry.id, JSON.stringify(entry.error));
+    };
+    let settled: Array<SubmitOutcome | null>;
+    if (!queue.config.archivePayloads && ctx.store instanceof EmbeddedStore) {
+      // The embedded store applies them the same way, in one commit.
+      const entries: Array<{ id: string; kind: 'result' | 'error'; body: string }> = [];
+      for (const entry of done) {
+        if (!ID.test(entry.id)) continue;
+        entries.push(entry.result !== undefined ? { id: entry.id, kind: 'result', body: JSON.stringify(entry.result) } : { id: entry.id, kind: 'error', body: JSON.stringify(entry.error) });
+      }
+      const outcomes = entries.length > 0 ? await ctx.store.submitMany(queue, entries) : [];
+      let k = 0;
+      settled = done.map((entry) => (ID.test(entry.id) ? outcomes[k++]! : null));
+    } else {
+      const outcomes: Array<Promise<SubmitOutcome | null>> = [];
+      if (queue.config.archivePayloads) for (const entry of done) outcomes.push(Promise.resolve(await apply(entry)));
+      else for (const entry of done) outcomes.push(apply(entry));
+      settled = await Promise.all(outcomes);
+    }
+    return settled.map((o, n) => {
+      const id = jsonString(done[n]!.id);
+      return o ? `{"id":${id},"ok":true,"accepted":${o.accepted},"status":"${o.status}"}` : `{"id":${id},"ok":false,"error":"no such item"}`;
+    });
+  };
+
+  route('POST', '/:queue/batch', 'post', async (req, res, queue, _params, _query, postedBy) => {
+    const body = await readBody(req, MAX_BATCH_BYTES);
+    const key = req.headers['idempotency-key'];
+    if (key !== undefined && (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key))) {
+      throw new Rejected([{ path: 'Idempotency-Key', message: 'must be 1 to 200 printable ASCII characters' }]);
+    }
+    const { values, texts } = batchItems(body);
+    const answers: string[] = new Array<string>(texts.length);
+    const inputs: PostInput[] = [];
+    const at: number[] = [];
+    texts.forEach((text, n) => {
+      try {
+        // The body was parsed whole: each item's value is at hand, its text is what gets stored.
+        const item = values[n];
+        if (typeof item !== 'object' || item === null || Array.isArray(item)) throw new Rejected([{ path: '', message: 'the item must be a JSON object' }]);
+        if (text.length > ctx.maxBody / 3 && Buffer.byteLength(text) > ctx.maxBody) throw new Rejected([{ path: '', message: `the item is larger than ${ctx.maxBody} bytes` }]);
+        if (queue.validator) validateItem(queue.validator, item as Record<string, unknown>, text);
+        inputs.push({ body: text, postedBy, idempotencyKey: key === undefined ? undefined : `${key}:${n}` });
+        at.push(n);
+      } catch (err) {
+        if (!(err instanceof Rejected)) throw err;
+        answers[n] = `{"ok":false,"errors":${JSON.stringify((err.body as { errors: FieldError[] }).errors)}}`;
+      }
+    });
+    const created = inputs.length > 0 ? await ctx.store.postMany(queue, inputs) : [];
+    created.forEach((out, i) => (answers[at[i]!] = `{"ok":true,"id":"${out.id}","status":"${out.status}"}`));
+    sendRawJson(res, 200, `{"ok":true,"items":[${answers.join(',')}]}`);
   });
 
   const submission = (kind: 'progress' | 'result' | 'error'): QueueHandler => async (req, res, queue, params) => {
@@ -134,6 +202,47 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
   });
 
   return (req, res) => router.lookup(req, res);
+}
+
+/** A claimed item's fields as JSON text (the item spliced in as posted). */
+function claimedJson(c: Claimed): string {
+  return `{"id":"${c.id}","item":${c.item},"attempts":${c.attempts},"lease":{"worker":${jsonString(c.lease.worker)},"until":${c.lease.until}}}`;
+}
+
+/**
+ * The items of a batch body, each as the exact JSON text the producer sent (decisions §3.8): the
+ * body must be a JSON array of 1 to MAX_BATCH values. The array is parsed once to check it, then
+ * cut at its top-level commas, so that each item keeps its own bytes as a single post would.
+ */
+export function batchItems(body: string): { values: unknown[]; texts: string[] } {
+  let value: unknown;
+  try {
+    value = JSON.parse(body);
+  } catch {
+    throw new Rejected([{ path: '', message: 'the batch is not valid JSON' }]);
+  }
+  if (!Array.isArray(value)) throw new Rejected([{ path: '', message: 'the batch must be a JSON array of items' }]);
+  if (value.length === 0 || value.length > MAX_BATCH) throw new Rejected([{ path: '', message: `the batch must hold 1 to ${MAX_BATCH} items (it holds ${value.length})` }]);
+  const out: string[] = [];
+  let depth = 0;
+  let start = -1;
+  for (let i = 0; i < body.length; i++) {
+    const c = body.charCodeAt(i);
+    if (c === 0x22) {
+      // A string: skip to its closing quote (escapes included); it may hold any bracket or comma.
+      for (i++; body.charCodeAt(i) !== 0x22; i++) if (body.charCodeAt(i) === 0x5c) i++;
+      continue;
+    }
+    if (c === 0x5b || c === 0x7b) {
+      if (depth++ === 0) start = i + 1;
+    } else if (c === 0x5d || c === 0x7d) {
+      if (--depth === 0) out.push(body.slice(start, i).trim());
+    } else if (c === 0x2c && depth === 1) {
+      out.push(body.slice(start, i).trim());
+      start = i + 1;
+    }
+  }
+  return { values: value, texts: out };
 }
 
 /** On the queue domain an error body has the shape of the other queue answers: `{ ok: false, error }` (decisions §6). */

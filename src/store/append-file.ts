@@ -27,8 +27,6 @@ export class AppendFile {
   private flushing = false;
   private scheduled = false;
   private closed = false;
-  /** Bytes in the file, counting what is queued. */
-  size: number;
   /** Bytes handed to the file so far: where the next write goes. */
   private written: number;
 
@@ -50,7 +48,6 @@ export class AppendFile {
     allocated: number,
     private readonly options: AppendFileOptions,
   ) {
-    this.size = size;
     this.written = size;
     this.allocated = allocated;
     this.nextStretch = Math.min(PREALLOCATE_FIRST, options.preallocate ?? 0);
@@ -67,9 +64,22 @@ export class AppendFile {
     return appender;
   }
 
+  /**
+   * Bytes in the file, counting what is queued. The queued text is measured only when asked: an
+   * append does not encode its text twice (once to count it, once to write it).
+   */
+  get size(): number {
+    return this.queued === '' ? this.written : this.written + Buffer.byteLength(this.queued);
+  }
+
+  /** At most {@link size}, without measuring the queued text: each of its UTF-16 units is at least one byte. */
+  get sizeAtLeast(): number {
+    return this.written + this.queued.length;
+  }
+
   /** Starts writing the next stretch of zeros once the data has used half of the last one. */
   private preallocate(): void {
-    if (this.zeroing !== undefined || this.closed || this.nextStretch <= 0 || this.allocated - this.size > this.lastStretch / 2) return;
+    if (this.zeroing !== undefined || this.closed || this.nextStretch <= 0 || this.allocated - this.sizeAtLeast > this.lastStretch / 2) return;
     const from = Math.max(this.allocated, this.size);
     const to = from + this.nextStretch;
     this.zeroFrom = from;
@@ -106,7 +116,6 @@ export class AppendFile {
   private enqueue(text: string): void {
     if (this.closed) throw new Error(`${this.file} is closed`);
     this.queued += text;
-    this.size += Buffer.byteLength(text);
     if (!this.flushing && !this.scheduled) {
       this.scheduled = true;
       setImmediate(() => {
@@ -118,8 +127,9 @@ export class AppendFile {
 
   private flush(): void {
     if (this.flushing || (this.queued === '' && this.waiters.length === 0)) return;
-    // Data never goes where zeros are still being written: it would race them.
-    if (this.zeroing !== undefined && this.size > this.zeroFrom) return;
+    // Data never goes where zeros are still being written: it would race them. (A UTF-16 unit is
+    // at most three bytes: the queued text is measured only when that bound reaches the zeros.)
+    if (this.zeroing !== undefined && this.written + 3 * this.queued.length > this.zeroFrom && this.size > this.zeroFrom) return;
     this.flushing = true;
     // One conversion per group rather than one per append.
     const data = Buffer.from(this.queued);
@@ -128,9 +138,13 @@ export class AppendFile {
     this.waiters = [];
     const offset = this.written;
     this.written += data.length;
+    const started = this.options.onGroup ? performance.now() : 0;
     const finish = (err: Error | null): void => {
       if (err) this.failed(err, offset, data.length, waiters);
-      else waiters.forEach((w) => w.resolve());
+      else {
+        this.options.onGroup?.((performance.now() - started) / 1000, waiters.length);
+        waiters.forEach((w) => w.resolve());
+      }
       this.flushing = false;
       this.preallocate();
       if (this.queued !== '' || this.waiters.length > 0) this.flush();
@@ -165,7 +179,6 @@ export class AppendFile {
     this.queued = '';
     this.waiters = [];
     this.written = offset;
-    this.size = offset;
     // A write that reports an error may still have put some of its bytes on disk: all of its range is scrubbed.
     if (length > 0) this.scrub = { offset, length: Math.max(length, this.scrub?.length ?? 0) };
     this.options.onFailure?.(err);
@@ -220,6 +233,8 @@ export interface AppendFileOptions {
   onFailure?: (err: Error) => void;
   /** The write system call (fs.write); tests put one here that fails on cue. */
   write?: WriteFn;
+  /** Told of every group made durable: how long its write took, and how many appends it carried. */
+  onGroup?: (seconds: number, appends: number) => void;
 }
 
 export type WriteFn = (fd: number, buffer: Buffer, offset: number, length: number, position: number, callback: (err: NodeJS.ErrnoException | null, written: number) => void) => void;

@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
-import { isTerminal, type ItemStatus } from '../engine/item.js';
+import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
 import { Queue, type Change, type Item, type Outcome } from '../engine/queue.js';
 import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord } from './journal.js';
 import type { WriteFn } from './append-file.js';
-import { claimedOf, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type SubmitOutcome } from './store.js';
+import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome } from './store.js';
 import { jsonString } from '../json-text.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
 
@@ -22,6 +22,8 @@ export interface EmbeddedStoreOptions {
   write?: WriteFn;
   /** Told of every durable change a long poll may wait for (items to claim, an item become terminal). */
   notifier?: Notifier;
+  /** Told of group commits and durable task events (metrics, rates). */
+  observer?: StoreObserver;
 }
 
 interface QueueSlot {
@@ -32,6 +34,8 @@ interface QueueSlot {
   eventPrefix: string;
   /** The key as JSON text, for journal records. */
   keyJson: string;
+  /** The topic its claimable items are announced on. */
+  claimTopic: string;
   queue: Queue;
   timer: NodeJS.Timeout | undefined;
   timerAt: number;
@@ -42,14 +46,22 @@ const DEFAULT_CONFIG = resolveQueue({});
 /** Pending bodies a claim with criteria parses before it lets other requests run. */
 export const CLAIM_STEP = 20_000;
 
+/** The kinds of the changes' events, in order. */
+function eventKinds(changes: Change[]): TaskEventKind[] {
+  const kinds: TaskEventKind[] = [];
+  for (const change of changes) for (const e of change.events) kinds.push(e.event);
+  return kinds;
+}
+
 /** After a failed write, time-driven changes wait this long before they are tried again (not in a loop against a full disk). */
 const RETRY_AFTER_FAILURE_MS = 1000;
 
-/** A change applied in memory whose journal write has not completed yet. */
+/** Changes applied in memory (one commit's) whose journal write has not completed yet. */
 interface Unconfirmed {
+  /** The number of the commit's last change. */
   seq: number;
   slot: QueueSlot;
-  change: Change;
+  changes: Change[];
 }
 
 /**
@@ -86,7 +98,7 @@ export class EmbeddedStore implements Store, EventOutbox {
   private retryAt = 0;
 
   constructor(private readonly options: EmbeddedStoreOptions) {
-    this.journal = new Journal({ dir: options.dir, warn: options.warn, compactBytes: options.compactBytes, write: options.write, onFailure: (err) => this.takeBack(err) });
+    this.journal = new Journal({ dir: options.dir, warn: options.warn, compactBytes: options.compactBytes, write: options.write, onFailure: (err) => this.takeBack(err), onGroup: options.observer && ((seconds, appends) => options.observer!.committed(seconds, appends)) });
     this.now = options.now ?? Date.now;
   }
 
@@ -142,10 +154,49 @@ export class EmbeddedStore implements Store, EventOutbox {
       }
     }
     const change = slot.queue.post({ id, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, this.now());
-    const durable = this.commit(slot, [change], true, staged);
+    const durable = this.commit(slot, [change], true, staged && [staged]);
     const outcome: PostOutcome = { id: change.item.id, status: change.item.status, created: true };
     await durable;
     return outcome;
+  }
+
+  async postMany(ref: QueueRef, inputs: readonly PostInput[]): Promise<PostOutcome[]> {
+    let slot = this.prepare(ref);
+    let staged: StagedPayload[] = [];
+    const ids = inputs.map(() => this.newId(slot.queue));
+    if (ref.config.archivePayloads) {
+      staged = await Promise.all(inputs.map((input, n) => this.stage(slot, ids[n]!, 'item', input.body)));
+      slot = this.prepare(ref);
+      // Other requests ran while the payloads were written: an id taken meanwhile is staged again under a new one.
+      for (let n = 0; n < ids.length; n++) {
+        if (!slot.queue.items.has(ids[n]!)) continue;
+        await staged[n]!.discard();
+        ids[n] = this.newId(slot.queue);
+        staged[n] = await this.stage(slot, ids[n]!, 'item', inputs[n]!.body);
+        slot = this.prepare(ref);
+        n = -1;
+      }
+    }
+    const now = this.now();
+    const changes: Change[] = [];
+    const outcomes: PostOutcome[] = [];
+    const keep: StagedPayload[] = [];
+    for (let n = 0; n < inputs.length; n++) {
+      const input = inputs[n]!;
+      const earlier = input.idempotencyKey === undefined ? undefined : slot.queue.byIdempotencyKey(input.idempotencyKey);
+      if (earlier) {
+        outcomes.push({ id: earlier.id, status: earlier.status, created: false });
+        if (staged[n]) await staged[n].discard();
+        continue;
+      }
+      const change = slot.queue.post({ id: ids[n]!, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, now);
+      changes.push(change);
+      if (staged[n]) keep.push(staged[n]);
+      outcomes.push({ id: change.item.id, status: change.item.status, created: true });
+    }
+    if (changes.length > 0) await this.commit(slot, changes, true, keep);
+    else await this.synced();
+    return outcomes;
   }
 
   async claim(ref: QueueRef, input: ClaimInput): Promise<Claimed | null> {
@@ -165,6 +216,28 @@ export class EmbeddedStore implements Store, EventOutbox {
       return claimed;
     }
     return null;
+  }
+
+  async claimMany(ref: QueueRef, input: ClaimInput, max: number): Promise<Claimed[]> {
+    const slot = this.prepare(ref);
+    const changes: Change[] = [];
+    let after = 0;
+    while (changes.length < max) {
+      const step = slot.queue.claimStep(input.worker, input.criteria, this.now(), CLAIM_STEP, after);
+      if (step === null) break;
+      if (typeof step === 'number') {
+        after = step;
+        // Claims made so far are applied: other requests may run between steps, as for one claim.
+        await new Promise((resolve) => setImmediate(resolve));
+        if (this.closed || input.signal?.aborted) break;
+        continue;
+      }
+      changes.push(step);
+    }
+    if (changes.length === 0) return [];
+    const claimed = changes.map((c) => claimedOf(c.item));
+    await this.commit(slot, changes);
+    return claimed;
   }
 
   async get(ref: QueueRef, id: string): Promise<StatusRecord | null> {
@@ -198,7 +271,59 @@ export class EmbeddedStore implements Store, EventOutbox {
 
   async counts(ref: QueueRef): Promise<Partial<Record<ItemStatus, number>>> {
     // As every operation does: the deadlines already past are applied first.
-    return this.slots.has(ref.key) ? this.prepare(ref).queue.counts() : {};
+    if (!this.slots.has(ref.key)) return {};
+    const out: Partial<Record<ItemStatus, number>> = {};
+    for (const [status, n] of Object.entries(this.prepare(ref).queue.counts())) if (n > 0) out[status as ItemStatus] = n;
+    return out;
+  }
+
+  async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
+    if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
+    const queue = this.slots.get(ref.key)?.queue;
+    if (!queue) return { counts: fullCounts({}), oldestPendingAt: null, oldest: [], leases: [] };
+    return {
+      counts: queue.counts(),
+      oldestPendingAt: queue.oldestPendingAt(),
+      oldest: limits.oldest > 0 ? queue.oldestPending(limits.oldest).map((i) => ({ id: i.id, postedAt: i.postedAt, attempts: i.attempts })) : [],
+      leases: limits.leases > 0 ? queue.leased(limits.leases).map((i) => ({ id: i.id, worker: i.leaseWorker ?? '', until: i.leaseUntil ?? 0, attempts: i.attempts })) : [],
+    };
+  }
+
+  /**
+   * A claim's hand-ins (decisions §3.8) on a queue that does not archive payloads: each applied in
+   * order exactly as {@link result} or {@link error} applies it (anything due applied first, after
+   * the hand-ins before it), and all of them made durable by one commit rather than one each.
+   * Resolves to each one's outcome (null: no such item) once everything it reports is durable.
+   */
+  async submitMany(ref: QueueRef, entries: ReadonlyArray<{ id: string; kind: 'result' | 'error'; body: string }>): Promise<Array<SubmitOutcome | null>> {
+    const outcomes: Array<SubmitOutcome | null> = [];
+    let changes: Change[] = [];
+    let slot: QueueSlot | undefined;
+    let sync = false;
+    const durable: Array<Promise<void>> = [];
+    // A time-driven change due between two hand-ins is journalled after the hand-ins before it, as it would be one by one.
+    const beforeTick = (): void => {
+      if (changes.length === 0) return;
+      durable.push(this.commit(slot!, changes));
+      changes = [];
+    };
+    for (const { id, kind, body } of entries) {
+      slot = this.prepare(ref, beforeTick);
+      const now = this.now();
+      const outcome = kind === 'result' ? slot.queue.result(id, body, now) : slot.queue.error(id, body, now);
+      if (!outcome) {
+        outcomes.push(null);
+        continue;
+      }
+      if (outcome.change) changes.push(outcome.change);
+      else sync = true;
+      outcomes.push({ accepted: outcome.accepted, status: outcome.status });
+    }
+    if (changes.length > 0) durable.push(this.commit(slot!, changes));
+    else if (sync) durable.push(this.synced());
+    if (durable.length === 1) await durable[0];
+    else if (durable.length > 1) await Promise.all(durable);
+    return outcomes;
   }
 
   /**
@@ -218,7 +343,7 @@ export class EmbeddedStore implements Store, EventOutbox {
       if (!outcome) return null;
       await this.synced();
     } else {
-      await this.commit(slot, [outcome.change], false, staged);
+      await this.commit(slot, [outcome.change], false, staged && [staged]);
     }
     return { accepted: outcome.accepted, status: outcome.status };
   }
@@ -238,13 +363,17 @@ export class EmbeddedStore implements Store, EventOutbox {
   }
 
   /** The queue's slot with its rules brought up to date, and anything due applied first. */
-  private prepare(ref: QueueRef): QueueSlot {
+  private prepare(ref: QueueRef, beforeTick?: () => void): QueueSlot {
     if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
     const slot = this.slotFor(ref.key, ref.config);
     if (slot.queue.config !== ref.config) slot.queue.reconfigure(ref.config);
     const next = slot.queue.nextDeadline();
+    if (next === null) return slot;
     const now = this.now();
-    if (next !== null && next <= now && now >= this.retryAt) this.runTick(slot);
+    if (next <= now && now >= this.retryAt) {
+      beforeTick?.();
+      this.runTick(slot);
+    }
     return slot;
   }
 
@@ -260,6 +389,7 @@ export class EmbeddedStore implements Store, EventOutbox {
         name,
         eventPrefix: `"host":${JSON.stringify(host)},"queue":${JSON.stringify(name)}`,
         keyJson: JSON.stringify(key),
+        claimTopic: claimTopic(key),
         queue: new Queue(config),
         timer: undefined,
         timerAt: Infinity,
@@ -273,28 +403,31 @@ export class EmbeddedStore implements Store, EventOutbox {
    * Journals changes with their task events in one write, resolving once it is durable (and the
    * payload archived). The history file gets the events right after, off the request's path.
    */
-  private commit(slot: QueueSlot, changes: Change[], created = false, staged?: StagedPayload): Promise<void> {
+  private commit(slot: QueueSlot, changes: Change[], created = false, staged?: StagedPayload[]): Promise<void> {
     const { records, eventList, lines, count, ts } = this.describe(slot, changes, created);
     const seq = (this.eventSeq += count);
-    for (const change of changes) this.unconfirmed.push({ seq: ++this.changeSeq, slot, change });
-    const through = this.changeSeq;
+    const through = (this.changeSeq += changes.length);
+    this.unconfirmed.push({ seq: through, slot, changes });
     const durable = this.journal.append(count > 0 ? records + eventsRecord(seq, eventList) : records).then(
       () => {
         this.confirm(through);
         // Durable writes complete in order, so the outbox stays in the order of the events' numbers.
         if (count > 0) this.toOutbox({ seq, ts, lines });
         this.announce(slot, changes);
+        if (count > 0 && this.options.observer) this.options.observer.events(slot.key, eventKinds(changes));
       },
       (err: Error) => {
         throw new StoreUnavailable(err);
       },
     );
     this.afterChange(slot);
-    if (!staged) return durable;
+    if (!staged || staged.length === 0) return durable;
     return durable.then(
-      () => staged.publish().catch((err: Error) => this.options.warn(`a payload could not be archived: ${err.message}`)),
+      async () => {
+        await Promise.all(staged.map((p) => p.publish().catch((err: Error) => this.options.warn(`a payload could not be archived: ${err.message}`))));
+      },
       async (err: unknown) => {
-        await staged.discard().catch(() => undefined);
+        await Promise.all(staged.map((p) => p.discard().catch(() => undefined)));
         throw err;
       },
     );
@@ -320,15 +453,17 @@ export class EmbeddedStore implements Store, EventOutbox {
    * (events are delivered only once durable) or the payload archive (published only once durable).
    */
   private takeBack(err: Error): void {
-    const changes = this.unconfirmed;
+    const commits = this.unconfirmed;
     this.unconfirmed = [];
     const slots = new Set<QueueSlot>();
-    for (let i = changes.length - 1; i >= 0; i--) {
-      const { slot, change } = changes[i]!;
-      slot.queue.revert(change);
+    let taken = 0;
+    for (let i = commits.length - 1; i >= 0; i--) {
+      const { slot, changes } = commits[i]!;
+      for (let j = changes.length - 1; j >= 0; j--) slot.queue.revert(changes[j]!);
+      taken += changes.length;
       slots.add(slot);
     }
-    if (this.retryAt === 0) this.options.warn(`a write to the store failed (${err.message}): ${changes.length} change(s) not yet on disk were taken back and refused with 503; serving on`);
+    if (this.retryAt === 0) this.options.warn(`a write to the store failed (${err.message}): ${taken} change(s) not yet on disk were taken back and refused with 503; serving on`);
     this.retryAt = this.now() + RETRY_AFTER_FAILURE_MS;
     for (const slot of slots) this.schedule(slot);
   }
@@ -417,9 +552,15 @@ export class EmbeddedStore implements Store, EventOutbox {
   private announce(slot: QueueSlot, changes: Change[]): void {
     const notifier = this.options.notifier;
     if (!notifier) return;
+    // The queue's topic is announced once, where its first claimable item comes: announcing it
+    // again in the same turn changes nothing (a listener is woken once per turn).
+    let claimable = false;
     for (const { item, purged } of changes) {
       if (purged || isTerminal(item.status)) notifier.notify(itemTopic(slot.key, item.id));
-      else if (item.status === 'pending' && item.availableAt === 0) notifier.notify(claimTopic(slot.key));
+      else if (!claimable && item.status === 'pending' && item.availableAt === 0) {
+        claimable = true;
+        notifier.notify(slot.claimTopic);
+      }
     }
   }
 

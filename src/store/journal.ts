@@ -121,6 +121,8 @@ export interface JournalOptions {
   onFailure?: (err: Error) => void;
   /** The write system call, for tests that make it fail. */
   write?: WriteFn;
+  /** Told of every group commit: its write time and how many appends it carried. */
+  onGroup?: (seconds: number, appends: number) => void;
 }
 
 /** Zeros kept written ahead of the journal's data, at most (see AppendFile): appends then change no file size. */
@@ -157,6 +159,7 @@ export class Journal {
       preallocate: JOURNAL_PREALLOCATE,
       warn: this.options.warn,
       write: this.options.write,
+      onGroup: this.options.onGroup,
       onFailure: (err) => {
         this.failures++;
         this.options.onFailure?.(err);
@@ -253,7 +256,7 @@ export class Journal {
     // Four times the snapshot: writing a snapshot costs about as much as writing its size in
     // journal records, so this keeps its share of the work near a fifth, and the disk near five
     // times the live items.
-    return !this.compacting && this.file.size > Math.max(this.compactBytes, SNAPSHOT_MULTIPLE * this.snapshotBytes);
+    return !this.compacting && this.file.sizeAtLeast > Math.max(this.compactBytes, SNAPSHOT_MULTIPLE * this.snapshotBytes);
   }
 
   /**

@@ -4,7 +4,7 @@ import { isTerminal, type ItemStatus } from '../engine/item.js';
 import * as rules from '../engine/rules.js';
 import type { ItemRecord, Submission } from '../engine/rules.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
-import { claimedOf, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome } from './store.js';
+import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type QueueOverview, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome } from './store.js';
 
 /**
  * What a {@link ModelStore} keeps between a close and the next open: its stand-in for a disk.
@@ -77,9 +77,40 @@ export class ModelStore implements Store {
     return { id, status: record.status, created: true };
   }
 
+  async postMany(ref: QueueRef, inputs: readonly PostInput[]): Promise<PostOutcome[]> {
+    const out: PostOutcome[] = [];
+    for (const input of inputs) out.push(await this.post(ref, input));
+    return out;
+  }
+
   async claim(ref: QueueRef, input: ClaimInput): Promise<Claimed | null> {
     if (input.signal?.aborted) return null;
     return this.claimNow(ref, input);
+  }
+
+  async claimMany(ref: QueueRef, input: ClaimInput, max: number): Promise<Claimed[]> {
+    const out: Claimed[] = [];
+    while (out.length < max && !input.signal?.aborted) {
+      const claimed = this.claimNow(ref, input);
+      if (!claimed) break;
+      out.push(claimed);
+    }
+    return out;
+  }
+
+  async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
+    if (this.state !== 'open') throw new StoreUnavailable(new Error('the store is not open'));
+    const items = [...(this.disk.queues.get(ref.key)?.values() ?? [])];
+    const counts = fullCounts({});
+    for (const r of items) counts[r.status]++;
+    const pending = items.filter((r) => r.status === 'pending').sort((a, b) => a.ord - b.ord);
+    const leased = items.filter((r) => r.status === 'claimed' || r.status === 'processing').sort((a, b) => (a.leaseUntil ?? 0) - (b.leaseUntil ?? 0) || a.ord - b.ord);
+    return {
+      counts,
+      oldestPendingAt: pending.length > 0 ? Math.min(...pending.map((r) => r.postedAt)) : null,
+      oldest: pending.slice(0, limits.oldest).map((r) => ({ id: r.id, postedAt: r.postedAt, attempts: r.attempts })),
+      leases: leased.slice(0, limits.leases).map((r) => ({ id: r.id, worker: r.leaseWorker ?? '', until: r.leaseUntil ?? 0, attempts: r.attempts })),
+    };
   }
 
   async get(ref: QueueRef, id: string): Promise<StatusRecord | null> {

@@ -10,6 +10,8 @@ export interface WaitingClaim {
   waitMs: number;
   /** Aborted when the caller went away or the server is stopping: then it is answered empty. */
   signal?: AbortSignal;
+  /** Up to this many items at once (decisions §3.8 `max`); absent: one, through the store's single claim. */
+  max?: number;
 }
 
 interface ClaimWaiter {
@@ -19,7 +21,7 @@ interface ClaimWaiter {
   busy: boolean;
   /** Its wait ran out, or its caller went away. */
   over: boolean;
-  settle: (claimed: Claimed | null) => void;
+  settle: (claimed: Claimed[]) => void;
   fail: (err: unknown) => void;
 }
 
@@ -50,15 +52,23 @@ export class LongPolls {
 
   /** Claims the oldest matching item, waiting up to `waitMs` for one; null when none came. */
   async claim(ref: QueueRef, claim: WaitingClaim): Promise<Claimed | null> {
+    return (await this.claimMany(ref, { ...claim, max: undefined }))[0] ?? null;
+  }
+
+  /**
+   * Claims up to `claim.max` of the oldest matching items (one without `max`), waiting up to
+   * `waitMs` until at least one can be claimed; [] when none came.
+   */
+  async claimMany(ref: QueueRef, claim: WaitingClaim): Promise<Claimed[]> {
     const queue = this.queueOf(ref.key);
     for (;;) {
       const version = queue.version;
-      const claimed = await this.store.claim(ref, { worker: claim.worker, criteria: claim.criteria, signal: claim.signal });
-      if (claimed || claim.waitMs <= 0 || claim.signal?.aborted) return claimed;
+      const claimed = await this.ask(ref, claim);
+      if (claimed.length > 0 || claim.waitMs <= 0 || claim.signal?.aborted) return claimed;
       // Items were announced while the store looked: look again rather than wait for the next.
       if (queue.version === version) break;
     }
-    return new Promise<Claimed | null>((resolve, reject) => {
+    return new Promise<Claimed[]>((resolve, reject) => {
       const waiter: ClaimWaiter = {
         ref,
         claim,
@@ -72,13 +82,13 @@ export class LongPolls {
           resolve(claimed);
         },
         fail: (err) => {
-          waiter.settle(null);
+          waiter.settle([]);
           reject(err);
         },
       };
       const giveUp = (): void => {
         waiter.over = true;
-        if (!waiter.busy) waiter.settle(null);
+        if (!waiter.busy) waiter.settle([]);
       };
       const timer = setTimeout(giveUp, claim.waitMs);
       claim.signal?.addEventListener('abort', giveUp, { once: true });
@@ -125,6 +135,14 @@ export class LongPolls {
     }
   }
 
+  /** One look at the store: its single claim, or its claim of up to `max`. */
+  private async ask(ref: QueueRef, claim: WaitingClaim): Promise<Claimed[]> {
+    const input = { worker: claim.worker, criteria: claim.criteria, signal: claim.signal };
+    if (claim.max !== undefined) return this.store.claimMany(ref, input, claim.max);
+    const claimed = await this.store.claim(ref, input);
+    return claimed ? [claimed] : [];
+  }
+
   private queueOf(key: string): QueueWaiters {
     let queue = this.queues.get(key);
     if (!queue) {
@@ -150,11 +168,10 @@ export class LongPolls {
   private attempt(queue: QueueWaiters, waiter: ClaimWaiter): void {
     waiter.busy = true;
     const version = queue.version;
-    const { worker, criteria, signal } = waiter.claim;
-    this.store.claim(waiter.ref, { worker, criteria, signal }).then(
+    this.ask(waiter.ref, waiter.claim).then(
       (claimed) => {
         waiter.busy = false;
-        if (claimed || waiter.over) return waiter.settle(claimed);
+        if (claimed.length > 0 || waiter.over) return waiter.settle(claimed);
         // Announced while it asked (and so skipped): it asks again.
         if (queue.version !== version) this.attempt(queue, waiter);
       },

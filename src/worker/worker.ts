@@ -1,5 +1,5 @@
 import { ClientError, type SvcqClient } from '../client/client.js';
-import type { SubmissionAnswer } from '../protocol.js';
+import type { DoneAnswer, SubmissionAnswer } from '../protocol.js';
 import { backoffMs, errorMessage, FailureReport, isTransient, retrying, sleep } from '../client/backoff.js';
 import { tally, type WorkerEvent, type WorkerSink } from './events.js';
 import { setMaxListeners } from 'node:events';
@@ -21,6 +21,33 @@ export interface WorkerOptions {
   timeoutSeconds?: number;
   /** Seconds each claim long-polls (decisions §3.3: 0–30). */
   waitSeconds: number;
+  /**
+   * Items claimed at most in one claim (decisions §3.8 `max`, 1–100; default 1). Items claimed
+   * ahead wait in the worker until a slot is free; it claims no more ahead than it can start
+   * before half their lease has run (judged from how long its jobs take).
+   */
+  prefetch?: number;
+  /** Hand results and errors in with the next claim (decisions §3.8 `done`); default true. */
+  handIns?: boolean;
+}
+
+/** An item as a claim answers it. */
+interface ClaimedItem {
+  id: string;
+  item: Record<string, unknown>;
+  attempts: number;
+  lease: { until: number };
+}
+
+/** A result or error waiting to go out with the next claim. */
+interface HandIn {
+  id: string;
+  kind: 'result' | 'error';
+  /** The record as JSON text (an object). */
+  record: string;
+  queuedAt: number;
+  /** Reports what the server said (undefined: it could not be delivered). */
+  settle: (answer: SubmissionAnswer | undefined) => void;
 }
 
 /** How `run()` ended, as the command's exit code. */
@@ -44,6 +71,12 @@ const EMPTY_BACKOFF_CAP_MS = 2000;
 const CLAIM_SETTLE_MS = 1000;
 /** How often a command killed before it could start (see {@link Job}) is started again. */
 const MAX_RESTARTS = 5;
+/** A record larger than this is submitted on its own rather than handed in with a claim (a claim's body is bounded). */
+const HAND_IN_MAX_CHARS = 64 * 1024;
+/** Hand-ins that waited this long for a claim to carry them are submitted on their own. */
+const HAND_IN_MAX_WAIT_MS = 1000;
+/** Most hand-ins one claim carries (decisions §3.8). */
+const HAND_INS_PER_CLAIM = 100;
 
 interface Running {
   id: string;
@@ -86,6 +119,14 @@ export class Worker {
   private failed = 0;
   private cancelled = 0;
   private exitCode: number = EXIT.ok;
+  /** Items claimed ahead (prefetch), oldest first: the next free slot runs the first. */
+  private readonly ready: ClaimedItem[] = [];
+  /** Results and errors waiting for the next claim to carry them. */
+  private handIns: HandIn[] = [];
+  /** How long a job takes, smoothed; 0 until one has ended. */
+  private jobMs = 0;
+  /** The lease a claim gave, in ms (for how far ahead to claim). */
+  private leaseMs = 0;
 
   constructor(
     private readonly client: SvcqClient,
@@ -109,7 +150,18 @@ export class Worker {
     const { queue, worker, once } = this.options;
     const concurrency = once ? 1 : Math.max(1, this.options.concurrency);
     this.sink.event({ event: 'started', queue, worker, concurrency });
-    await Promise.all(Array.from({ length: concurrency }, () => this.slot()));
+    // Hand-ins that no claim carried within HAND_IN_MAX_WAIT_MS (every slot busy with long jobs) go on their own.
+    const flusher = setInterval(() => {
+      if (this.handIns.length > 0 && Date.now() - this.handIns[0]!.queuedAt >= HAND_IN_MAX_WAIT_MS) void this.flushHandIns();
+    }, HAND_IN_MAX_WAIT_MS / 2);
+    flusher.unref();
+    try {
+      await Promise.all(Array.from({ length: concurrency }, () => this.slot()));
+    } finally {
+      clearInterval(flusher);
+    }
+    // Whatever was not handed in goes now, on its own.
+    await this.flushHandIns();
     this.sink.event({ event: 'stopped', done: this.done, failed: this.failed, cancelled: this.cancelled });
     this.sink.close();
     return this.exitCode;
@@ -154,27 +206,37 @@ export class Worker {
     let early = 0;
     // `once` waits as long as one claim would, even when the server answers before that.
     const onceUntil = Date.now() + this.options.waitSeconds * 1000;
-    while (!this.stopping) {
-      await this.deliveriesSettled();
-      if (this.stopping) break;
-      const claim = await this.claim();
-      if (claim === 'stop') break;
-      if (claim === 'empty' || claim === 'empty-early') {
-        if (this.options.once && (claim === 'empty' || Date.now() >= onceUntil)) {
-          this.sink.event({ event: 'empty' });
-          this.exitCode = EXIT.empty;
-          break;
+    for (;;) {
+      // Items claimed ahead are ours: they run, also after the first signal.
+      let next = this.ready.shift();
+      if (!next) {
+        if (this.stopping) break;
+        await this.deliveriesSettled();
+        if (this.stopping) break;
+        const claim = await this.claim();
+        if (claim === 'stop') {
+          next = this.ready.shift();
+          if (!next) break;
+        } else if (claim === 'empty' || claim === 'empty-early') {
+          if (this.options.once && (claim === 'empty' || Date.now() >= onceUntil)) {
+            this.sink.event({ event: 'empty' });
+            this.exitCode = EXIT.empty;
+            break;
+          }
+          // A server that answers empty at once (it is shutting down, or --wait 0 asked it not to
+          // hold the claim) would otherwise be asked again in a tight loop: pause, longer each time.
+          if (claim === 'empty-early') {
+            const pause = backoffMs(early++, EMPTY_BACKOFF_CAP_MS);
+            await sleep(this.options.once ? Math.min(pause, Math.max(0, onceUntil - Date.now())) : pause, this.claims.signal);
+          } else early = 0;
+          continue;
+        } else {
+          next = claim[0]!;
+          this.ready.push(...claim.slice(1));
         }
-        // A server that answers empty at once (it is shutting down, or --wait 0 asked it not to
-        // hold the claim) would otherwise be asked again in a tight loop: pause, longer each time.
-        if (claim === 'empty-early') {
-          const pause = backoffMs(early++, EMPTY_BACKOFF_CAP_MS);
-          await sleep(this.options.once ? Math.min(pause, Math.max(0, onceUntil - Date.now())) : pause, this.claims.signal);
-        } else early = 0;
-        continue;
       }
       early = 0;
-      const ok = await this.handle(claim.id, claim.item, claim.attempts, claim.lease.until);
+      const ok = await this.handle(next.id, next.item, next.attempts, next.lease.until);
       if (this.options.once) {
         if (!ok) this.exitCode = EXIT.failed;
         break;
@@ -183,43 +245,66 @@ export class Worker {
   }
 
   /**
-   * One claim, retried while the server cannot be reached. `empty-early`: the server answered
-   * empty in less than half the time the claim asked it to wait.
+   * How many items the next claim asks for: one for the slot that claims, and with prefetch as
+   * many more as the worker can start before half their lease has run, at its pace so far.
    */
-  private async claim(): Promise<'stop' | 'empty' | 'empty-early' | { id: string; item: Record<string, unknown>; attempts: number; lease: { until: number } }> {
+  private claimSize(): number {
+    const prefetch = this.options.once ? 1 : Math.min(100, Math.max(1, this.options.prefetch ?? 1));
+    if (prefetch === 1) return 1;
+    const concurrency = Math.max(1, this.options.concurrency);
+    // Before a job has ended the pace is unknown: no more than one per slot.
+    const startable = this.jobMs > 0 && this.leaseMs > 0 ? Math.floor((concurrency * this.leaseMs) / 2 / this.jobMs) : concurrency;
+    return Math.max(1, Math.min(prefetch, startable - this.ready.length));
+  }
+
+  /**
+   * One claim, retried while the server cannot be reached, carrying the hand-ins waiting at the
+   * time. `empty-early`: the server answered empty in less than half the time the claim asked it
+   * to wait.
+   */
+  private async claim(): Promise<'stop' | 'empty' | 'empty-early' | ClaimedItem[]> {
     const { queue, worker, criteria, waitSeconds } = this.options;
+    const max = this.claimSize();
+    const prefetching = !this.options.once && (this.options.prefetch ?? 1) > 1;
+    const carried = this.handIns.splice(0, HAND_INS_PER_CLAIM);
+    const done = carried.map((h) => (h.kind === 'result' ? { id: h.id, result: JSON.parse(h.record) as Record<string, unknown> } : { id: h.id, error: JSON.parse(h.record) as Record<string, unknown> }));
     let sentAt = 0;
     try {
       const res = await retrying(
         async () => {
-          if (this.stopping) return 'stop' as const;
+          // Hand-ins carried are delivered with this claim, also when it is the last one.
+          if (this.stopping && carried.length === 0) return 'stop' as const;
           const controller = new AbortController();
           sentAt = Date.now();
           this.claimsInFlight.set(controller, sentAt);
+          const body = { worker, criteria, wait: this.stopping ? 0 : waitSeconds, ...(prefetching ? { max } : {}), ...(done.length > 0 ? { done } : {}) };
           return this.client
-            .claim(
-              queue,
-              { worker, criteria, wait: waitSeconds },
-              // A server that holds the request well past the long-poll is treated as gone.
-              { signal: controller.signal, timeoutMs: (waitSeconds + 15) * 1000 },
-            )
+            // A server that holds the request well past the long-poll is treated as gone.
+            .claim(queue, body, { signal: controller.signal, timeoutMs: (waitSeconds + 15) * 1000 })
             .finally(() => this.claimsInFlight.delete(controller));
         },
         {
-          retryable: (err) => !this.stopping && isTransient(err),
+          retryable: (err) => (!this.stopping || carried.length > 0) && isTransient(err),
           onFailure: ({ error, attempt, delayMs }) => {
             this.failing();
             this.sink.event({ event: 'retry', what: 'claim', attempt, delayMs, message: errorMessage(error) });
           },
-          signal: this.claims.signal,
+          // The third signal gives up on hand-ins still being retried, as on any delivery.
+          signal: carried.length > 0 ? this.abandon.signal : this.claims.signal,
         },
       );
       if (res === 'stop') return 'stop';
       this.answered();
+      const answers = (res as { done?: DoneAnswer[] }).done ?? [];
+      carried.forEach((h, n) => this.settleHandIn(h, answers[n]));
+      const items: ClaimedItem[] = 'items' in res ? (res.items as ClaimedItem[]) : res.empty ? [] : [res];
+      if (items.length > 0) this.leaseMs = items[0]!.lease.until - Date.now();
       // An item that arrives after the first signal is run all the same: it is ours now.
-      if (res.empty) return this.stopping ? 'stop' : Date.now() - sentAt < waitSeconds * 500 || waitSeconds === 0 ? 'empty-early' : 'empty';
-      return res;
+      if (items.length === 0) return this.stopping ? 'stop' : Date.now() - sentAt < waitSeconds * 500 || waitSeconds === 0 ? 'empty-early' : 'empty';
+      return items;
     } catch (err) {
+      // The claim did not go through: what it carried goes on its own.
+      if (carried.length > 0) await Promise.all(carried.map(async (h) => h.settle(await this.deliver(h.kind, h.id, h.record))));
       if (this.stopping) return 'stop';
       this.answered();
       this.sink.event({ event: 'error', message: `cannot claim from ${queue}: ${errorMessage(err)}` });
@@ -227,6 +312,32 @@ export class Worker {
       this.stop();
       return 'stop';
     }
+  }
+
+  /** What the server said of a hand-in (decisions §3.8): an unknown item is reported as a delivery that failed. */
+  private settleHandIn(h: HandIn, answer: DoneAnswer | undefined): void {
+    if (answer?.ok) return h.settle({ ok: true, accepted: answer.accepted, status: answer.status });
+    this.sink.event({ event: 'error', id: h.id, message: `${h.kind} not delivered: ${answer ? answer.error : 'the server did not answer for it'}` });
+    h.settle(undefined);
+  }
+
+  /** Submits every waiting hand-in on its own (no claim is coming soon enough to carry it). */
+  private async flushHandIns(): Promise<void> {
+    const waiting = this.handIns.splice(0);
+    await Promise.all(waiting.map(async (h) => h.settle(await this.deliver(h.kind, h.id, h.record))));
+  }
+
+  /**
+   * Delivers a job's result or error, then `report`s what the server said. With hand-ins on, a
+   * small record waits for the next claim to carry it (one request per job); otherwise, or for
+   * `--once`, it is submitted now and awaited.
+   */
+  private async handInOrDeliver(kind: 'result' | 'error', id: string, record: string, report: (answer: SubmissionAnswer | undefined) => void): Promise<void> {
+    if (!this.options.once && this.options.handIns !== false && record.length <= HAND_IN_MAX_CHARS) {
+      this.handIns.push({ id, kind, record, queuedAt: Date.now(), settle: report });
+      return;
+    }
+    report(kind === 'result' ? await this.deliverResult(id, record) : await this.deliver('error', id, record));
   }
 
   /** Runs CMD for one claimed item and delivers what came of it; true when CMD succeeded. */
@@ -300,15 +411,17 @@ export class Worker {
     await this.pumpProgress(state);
     const ms = Date.now() - started;
 
+    this.jobMs = this.jobMs === 0 ? ms : 0.8 * this.jobMs + 0.2 * ms;
     let ok = false;
     if (state.terminal) {
       this.ended({ event: 'cancelled', id, status: state.terminal });
     } else if (outcome.exitCode === 0 && !outcome.timedOut && !outcome.stdoutOverflow) {
-      const answer = await this.deliverResult(id, resultRecord(outcome.stdout));
-      if (answer) {
-        ok = true;
-        this.ended({ event: 'finished', id, attempts, ms, accepted: answer.accepted, status: answer.status });
-      } else this.failed++;
+      await this.handInOrDeliver('result', id, resultRecord(outcome.stdout), (answer) => {
+        if (answer) {
+          ok = true;
+          this.ended({ event: 'finished', id, attempts, ms, accepted: answer.accepted, status: answer.status });
+        } else this.failed++;
+      });
     } else {
       const record = {
         exitCode: outcome.exitCode,
@@ -317,10 +430,11 @@ export class Worker {
         ...(outcome.timedOut ? { reason: `timed out after ${timeoutSeconds} s` } : {}),
         ...(outcome.stdoutOverflow && !outcome.timedOut ? { reason: `output larger than ${MAX_STDOUT_CHARS} characters` } : {}),
       };
-      const answer = await this.deliver('error', id, JSON.stringify(record));
-      if (answer) {
-        this.ended({ event: 'failed', id, attempts, ms, exitCode: outcome.exitCode, signal: outcome.signal, timedOut: outcome.timedOut, accepted: answer.accepted, status: answer.status });
-      } else this.failed++;
+      await this.handInOrDeliver('error', id, JSON.stringify(record), (answer) => {
+        if (answer) {
+          this.ended({ event: 'failed', id, attempts, ms, exitCode: outcome.exitCode, signal: outcome.signal, timedOut: outcome.timedOut, accepted: answer.accepted, status: answer.status });
+        } else this.failed++;
+      });
     }
     this.running.delete(claim);
     this.sink.running(this.runningIds());

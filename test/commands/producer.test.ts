@@ -41,6 +41,38 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
     expect(claimed).to.deep.equal([{ n: 1 }, { n: 2 }, { n: 3 }]);
   });
 
+  it('posts JSON lines in batches of up to 1,000 items per request, in input order; a line the queue refuses is reported and the rest are posted (decisions §3.8)', async () => {
+    const queue = queueName('batched');
+    await defineQueue(server, queue, { schema: { type: 'object', required: ['n'] } });
+    const input = Array.from({ length: 2500 }, (_, n) => (n === 1234 ? '{"x":1}' : JSON.stringify({ n }))).join('\n');
+    const run = await cli(['post', queue, '-', '--json'], input);
+    expect(run.code).to.equal(1);
+    expect(run.stderr).to.include('svcq: line 1235 of stdin: /n: ');
+    const outcomeLines = run.stdout.split('\n').filter((l) => l.startsWith('{"ok"'));
+    expect(run.stdout.slice(run.stdout.lastIndexOf('{'))).to.satisfy((t: string) => (JSON.parse(t) as { error: string }).error === '1 of 2500 item(s) were not posted');
+    const results = outcomeLines.map((l) => JSON.parse(l) as { ok: boolean; id?: string });
+    expect(results[1234]).to.include({ ok: false, source: 'line 1235 of stdin' });
+    expect(results).to.have.length(2500);
+    expect(results.filter((r) => r.ok)).to.have.length(2499);
+    // The access log is written a moment after each answer: read it until the three batches are in.
+    let paths: string[] = [];
+    for (const until = Date.now() + 5000; Date.now() < until; await new Promise((r) => setTimeout(r, 100))) {
+      const log = await request(server.url, '/api/v2/logs/file?which=active', { token: server.masterToken });
+      paths = log.text.trim().split('\n').map((l) => (JSON.parse(l) as { path: string }).path);
+      if (paths.filter((p) => p === `/${queue}/batch`).length >= 3) break;
+    }
+    expect(paths.filter((p) => p === `/${queue}/batch`)).to.have.length(3);
+    expect(paths.filter((p) => p === `/${queue}`)).to.have.length(0);
+    const claimed: number[] = [];
+    for (;;) {
+      const reply = await request(server.url, `/${queue}/claim`, { method: 'POST', host: HOST, body: '{"max":100}' });
+      const items = (reply.json as { items: Array<{ item: { n: number } }> }).items;
+      if (items.length === 0) break;
+      claimed.push(...items.map((i) => i.item.n));
+    }
+    expect(claimed).to.deep.equal(Array.from({ length: 2500 }, (_, n) => n).filter((n) => n !== 1234));
+  });
+
   it('reads one pretty-printed object from piped stdin when no item argument is given', async () => {
     const queue = queueName('pretty');
     await defineQueue(server, queue);

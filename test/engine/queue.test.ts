@@ -63,7 +63,34 @@ describe('queue engine (decisions §3)', () => {
       post({ kind: 'b' });
       expect(q.claim('w', { kind: 'b' }, clock.t)!.item.id).to.equal(b.id);
       expect(q.claim('w', { kind: 'c' }, clock.t)).to.equal(null);
-      expect(q.counts()).to.deep.equal({ pending: 2, claimed: 1 });
+      expect(q.counts()).to.include({ pending: 2, claimed: 1, finished: 0 });
+    });
+
+    it('counts are kept as items change and as changes are taken back: the same as a scan of the items (decisions §5.1)', () => {
+      const { q, clock, post } = setup({ leaseSeconds: 30, retainSeconds: 1 });
+      const scan = (): Record<string, number> => {
+        const out: Record<string, number> = { pending: 0, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 };
+        for (const item of q.items.values()) out[item.status]!++;
+        return out;
+      };
+      const a = post();
+      const b = post();
+      post();
+      const claim = q.claim('w', undefined, clock.t)!;
+      expect(q.counts()).to.deep.equal(scan());
+      const progress = q.progress(b.id, '{}', clock.t)!.change!;
+      expect(q.counts()).to.deep.equal(scan());
+      q.revert(progress);
+      expect(q.counts()).to.deep.equal(scan());
+      q.result(a.id, '{}', clock.t);
+      expect(q.counts()).to.include({ finished: 1, claimed: 0, pending: 2 });
+      clock.t += 10 * 86_400_000;
+      const purged = q.tick(clock.t);
+      expect(q.counts()).to.deep.equal(scan());
+      for (const change of purged.reverse()) q.revert(change);
+      expect(q.counts()).to.deep.equal(scan());
+      q.revert(claim);
+      expect(q.counts()).to.deep.equal(scan());
     });
 
     it('a claim with criteria that found nothing still finds an item posted after it, and other criteria still see the older items (decisions §3.3)', () => {

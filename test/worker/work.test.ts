@@ -202,7 +202,8 @@ describe('svcq work (decisions §1.3)', function () {
       expect(await own.stop()).to.equal(0);
       // The job ends while the server is down: the result cannot be delivered yet.
       writeFileSync(path.join(dir, 'go'), '');
-      await worker.waitEvent((e) => e.event === 'retry' && e.what === 'result', 'a retried result');
+      // The result goes out with the next claim (decisions §3.8 done): that claim is what is retried.
+      await worker.waitEvent((e) => e.event === 'retry' && e.what === 'claim', 'a retried claim carrying the result');
       const again = await startServer({ root: own.root, port: own.port, masterToken: own.masterToken });
       try {
         const item = await waitTerminal(again, queue, id);
@@ -217,6 +218,38 @@ describe('svcq work (decisions §1.3)', function () {
       await own.stop();
       cleanupTemp(own.root);
     }
+  });
+
+  it('hands each result in with its next claim and, with --prefetch, claims several items at once: one request per job or fewer (decisions §3.8)', async () => {
+    const own = await startServer();
+    try {
+      const queue = queueName('handin');
+      await defineQueue(own, queue, { leaseSeconds: 60 });
+      const ids: string[] = [];
+      for (let n = 0; n < 30; n++) ids.push(await postItem(own, queue, { n }));
+      worker = startWorker(own, queue, ['--exec', 'cat', '--concurrency', '2', '--prefetch', '5']);
+      for (const id of ids) expect((await waitTerminal(own, queue, id)).status).to.equal('finished');
+      await until(() => worker!.events.filter((e) => e.event === 'finished').length === 30, 'a finished event per item');
+      worker.proc.kill('SIGTERM');
+      expect(await worker.exited).to.equal(0);
+      const log = await fetch(`${own.url}/api/v2/logs/file?which=active`, { headers: { authorization: `Bearer ${own.masterToken}` } }).then((r) => r.text());
+      const paths = log.trim().split('\n').map((l) => (JSON.parse(l) as { path: string }).path).filter((p) => p.startsWith(`/${queue}/`));
+      expect(paths.filter((p) => p.endsWith('/result')), 'results submitted on their own').to.deep.equal([]);
+      // 30 jobs: each claim carries up to 5 items, so well under one claim per job (the last ones wait out --wait 1).
+      expect(paths.filter((p) => p.endsWith('/claim')).length).to.be.below(30);
+      expect(worker.events.filter((e) => e.event === 'claimed').map((e) => e.id).sort()).to.deep.equal([...ids].sort());
+    } finally {
+      await own.stop();
+      cleanupTemp(own.root);
+    }
+  });
+
+  it('with --no-hand-in, submits each result on its own (decisions §1.3)', async () => {
+    const queue = queueName('nohandin');
+    await defineQueue(server, queue);
+    const id = await postItem(server, queue, { n: 1 });
+    worker = startWorker(server, queue, ['--exec', 'cat', '--no-hand-in']);
+    expect((await waitTerminal(server, queue, id)).result).to.deep.equal({ n: 1 });
   });
 
   it('claims only items matching --criteria (interface §4.3)', async () => {
