@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { keepLines, lastLines } from '../../src/cli/view/tail.js';
+import type { SvcqClient } from '../../src/client/client.js';
+import { keepLines, lastLines, tailAccessLog } from '../../src/cli/view/tail.js';
 
 /** A file that only grows, read as the tools endpoints serve it: from byte N to the end. */
 function file(text: string): { read: (from: number) => Promise<Buffer>; reads: number[]; size: number } {
@@ -61,4 +62,63 @@ describe('lastLines: the last N lines of a growing file, read from its end by Ra
     expect(keepLines(Buffer.from('a\nb\nc\n'), (l) => l !== 'b').toString()).to.equal('a\nc\n');
     expect(keepLines(Buffer.from('b\n'), (l) => l !== 'b').length).to.equal(0);
   });
+});
+
+/**
+ * An access log as the tools endpoints serve it (interface §4.6): an active file and rotated files
+ * named by ts. `rotateOn(n)` rotates just before the n-th request is answered, and the next line
+ * is written to the new active file at once, so a request that raced a rotation meets another file.
+ */
+function accessLog() {
+  const rotated: Array<{ ts: number; bytes: Buffer }> = [];
+  let active = Buffer.alloc(0);
+  let written = 0;
+  let requests = 0;
+  const rotations = new Set<number>();
+  const write = (): void => {
+    active = Buffer.concat([active, Buffer.from(`line ${written++}\n`)]);
+  };
+  const answer = (): void => {
+    requests++;
+    if (rotations.has(requests)) {
+      rotated.push({ ts: rotated.length + 1, bytes: active });
+      active = Buffer.alloc(0);
+      for (let i = 0; i < 8; i++) write();
+    }
+  };
+  const client = {
+    tool: async () => {
+      answer();
+      return { active: { size: active.length }, rotated: rotated.map((r) => ({ ts: r.ts, size: r.bytes.length })) };
+    },
+    toolFile: async (_endpoint: string, query: { which: string }, from: number) => {
+      answer();
+      const bytes = query.which === 'active' ? active : rotated.find((r) => String(r.ts) === query.which)!.bytes;
+      return bytes.subarray(from);
+    },
+  };
+  return { client, write, rotateOn: (n: number) => rotations.add(n), written: () => written };
+}
+
+describe('tailAccessLog: following the access log across rotations, like tail -F (decisions §5)', () => {
+  for (const at of [2, 3, 4, 5, 6, 7, 8]) {
+    it(`prints every line exactly once when a rotation lands on request ${at}, between a list and a read`, async () => {
+      const log = accessLog();
+      for (let i = 0; i < 5; i++) log.write();
+      log.rotateOn(at);
+      const out: Buffer[] = [];
+      const stop = new AbortController();
+      const printed = (): string[] => Buffer.concat(out).toString().split('\n').filter(Boolean);
+      const done = tailAccessLog(log.client as unknown as SvcqClient, 0, { intervalMs: 1, signal: stop.signal, write: (chunk) => void out.push(chunk) });
+      // One more line once following, then as long as it takes to print them all (or 2 s) and a few polls more.
+      await new Promise((r) => setTimeout(r, 5));
+      log.write();
+      const deadline = Date.now() + 2000;
+      while (printed().length < log.written() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+      await new Promise((r) => setTimeout(r, 20));
+      stop.abort();
+      await done;
+      expect(printed()).to.deep.equal(Array.from({ length: log.written() }, (_, i) => `line ${i}`));
+    });
+  }
 });

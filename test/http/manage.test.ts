@@ -4,7 +4,7 @@ import path from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { expect } from 'chai';
 import { request, type Reply } from '../support/http.js';
-import { cleanupTemp, startServer, serverForSuite } from '../support/server.js';
+import { cleanupTemp, filesUnderRootOnly, startServer, serverForSuite } from '../support/server.js';
 import { uniqueName } from './queue-api.js';
 
 /** Management endpoints (interface §4.5, §7; decisions §2): manifest, PUT and DELETE of one definition. */
@@ -110,7 +110,8 @@ describe('management API: manifest, PUT and DELETE /api/v2/def (black box)', () 
   });
 
   describe('stored bytes and hashes (interface §4.5 rules 3 and 5, decisions §7)', () => {
-    it('stores the exact bytes sent, unusual whitespace included, and the manifest hash is their sha256 in lowercase hex', async () => {
+    it('stores the exact bytes sent, unusual whitespace included, and the manifest hash is their sha256 in lowercase hex', async function () {
+      filesUnderRootOnly(this, 'it reads the definition file under the root; there definitions are rows of svcq_definitions (exact bytes: test/definitions/pg-definitions.test.ts)');
       const name = uniqueName('bytes');
       const body = Buffer.from('\r\n\t{ "leaseSeconds" :\t30 ,\r\n  "description": "caf\\u00e9 ☕ \u00e9"  ,"retainFrom":"fetched"}\n\n \t', 'utf8');
       const reply = await put(`h.example.com/svc-queues/${name}.json`, body, { 'content-type': 'text/plain' });
@@ -133,7 +134,8 @@ describe('management API: manifest, PUT and DELETE /api/v2/def (black box)', () 
       expect(m[`h.example.com/svc-queues/${a}.json`]).to.not.equal(m[`h.example.com/svc-queues/${c}.json`]);
     });
 
-    it('replaces an existing definition on PUT: new bytes on disk, new hash, old hash gone', async () => {
+    it('replaces an existing definition on PUT: new bytes on disk, new hash, old hash gone', async function () {
+      filesUnderRootOnly(this, 'it reads the definition file under the root');
       const name = uniqueName('replace');
       const at = `h.example.com/svc-queues/${name}.json`;
       expect((await put(at, '{"leaseSeconds":5}')).status).to.equal(200);
@@ -143,7 +145,8 @@ describe('management API: manifest, PUT and DELETE /api/v2/def (black box)', () 
       expect(readdirSync(path.join(server.root, 'h.example.com', 'svc-queues')).filter((f) => f.endsWith('.tmp'))).to.deep.equal([]);
     });
 
-    it('keeps the old definition whole when a replacement is rejected', async () => {
+    it('keeps the old definition whole when a replacement is rejected', async function () {
+      filesUnderRootOnly(this, 'it reads the definition file under the root');
       const name = uniqueName('keep');
       const at = `h.example.com/svc-queues/${name}.json`;
       await put(at, '{"leaseSeconds":5}');
@@ -281,7 +284,8 @@ describe('management API: manifest, PUT and DELETE /api/v2/def (black box)', () 
   });
 
   describe('write failures (interface §4.5, §7)', () => {
-    it('answers a failed write with 500 { error }, leaving nothing half-written and the manifest unchanged (interface §4.5, §7)', async () => {
+    it('answers a failed write with 500 { error }, leaving nothing half-written and the manifest unchanged (interface §4.5, §7)', async function () {
+      filesUnderRootOnly(this, 'it makes the definitions folder unwritable; there definitions are written to the database');
       // A plain file where the host folder should be: the server cannot create <host>/svc-queues.
       writeFileSync(path.join(server.root, 'blocked.example.com'), 'not a folder');
       const at = `blocked.example.com/svc-queues/${uniqueName('fail')}.json`;

@@ -1,7 +1,7 @@
 import { readdirSync } from 'node:fs';
 import { expect } from 'chai';
 import { request, stableHeaders, type Reply, type RequestOptions } from '../support/http.js';
-import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { cleanupTemp, filesUnderRootOnly, startServer, type TestServer } from '../support/server.js';
 import { defineQueue, defineUser, uniqueName } from './queue-api.js';
 
 /**
@@ -97,7 +97,8 @@ describe('the wall, CORS and versioning (black box)', () => {
     expect(stableHeaders(reply)).to.deep.equal(stableHeaders(wall));
   });
 
-  it('writes nothing for a PUT behind the wall (interface §5.2)', async () => {
+  it('writes nothing for a PUT behind the wall (interface §5.2)', async function () {
+      filesUnderRootOnly(this, 'it lists the definition files under the root');
     await request(server.url, '/api/v2/def?path=wall.example.com%2Fsvc-queues%2Fsneaky.json', { method: 'PUT', token: 'wrong', body: '{}' });
     expect(readdirSync(`${server.root}/${host}/svc-queues`)).to.not.include('sneaky.json');
     const manifest = await request(server.url, '/api/v2/manifest', { token: server.masterToken });

@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { freshDatabase } from '../store/support/stores.js';
 
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const BIN = path.join(REPO, 'bin/run.js');
@@ -41,12 +42,50 @@ export interface StartOptions {
   fromSources?: boolean;
 }
 
+/**
+ * With SVCQ_TEST_SERVER_STORE=postgres, every server a test starts keeps its items in a PostgreSQL
+ * database of its own, made on the server of SVCQ_TEST_PG_URL: one per root, so that a restart on
+ * the same root (after a kill -9, say) finds them again. They are dropped when the tests end.
+ * This is how the black-box HTTP suites run against each store (`npm run test:http-postgres`).
+ */
+const databases = new Map<string, { url: string; drop: () => Promise<void> }>();
+export const SERVER_STORE = process.env.SVCQ_TEST_SERVER_STORE === 'postgres' ? 'postgres' : 'embedded';
+if (SERVER_STORE === 'postgres' && typeof after === 'function') {
+  after(async () => {
+    for (const db of databases.values()) await db.drop().catch(() => undefined);
+    databases.clear();
+  });
+}
+
+/**
+ * For a test that looks at the embedded store's files (definitions as files under the root): on a
+ * server whose definitions live in PostgreSQL it is skipped, saying why in one visible line.
+ */
+export function filesUnderRootOnly(test: Mocha.Context, what: string): void {
+  if (SERVER_STORE !== 'postgres') return;
+  console.log(`      skipped on PostgreSQL: ${what}`);
+  test.skip();
+}
+
+async function storeArgs(root: string, args: string[]): Promise<string[]> {
+  if (SERVER_STORE !== 'postgres' || args.includes('--store')) return [];
+  const base = process.env.SVCQ_TEST_PG_URL;
+  if (!base) throw new Error('SVCQ_TEST_SERVER_STORE=postgres needs SVCQ_TEST_PG_URL');
+  let db = databases.get(root);
+  if (!db) {
+    db = await freshDatabase(base);
+    databases.set(root, db);
+  }
+  return ['--store', db.url];
+}
+
 /** Spawns a real `svcq serve` (the built binary) on a temp root and waits for its `listening on` line. */
 export async function startServer(options: StartOptions = {}): Promise<TestServer> {
   const root = options.root ?? tempDir();
+  const store = await storeArgs(root, options.args ?? []);
   const masterToken = options.masterToken ?? 'master-test-token-0123456789abcdef';
   const entry = options.fromSources ? ['--import', 'tsx', '--no-warnings', path.join(REPO, 'bin/dev.js')] : [BIN];
-  const proc = spawn(process.execPath, [...entry, 'serve', '--root', root, '--port', String(options.port ?? 0), '--master-token', masterToken, ...(options.args ?? [])], {
+  const proc = spawn(process.execPath, [...entry, 'serve', '--root', root, '--port', String(options.port ?? 0), '--master-token', masterToken, ...store, ...(options.args ?? [])], {
     cwd: REPO,
     env: { ...process.env, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -51,44 +51,49 @@ describe('svcq work and signals (decisions §1.3)', function () {
   it('a Ctrl-C that reaches a command still being started in the worker\'s process group does not kill its job: every started job finishes, and the worker exits 0', async function () {
     // The test finds those commands through Linux's /proc/PID/task/TID/children.
     if (!existsSync(`/proc/${process.pid}/task/${process.pid}/children`)) this.skip();
-    const queue = queueName('ctrlc');
-    // One attempt: a job killed by the signal would leave its item failed, not quietly pending again.
-    await defineQueue(server, queue, { maxAttempts: 1 });
-    const concurrency = 16;
-    await Promise.all(Array.from({ length: concurrency }, (_, n) => postItem(server, queue, { n })));
-    const job = path.join(dir, 'job.sh');
-    writeFileSync(job, 'sleep 1\necho \'{"done":true}\'\n');
-    worker = startWorker(server, queue, ['--exec', `sh ${job}`, '--concurrency', String(concurrency)], {}, { detached: true });
-    const pid = worker.proc.pid!;
-    // A terminal signals every process of its foreground group. A command is in the worker's group
-    // from the fork until it starts a session of its own: signal each one caught in that moment, as
-    // Ctrl-C would if it came then.
+    // The moment between fork and the command's own session is short: on a busy machine a round
+    // may catch no command in it, and then proves nothing. Such a round is run again, up to 5.
     let hit = 0;
-    const deadline = Date.now() + 10_000;
-    while (hit < 3 && Date.now() < deadline && worker.events.filter((e) => e.event === 'claimed').length < concurrency) {
-      for (const child of childrenInGroup(pid)) {
-        try {
-          process.kill(child, 'SIGINT');
-          hit++;
-        } catch {
-          // gone
+    for (let round = 0; round < 5 && hit === 0; round++) {
+      await killWorker(worker);
+      const queue = queueName('ctrlc');
+      // One attempt: a job killed by the signal would leave its item failed, not quietly pending again.
+      await defineQueue(server, queue, { maxAttempts: 1 });
+      const concurrency = 16;
+      await Promise.all(Array.from({ length: concurrency }, (_, n) => postItem(server, queue, { n })));
+      const job = path.join(dir, 'job.sh');
+      writeFileSync(job, 'sleep 1\necho \'{"done":true}\'\n');
+      worker = startWorker(server, queue, ['--exec', `sh ${job}`, '--concurrency', String(concurrency)], {}, { detached: true });
+      const pid = worker.proc.pid!;
+      // A terminal signals every process of its foreground group. A command is in the worker's group
+      // from the fork until it starts a session of its own: signal each one caught in that moment, as
+      // Ctrl-C would if it came then.
+      const deadline = Date.now() + 10_000;
+      while (hit < 3 && Date.now() < deadline && worker.events.filter((e) => e.event === 'claimed').length < concurrency) {
+        for (const child of childrenInGroup(pid)) {
+          try {
+            process.kill(child, 'SIGINT');
+            hit++;
+          } catch {
+            // gone
+          }
         }
+        await new Promise((r) => setImmediate(r));
       }
-      await new Promise((r) => setImmediate(r));
+      process.kill(-pid, 'SIGINT');
+      const code = await worker.exited;
+      const w = worker;
+      const failed = w.events.filter((e) => e.event === 'failed');
+      expect(failed, `failed jobs; stderr:\n${w.stderr()}`).to.deep.equal([]);
+      expect(code, w.stderr()).to.equal(0);
+      const claimed = w.events.filter((e) => e.event === 'claimed').map((e) => e.id!);
+      for (const id of claimed) {
+        const item = await getItem(server, queue, id);
+        expect(item.status, `item ${id}`).to.equal('finished');
+        expect(item.result).to.deep.equal({ done: true });
+      }
     }
-    process.kill(-pid, 'SIGINT');
-    const code = await worker.exited;
-    const w = worker;
-    const failed = w.events.filter((e) => e.event === 'failed');
-    expect(failed, `failed jobs; stderr:\n${w.stderr()}`).to.deep.equal([]);
-    expect(code, w.stderr()).to.equal(0);
-    const claimed = w.events.filter((e) => e.event === 'claimed').map((e) => e.id!);
-    expect(hit, 'commands caught in the worker\'s group').to.be.greaterThan(0);
-    for (const id of claimed) {
-      const item = await getItem(server, queue, id);
-      expect(item.status, `item ${id}`).to.equal('finished');
-      expect(item.result).to.deep.equal({ done: true });
-    }
+    expect(hit, 'commands caught in the worker\'s group (5 rounds)').to.be.greaterThan(0);
   });
 
   it('a Ctrl-C while claims are in flight: an item a claim brings back is run to completion, and none is left claimed', async () => {

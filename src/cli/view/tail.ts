@@ -82,7 +82,8 @@ export async function tailFile(client: SvcqClient, endpoint: string, query: Reco
  * Follows the active access log across rotations, like `tail -F`. A rotated file that appeared
  * since the last poll is the file that was being read: its rest is read from the old offset (and
  * any file rotated after it whole), then the new active file from its start. An active file that
- * shrank without a rotation is read again from its start.
+ * shrank without a rotation is read again from its start. Bytes read from the active file are
+ * printed only when no rotation happened around the read.
  */
 export async function tailAccessLog(client: SvcqClient, from: number, options: TailOptions): Promise<void> {
   let offset = from;
@@ -103,6 +104,11 @@ export async function tailAccessLog(client: SvcqClient, from: number, options: T
     if (!list.active) continue;
     const lines = wholeLines(await client.toolFile('logs/file', { which: 'active' }, offset));
     if (lines.length === 0) continue;
+    // The read may have met the file that replaced the listed one, at an offset that means nothing
+    // there. A rotation leaves a rotated file: when none appeared since the list, the bytes are
+    // the listed file's; otherwise they are dropped and the next poll reads the rest of the listed
+    // file (now rotated) from `offset`, then the new one from its start.
+    if (newestRotated(await client.tool<LogList>('logs')) > newest) continue;
     options.write(lines);
     offset += lines.length;
   }
