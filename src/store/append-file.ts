@@ -142,7 +142,8 @@ export class AppendFile {
     const finish = (err: Error | null): void => {
       if (err) this.failed(err, offset, data.length, waiters);
       else {
-        this.options.onGroup?.((performance.now() - started) / 1000, waiters.length);
+        // A group of appendLater text alone (bookkeeping no caller waits for) is not reported.
+        if (waiters.length > 0) this.options.onGroup?.((performance.now() - started) / 1000, waiters.length);
         waiters.forEach((w) => w.resolve());
       }
       this.flushing = false;
@@ -233,7 +234,7 @@ export interface AppendFileOptions {
   onFailure?: (err: Error) => void;
   /** The write system call (fs.write); tests put one here that fails on cue. */
   write?: WriteFn;
-  /** Told of every group made durable: how long its write took, and how many appends it carried. */
+  /** Told of every group made durable that an append waited for: how long its write took, and how many appends waited for it. */
   onGroup?: (seconds: number, appends: number) => void;
 }
 

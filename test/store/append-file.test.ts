@@ -43,4 +43,18 @@ describe('an append file kept zero-filled ahead of its data', () => {
     await f.close();
     expect(readFileSync(file, 'utf8')).to.equal('one\n');
   });
+
+  it('reports each group an append waited for, with the appends in it; text written later alone is not a group commit (decisions §5.1 commit histograms)', async () => {
+    const file = path.join(dir, 'g.jsonl');
+    const groups: number[] = [];
+    const f = await AppendFile.open(file, { onGroup: (_seconds, appends) => groups.push(appends) });
+    await Promise.all([f.append('a\n'), f.append('b\n')]);
+    f.appendLater('mark\n');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(dataOf(file)).to.equal('a\nb\nmark\n');
+    f.appendLater('mark\n');
+    await f.append('c\n');
+    await f.close();
+    expect(groups).to.deep.equal([2, 1]);
+  });
 });
