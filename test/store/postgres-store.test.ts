@@ -4,6 +4,7 @@ import { resolveQueue } from '../../src/engine/config.js';
 import type { TaskEventKind } from '../../src/engine/item.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
 import { StoreUnavailable, type QueueRef } from '../../src/store/store.js';
+import { claimTopic, InProcessNotifier } from '../../src/waiting/notifier.js';
 import { FakeClock, freshDatabaseWithClient, postgresPresent, postgresUnderTest, START } from './support/stores.js';
 
 /**
@@ -164,5 +165,63 @@ describe('PostgreSQL store: transactions, events and sweeps', function () {
     const made = await good;
     expect(made.every((o) => o.created)).to.equal(true);
     expect((await store.counts(q)).pending).to.equal(2);
+  });
+});
+
+describe('PostgreSQL store: deadlines applied as they fall, on the real clock', function () {
+  this.timeout(30_000);
+  let db: { url: string; admin: pg.Client; drop: () => Promise<void> } | undefined;
+  let store: PostgresStore | undefined;
+  afterEach(async () => {
+    await store?.close();
+    await db?.drop();
+    store = undefined;
+    db = undefined;
+  });
+
+  /** A store on the real clock sweeping every `sweepIntervalMs`, and a promise of the next announcement that q has items to claim. */
+  async function open(config: ReturnType<typeof resolveQueue>, sweepIntervalMs: number) {
+    if (!postgresPresent(target)) throw new Error('unreachable');
+    db = await freshDatabaseWithClient(target.url);
+    const notifier = new InProcessNotifier();
+    const ref: QueueRef = { key: 'wake.example.com/q', host: 'wake.example.com', name: 'q', config };
+    store = new PostgresStore({ url: db.url, notifier, configFor: (key) => (key === ref.key ? config : undefined), sweepIntervalMs });
+    await store.open();
+    const opened = Date.now();
+    const announced = (): Promise<number> =>
+      new Promise((resolve) => {
+        const off = notifier.subscribe(claimTopic(ref.key), () => {
+          off();
+          resolve(Date.now());
+        });
+      });
+    return { store, ref, opened, announced };
+  }
+
+  it('a retry delay set on this node is applied when it ends, not at the next periodic sweep (decisions §2.2, §3.3, §6.1)', async function () {
+    if (!postgresPresent(target)) this.skip();
+    // The periodic sweep would first run 10 s after open: only the wake can apply the retry in time.
+    const { store, ref, announced } = await open(resolveQueue({ retryDelaySeconds: 0.5, maxAttempts: 2 }), 10_000);
+    const { id } = await store.post(ref, { body: '{}', postedBy: 'p' });
+    await store.claim(ref, { worker: 'w' });
+    const next = announced();
+    await store.error(ref, id, '{"try":1}');
+    const errored = Date.now();
+    const at = await next;
+    expect(at - errored).to.be.within(400, 2500);
+    expect((await store.claim(ref, { worker: 'w' }))?.id).to.equal(id);
+  });
+
+  it('a lease ending beyond two sweep intervals is seen coming by a periodic sweep and applied when it ends (decisions §3.2, §6.1)', async function () {
+    if (!postgresPresent(target)) this.skip();
+    // Sweeps every 1 s from open; the lease (5 s, set 0.5 s after open) ends half-way between two
+    // of them, and too far off for the claim to wake for it.
+    const { store, ref, opened, announced } = await open(resolveQueue({ leaseSeconds: 5, maxAttempts: 2 }), 1000);
+    await store.post(ref, { body: '{}', postedBy: 'p' });
+    await sleep(Math.max(0, opened + 500 - Date.now()));
+    const claimed = await store.claim(ref, { worker: 'lost' });
+    const until = claimed!.lease.until;
+    const at = await announced();
+    expect(at - until).to.be.within(-20, 300);
   });
 });

@@ -37,7 +37,10 @@ export interface PostgresStoreOptions {
    * database more CPU per job, for the same or fewer jobs per second).
    */
   concurrentTransactions?: number;
-  /** How often every known queue is swept for deadlines, in real milliseconds (default 1000; 0: never). */
+  /**
+   * How often every known queue is swept for deadlines, in real milliseconds (default 1000; 0:
+   * never, and no sweep when a deadline falls either: only requests apply deadlines).
+   */
   sweepIntervalMs?: number;
   /** How often `svcq_events` is read for other nodes' task events once a history reads them (default 250 ms). */
   eventPollMs?: number;
@@ -65,6 +68,8 @@ const SWEEP_BATCH = 500;
  * (by its clock) than the sweep that opened the window, and commits a deadline after it.
  */
 const QUIET_SLACK_MS = 10_000;
+/** Deadlines that fall within this many milliseconds of each other are applied by one sweep. */
+const WAKE_STEP_MS = 25;
 /** Pending rows a claim with criteria reads (without locking) per step of its walk. */
 const CLAIM_PAGE = 500;
 /** Transactions a store runs at once, unless told otherwise. */
@@ -356,7 +361,9 @@ interface Op {
  * Time: deadlines are columns compared with the store's `now` (passed as a parameter). Before the
  * calls of a transaction run, what is due in their queues is applied in batches of 500 rows
  * (`… FOR UPDATE SKIP LOCKED`); a periodic sweep does the same for every queue `configFor` knows,
- * so deadlines pass with no traffic. Each is applied once: a row another node holds is skipped,
+ * so deadlines pass with no traffic, and a timer sweeps a queue when a deadline it knows of falls
+ * (one this node set, or one the periodic sweep saw coming), so a waiting claim gets a re-queued
+ * item as its retry delay or its lease ends, not up to a sweep interval later. Each is applied once: a row another node holds is skipped,
  * and a row is re-checked with rules.due after it is locked (another node may have just applied it).
  *
  * Group commit: calls made while the store's transactions are all busy (and those made in the
@@ -407,6 +414,14 @@ export class PostgresStore implements Store, EventOutbox {
   private readonly idle: Array<() => void> = [];
   private sweepTimer: NodeJS.Timeout | undefined;
   private sweeping = false;
+  /**
+   * Queues to sweep when a deadline falls, by the time it falls (rounded up to WAKE_STEP_MS): a
+   * deadline is applied as it falls rather than at the next periodic sweep. Only deadlines within
+   * two sweep intervals are kept here; the periodic sweep finds the later ones as they come near.
+   */
+  private readonly wakes = new Map<number, Set<string>>();
+  private wakeTimer: NodeJS.Timeout | undefined;
+  private wakeTimerAt = Infinity;
   /** Queues known to be in svcq_queues already. */
   private readonly known = new Set<string>();
   private ids = Buffer.alloc(0);
@@ -532,6 +547,7 @@ export class PostgresStore implements Store, EventOutbox {
     const wasOpen = this.state === 'open';
     this.state = 'closed';
     clearInterval(this.sweepTimer);
+    clearTimeout(this.wakeTimer);
     clearTimeout(this.purgeTimer);
     this.outbox.close();
     if (!wasOpen) return;
@@ -920,7 +936,7 @@ export class PostgresStore implements Store, EventOutbox {
    * other transactions hold skipped (they are being changed by whoever holds them, and a call
    * that needs one of them locks it and applies rules.due itself).
    */
-  private async sweepQueue(tx: Tx, ref: QueueRef): Promise<void> {
+  private async sweepQueue(tx: Tx, ref: QueueRef, periodic: boolean): Promise<void> {
     const c = ref.config;
     for (;;) {
       const res = await tx.client.query<ItemRow>(
@@ -950,7 +966,7 @@ export class PostgresStore implements Store, EventOutbox {
       }
       // The next batch must not find these rows due again.
       await tx.flush();
-      if (res.rows.length < SWEEP_BATCH) return this.findQuiet(tx, ref);
+      if (res.rows.length < SWEEP_BATCH) return this.findQuiet(tx, ref, periodic);
       if (changed === 0) return;
     }
   }
@@ -972,10 +988,11 @@ export class PostgresStore implements Store, EventOutbox {
    * still shows the deadline it had, so its window is closed until it moves. The periodic sweep
    * ignores the window, and the window ends when the queue's rules change.
    */
-  private async findQuiet(tx: Tx, ref: QueueRef): Promise<void> {
+  private async findQuiet(tx: Tx, ref: QueueRef, periodic: boolean): Promise<void> {
     const c = ref.config;
     const span = Math.min(c.leaseMs, c.retryDelayMs > 0 ? c.retryDelayMs : Infinity, c.timeoutMs ?? Infinity, c.retainMs);
-    if (span <= 2 * QUIET_SLACK_MS) return;
+    // Too short a span for a window; a periodic sweep still looks for the soonest deadline, to wake for it.
+    if (span <= 2 * QUIET_SLACK_MS && !periodic) return;
     const res = await tx.client.query<{ at: number | null }>(
       named(
         'svcq_next_deadline',
@@ -994,6 +1011,8 @@ export class PostgresStore implements Store, EventOutbox {
     let oldest = tx.now;
     for (const other of this.live) oldest = Math.min(oldest, other.now);
     const at = res.rows[0]?.at ?? null;
+    if (at !== null) this.wakeFor(ref.key, at);
+    if (span <= 2 * QUIET_SLACK_MS) return;
     tx.quiet.set(ref.key, { rules: rulesKey(c), until: Math.min(at ?? Infinity, oldest + span - QUIET_SLACK_MS) });
   }
 
@@ -1059,8 +1078,9 @@ export class PostgresStore implements Store, EventOutbox {
         const queues = new Map<string, QueueRef>();
         for (const op of ops) if (!queues.has(op.ref.key)) queues.set(op.ref.key, op.ref);
         for (const ref of queues.values()) {
-          if (!ops.some((op) => op.sweep && op.ref.key === ref.key) && this.isQuiet(ref, tx.now)) continue;
-          await this.sweepQueue(tx, ref);
+          const periodic = ops.some((op) => op.sweep && op.ref.key === ref.key);
+          if (!periodic && this.isQuiet(ref, tx.now)) continue;
+          await this.sweepQueue(tx, ref, periodic);
         }
         // Posts, plain claims and submissions of one queue run together, where the first of them stood.
         const groups = new Map<string, Op[]>();
@@ -1198,6 +1218,11 @@ export class PostgresStore implements Store, EventOutbox {
     for (const key of tx.registered) this.known.add(key);
     for (const [key, quiet] of tx.quiet) this.quietUntil.set(key, quiet);
     if (tx.changes.length === 0) return;
+    for (const c of tx.changes) {
+      if (c.purged) continue;
+      const at = rules.nextDeadline(c.record, c.ref.config);
+      if (at !== null) this.wakeFor(c.ref.key, at);
+    }
     if (tx.changes.some((c) => c.events.length > 0)) this.outbox.soon();
     const notifier = this.options.notifier;
     const kinds = new Map<string, TaskEventKind[]>();
@@ -1249,6 +1274,56 @@ export class PostgresStore implements Store, EventOutbox {
     return total;
   }
 
+  /**
+   * Sweeps the queue when `at` comes (a deadline of one of its items falls then), if that is
+   * within two sweep intervals; a deadline already past (its row was held by another transaction)
+   * is looked at again a moment later.
+   */
+  private wakeFor(key: string, at: number): void {
+    const every = this.options.sweepIntervalMs ?? 1000;
+    if (every <= 0 || !this.options.configFor || this.state !== 'open') return;
+    const now = this.now();
+    if (at > now + 2 * every) return;
+    const slot = Math.ceil(Math.max(at, now + 1) / WAKE_STEP_MS) * WAKE_STEP_MS;
+    const keys = this.wakes.get(slot);
+    if (keys) keys.add(key);
+    else this.wakes.set(slot, new Set([key]));
+    this.armWake(slot);
+  }
+
+  private armWake(slot: number): void {
+    if (slot >= this.wakeTimerAt) return;
+    clearTimeout(this.wakeTimer);
+    this.wakeTimerAt = slot;
+    this.wakeTimer = setTimeout(() => this.wake(), Math.max(0, slot - this.now()));
+    this.wakeTimer.unref();
+  }
+
+  /** Sweeps the queues whose deadlines have come, then waits for the next. */
+  private wake(): void {
+    this.wakeTimer = undefined;
+    this.wakeTimerAt = Infinity;
+    const configFor = this.options.configFor;
+    if (this.state !== 'open' || !configFor) return;
+    const now = this.now();
+    const due = new Set<string>();
+    let next = Infinity;
+    for (const [slot, keys] of this.wakes) {
+      if (slot > now) next = Math.min(next, slot);
+      else {
+        for (const key of keys) due.add(key);
+        this.wakes.delete(slot);
+      }
+    }
+    if (next < Infinity) this.armWake(next);
+    for (const key of due) {
+      const config = configFor(key);
+      if (!config) continue;
+      // A sweep that fails is warned of by the periodic sweep, which runs again in a moment.
+      this.submitOp({ ref: refOf(key, config), run: async () => null, sweep: true }).catch(() => undefined);
+    }
+  }
+
   /** Every known queue swept once (the item counts compacted first); a sweep still under way is not doubled. */
   private sweepAll(): void {
     if (this.sweeping || this.state !== 'open' || !this.options.configFor) return;
@@ -1275,10 +1350,8 @@ export class PostgresStore implements Store, EventOutbox {
     for (const { key } of res.rows) {
       const config = configFor(key);
       if (!config || this.state !== 'open') continue;
-      const slash = key.indexOf('/');
-      const ref: QueueRef = { key, host: key.slice(0, slash), name: key.slice(slash + 1), config };
       // Nothing to run but the sweep that precedes every transaction's calls.
-      sweeps.push(this.submitOp({ ref, run: async () => null, sweep: true }));
+      sweeps.push(this.submitOp({ ref: refOf(key, config), run: async () => null, sweep: true }));
     }
     await Promise.all(sweeps);
   }
@@ -1293,6 +1366,12 @@ export class PostgresStore implements Store, EventOutbox {
     this.idsAt += 8;
     return id;
   }
+}
+
+/** A queue's reference from its key ('<host>/<name>') and its current rules. */
+function refOf(key: string, config: QueueConfig): QueueRef {
+  const slash = key.indexOf('/');
+  return { key, host: key.slice(0, slash), name: key.slice(slash + 1), config };
 }
 
 /** What decides when an item's deadlines fall: a quiet window holds only under the rules it was found for. */
