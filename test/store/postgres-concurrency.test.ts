@@ -180,6 +180,36 @@ describe('PostgreSQL store: several nodes on one database (decisions §6.1)', fu
     }
   });
 
+  it('a node whose clock is behind never stamps an item\'s change before the change it follows: a lease re-granted after another node ended the last one starts no earlier (decisions §3.2, §6.1)', async () => {
+    const q = queue();
+    const behind = new FakeClock();
+    const [ahead, late] = await Promise.all(
+      [clock, behind].map(async (c, n) => {
+        const store = new PostgresStore({ url: nodeUrl(n), now: c.now, sweepIntervalMs: 0 });
+        await store.open();
+        return store;
+      }),
+    );
+    try {
+      const { id } = await ahead.post(q, { body: '{}', postedBy: 'test' });
+      const first = await ahead.claim(q, { worker: 'first' });
+      // The lease ends on the node whose clock is ahead, which re-queues the item at its time.
+      clock.advance(config.leaseMs + 5000);
+      const requeuedAt = (await ahead.get(q, id))!.updatedAt;
+      expect(requeuedAt).to.equal(first!.lease.until + 5000);
+      behind.advance(config.leaseMs + 1000);
+      const again = await late.claim(q, { worker: 'second' });
+      expect(again?.id).to.equal(id);
+      expect(again!.lease.until, 'the new lease runs a full lease from the re-queue, not from the late clock').to.equal(requeuedAt + config.leaseMs);
+      const record = (await late.get(q, id))!;
+      expect(record.updatedAt).to.equal(requeuedAt);
+      const ts = (await admin.query('SELECT ts FROM svcq_events WHERE host = $1 AND queue = $2 AND id = $3 ORDER BY seq', [q.host, q.name, id])).rows.map((r) => Number(r.ts));
+      expect(ts, 'event times never go back').to.deep.equal([...ts].sort((x, y) => x - y));
+    } finally {
+      await Promise.all([ahead.close(), late.close()]);
+    }
+  });
+
   it('connections killed under load: calls are refused with StoreUnavailable, none resolves unless committed, and the node serves again (decisions §6, §6.1)', async () => {
     const q = queue();
     const store = nodes[0]!;

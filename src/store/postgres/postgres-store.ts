@@ -179,10 +179,21 @@ class Tx {
   /** Net change of the items counted per queue and status ('<queue>\n<status>'), written to svcq_count_deltas before COMMIT. */
   readonly deltas = new Map<string, number>();
 
+  /**
+   * The time its rules apply at: when it began, moved later to the last change of any row it
+   * reads (one committed after it began: another node applied a deadline as it fell, say), so an
+   * item's changes are never stamped before the one they follow: a lease re-granted after a
+   * sweep ended the one before it starts no earlier than that sweep.
+   */
+  now: number;
+
   constructor(
     readonly client: pg.PoolClient,
-    readonly now: number,
-  ) {}
+    /** Its time when it began (what a quiet window allows for). */
+    readonly started: number,
+  ) {
+    this.now = started;
+  }
 
   /** Records a rule's transition of a loaded row; written by the next {@link flush}. */
   stage(ref: QueueRef, loaded: Loaded, t: Transition): void {
@@ -214,8 +225,10 @@ class Tx {
    */
   current(ref: QueueRef, row: ItemRow): Loaded | null {
     const w = this.pending.get(`${ref.key}\n${row.id}`);
-    if (!w) return recordOf(row);
-    return w.purged ? null : { record: w.record, version: w.version };
+    if (w) return w.purged ? null : { record: w.record, version: w.version };
+    const loaded = recordOf(row);
+    if (loaded.record.updatedAt > this.now) this.now = loaded.record.updatedAt;
+    return loaded;
   }
 
   /**
@@ -1008,8 +1021,8 @@ export class PostgresStore implements Store, EventOutbox {
       ),
       [ref.key, c.timeoutMs, c.retainFrom === 'finished' ? c.retainMs : null, c.retainFrom === 'fetched' ? c.retainMs : null],
     );
-    let oldest = tx.now;
-    for (const other of this.live) oldest = Math.min(oldest, other.now);
+    let oldest = tx.started;
+    for (const other of this.live) oldest = Math.min(oldest, other.started);
     const at = res.rows[0]?.at ?? null;
     if (at !== null) this.wakeFor(ref.key, at);
     if (span <= 2 * QUIET_SLACK_MS) return;
