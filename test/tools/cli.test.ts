@@ -38,7 +38,11 @@ describe('svcq logs, stats, tasks and payload (decisions §1.2)', () => {
       // About 130 bytes a line against a 2000-byte limit: 40 requests rotate the active file at least twice.
       const markers = Array.from({ length: 40 }, (_, i) => `/follow-marker-${i}`);
       for (const marker of markers) await request(server.url, marker, { host: HOST });
-      await eventually('every marker line', () => (markers.every((m) => out.includes(`"path":"${m}"`)) ? true : undefined), 10_000);
+      // The follower polls once a second; a loaded machine may take a few polls.
+      await eventually('every marker line', () => (markers.every((m) => out.includes(`"path":"${m}"`)) ? true : undefined), 20_000).catch((err: Error) => {
+        const missing = markers.filter((m) => !out.includes(`"path":"${m}"`));
+        throw new Error(`${err.message}: ${missing.length} missing (${missing.join(' ')}); the follower ${follower.exitCode === null ? 'still runs' : `exited ${follower.exitCode}`} and printed:\n${out.slice(-3000)}`);
+      });
       for (const marker of markers) expect(out.split(`"path":"${marker}"`).length - 1, marker).to.equal(1);
       expect(out).to.not.include('"path":"/api/v2/logs/file"');
       expect(out).to.not.include('"path":"/api/v2/logs"');
