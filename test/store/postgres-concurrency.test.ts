@@ -157,6 +157,9 @@ describe('PostgreSQL store: several nodes on one database (decisions §6.1)', fu
     // A lease of a minute: after a sweep, a node knows nothing in the queue can be due for a while
     // and its calls skip the sweep; no periodic sweep here, only the calls.
     const q: QueueRef = { ...queue(), config: resolveQueue({ leaseSeconds: 60, maxAttempts: 3 }) };
+    // The other nodes' periodic sweeps would apply the lease too (and a claim skips a row a sweep
+    // holds): they are closed.
+    await Promise.all(nodes.map((n) => n.close()));
     const [a, b] = await Promise.all(
       [0, 1].map(async (n) => {
         const store = new PostgresStore({ url: nodeUrl(n), now: clock.now, sweepIntervalMs: 0 });
@@ -182,6 +185,8 @@ describe('PostgreSQL store: several nodes on one database (decisions §6.1)', fu
 
   it('a node whose clock is behind never stamps an item\'s change before the change it follows: a lease re-granted after another node ended the last one starts no earlier (decisions §3.2, §6.1)', async () => {
     const q = queue();
+    // Only these two nodes, and no periodic sweeps: the other nodes are closed.
+    await Promise.all(nodes.map((n) => n.close()));
     const behind = new FakeClock();
     const [ahead, late] = await Promise.all(
       [clock, behind].map(async (c, n) => {
