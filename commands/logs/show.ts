@@ -6,7 +6,7 @@ import { keepLines, lastLines, tailAccessLog } from '../../src/cli/view/tail.js'
 
 export default class LogsShow extends BaseCommand<typeof LogsShow> {
   static override summary = 'Print one access-log file, one JSON line per request; --follow keeps printing new lines.';
-  static override description = `With --follow it works like tail -f: it prints the last --lines lines (10 unless told), then polls every second for the bytes after the last ones printed (a Range request), and carries on into the new active file when the log is rotated.
+  static override description = `With --follow it works like tail -f: it prints the last --lines lines (10 unless told), then polls every second for the bytes after the last ones printed (a Range request), and carries on into the new active file when the log is rotated. If the server cannot be reached for a while (a restart, say), it says so once on stderr and carries on from where it was when the server answers again.
 While following, requests that read the access log itself (paths /api/v2/logs and /api/v2/logs/file) are left out, so that the follower's own polls do not fill the screen; --include-log-reads shows them. Without --follow every line is printed.`;
   static override examples = [
     '<%= config.bin %> logs show',
@@ -46,6 +46,7 @@ While following, requests that read the access log itself (paths /api/v2/logs an
     if (last.lines.length > 0) process.stdout.write(`${last.lines.join('\n')}\n`);
     if (!follow) return;
     await tailAccessLog(client, last.end, {
+      trouble: (line) => process.stderr.write(`svcq: ${line}\n`),
       write: (chunk) => {
         const kept = keepLines(chunk, keep);
         if (kept.length > 0) process.stdout.write(kept);

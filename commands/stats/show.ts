@@ -7,7 +7,7 @@ import { tailFile, wholeLines } from '../../src/cli/view/tail.js';
 
 export default class StatsShow extends BaseCommand<typeof StatsShow> {
   static override summary = 'Chart one stats day-file; --json prints its samples instead.';
-  static override description = 'NAME is a file name as `svcq stats` lists it. CPU is drawn as busy % between samples, disk and network I/O as bytes per second. With --follow the chart is drawn again whenever new samples arrive.';
+  static override description = 'NAME is a file name as `svcq stats` lists it. CPU is drawn as busy % between samples, disk and network I/O as bytes per second. With --follow the chart is drawn again whenever new samples arrive. If the server cannot be reached for a while (a restart, say), it says so once on stderr and carries on from where it was when the server answers again.';
   static override examples = ['<%= config.bin %> stats show cpu-2026-01-31.log', '<%= config.bin %> stats show memory-2026-01-31.log --follow', '<%= config.bin %> stats show netio-2026-01-31.log --json'];
 
   static override args = {
@@ -37,6 +37,7 @@ export default class StatsShow extends BaseCommand<typeof StatsShow> {
     const { interval } = await client.tool<StatList>('stats');
     await tailFile(client, 'stats/file', { name: args.name }, Buffer.byteLength(text), {
       intervalMs: Math.max(1000, interval),
+      trouble: (line) => process.stderr.write(`svcq: ${line}\n`),
       write: (chunk) => {
         text += chunk.toString('utf8');
         draw();

@@ -7,7 +7,7 @@ import { lastLines, tailFile } from '../../src/cli/view/tail.js';
 
 export default class TasksShow extends BaseCommand<typeof TasksShow> {
   static override summary = 'Print the task events of one day, one readable line each; --follow keeps printing new ones.';
-  static override description = 'With --follow it works like tail -f: it prints the last --lines events (10 unless told), then polls every second for the bytes after the last ones printed (a Range request). Without --follow the whole day is printed, or its last --lines events.';
+  static override description = 'With --follow it works like tail -f: it prints the last --lines events (10 unless told), then polls every second for the bytes after the last ones printed (a Range request). If the server cannot be reached for a while (a restart, say), it says so once on stderr and carries on from where it was when the server answers again. Without --follow the whole day is printed, or its last --lines events.';
   static override examples = [
     '<%= config.bin %> tasks show tasks-2026-01-31.log',
     '<%= config.bin %> tasks show tasks-2026-01-31.log --follow',
@@ -45,6 +45,7 @@ export default class TasksShow extends BaseCommand<typeof TasksShow> {
     for (const line of eventLines(last.lines.join('\n'))) this.log(line);
     if (!this.flags.follow) return;
     await tailFile(client, 'tasks/file', { name: args.name }, last.end, {
+      trouble: (line) => process.stderr.write(`svcq: ${line}\n`),
       write: (chunk) => eventLines(chunk.toString('utf8')).forEach((line) => this.log(line)),
     });
   }

@@ -106,3 +106,47 @@ describe('svcq logs, stats, tasks and payload (decisions §1.2)', () => {
     expect(help.stdout).to.match(/--stats-interval=<value>[^\n]*\n?[^\n]*default: 15000/);
   });
 });
+
+describe('svcq logs show --follow across a server restart (decisions §1.2)', function () {
+  this.timeout(60_000);
+
+  it('says once on stderr that the server went away, and carries on from where it was when the server answers again', async () => {
+    let server = await startServer();
+    const root = server.root;
+    const port = new URL(server.url).port;
+    const env = { SVCQ_URL: server.url, SVCQ_TOKEN: server.masterToken };
+    const follower = spawn(process.execPath, [BIN, 'logs', 'show', '--follow'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    follower.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    follower.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    try {
+      await eventually(
+        'the follower to print the log',
+        async () => {
+          await request(server.url, '/before-restart', { host: HOST });
+          return stdout.includes('"path":"/before-restart"') ? true : undefined;
+        },
+        15_000,
+      );
+      expect(await server.stop()).to.equal(0);
+      await eventually('the follower to say the server went away', () => (/svcq: cannot reach .*; trying again every 1 s\n/.test(stderr) ? true : undefined), 10_000);
+      // Down for a few polls: the outage is told once, not once a poll.
+      await new Promise((resolve) => setTimeout(resolve, 2500));
+      expect(follower.exitCode, stderr).to.equal(null);
+      server = await startServer({ root, port: Number(port) });
+      await request(server.url, '/after-restart', { host: HOST });
+      await eventually('the follower to print what was logged after the restart', () => (stdout.includes('"path":"/after-restart"') ? true : undefined), 15_000);
+      expect(stderr.match(/trying again/g), stderr).to.have.length(1);
+      expect(stderr).to.contain('svcq: the server answers again; following on\n');
+      // Carried on from its offset in the same file: nothing printed twice.
+      expect(stdout.split('"path":"/before-restart"').length - 1).to.be.at.least(1);
+      const lines = stdout.split('\n').filter(Boolean);
+      expect(new Set(lines).size, 'no line printed twice').to.equal(lines.length);
+    } finally {
+      follower.kill();
+      await server.stop();
+      cleanupTemp(root);
+    }
+  });
+});

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { SvcqClient } from '../../client/client.js';
+import { ClientError, type SvcqClient } from '../../client/client.js';
 import type { LogList } from './format.js';
 
 export interface TailOptions {
@@ -9,6 +9,12 @@ export interface TailOptions {
   intervalMs?: number;
   /** Stops the loop. */
   signal?: AbortSignal;
+  /**
+   * Told, once, when a poll fails for a reason that may pass (the server cannot be reached, or
+   * answers 5xx: a restart, say), and once more when a poll succeeds again; polling goes on
+   * meanwhile, from where it was. Any other failure ends the loop.
+   */
+  trouble?: (line: string) => void;
 }
 
 /** Bytes up to and including the last newline: a line still being written waits for the next poll. */
@@ -55,6 +61,26 @@ export function keepLines(chunk: Buffer, keep: (line: string) => boolean): Buffe
   return Buffer.from(kept.length ? `${kept.join('\n')}\n` : '');
 }
 
+/**
+ * Runs `poll` after each pause until the signal aborts. A poll that fails transiently is
+ * told of (once per outage) and simply retried at the next pause; any other failure ends the loop.
+ */
+async function everyPause(options: TailOptions, poll: () => Promise<void>): Promise<void> {
+  let down = false;
+  while (await pause(options)) {
+    try {
+      await poll();
+    } catch (err) {
+      if (!(err instanceof ClientError) || !err.transient) throw err;
+      if (!down) options.trouble?.(`${err.message}; trying again every ${Math.round((options.intervalMs ?? 1000) / 100) / 10} s`);
+      down = true;
+      continue;
+    }
+    if (down) options.trouble?.('the server answers again; following on');
+    down = false;
+  }
+}
+
 async function pause(options: TailOptions): Promise<boolean> {
   try {
     await sleep(options.intervalMs ?? 1000, undefined, { signal: options.signal });
@@ -70,12 +96,12 @@ async function pause(options: TailOptions): Promise<boolean> {
  */
 export async function tailFile(client: SvcqClient, endpoint: string, query: Record<string, string>, from: number, options: TailOptions): Promise<void> {
   let offset = from;
-  while (await pause(options)) {
+  await everyPause(options, async () => {
     const lines = wholeLines(await client.toolFile(endpoint, query, offset));
-    if (lines.length === 0) continue;
+    if (lines.length === 0) return;
     options.write(lines);
     offset += lines.length;
-  }
+  });
 }
 
 /**
@@ -88,7 +114,7 @@ export async function tailFile(client: SvcqClient, endpoint: string, query: Reco
 export async function tailAccessLog(client: SvcqClient, from: number, options: TailOptions): Promise<void> {
   let offset = from;
   let newest = newestRotated(await client.tool<LogList>('logs'));
-  while (await pause(options)) {
+  await everyPause(options, async () => {
     const list = await client.tool<LogList>('logs');
     const fresh = list.rotated.filter((r) => r.ts > newest);
     if (fresh.length > 0) {
@@ -101,17 +127,17 @@ export async function tailAccessLog(client: SvcqClient, from: number, options: T
     } else if (list.active && list.active.size < offset) {
       offset = 0;
     }
-    if (!list.active) continue;
+    if (!list.active) return;
     const lines = wholeLines(await client.toolFile('logs/file', { which: 'active' }, offset));
-    if (lines.length === 0) continue;
+    if (lines.length === 0) return;
     // The read may have met the file that replaced the listed one, at an offset that means nothing
     // there. A rotation leaves a rotated file: when none appeared since the list, the bytes are
     // the listed file's; otherwise they are dropped and the next poll reads the rest of the listed
     // file (now rotated) from `offset`, then the new one from its start.
-    if (newestRotated(await client.tool<LogList>('logs')) > newest) continue;
+    if (newestRotated(await client.tool<LogList>('logs')) > newest) return;
     options.write(lines);
     offset += lines.length;
-  }
+  });
 }
 
 function newestRotated(list: LogList): number {
