@@ -55,15 +55,21 @@ export function normalise(text: string): string {
     .trimEnd();
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
+/**
+ * A port nothing listens on, below the kernel's ephemeral range (32768 and up here): a server
+ * another test starts on port 0 never takes it between this check and the listen that follows,
+ * nor while a server on it restarts.
+ */
+export async function freePort(): Promise<number> {
+  for (;;) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    const free = await new Promise<boolean>((resolve) => {
+      const srv = net.createServer();
+      srv.once('error', () => resolve(false));
+      srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
     });
-  });
+    if (free) return port;
+  }
 }
 
 export async function until(check: () => boolean, what: string, ms: number): Promise<void> {

@@ -1,11 +1,33 @@
 import { expect } from 'chai';
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { runCli } from '../support/cli.js';
 import { request } from '../support/http.js';
 import { BIN, cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { freePort } from '../docs/doc-blocks.js';
 import { eventually, putQueue, today, tools } from './helpers.js';
 
 const HOST = 'jobs.cli-tools.test';
+
+/** `svcq logs show --follow` running against a server, and a wait until it prints a request made now (its own polls it hides). */
+async function follow(server: TestServer, env: Record<string, string>, ready: string): Promise<{ proc: ChildProcess; stdout: () => string; stderr: () => string }> {
+  const proc = spawn(process.execPath, [BIN, 'logs', 'show', '--follow'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  proc.stdout!.on('data', (c: Buffer) => (stdout += c.toString()));
+  proc.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
+  await eventually(
+    'the follower to print the log',
+    async () => {
+      await request(server.url, ready, { host: HOST });
+      return stdout.includes(`"path":"${ready}"`) ? true : undefined;
+    },
+    15_000,
+  ).catch((err: Error) => {
+    proc.kill();
+    throw new Error(`${err.message}; it printed:\n${stdout}${stderr}`);
+  });
+  return { proc, stdout: () => stdout, stderr: () => stderr };
+}
 
 describe('svcq logs, stats, tasks and payload (decisions §1.2)', () => {
   let server: TestServer;
@@ -21,35 +43,23 @@ describe('svcq logs, stats, tasks and payload (decisions §1.2)', () => {
   });
 
   it('logs show --follow prints new access lines as they are written, across a rotation, like tail -F, and not its own polls', async () => {
-    const follower = spawn(process.execPath, [BIN, 'logs', 'show', '--follow'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    follower.stdout.on('data', (c: Buffer) => (out += c.toString()));
-    follower.stderr.on('data', (c: Buffer) => (out += c.toString()));
+    const follower = await follow(server, env, '/follow-ready');
     try {
-      // The follower shows none of its own requests: it is following once a request made now shows up.
-      await eventually(
-        'the follower to print the log',
-        async () => {
-          await request(server.url, '/follow-ready', { host: HOST });
-          return out.includes('"path":"/follow-ready"') ? true : undefined;
-        },
-        10_000,
-      );
       // About 130 bytes a line against a 2000-byte limit: 40 requests rotate the active file at least twice.
       const markers = Array.from({ length: 40 }, (_, i) => `/follow-marker-${i}`);
       for (const marker of markers) await request(server.url, marker, { host: HOST });
       // The follower polls once a second; a loaded machine may take a few polls.
-      await eventually('every marker line', () => (markers.every((m) => out.includes(`"path":"${m}"`)) ? true : undefined), 20_000).catch((err: Error) => {
-        const missing = markers.filter((m) => !out.includes(`"path":"${m}"`));
-        throw new Error(`${err.message}: ${missing.length} missing (${missing.join(' ')}); the follower ${follower.exitCode === null ? 'still runs' : `exited ${follower.exitCode}`} and printed:\n${out.slice(-3000)}`);
+      await eventually('every marker line', () => (markers.every((m) => follower.stdout().includes(`"path":"${m}"`)) ? true : undefined), 20_000).catch((err: Error) => {
+        const missing = markers.filter((m) => !follower.stdout().includes(`"path":"${m}"`));
+        throw new Error(`${err.message}: ${missing.length} missing (${missing.join(' ')}); the follower ${follower.proc.exitCode === null ? 'still runs' : `exited ${follower.proc.exitCode}`} and printed:\n${follower.stdout().slice(-3000)}${follower.stderr()}`);
       });
-      for (const marker of markers) expect(out.split(`"path":"${marker}"`).length - 1, marker).to.equal(1);
-      expect(out).to.not.include('"path":"/api/v2/logs/file"');
-      expect(out).to.not.include('"path":"/api/v2/logs"');
+      for (const marker of markers) expect(follower.stdout().split(`"path":"${marker}"`).length - 1, marker).to.equal(1);
+      expect(follower.stdout()).to.not.include('"path":"/api/v2/logs/file"');
+      expect(follower.stdout()).to.not.include('"path":"/api/v2/logs"');
       const list = (await runCli(['logs', '--json'], { env })).stdout;
       expect((JSON.parse(list) as { rotated: unknown[] }).rotated.length).to.be.at.least(2);
     } finally {
-      follower.kill();
+      follower.proc.kill();
     }
   });
 
@@ -111,40 +121,31 @@ describe('svcq logs show --follow across a server restart (decisions §1.2)', fu
   this.timeout(60_000);
 
   it('says once on stderr that the server went away, and carries on from where it was when the server answers again', async () => {
-    let server = await startServer();
+    // A port outside the ephemeral range: no other test's server takes it while this one is down.
+    const port = await freePort();
+    let server = await startServer({ port });
     const root = server.root;
-    const port = new URL(server.url).port;
     const env = { SVCQ_URL: server.url, SVCQ_TOKEN: server.masterToken };
-    const follower = spawn(process.execPath, [BIN, 'logs', 'show', '--follow'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    follower.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    follower.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const follower = await follow(server, env, '/before-restart');
     try {
-      await eventually(
-        'the follower to print the log',
-        async () => {
-          await request(server.url, '/before-restart', { host: HOST });
-          return stdout.includes('"path":"/before-restart"') ? true : undefined;
-        },
-        15_000,
-      );
       expect(await server.stop()).to.equal(0);
-      await eventually('the follower to say the server went away', () => (/svcq: cannot reach .*; trying again every 1 s\n/.test(stderr) ? true : undefined), 10_000);
+      await eventually('the follower to say the server went away', () => (/svcq: cannot reach .*; trying again every 1 s\n/.test(follower.stderr()) ? true : undefined), 10_000).catch((err: Error) => {
+        throw new Error(`${err.message}; the follower ${follower.proc.exitCode === null ? 'still runs' : `exited ${follower.proc.exitCode}`}, its stderr: ${follower.stderr()}`);
+      });
       // Down for a few polls: the outage is told once, not once a poll.
       await new Promise((resolve) => setTimeout(resolve, 2500));
-      expect(follower.exitCode, stderr).to.equal(null);
-      server = await startServer({ root, port: Number(port) });
+      expect(follower.proc.exitCode, follower.stderr()).to.equal(null);
+      server = await startServer({ root, port });
       await request(server.url, '/after-restart', { host: HOST });
-      await eventually('the follower to print what was logged after the restart', () => (stdout.includes('"path":"/after-restart"') ? true : undefined), 15_000);
-      expect(stderr.match(/trying again/g), stderr).to.have.length(1);
-      expect(stderr).to.contain('svcq: the server answers again; following on\n');
+      await eventually('the follower to print what was logged after the restart', () => (follower.stdout().includes('"path":"/after-restart"') ? true : undefined), 15_000);
+      expect(follower.stderr().match(/trying again/g), follower.stderr()).to.have.length(1);
+      expect(follower.stderr()).to.contain('svcq: the server answers again; following on\n');
       // Carried on from its offset in the same file: nothing printed twice.
-      expect(stdout.split('"path":"/before-restart"').length - 1).to.be.at.least(1);
-      const lines = stdout.split('\n').filter(Boolean);
+      expect(follower.stdout().split('"path":"/before-restart"').length - 1).to.be.at.least(1);
+      const lines = follower.stdout().split('\n').filter(Boolean);
       expect(new Set(lines).size, 'no line printed twice').to.equal(lines.length);
     } finally {
-      follower.kill();
+      follower.proc.kill();
       await server.stop();
       cleanupTemp(root);
     }
