@@ -9,8 +9,8 @@ import { Client } from 'undici';
 import { BATCH_SIZE, CLAIM_MAX, makeItem, RESULT_PREFIX, summarise, type LoadResult, type LoadSpec } from './protocol.js';
 
 const spec = JSON.parse(process.argv[2] ?? '') as LoadSpec;
-const base = new URL(spec.url);
-if (base.hostname !== '127.0.0.1') throw new Error(`the load generator only talks to 127.0.0.1, not ${base.hostname}`);
+const targets = (spec.urls ?? [spec.url]).map((u) => new URL(u));
+for (const t of targets) if (t.hostname !== '127.0.0.1') throw new Error(`the load generator only talks to 127.0.0.1, not ${t.hostname}`);
 
 // A minimal HTTP/1.1 client on raw keep-alive sockets: one connection per loop, one request in
 // flight on each. node:http's client (and even undici's) costs more CPU per request than the
@@ -18,7 +18,6 @@ if (base.hostname !== '127.0.0.1') throw new Error(`the load generator only talk
 // server, so a heavy client would measure itself.
 const postPath = `/${spec.queue}`;
 const claimPath = `/${spec.queue}/claim`;
-const port = Number(base.port);
 
 interface Reply {
   status: number;
@@ -33,8 +32,12 @@ interface Sender {
 
 /** The same over undici (the client inside Node's fetch): what a Node program speaking to svcq would use. */
 class UndiciConnection implements Sender {
-  private readonly client = new Client(spec.url, { pipelining: 1, keepAliveTimeout: 60_000 });
+  private readonly client: Client;
   private readonly headers = { host: spec.host, 'content-type': 'application/json' };
+
+  constructor(target: URL) {
+    this.client = new Client(target.origin, { pipelining: 1, keepAliveTimeout: 60_000 });
+  }
 
   async send(path: string, body: string): Promise<Reply> {
     outstanding++;
@@ -51,7 +54,12 @@ class UndiciConnection implements Sender {
   }
 }
 
-const connect = (): Sender => (spec.client === 'undici' ? new UndiciConnection() : new Connection());
+/** Connections go to the targets in turn (producers and workers alike, when there are several nodes). */
+let made = 0;
+const connect = (): Sender => {
+  const target = targets[made++ % targets.length]!;
+  return spec.client === 'undici' ? new UndiciConnection(target) : new Connection(Number(target.port));
+};
 
 class Connection implements Sender {
   private socket: net.Socket;
@@ -59,12 +67,12 @@ class Connection implements Sender {
   private closed = false;
   private pending: { resolve: (r: Reply) => void; reject: (e: Error) => void } | undefined;
 
-  constructor() {
+  constructor(private readonly port: number) {
     this.socket = this.connect();
   }
 
   private connect(): net.Socket {
-    const socket = net.connect(port, '127.0.0.1');
+    const socket = net.connect(this.port, '127.0.0.1');
     socket.setNoDelay(true);
     // A replaced socket's late events must not touch the request of the one after it.
     socket.on('data', (chunk: Buffer) => socket === this.socket && this.onData(chunk));

@@ -9,6 +9,10 @@
  *   --jobs 20000    jobs per full-cycle phase (pg-boss: a quarter, it is much slower)
  *   --rounds 3      paired rounds
  *   --in-flight 32  producers and workers
+ *
+ * Each round also runs the full cycle on three nodes on one database (the load generator's
+ * connections spread over them in turn), with the svcq processes' CPU per job; after the rounds,
+ * 200 cross-node wake-ups (a claim waiting on one node, the post sent to another).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -16,7 +20,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { BENCH_DIR, REPO } from './procs.js';
+import { request } from 'undici';
+import { performance } from 'node:perf_hooks';
+import { BENCH_DIR, cpuMsOf, REPO } from './procs.js';
 import { RESULT_PREFIX, type LoadMode, type LoadResult, type LoadSpec } from './protocol.js';
 import type { PgBossResult, PgBossSpec } from './pgboss-load.js';
 
@@ -37,6 +43,8 @@ const BASE = opts.store;
 const JOBS = Number(opts.jobs);
 const ROUNDS = Number(opts.rounds);
 const IN_FLIGHT = Number(opts['in-flight']);
+/** Cross-node wake-ups measured, one at a time, after the rounds. */
+const WAKE_SAMPLES = 200;
 const HOST = 'bench.test';
 const MASTER = 'bench-master-token-0123456789abcdef';
 const BIN = path.join(REPO, 'bin/run.js');
@@ -137,7 +145,7 @@ async function runChild<T>(script: string, arg: unknown, timeoutMs: number): Pro
 }
 
 /** A `svcq serve` on a temp root, on the embedded store or on `store`. */
-async function startSvcq(store?: string): Promise<{ url: string; stop: () => Promise<void> }> {
+async function startSvcq(store?: string): Promise<{ url: string; pid: number; stop: () => Promise<void> }> {
   const root = mkdtempSync(path.join(os.tmpdir(), 'svcq-bench-pg-'));
   const proc = spawnTracked([BIN, 'serve', '--root', root, '--port', '0', '--master-token', MASTER, ...(store ? ['--store', store] : [])]);
   let out = '';
@@ -162,6 +170,7 @@ async function startSvcq(store?: string): Promise<{ url: string; stop: () => Pro
   if (res.status !== 200) throw new Error(`defining the queue failed: ${res.status} ${await res.text()}`);
   return {
     url,
+    pid: proc.pid!,
     stop: async () => {
       proc.kill('SIGTERM');
       await new Promise((resolve) => (proc.exitCode !== null ? resolve(null) : proc.once('exit', resolve)));
@@ -175,24 +184,75 @@ interface Phase {
   rate: number;
   jobs: number;
   db?: { commitsPerJob: number; walBytesPerJob: number; cpuMsPerJob: number };
+  /** CPU of the svcq processes per job (all nodes together), in ms. */
+  nodeCpuMsPerJob?: number;
 }
 
-/** One svcq phase (`cycle` or `handin`) on a fresh server (and a fresh database for PostgreSQL). */
-async function svcqPhase(mode: LoadMode, onPostgres: boolean): Promise<Phase> {
+/**
+ * One svcq phase (`cycle` or `handin`) on fresh servers (and a fresh database for PostgreSQL):
+ * `nodes` servers on one database, the load generator's connections spread over them in turn.
+ */
+async function svcqPhase(mode: LoadMode, onPostgres: boolean, nodes = 1): Promise<Phase> {
   const db = onPostgres ? await freshDatabase() : undefined;
-  const server = await startSvcq(db?.url);
+  const servers: Array<Awaited<ReturnType<typeof startSvcq>>> = [];
   try {
+    // One after the other: each defines the queue (the same bytes) once it listens.
+    for (let n = 0; n < nodes; n++) servers.push(await startSvcq(db?.url));
     const before = db ? await dbFigures(db.name) : undefined;
     const cpu = db ? followCpu(db.name) : undefined;
-    const spec: LoadSpec = { mode, url: server.url, host: HOST, queue: 'q', inFlight: IN_FLIGHT, durationMs: 300_000, maxCount: JOBS, itemBytes: 190, recordLatency: false };
+    const nodeCpu = (): number => servers.reduce((sum, s) => sum + cpuMsOf(s.pid), 0);
+    const nodeCpuBefore = nodeCpu();
+    const urls = servers.map((s) => s.url);
+    const spec: LoadSpec = { mode, url: urls[0]!, urls: nodes > 1 ? urls : undefined, host: HOST, queue: 'q', inFlight: IN_FLIGHT, durationMs: 300_000, maxCount: JOBS, itemBytes: 190, recordLatency: false };
     const r = await runChild<LoadResult>('load.ts', spec, 360_000);
     if (r.errors > 0) throw new Error(`${mode}: ${r.errors} errors, the first: ${r.firstError}`);
+    const nodeCpuMsPerJob = (nodeCpu() - nodeCpuBefore) / r.count;
     const after = db ? { ...(await dbFigures(db.name)), cpu: await cpu!.stop() } : undefined;
-    const label = `svcq ${mode === 'handin' ? 'full cycle with hand-ins' : 'full cycle'}, ${onPostgres ? 'PostgreSQL' : 'embedded'}`;
-    return { label, rate: r.rate, jobs: r.count, db: before && after ? perJob(before, after, r.count) : undefined };
+    const label = `svcq ${mode === 'handin' ? 'full cycle with hand-ins' : 'full cycle'}, ${onPostgres ? (nodes > 1 ? `PostgreSQL, ${nodes} nodes` : 'PostgreSQL') : 'embedded'}`;
+    return { label, rate: r.rate, jobs: r.count, db: before && after ? perJob(before, after, r.count) : undefined, nodeCpuMsPerJob };
   } finally {
-    await server.stop();
+    for (const server of servers) await server.stop();
     await db?.drop();
+  }
+}
+
+/**
+ * Cross-node wake (decisions §6.1): a claim waits on one node, an item is posted on another; the
+ * time from sending the post to the claim's answer, `samples` times, nodes taken in turn.
+ */
+async function wakePhase(samples: number): Promise<{ p50: number; p99: number; max: number }> {
+  const db = await freshDatabase();
+  const servers: Array<Awaited<ReturnType<typeof startSvcq>>> = [];
+  try {
+    for (let n = 0; n < 3; n++) servers.push(await startSvcq(db.url));
+    // undici's request, not fetch: fetch drops a Host header, and queues are routed by it.
+    const call = async (url: string, path: string, body: string): Promise<Record<string, unknown>> => {
+      const res = await request(`${url}${path}`, { method: 'POST', headers: { host: HOST, 'content-type': 'application/json' }, body });
+      const json = (await res.body.json()) as Record<string, unknown>;
+      if (res.statusCode !== 200 || json.ok !== true) throw new Error(`wake: POST ${path} answered ${res.statusCode} ${JSON.stringify(json)}`);
+      return json;
+    };
+    const times: number[] = [];
+    for (let i = 0; i < samples; i++) {
+      const waiting = servers[i % 3]!;
+      const posting = servers[(i + 1) % 3]!;
+      let answeredAt = 0;
+      const held = call(waiting.url, '/q/claim', '{"wait":10}').then((r) => ((answeredAt = performance.now()), r));
+      // The claim is waiting on its node before the post goes out.
+      await new Promise((r) => setTimeout(r, 20));
+      const sent = performance.now();
+      const posted = await call(posting.url, '/q', `{"i":${i}}`);
+      const claim = await held;
+      if (typeof posted.id !== 'string' || claim.id !== posted.id) throw new Error(`wake: the waiting claim got ${JSON.stringify(claim)}, not the item posted (${String(posted.id)})`);
+      await call(waiting.url, `/q/items/${String(posted.id)}/result`, '{}');
+      times.push(answeredAt - sent);
+    }
+    times.sort((a, b) => a - b);
+    const at = (q: number): number => times[Math.min(times.length - 1, Math.ceil(q * times.length) - 1)]!;
+    return { p50: at(0.5), p99: at(0.99), max: times.at(-1)! };
+  } finally {
+    for (const server of servers) await server.stop();
+    await db.drop();
   }
 }
 
@@ -227,6 +287,7 @@ async function main(): Promise<void> {
   const kinds: Array<{ key: string; run: () => Promise<Phase> }> = [
     { key: 'pg-cycle', run: () => svcqPhase('cycle', true) },
     { key: 'pg-handin', run: () => svcqPhase('handin', true) },
+    { key: 'pg-cycle-3', run: () => svcqPhase('cycle', true, 3) },
     { key: 'embedded-cycle', run: () => svcqPhase('cycle', false) },
     { key: 'pgboss', run: () => pgbossPhase() },
   ];
@@ -237,27 +298,30 @@ async function main(): Promise<void> {
     for (const k of r % 2 === 0 ? kinds : [...kinds].reverse()) {
       const p = await k.run();
       round[k.key] = p;
-      console.log(`[round ${r + 1}] ${p.label}: ${fmt(p.rate)} jobs/s${p.db ? ` (${fmt(p.db.commitsPerJob, 2)} commits, ${fmt(p.db.walBytesPerJob)} WAL bytes, ${fmt(p.db.cpuMsPerJob, 3)} ms database CPU per job)` : ''}`);
+      console.log(`[round ${r + 1}] ${p.label}: ${fmt(p.rate)} jobs/s${p.db ? ` (${fmt(p.db.commitsPerJob, 2)} commits, ${fmt(p.db.walBytesPerJob)} WAL bytes, ${fmt(p.db.cpuMsPerJob, 3)} ms database CPU, ${fmt(p.nodeCpuMsPerJob ?? 0, 3)} ms svcq CPU per job)` : ''}`);
     }
     rounds.push(round);
   }
   const ratio = (a: string, b: string): number[] => rounds.map((r) => r[a]!.rate / r[b]!.rate);
   console.log('');
   console.log(`svcq on PostgreSQL, ${ROUNDS} paired rounds, ${IN_FLIGHT} in flight, ${fmt(JOBS)} jobs per svcq phase (${os.cpus().length} cores, node ${process.version})`);
-  for (const key of ['pg-cycle', 'pg-handin', 'embedded-cycle', 'pgboss']) {
+  for (const key of ['pg-cycle', 'pg-handin', 'pg-cycle-3', 'embedded-cycle', 'pgboss']) {
     const list = rounds.map((r) => r[key]!);
     const m = list.find((p) => p.rate === median(list.map((x) => x.rate)))!;
-    const db = m.db ? `; per job: ${fmt(m.db.commitsPerJob, 3)} commits, ${fmt(m.db.walBytesPerJob)} WAL bytes, ${fmt(m.db.cpuMsPerJob, 3)} ms database CPU` : '';
+    const db = m.db ? `; per job: ${fmt(m.db.commitsPerJob, 3)} commits, ${fmt(m.db.walBytesPerJob)} WAL bytes, ${fmt(m.db.cpuMsPerJob, 3)} ms database CPU${m.nodeCpuMsPerJob !== undefined ? `, ${fmt(m.nodeCpuMsPerJob, 3)} ms svcq CPU (all nodes)` : ''}` : '';
     console.log(`  ${m.label}: ${fmt(m.rate)} jobs/s (median of ${list.map((p) => fmt(p.rate)).join(', ')})${db}`);
   }
   const targets: Array<[string, number[], number]> = [
     ['svcq full cycle on PostgreSQL ≥ 10× pg-boss', ratio('pg-cycle', 'pgboss'), 10],
     ['svcq full cycle on PostgreSQL ≥ 0.5× embedded', ratio('pg-cycle', 'embedded-cycle'), 0.5],
+    ['three nodes on one database ≥ 1.0× one node', ratio('pg-cycle-3', 'pg-cycle'), 1.0],
   ];
   for (const [label, list, goal] of targets) {
     const m = median(list);
     console.log(`  ${m >= goal ? 'pass' : 'FAIL'}  ${label}: median of ${list.map((x) => fmt(x, 2)).join(', ')} = ${fmt(m, 2)}×`);
   }
+  const wake = await wakePhase(WAKE_SAMPLES);
+  console.log(`  ${wake.p99 <= 50 ? 'pass' : 'FAIL'}  cross-node wake p99 ≤ 50 ms (a claim waiting on one node, the post sent to another; ${WAKE_SAMPLES} samples): p50 ${fmt(wake.p50, 1)} ms, p99 ${fmt(wake.p99, 1)} ms, max ${fmt(wake.max, 1)} ms`);
 }
 
 try {

@@ -21,6 +21,8 @@ export interface LoadSpec {
   mode: LoadMode;
   /** Base URL of the server, always on 127.0.0.1. */
   url: string;
+  /** Several servers (nodes on one database): connections go to them in turn. Absent: `url` only. */
+  urls?: string[];
   /** Queue domain sent in the Host header. */
   host: string;
   queue: string;
