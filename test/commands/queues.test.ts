@@ -3,17 +3,10 @@ import { runCli, type CliResult } from '../support/cli.js';
 import { request } from '../support/http.js';
 import { serverForSuite } from '../support/server.js';
 import { HOST, defineQueue, postItem, queueName } from '../worker/support.js';
+import type { QueueDetail, QueueEntry } from '../support/operators.js';
 
 // eslint-disable-next-line no-control-regex -- looking for colour codes
 const ANSI = /\u001b\[/;
-
-interface Entry {
-  host: string;
-  name: string;
-  counts: Record<string, number>;
-  oldestPendingAgeMs: number | null;
-  rates: Record<string, number>;
-}
 
 describe('svcq queues and svcq queue HOST/NAME (decisions §1.2, §5.1, §7)', () => {
   const server = serverForSuite();
@@ -35,10 +28,10 @@ describe('svcq queues and svcq queue HOST/NAME (decisions §1.2, §5.1, §7)', (
   it('svcq queues --json prints the answer of GET /api/v2/queues (decisions §7: list commands print the endpoint JSON)', async () => {
     const run = await cli(['queues', '--json']);
     expect(run.code, run.stderr).to.equal(0);
-    const printed = JSON.parse(run.stdout) as { queues: Entry[] };
-    const served = (await request(server.url, '/api/v2/queues', { token: server.masterToken })).json as { queues: Entry[] };
+    const printed = JSON.parse(run.stdout) as { queues: QueueEntry[] };
+    const served = (await request(server.url, '/api/v2/queues', { token: server.masterToken })).json as { queues: QueueEntry[] };
     // The same answer but for the age, which grows between the two requests.
-    const ageless = (list: { queues: Entry[] }): unknown => list.queues.map((q) => ({ ...q, oldestPendingAgeMs: q.oldestPendingAgeMs === null ? null : 'n' }));
+    const ageless = (list: { queues: QueueEntry[] }): unknown => list.queues.map((q) => ({ ...q, oldestPendingAgeMs: q.oldestPendingAgeMs === null ? null : 'n' }));
     expect(ageless(printed)).to.deep.equal(ageless(served));
     const mine = printed.queues.find((q) => q.name === queue)!;
     expect(mine.host).to.equal(HOST);
@@ -77,7 +70,7 @@ describe('svcq queues and svcq queue HOST/NAME (decisions §1.2, §5.1, §7)', (
   it('svcq queue HOST/NAME --json prints the queue with its oldest pending items and leases (decisions §5.1)', async () => {
     const run = await cli(['queue', `${HOST}/${queue}`, '--json']);
     expect(run.code, run.stderr).to.equal(0);
-    const detail = JSON.parse(run.stdout) as Entry & { oldest: Array<{ id: string; attempts: number }>; leases: Array<{ id: string; worker: string; until: number; attempts: number }> };
+    const detail = JSON.parse(run.stdout) as QueueDetail;
     expect(detail.host).to.equal(HOST);
     expect(detail.name).to.equal(queue);
     expect(detail.counts.pending).to.equal(2);

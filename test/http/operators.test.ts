@@ -3,23 +3,12 @@ import { expect } from 'chai';
 import { request, stableHeaders, type Reply } from '../support/http.js';
 import { serverForSuite } from '../support/server.js';
 import { deleteDef, newQueue, type Json, type QueueApi } from './queue-api.js';
+import type { QueueDetail, QueueEntry } from '../support/operators.js';
 
 /**
  * Operators (decisions §5.1): `GET /api/v2/queues`, `GET /api/v2/queues/<host>/<name>` and
  * `GET /api/v2/metrics`, against a real server after a scripted lifecycle.
  */
-
-interface Entry {
-  host: string;
-  name: string;
-  counts: Record<string, number>;
-  oldestPendingAgeMs: number | null;
-  rates: Record<string, number>;
-}
-interface Detail extends Entry {
-  oldest: Array<{ id: string; postedAt: number; attempts: number }>;
-  leases: Array<{ id: string; worker: string; until: number; attempts: number }>;
-}
 
 interface Sample {
   name: string;
@@ -112,7 +101,7 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
     const after = Date.now();
     expect(reply.status, reply.text).to.equal(200);
     expect(reply.headers['content-type']).to.equal('application/json; charset=utf-8');
-    const { queues } = reply.json as { queues: Entry[] };
+    const { queues } = reply.json as { queues: QueueEntry[] };
     const mine = queues.filter((e) => e.host === HOST || e.host === OTHER_HOST);
     // By host, then by name.
     expect(mine.map((e) => `${e.host}/${e.name}`)).to.deep.equal([`${OTHER_HOST}/${empty.name}`, ...[`${HOST}/${q.name}`, `${HOST}/${timing.name}`].sort()]);
@@ -140,7 +129,7 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
   it('GET /api/v2/queues/<host>/<name> adds the oldest pending items and the leases, soonest end first (decisions §5.1)', async () => {
     const reply = await api(`/api/v2/queues/${HOST}/${q.name}`);
     expect(reply.status, reply.text).to.equal(200);
-    const detail = reply.json as Detail;
+    const detail = reply.json as QueueDetail;
     expect(detail.host).to.equal(HOST);
     expect(detail.name).to.equal(q.name);
     expect(detail.counts).to.deep.equal(EXPECTED_COUNTS);
@@ -163,7 +152,7 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
     const many = await newQueue(server, HOST);
     const posted: string[] = [];
     for (let i = 0; i < 23; i++) posted.push(await many.post({ i }));
-    const detail = (await api(`/api/v2/queues/${HOST}/${many.name}`)).json as Detail;
+    const detail = (await api(`/api/v2/queues/${HOST}/${many.name}`)).json as QueueDetail;
     expect(detail.counts.pending).to.equal(23);
     expect(detail.oldest.map((o) => o.id)).to.deep.equal(posted.slice(0, 20));
     expect(detail.leases).to.deep.equal([]);
@@ -181,7 +170,7 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
   it('a deleted queue definition leaves the list (decisions §2.4, §5.1)', async () => {
     const gone = await newQueue(server, HOST);
     await gone.post({ x: 1 });
-    const listed = async (): Promise<boolean> => ((await api('/api/v2/queues')).json as { queues: Entry[] }).queues.some((e) => e.name === gone.name);
+    const listed = async (): Promise<boolean> => ((await api('/api/v2/queues')).json as { queues: QueueEntry[] }).queues.some((e) => e.name === gone.name);
     expect(await listed()).to.equal(true);
     await deleteDef(server, `${HOST}/svc-queues/${gone.name}.json`);
     expect(await listed()).to.equal(false);
