@@ -376,8 +376,9 @@ interface Op {
  * (`… FOR UPDATE SKIP LOCKED`); a periodic sweep does the same for every queue `configFor` knows,
  * so deadlines pass with no traffic, and a timer sweeps a queue when a deadline it knows of falls
  * (one this node set, or one the periodic sweep saw coming), so a waiting claim gets a re-queued
- * item as its retry delay or its lease ends, not up to a sweep interval later. Each is applied once: a row another node holds is skipped,
- * and a row is re-checked with rules.due after it is locked (another node may have just applied it).
+ * item as its retry delay or its lease ends, not up to a sweep interval later. Each is applied
+ * once: a row another node holds is skipped, and a row is re-checked with rules.due after it is
+ * locked (another node may have just applied it).
  *
  * Group commit: calls made while the store's transactions are all busy (and those made in the
  * same turn of the event loop) wait together and run in the next transaction, in the order they
@@ -1231,10 +1232,12 @@ export class PostgresStore implements Store, EventOutbox {
     for (const key of tx.registered) this.known.add(key);
     for (const [key, quiet] of tx.quiet) this.quietUntil.set(key, quiet);
     if (tx.changes.length === 0) return;
-    for (const c of tx.changes) {
-      if (c.purged) continue;
-      const at = rules.nextDeadline(c.record, c.ref.config);
-      if (at !== null) this.wakeFor(c.ref.key, at);
+    if (this.wakesOn()) {
+      for (const c of tx.changes) {
+        if (c.purged) continue;
+        const at = rules.nextDeadline(c.record, c.ref.config);
+        if (at !== null) this.wakeFor(c.ref.key, at);
+      }
     }
     if (tx.changes.some((c) => c.events.length > 0)) this.outbox.soon();
     const notifier = this.options.notifier;
@@ -1287,17 +1290,21 @@ export class PostgresStore implements Store, EventOutbox {
     return total;
   }
 
+  /** Whether deadlines get a sweep as they fall: only where the periodic sweep runs too. */
+  private wakesOn(): boolean {
+    return (this.options.sweepIntervalMs ?? 1000) > 0 && this.options.configFor !== undefined && this.state === 'open';
+  }
+
   /**
    * Sweeps the queue when `at` comes (a deadline of one of its items falls then), if that is
    * within two sweep intervals; a deadline already past (its row was held by another transaction)
-   * is looked at again a moment later.
+   * is looked at again 100 ms later.
    */
   private wakeFor(key: string, at: number): void {
-    const every = this.options.sweepIntervalMs ?? 1000;
-    if (every <= 0 || !this.options.configFor || this.state !== 'open') return;
+    if (!this.wakesOn()) return;
     const now = this.now();
-    if (at > now + 2 * every) return;
-    const slot = Math.ceil(Math.max(at, now + 1) / WAKE_STEP_MS) * WAKE_STEP_MS;
+    if (at > now + 2 * (this.options.sweepIntervalMs ?? 1000)) return;
+    const slot = Math.ceil((at > now ? at : now + 100) / WAKE_STEP_MS) * WAKE_STEP_MS;
     const keys = this.wakes.get(slot);
     if (keys) keys.add(key);
     else this.wakes.set(slot, new Set([key]));
