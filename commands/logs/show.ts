@@ -2,7 +2,7 @@ import { Flags } from '@oclif/core';
 import { BaseCommand, UserError } from '../../src/cli/base-command.js';
 import { parseWhich } from '../../src/tools/files.js';
 import { isLogRead, parseJsonLines, type LogList } from '../../src/cli/view/format.js';
-import { keepLines, lastLines, tailAccessLog } from '../../src/cli/view/tail.js';
+import { keepLines, lastLines, newestRotated, tailAccessLog } from '../../src/cli/view/tail.js';
 
 export default class LogsShow extends BaseCommand<typeof LogsShow> {
   static override summary = 'Print one access-log file, one JSON line per request; --follow keeps printing new lines.';
@@ -39,13 +39,20 @@ While following, requests that read the access log itself (paths /api/v2/logs an
     }
 
     const keep = follow && !this.flags['include-log-reads'] ? (line: string) => !isLogRead(line) : () => true;
-    const list = await client.tool<LogList>('logs');
-    const size = 'active' in parsed ? (list.active?.size ?? 0) : (list.rotated.find((r) => r.ts === parsed.ts)?.size ?? 0);
-    const last = await lastLines((from) => client.toolFile('logs/file', { which }, from), size, count, keep);
+    // The last lines of the file the list names: a rotation between the list and the reads would
+    // have them read from the next active file, so the list is taken again until none came between.
+    let list: LogList;
+    let last: Awaited<ReturnType<typeof lastLines>>;
+    for (let tries = 1; ; tries++) {
+      list = await client.tool<LogList>('logs');
+      const size = 'active' in parsed ? (list.active?.size ?? 0) : (list.rotated.find((r) => r.ts === parsed.ts)?.size ?? 0);
+      last = await lastLines((from) => client.toolFile('logs/file', { which }, from), size, count, keep);
+      if (!('active' in parsed) || tries === 5 || newestRotated(await client.tool<LogList>('logs')) === newestRotated(list)) break;
+    }
     if (this.jsonEnabled()) return parseJsonLines(last.lines.join('\n'));
     if (last.lines.length > 0) process.stdout.write(`${last.lines.join('\n')}\n`);
     if (!follow) return;
-    await tailAccessLog(client, last.end, {
+    await tailAccessLog(client, { offset: last.end, newest: newestRotated(list) }, {
       trouble: (line) => process.stderr.write(`svcq: ${line}\n`),
       write: (chunk) => {
         const kept = keepLines(chunk, keep);

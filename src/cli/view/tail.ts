@@ -105,15 +105,18 @@ export async function tailFile(client: SvcqClient, endpoint: string, query: Reco
 }
 
 /**
- * Follows the active access log across rotations, like `tail -F`. A rotated file that appeared
+ * Follows the active access log across rotations, like `tail -F`, from `from.offset` in the
+ * active file as it was when the newest rotated file was `from.newest`. A rotated file that appeared
  * since the last poll is the file that was being read: its rest is read from the old offset (and
  * any file rotated after it whole), then the new active file from its start. An active file that
  * shrank without a rotation is read again from its start. Bytes read from the active file are
  * printed only when no rotation happened around the read.
  */
-export async function tailAccessLog(client: SvcqClient, from: number, options: TailOptions): Promise<void> {
-  let offset = from;
-  let newest = newestRotated(await client.tool<LogList>('logs'));
+export async function tailAccessLog(client: SvcqClient, from: { offset: number; newest: number }, options: TailOptions): Promise<void> {
+  // Where the caller's read ended, and the newest rotated file then: a rotation after it is
+  // found by the first poll, and the rest of the file read is taken from the rotated file.
+  let offset = from.offset;
+  let newest = from.newest;
   await everyPause(options, async () => {
     const list = await client.tool<LogList>('logs');
     const fresh = list.rotated.filter((r) => r.ts > newest);
@@ -140,6 +143,7 @@ export async function tailAccessLog(client: SvcqClient, from: number, options: T
   });
 }
 
-function newestRotated(list: LogList): number {
+/** The ts of the newest rotated file of a list (0 when none): a later list with a newer one saw a rotation. */
+export function newestRotated(list: LogList): number {
   return list.rotated.reduce((max, r) => Math.max(max, r.ts), 0);
 }
