@@ -34,8 +34,24 @@ const suites =
   process.env.SUITES === 'all'
     ? ['test/http/*.test.ts', '--ignore', 'test/http/multi-node.test.ts']
     : ['test/http/queue.test.ts', 'test/http/batch.test.ts', 'test/http/long-poll.test.ts', 'test/http/operators.test.ts'];
+// Each file drops the databases of its servers when it ends; a file that a worker process runs
+// after another may not (the hook that drops them is registered once per process), and a crashed
+// run leaves its databases too. So every database this run made carries its tag, and is dropped here.
+const tag = `h${process.pid}`;
 const run = spawnSync('npx', ['mocha', '--no-config', '--node-option', 'import=tsx', '--timeout', '60000', '--exit', '--forbid-only', '--parallel', '--jobs', '3', ...suites], {
   stdio: 'inherit',
-  env: { ...process.env, SVCQ_TEST_SERVER_STORE: 'postgres' },
+  env: { ...process.env, SVCQ_TEST_SERVER_STORE: 'postgres', SVCQ_TEST_RUN: tag },
 });
+const admin = new URL(url);
+admin.pathname = '/postgres';
+const client = new pg.Client({ connectionString: admin.toString(), connectionTimeoutMillis: 3000 });
+try {
+  await client.connect();
+  const left = await client.query("SELECT datname FROM pg_database WHERE datname LIKE $1", [`svcq\\_test\\_${tag}\\_%`]);
+  for (const { datname } of left.rows) await client.query(`DROP DATABASE IF EXISTS ${pg.escapeIdentifier(datname)} WITH (FORCE)`);
+} catch (err) {
+  console.log(`HTTP suites on PostgreSQL: could not drop this run's test databases (${err.message})`);
+} finally {
+  await client.end().catch(() => undefined);
+}
 process.exit(run.status ?? 1);

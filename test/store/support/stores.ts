@@ -147,7 +147,8 @@ export function databaseUrl(url: string, database: string): string {
 
 /** A fresh database on the server of SVCQ_TEST_PG_URL (made through its `postgres` maintenance database), and its removal. */
 export async function freshDatabase(baseUrl: string): Promise<{ url: string; drop: () => Promise<void> }> {
-  const name = `svcq_test_${process.pid}_${randomBytes(4).toString('hex')}`;
+  // SVCQ_TEST_RUN names the run that made it, for a runner that drops whatever its run left behind.
+  const name = `svcq_test_${process.env.SVCQ_TEST_RUN ? `${process.env.SVCQ_TEST_RUN}_` : ''}${process.pid}_${randomBytes(4).toString('hex')}`;
   const admin = databaseUrl(baseUrl, 'postgres');
   const run = async (sql: string): Promise<void> => {
     const client = new pg.Client({ connectionString: admin });
