@@ -3,6 +3,7 @@ import type { DefinitionChangeListener, DefinitionStore, StoredDefinition } from
 import { parseDefinitionPath, type DefinitionPath } from '../../definitions/names.js';
 import { PgListener } from './pg-listener.js';
 import { migrate } from './schema.js';
+import { FailureStreak } from '../failure-streak.js';
 
 export interface PgDefinitionStoreOptions {
   /** The database every node shares (the store's URL). */
@@ -46,7 +47,7 @@ export class PgDefinitionStore implements DefinitionStore {
   private checking: Promise<void> | undefined;
   private checkAgain = false;
   private closed = false;
-  private failing = false;
+  private readonly reads: FailureStreak;
 
   private constructor(
     private readonly pool: pg.Pool,
@@ -54,6 +55,7 @@ export class PgDefinitionStore implements DefinitionStore {
   ) {
     this.warn = options.warn ?? (() => undefined);
     this.channel = options.channel ?? 'svcq_definitions';
+    this.reads = new FailureStreak(this.warn, 'reading definition changes from PostgreSQL succeeds again');
   }
 
   /**
@@ -190,15 +192,9 @@ export class PgDefinitionStore implements DefinitionStore {
     let rows: Array<{ path: string; revision: string }>;
     try {
       rows = (await this.pool.query<{ path: string; revision: string }>('SELECT path, revision FROM svcq_definitions WHERE revision > $1 ORDER BY revision', [this.seen])).rows;
-      if (this.failing) {
-        this.failing = false;
-        this.warn('reading definition changes from PostgreSQL succeeds again');
-      }
+      this.reads.succeeded();
     } catch (err) {
-      if (!this.failing && !this.closed) {
-        this.failing = true;
-        this.warn(`could not read definition changes from PostgreSQL (${(err as Error).message}); trying again`);
-      }
+      if (!this.closed) this.reads.failed(() => `could not read definition changes from PostgreSQL (${(err as Error).message}); trying again`);
       return;
     }
     for (const row of rows) {

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { EventOutbox, OutboxEntry } from '../store.js';
+import { FailureStreak } from '../failure-streak.js';
 
 export interface PgEventOutboxOptions {
   /** How often the table is read for events committed by other nodes, in milliseconds (default 250). */
@@ -60,7 +61,7 @@ export class PgEventOutbox implements EventOutbox {
   private reading: Promise<void> | undefined;
   private readAgain = false;
   private timer: NodeJS.Timeout | undefined;
-  private failing = false;
+  private readonly reads: FailureStreak;
   private gathering: NodeJS.Timeout | undefined;
   private readonly bufferMax: number;
   private readonly warn: (line: string) => void;
@@ -71,6 +72,7 @@ export class PgEventOutbox implements EventOutbox {
   ) {
     this.bufferMax = options.bufferMax ?? 8192;
     this.warn = options.warn ?? (() => undefined);
+    this.reads = new FailureStreak(this.warn, 'reading task events from PostgreSQL succeeds again');
   }
 
   readEvents(afterSeq: number, limit: number): OutboxEntry[] {
@@ -189,15 +191,9 @@ export class PgEventOutbox implements EventOutbox {
             values: [String(after), room],
           })
         ).rows;
-        if (this.failing) {
-          this.failing = false;
-          this.warn('reading task events from PostgreSQL succeeds again');
-        }
+        this.reads.succeeded();
       } catch (err) {
-        if (!this.failing && !this.closed) {
-          this.failing = true;
-          this.warn(`could not read task events from PostgreSQL (${(err as Error).message}); trying again`);
-        }
+        if (!this.closed) this.reads.failed(() => `could not read task events from PostgreSQL (${(err as Error).message}); trying again`);
         return;
       }
       if (generation !== this.generation || this.cursor !== after) continue;

@@ -9,6 +9,7 @@ import type { EventDraft, ItemRecord, Submission, Transition } from '../../engin
 import { claimTopic, itemTopic, type Notifier } from '../../waiting/notifier.js';
 import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StatusRecord, type Store, type StoreObserver, type SubmitOutcome } from '../store.js';
 import { PREFILTER_SQL, prefilterOf } from './pg-criteria.js';
+import { FailureStreak } from '../failure-streak.js';
 import { failureKind, StaleWrite } from './pg-errors.js';
 import { PgEventOutbox } from './pg-event-outbox.js';
 import { readPayload, writePayloads, type Payload } from './pg-payloads.js';
@@ -440,7 +441,7 @@ export class PostgresStore implements Store, EventOutbox {
   private readonly known = new Set<string>();
   private ids = Buffer.alloc(0);
   private idsAt = 0;
-  private failing = false;
+  private readonly transactions: FailureStreak;
   private readonly outbox: PgEventOutbox;
   private purgeTimer: NodeJS.Timeout | undefined;
   private purging = false;
@@ -448,6 +449,7 @@ export class PostgresStore implements Store, EventOutbox {
   constructor(private readonly options: PostgresStoreOptions) {
     this.now = options.now ?? Date.now;
     this.warn = options.warn ?? (() => undefined);
+    this.transactions = new FailureStreak(this.warn, 'transactions on PostgreSQL succeed again');
     this.outbox = new PgEventOutbox(() => (this.state === 'open' ? this.pool : undefined), { pollMs: options.eventPollMs, warn: this.warn });
   }
 
@@ -1163,10 +1165,7 @@ export class PostgresStore implements Store, EventOutbox {
 
   private refuse(ops: Op[], err: unknown): void {
     const cause = err instanceof Error ? err : new Error(String(err));
-    if (!this.failing) {
-      this.failing = true;
-      this.warn(`a transaction on PostgreSQL failed (${cause.message}): its ${ops.length} call(s) were refused with 503; nothing of them was committed`);
-    }
+    this.transactions.failed(() => `a transaction on PostgreSQL failed (${cause.message}): its ${ops.length} call(s) were refused with 503; nothing of them was committed`);
     const refusal = new StoreUnavailable(cause);
     for (const op of ops) op.reject(refusal);
   }
@@ -1225,10 +1224,7 @@ export class PostgresStore implements Store, EventOutbox {
 
   /** After a COMMIT: the long polls, the observer, and the queues now known to be registered. */
   private committed(tx: Tx, ms: number): void {
-    if (this.failing) {
-      this.failing = false;
-      this.warn('transactions on PostgreSQL succeed again');
-    }
+    this.transactions.succeeded();
     for (const key of tx.registered) this.known.add(key);
     for (const [key, quiet] of tx.quiet) this.quietUntil.set(key, quiet);
     if (tx.changes.length === 0) return;
