@@ -65,6 +65,13 @@ describe('svcq top (decisions §5.1: operators see their queues live)', () => {
     const tmux = (...args: string[]): string => execFileSync('tmux', ['-L', socket, ...args], { encoding: 'utf8' });
     const screen = (): string => tmux('capture-pane', '-p', '-t', session);
     const display = (format: string): string => tmux('display-message', '-p', '-t', session, format).trim();
+    // The shell is sh, which does not redraw what was typed ahead: a command typed while `clear`
+    // still runs is echoed, then wiped, and its output lands after the next prompt. So each test
+    // waits for the cleared screen before it types.
+    const clearScreen = async (): Promise<void> => {
+      tmux('send-keys', '-t', session, 'clear', 'Enter');
+      await until(() => screen().trim() === 'shell$', 'the cleared screen', screen);
+    };
 
     before(function () {
       if (spawnSync('sh', ['-c', 'command -v tmux']).status !== 0) {
@@ -117,7 +124,7 @@ describe('svcq top (decisions §5.1: operators see their queues live)', () => {
     });
 
     it('with a wrong token it says so in one sentence on the shell\'s own screen and exits 1 (decisions §1.2)', async () => {
-      tmux('send-keys', '-t', session, 'clear', 'Enter');
+      await clearScreen();
       tmux('send-keys', '-t', session, `${process.execPath} ${BIN} top --url ${server.url} --token wrong; echo "top gave $?"`, 'Enter');
       await until(() => /^top gave \d+$/m.test(screen()), 'svcq top to exit', screen);
       expect(screen()).to.match(/^svcq: not found \(wrong token, host or queue\?\)\ntop gave 1$/m);
@@ -125,7 +132,7 @@ describe('svcq top (decisions §5.1: operators see their queues live)', () => {
     });
 
     it('Ctrl-C quits it too, exit 0, the terminal restored', async () => {
-      tmux('send-keys', '-t', session, 'clear', 'Enter');
+      await clearScreen();
       tmux('send-keys', '-t', session, `${process.execPath} ${BIN} top --url ${server.url} --token ${server.masterToken}; echo "top ended with $?"`, 'Enter');
       await until(() => display('#{alternate_on}') === '1' && screen().includes(first), 'the live view', screen);
       tmux('send-keys', '-t', session, 'C-c');
