@@ -10,13 +10,18 @@
  * 1,000 items, 4 in flight, for `seconds`), `drain` (the batch queue drained by claims of 100 with
  * hand-ins, 4 in flight), `post` (single posts, 32 in flight, for `seconds`). Prints, per phase and
  * build, the rate and the server's CPU time per item (µs, /proc utime+stime of the whole process),
- * and each build's median ratio against the first.
+ * and each build's median ratio against the first. `cycle` is the full cycle of `jobs` jobs with
+ * three requests per job.
+ *
+ * With SVCQ_PAIR_PG=postgres://USER@HOST:PORT/DB each server runs on a PostgreSQL database of its
+ * own, made for the run on that server and dropped at its end (`--store`).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import pg from 'pg';
 import { cpuMsOf, runLoad } from './procs.js';
 import type { LoadMode, LoadSpec } from './protocol.js';
 
@@ -39,9 +44,39 @@ interface Server {
   root: string;
 }
 
+const PG = process.env.SVCQ_PAIR_PG;
+const databases: string[] = [];
+
+/** A database of its own for one server (SVCQ_PAIR_PG), made now; dropped at the end. */
+async function database(): Promise<string> {
+  const name = `svcq_pair_${process.pid}_${databases.length}`;
+  const admin = new pg.Client({ connectionString: PG });
+  await admin.connect();
+  try {
+    await admin.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  databases.push(name);
+  const u = new URL(PG!);
+  u.pathname = `/${name}`;
+  return u.toString();
+}
+
+async function dropDatabases(): Promise<void> {
+  const admin = new pg.Client({ connectionString: PG });
+  await admin.connect();
+  try {
+    for (const name of databases) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  } finally {
+    await admin.end();
+  }
+}
+
 async function start(dir: string): Promise<Server> {
   const root = mkdtempSync(path.join(os.tmpdir(), 'svcq-pair-'));
-  const proc = spawn(process.execPath, [path.join(dir, 'bin/run.js'), 'serve', '--root', root, '--port', '0', '--bind', '127.0.0.1', '--master-token', MASTER], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const store = PG ? ['--store', await database()] : [];
+  const proc = spawn(process.execPath, [path.join(dir, 'bin/run.js'), 'serve', '--root', root, '--port', '0', '--bind', '127.0.0.1', '--master-token', MASTER, ...store], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   const url = await new Promise<string>((resolve, reject) => {
     const check = (c: Buffer): void => {
@@ -106,6 +141,7 @@ try {
         const s = servers[i]!;
         let f: Figure;
         if (p === 'handin') f = await phase(s, 'handin', `h${r}`, { maxCount: jobs, durationMs: 120_000 });
+        else if (p === 'cycle') f = await phase(s, 'cycle', `c${r}`, { maxCount: jobs, durationMs: 120_000 });
         else if (p === 'batch') f = await phase(s, 'batch-post', `b${r}`, { inFlight: 4 });
         else if (p === 'drain') f = await phase(s, 'drain-batch', `b${r}`, { inFlight: 4, durationMs: 120_000 });
         else if (p === 'post') f = await phase(s, 'post', `p${r}`, {});
@@ -136,4 +172,5 @@ try {
     await new Promise((resolve) => s.proc.once('exit', resolve));
     rmSync(s.root, { recursive: true, force: true });
   }
+  if (PG) await dropDatabases();
 }

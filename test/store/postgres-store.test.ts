@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import pg from 'pg';
 import { resolveQueue } from '../../src/engine/config.js';
 import type { TaskEventKind } from '../../src/engine/item.js';
+import { failureKind } from '../../src/store/postgres/pg-errors.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
 import { StoreUnavailable, type QueueRef } from '../../src/store/store.js';
 import { claimTopic, InProcessNotifier } from '../../src/waiting/notifier.js';
@@ -165,6 +166,55 @@ describe('PostgreSQL store: transactions, events and sweeps', function () {
     const made = await good;
     expect(made.every((o) => o.created)).to.equal(true);
     expect((await store.counts(q)).pending).to.equal(2);
+  });
+});
+
+describe('PostgreSQL store: the last write and the COMMIT sent together', function () {
+  this.timeout(30_000);
+  let db: { url: string; admin: pg.Client; drop: () => Promise<void> };
+  let store: PostgresStore;
+  const config = resolveQueue({ leaseSeconds: 10 });
+  const q: QueueRef = { key: 'pipe.example.com/q', host: 'pipe.example.com', name: 'q', config };
+
+  if (postgresPresent(target)) {
+    beforeEach(async () => {
+      db = await freshDatabaseWithClient(target.url);
+      store = new PostgresStore({ url: db.url, configFor: () => config });
+      await store.open();
+    });
+    afterEach(async () => {
+      await store.close();
+      await db.drop();
+    });
+  }
+
+  it('a guarded write that lost a race aborts its transaction, so the COMMIT sent right behind it commits nothing, the error is one the store runs its calls again for (decisions §6: nothing uncommitted is answered)', async () => {
+    const { id } = await store.post(q, { body: '{}', postedBy: 'p' });
+    // What the store's last statement does when a guard fails, on a connection that pipelines as
+    // the store's do: BEGIN, a write, the failed guard and the COMMIT, all sent before any answer.
+    const client = new pg.Client({ connectionString: db.url, pipeline: true });
+    await client.connect();
+    try {
+      const begun = client.query('BEGIN');
+      const write = client.query(`UPDATE svcq_items SET status = 'failed' WHERE queue = $1 AND id = $2`, [q.key, id]);
+      const guard = client.query(`SELECT svcq_stale_write('1 item(s)')`);
+      const commit = client.query('COMMIT');
+      await begun;
+      expect((await write).rowCount).to.equal(1);
+      const err = await guard.then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect((err as Error).message).to.equal('a write lost a race: 1 item(s) changed under it');
+      expect(failureKind(err)).to.equal('retry');
+      expect((await commit).command).to.equal('ROLLBACK');
+    } finally {
+      await client.end();
+    }
+    expect((await store.get(q, id))?.status).to.equal('pending');
+    // The store's own transactions go on as before on its pipelined connections.
+    expect((await store.claim(q, { worker: 'w' }))?.id).to.equal(id);
+    expect((await store.result(q, id, '{}'))?.status).to.equal('finished');
   });
 });
 

@@ -468,6 +468,9 @@ export class PostgresStore implements Store, EventOutbox {
       connectionTimeoutMillis: 5000,
       keepAlive: true,
       options: '-c plan_cache_mode=force_custom_plan',
+      // Statements are sent without waiting for the answer to the one before (BEGIN with the
+      // first statement of a transaction, COMMIT with its last): fewer round trips per commit.
+      pipeline: true,
     });
     // An idle connection that breaks is dropped by the pool; the next checkout opens a new one.
     pool.on('error', (err) => this.warn(`a PostgreSQL connection failed while idle: ${err.message}`));
@@ -1089,8 +1092,13 @@ export class PostgresStore implements Store, EventOutbox {
       const tx = new Tx(client, this.now());
       this.live.add(tx);
       const results = new Map<Op, unknown>();
+      // BEGIN goes out with the transaction's first statement (the client pipelines): no round
+      // trip of its own. Every statement after it waits for it on the connection, in order.
+      const begun = client.query('BEGIN');
+      // Awaited later; a failure meanwhile is not an unhandled rejection.
+      begun.catch(() => undefined);
+      let committing: Promise<pg.QueryResult> | undefined;
       try {
-        await client.query('BEGIN');
         const queues = new Map<string, QueueRef>();
         for (const op of ops) if (!queues.has(op.ref.key)) queues.set(op.ref.key, op.ref);
         for (const ref of queues.values()) {
@@ -1107,38 +1115,70 @@ export class PostgresStore implements Store, EventOutbox {
           if (list) list.push(op);
           else groups.set(key, [op]);
         }
+        // The groups' first statements go out one behind the other without waiting for answers
+        // (each group's code sends its statement before its first await, so they reach the
+        // database in this order), and each group's answer is handled as it comes, in the same
+        // order. A group after submissions waits for them: they may make items claimable again
+        // or purge them (flushed before the next statement), and a call of its own waits for
+        // everything before it.
+        let inFlight: Array<Promise<void>> = [];
+        let afterSubmissions = false;
+        const settle = async (): Promise<void> => {
+          const settled = await Promise.allSettled(inFlight);
+          inFlight = [];
+          afterSubmissions = false;
+          for (const s of settled) if (s.status === 'rejected') throw s.reason;
+        };
         for (const op of ops) {
           const key = groupOf(op);
           if (key === null) {
+            await settle();
             results.set(op, await op.run!(tx));
             continue;
           }
           const group = groups.get(key);
           if (!group) continue;
           groups.delete(key);
+          if (afterSubmissions) await settle();
+          let running: Promise<void>;
           if (op.posts) {
-            const outcomes = await this.insertPosts(tx, op.ref, group.flatMap((g) => g.posts!));
-            let at = 0;
-            for (const g of group) {
-              results.set(g, outcomes.slice(at, at + g.posts!.length));
-              at += g.posts!.length;
-            }
+            running = this.insertPosts(tx, op.ref, group.flatMap((g) => g.posts!)).then((outcomes) => {
+              let at = 0;
+              for (const g of group) {
+                results.set(g, outcomes.slice(at, at + g.posts!.length));
+                at += g.posts!.length;
+              }
+            });
           } else if (op.claim) {
-            const claimed = await this.claimPlain(tx, op.ref, group.map((g) => g.claim!));
-            group.forEach((g, i) => results.set(g, claimed[i]));
+            running = this.claimPlain(tx, op.ref, group.map((g) => g.claim!)).then((claimed) => group.forEach((g, i) => results.set(g, claimed[i])));
           } else {
-            const answers = await this.submitMany(tx, op.ref, group.map((g) => g.submit!));
-            group.forEach((g, i) => results.set(g, answers[i]));
+            running = this.submitMany(tx, op.ref, group.map((g) => g.submit!)).then((answers) => group.forEach((g, i) => results.set(g, answers[i])));
+            afterSubmissions = true;
           }
+          // Awaited by settle(); a failure meanwhile is not an unhandled rejection.
+          running.catch(() => undefined);
+          inFlight.push(running);
         }
-        await this.finish(tx);
-        if (tx.payloads.size > 0) await writePayloads(client, [...tx.payloads.values()], tx.now);
-        await client.query('COMMIT');
+        // Every statement sent is answered before the last ones (or a ROLLBACK) go out.
+        await settle();
+        // The last writes and the COMMIT go out together. A write that fails (a guard included,
+        // see migration 6) aborts the transaction, and the COMMIT behind it then rolls it back.
+        const finishing = this.finish(tx);
+        const archiving = tx.payloads.size > 0 ? writePayloads(client, [...tx.payloads.values()], tx.now) : undefined;
+        committing = client.query('COMMIT');
+        for (const p of [finishing, archiving, committing]) p?.catch(() => undefined);
+        await begun;
+        await finishing;
+        await archiving;
+        const commit = await committing;
+        if (commit.command !== 'COMMIT') throw new Error(`the transaction ended with ${commit.command}, not COMMIT`);
         this.live.delete(tx);
         client.off('error', onError);
         client.release();
       } catch (err) {
         this.live.delete(tx);
+        // Whatever was sent behind the failed statement is answered (with errors) before the ROLLBACK.
+        await Promise.allSettled([begun, committing]);
         client.off('error', onError);
         const kind = broken ? 'connection' : failureKind(err);
         if (kind === 'connection') client.release(broken ?? (err as Error));
@@ -1215,8 +1255,14 @@ export class PostgresStore implements Store, EventOutbox {
        ), counted AS (
          -- The net change of the counts goes with the changes (decisions §5.1).
          INSERT INTO svcq_count_deltas (queue, status, delta) SELECT * FROM unnest($26::text[], $27::text[], $28::integer[])
+       ), done AS (
+         SELECT (SELECT count(*) FROM upd)::integer AS updated, (SELECT count(*) FROM del)::integer AS deleted
        )
-       SELECT (SELECT count(*) FROM upd)::integer AS updated, (SELECT count(*) FROM del)::integer AS deleted`),
+       -- A guard that failed aborts the transaction here: the COMMIT sent behind this statement then rolls it back.
+       SELECT updated, deleted,
+              CASE WHEN updated = cardinality($2::text[]) AND deleted = cardinality($16::text[]) THEN 0
+                   ELSE svcq_stale_write((cardinality($2::text[]) + cardinality($16::text[]) - updated - deleted) || ' item(s)') END AS stale
+         FROM done`),
       [...writeParams(updates, deletes), ts, hosts, names, ids, kinds, attempts, statuses, workers, countQueues, countStatuses, countDeltas],
     );
     checkWritten(res.rows[0]!, updates, deletes);

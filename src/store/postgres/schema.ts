@@ -170,6 +170,21 @@ export const MIGRATIONS: readonly Migration[] = [
       INSERT INTO svcq_counts (queue, status, n) SELECT queue, status, count(*) FROM svcq_items GROUP BY queue, status;
     `,
   },
+  {
+    version: 6,
+    description: 'a guarded write that lost a race fails its statement',
+    sql: `
+      -- A transaction's last statement writes what it staged, each row guarded by the version it
+      -- read, and its COMMIT is sent right behind it without waiting for its answer. When a guard
+      -- fails, this error aborts the transaction, so that COMMIT rolls it back; the store then
+      -- runs the calls again (40001, serialization_failure: a reason that passes).
+      CREATE FUNCTION svcq_stale_write(what text) RETURNS integer LANGUAGE plpgsql VOLATILE AS $$
+      BEGIN
+        RAISE EXCEPTION 'a write lost a race: % changed under it', what USING ERRCODE = '40001';
+      END
+      $$;
+    `,
+  },
 ];
 
 /** Any constant the whole database agrees on: the lock that serialises migrations across nodes. */
