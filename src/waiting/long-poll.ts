@@ -26,9 +26,13 @@ interface ClaimWaiter {
 }
 
 interface QueueWaiters {
+  key: string;
   waiters: ClaimWaiter[];
   /** Counts announcements: a claim that found nothing tries again if one came meanwhile. */
   version: number;
+  /** Claims under way that may wait: the queue's announcements are listened to while there are any. */
+  interested: number;
+  unsubscribe: (() => void) | undefined;
 }
 
 /**
@@ -60,7 +64,18 @@ export class LongPolls {
    * `waitMs` until at least one can be claimed; [] when none came.
    */
   async claimMany(ref: QueueRef, claim: WaitingClaim): Promise<Claimed[]> {
+    if (claim.waitMs <= 0) return this.ask(ref, claim);
     const queue = this.queueOf(ref.key);
+    // Listening before the first look: an announcement made while it looks is not missed.
+    this.listen(queue, 1);
+    try {
+      return await this.waitFor(queue, ref, claim);
+    } finally {
+      this.listen(queue, -1);
+    }
+  }
+
+  private async waitFor(queue: QueueWaiters, ref: QueueRef, claim: WaitingClaim): Promise<Claimed[]> {
     for (;;) {
       const version = queue.version;
       const claimed = await this.ask(ref, claim);
@@ -146,15 +161,27 @@ export class LongPolls {
   private queueOf(key: string): QueueWaiters {
     let queue = this.queues.get(key);
     if (!queue) {
-      const created: QueueWaiters = { waiters: [], version: 0 };
-      this.queues.set(key, created);
-      this.notifier.subscribe(claimTopic(key), () => {
-        created.version++;
-        this.serve(created);
-      });
-      queue = created;
+      queue = { key, waiters: [], version: 0, interested: 0, unsubscribe: undefined };
+      this.queues.set(key, queue);
     }
     return queue;
+  }
+
+  /**
+   * Counts a claim that may wait in or out: the queue's announcements are listened to while one
+   * is under way (with several nodes, the others are told only of queues someone waits on).
+   */
+  private listen(queue: QueueWaiters, delta: 1 | -1): void {
+    queue.interested += delta;
+    if (queue.interested === 1 && delta === 1) {
+      queue.unsubscribe = this.notifier.subscribe(claimTopic(queue.key), () => {
+        queue.version++;
+        this.serve(queue);
+      });
+    } else if (queue.interested === 0) {
+      queue.unsubscribe?.();
+      queue.unsubscribe = undefined;
+    }
   }
 
   /** Items can be claimed: every waiting claim of the queue asks the store, oldest first, in this turn. */

@@ -14,6 +14,12 @@ import { freshDatabase, postgresPresent, postgresUnderTest } from './support/sto
 
 const target = await postgresUnderTest();
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+/**
+ * A node that begins to wait on something wakes its own listeners of it twice within a second of
+ * saying so (in case another node changed it before hearing): tests that count wake-ups let that
+ * second pass first.
+ */
+const pastOwnLooks = (): Promise<void> => sleep(1100);
 
 /** Resolves when `check` holds, polling every few milliseconds, or fails after `ms`. */
 async function eventually(check: () => boolean, ms = 3000): Promise<void> {
@@ -58,6 +64,8 @@ describe('PgNotifier: waking listeners of other nodes (decisions §6.1)', functi
     a.subscribe('claim h/q', () => onA++);
     b.subscribe('claim h/q', () => onB++);
     b.subscribe('claim h/other', () => other++);
+    await pastOwnLooks();
+    [onA, onB, other] = [0, 0, 0];
     a.notify('claim h/q');
     await new Promise((resolve) => setImmediate(resolve));
     expect(onA).to.equal(1);
@@ -71,6 +79,8 @@ describe('PgNotifier: waking listeners of other nodes (decisions §6.1)', functi
   it('a burst of notifications of one topic is sent at most once per 20 ms, and its last one always arrives', async () => {
     let onB = 0;
     b.subscribe('item h/q 1', () => onB++);
+    await pastOwnLooks();
+    onB = 0;
     for (let i = 0; i < 50; i++) a.notify('item h/q 1');
     await sleep(5);
     a.notify('item h/q 1');
@@ -88,6 +98,8 @@ describe('PgNotifier: waking listeners of other nodes (decisions §6.1)', functi
     const ids = Array.from({ length: 3000 }, (_, i) => `item h/q ${i.toString(16).padStart(16, '0')}`);
     const woken = new Map<string, number>();
     for (const topic of ids) b.subscribe(topic, () => woken.set(topic, (woken.get(topic) ?? 0) + 1));
+    await pastOwnLooks();
+    woken.clear();
     // What arrives on the wire: a plain listener of the same channel.
     const spy = new pg.Client({ connectionString: urlFor('svcq-notifier-spy') });
     await spy.connect();
@@ -125,14 +137,81 @@ describe('PgNotifier: waking listeners of other nodes (decisions §6.1)', functi
     expect(warnings.some((w) => w.includes('listening for other nodes again'))).to.equal(true);
   });
 
-  it('a claim held on one node is answered within milliseconds of a post on another (decisions §3.3 wait, §6.1)', async () => {
+  it('a topic no other node waits on is not sent once the others have said what they wait on; one they wait on is (decisions §6.1: a NOTIFY is a commit)', async () => {
+    // What arrives on the wire: a plain listener of the same channel.
+    const spy = new pg.Client({ connectionString: urlFor('svcq-notifier-spy') });
+    await spy.connect();
+    const seen: string[] = [];
+    spy.on('notification', (msg) => seen.push(msg.payload ?? ''));
+    await spy.query('LISTEN svcq');
+    try {
+      // Past the second after its start in which a node sends everything (the answers to its question).
+      await sleep(1200);
+      seen.length = 0;
+      a.notify('claim h/nobody');
+      a.notify('item h/nobody 0123456789abcdef');
+      await sleep(200);
+      expect(seen.filter((p) => p.includes('h/nobody'))).to.deep.equal([]);
+      // B waits on a queue: it says so, A hears it and from then on tells B.
+      let onB = 0;
+      b.subscribe('claim h/q', () => onB++);
+      await eventually(() => seen.some((p) => p.endsWith(' want claim h/q')));
+      await sleep(50);
+      a.notify('claim h/q');
+      await eventually(() => onB >= 1, 1000);
+      expect(seen.some((p) => p.endsWith(' claim h/q') && !p.includes('want'))).to.equal(true);
+    } finally {
+      await spy.end();
+    }
+  });
+
+  it('a node that begins to wait looks again shortly after it says so: a change another node made before hearing it is not missed (decisions §6.1)', async () => {
+    await sleep(1200);
+    let onB = 0;
+    b.subscribe('claim h/late', () => onB++);
+    // A has not heard B yet: nothing is sent, and B's own look a moment later finds the change.
+    a.notify('claim h/late');
+    const started = Date.now();
+    await eventually(() => onB >= 1, 2000);
+    expect(Date.now() - started).to.be.within(150, 1500);
+  });
+
+  it('a node that starts asks the others what they wait on and hears it within a second (decisions §6.1)', async () => {
+    await sleep(1200);
+    let onB = 0;
+    b.subscribe('claim h/q', () => onB++);
+    // Past B's looks again, so that only a notification from the new node can wake it.
+    await sleep(1200);
+    const c = new PgNotifier({ url: urlFor('svcq-notifier-c'), warn: (l) => warnings.push(l) });
+    await c.start();
+    try {
+      await sleep(1200);
+      const before = onB;
+      c.notify('claim h/q');
+      await eventually(() => onB > before, 1000);
+    } finally {
+      await c.close();
+    }
+  });
+
+  /** Runs `body` with a store on each node (A's and B's notifiers) and queue `name`, closing both after. */
+  async function onTwoNodes(name: string, body: (nodeA: PostgresStore, nodeB: PostgresStore, q: QueueRef) => Promise<void>): Promise<void> {
     const config = resolveQueue({ leaseSeconds: 30 });
-    const q: QueueRef = { key: 'h.example.com/jobs', host: 'h.example.com', name: 'jobs', config };
+    const q: QueueRef = { key: `h.example.com/${name}`, host: 'h.example.com', name, config };
     const nodeA = new PostgresStore({ url: db.url, notifier: a, configFor: () => config });
     const nodeB = new PostgresStore({ url: db.url, notifier: b, configFor: () => config });
     await nodeA.open();
     await nodeB.open();
     try {
+      await body(nodeA, nodeB, q);
+    } finally {
+      await nodeA.close();
+      await nodeB.close();
+    }
+  }
+
+  it('a claim held on one node is answered within milliseconds of a post on another (decisions §3.3 wait, §6.1)', async () => {
+    await onTwoNodes('jobs', async (nodeA, nodeB, q) => {
       const waits = new LongPolls(nodeB, b);
       const waiting = waits.claim(q, { worker: 'on-b', waitMs: 10_000 });
       await sleep(50);
@@ -142,9 +221,23 @@ describe('PgNotifier: waking listeners of other nodes (decisions §6.1)', functi
       expect(claimed).to.deep.include({ id, item: '{"from":"a"}', attempts: 1 });
       // B's store never saw the post: only A's NOTIFY, through the database, woke the claim.
       expect(Date.now() - posted).to.be.below(500);
-    } finally {
-      await nodeA.close();
-      await nodeB.close();
-    }
+    });
+  });
+
+  it('past the first second, when nodes send only what others wait on, a claim that begins to wait on one node is still answered within milliseconds of a post on another (decisions §3.3 wait, §6.1)', async () => {
+    await onTwoNodes('later', async (nodeA, nodeB, q) => {
+      await sleep(1200);
+      const waits = new LongPolls(nodeB, b);
+      for (let round = 0; round < 3; round++) {
+        const waiting = waits.claim(q, { worker: 'on-b', waitMs: 10_000 });
+        await sleep(50);
+        const posted = Date.now();
+        const { id } = await nodeA.post(q, { body: `{"round":${round}}`, postedBy: 'p' });
+        expect((await waiting)?.id).to.equal(id);
+        // From the second round on, B still says it waits and looks again by itself only at the
+        // end of the 10 s wait: only A's notification answers it this soon.
+        expect(Date.now() - posted).to.be.below(400);
+      }
+    });
   });
 });

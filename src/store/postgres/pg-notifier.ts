@@ -9,6 +9,8 @@ export interface PgNotifierOptions {
   channel?: string;
   /** A topic is sent to other nodes at most once per this many milliseconds (default 20); the last notify of a burst is always sent. */
   minIntervalMs?: number;
+  /** How often a node tells the others what it waits for (default 2000 ms); they forget it after 2.5 times that. */
+  heartbeatMs?: number;
   warn?: (line: string) => void;
 }
 
@@ -25,6 +27,9 @@ const SEND_EVERY_MS = 5;
 /** Topics held for other nodes while the connection is down, at most. */
 const MAX_HELD = 10_000;
 
+/** After a node's waiting on something new is announced, its own waiters look again this long after (ms): see {@link PgNotifier}. */
+const RECHECK_AFTER_MS = [250, 1000];
+
 /**
  * The notifier of a node that shares its database with others (decisions §6.1: "a claim held on
  * one node is answered within milliseconds of a matching post on another"). Listeners of this
@@ -37,6 +42,15 @@ const MAX_HELD = 10_000;
  * - NOTIFY takes a database-wide lock at commit, so a topic is sent at most once per
  *   `minIntervalMs`; a notify inside that window is sent at its end, never dropped.
  * - A node ignores its own notifications (it woke its listeners already).
+ * - Only to nodes that wait: a node tells the others which queues it has waiting claims on and
+ *   which queues it has fetches waiting on items of (`want claim KEY`, `want item KEY`), when it
+ *   starts waiting on one and every `heartbeatMs` while it does (and a while after). A topic
+ *   that no other node waits on is not sent: a queue whose workers never have to wait, or a
+ *   single node, costs no notifications at all (each is a commit). A node that starts, or listens
+ *   again after its connection failed, asks the others to say what they wait on (`who-waits`)
+ *   and sends everything for the second their answers take. A
+ *   node that just began to wait may miss a change made before the others heard of it, so its
+ *   own waiters look again RECHECK_AFTER_MS after the announcement.
  * - At least once, not exactly once: a listener may be woken when nothing changed for it (a long
  *   poll then asks the store and waits again). When the connection fails, it reconnects by
  *   itself with a growing delay; once listening again it wakes every local listener, since
@@ -64,11 +78,24 @@ export class PgNotifier implements Notifier {
   private sending = false;
   /** Topics waiting for the end of their interval, with the timer that sends them. */
   private readonly delayed = new Map<string, NodeJS.Timeout>();
+  /** What this node waits on (`claim KEY`, `item KEY`): its subscribers, and until when it still says so after the last went. */
+  private readonly waitingOn = new Map<string, { subscribers: number; until: number }>();
+  /** What other nodes wait on, until when (their last heartbeat, plus slack). */
+  private readonly othersWait = new Map<string, number>();
+  /** Until then every topic is sent: the others' heartbeats have not all been heard yet. */
+  private sendAllUntil: number;
+  private readonly heartbeatMs: number;
+  private readonly heartbeat: NodeJS.Timeout;
+  private readonly rechecks = new Set<NodeJS.Timeout>();
 
   constructor(private readonly options: PgNotifierOptions) {
     this.channel = options.channel ?? 'svcq';
     this.minInterval = options.minIntervalMs ?? 20;
     this.warn = options.warn ?? (() => undefined);
+    this.heartbeatMs = options.heartbeatMs ?? 2000;
+    this.sendAllUntil = Infinity;
+    this.heartbeat = setInterval(() => this.announceWaiting(), this.heartbeatMs);
+    this.heartbeat.unref();
     this.listener = new PgListener({
       url: options.url,
       channel: this.channel,
@@ -77,10 +104,18 @@ export class PgNotifier implements Notifier {
       onNotify: (payload) => {
         const space = payload.indexOf(' ');
         if (space === -1 || payload.slice(0, space) === this.node) return;
-        for (const topic of payload.slice(space + 1).split('\n')) this.local.notify(topic);
+        const now = Date.now();
+        for (const topic of payload.slice(space + 1).split('\n')) {
+          if (topic.startsWith(WANT)) this.othersWait.set(topic.slice(WANT.length), now + 2.5 * this.heartbeatMs);
+          else if (topic === WHO_WAITS) this.announceWaiting();
+          else this.local.notify(topic);
+        }
       },
       onResumed: () => {
         this.warn('listening for other nodes again');
+        // What the others said meanwhile was lost too: everything goes out until they have said it again.
+        this.askWhoWaits();
+        this.announceWaiting();
         // Whatever other nodes announced meanwhile was lost: every local listener looks again.
         for (const topic of this.topics.keys()) this.local.notify(topic);
         this.flush();
@@ -91,12 +126,21 @@ export class PgNotifier implements Notifier {
   /** Connects and LISTENs; resolves once notifications from other nodes arrive. */
   async start(): Promise<void> {
     await this.listener.start();
+    this.askWhoWaits();
     this.flush();
+  }
+
+  /** Asks every other node to say at once what it waits on; until the answers are in, everything is sent. */
+  private askWhoWaits(): void {
+    this.sendAllUntil = Date.now() + ANSWERS_WITHIN_MS;
+    this.enqueue(WHO_WAITS);
   }
 
   notify(topic: string): void {
     this.local.notify(topic);
     if (this.closed) return;
+    const waitedOn = waitedOnBy(topic);
+    if (waitedOn !== null && !this.othersWaitOn(waitedOn)) return;
     if (this.delayed.has(topic) || this.outbox.has(topic)) return;
     const now = Date.now();
     const last = this.sentAt.get(topic);
@@ -115,20 +159,87 @@ export class PgNotifier implements Notifier {
   subscribe(topic: string, listener: () => void): () => void {
     this.topics.set(topic, (this.topics.get(topic) ?? 0) + 1);
     const unsubscribe = this.local.subscribe(topic, listener);
+    const waitedOn = waitedOnBy(topic);
+    if (waitedOn !== null) this.startWaiting(waitedOn);
     let done = false;
     return () => {
       if (done) return;
       done = true;
       unsubscribe();
+      if (waitedOn !== null) this.stopWaiting(waitedOn);
       const n = (this.topics.get(topic) ?? 1) - 1;
       if (n === 0) this.topics.delete(topic);
       else this.topics.set(topic, n);
     };
   }
 
+  /** Whether another node waits on `what` (or may: its heartbeats have not been heard yet). */
+  private othersWaitOn(what: string): boolean {
+    const now = Date.now();
+    if (now < this.sendAllUntil) return true;
+    const until = this.othersWait.get(what);
+    if (until === undefined) return false;
+    if (until > now) return true;
+    this.othersWait.delete(what);
+    return false;
+  }
+
+  private startWaiting(what: string): void {
+    const now = Date.now();
+    const w = this.waitingOn.get(what);
+    if (w) {
+      w.subscribers++;
+      // Still announced (a subscriber went a moment ago): the others know.
+      if (w.subscribers > 1 || w.until > now) return;
+      w.until = Infinity;
+    } else this.waitingOn.set(what, { subscribers: 1, until: Infinity });
+    if (this.closed) return;
+    this.enqueue(`${WANT}${what}`);
+    // A change another node made before it heard this is not sent here: look again a little later.
+    for (const after of RECHECK_AFTER_MS) {
+      const timer = setTimeout(() => {
+        this.rechecks.delete(timer);
+        this.recheck(what);
+      }, after);
+      timer.unref();
+      this.rechecks.add(timer);
+    }
+  }
+
+  private stopWaiting(what: string): void {
+    const w = this.waitingOn.get(what);
+    if (!w) return;
+    w.subscribers--;
+    // Said for a while longer: waiting starts and stops all the time on a busy queue.
+    if (w.subscribers === 0) w.until = Date.now() + 2.5 * this.heartbeatMs;
+  }
+
+  /** Wakes this node's listeners of what it waits on, as a notification from another node would. */
+  private recheck(what: string): void {
+    if (what.startsWith('claim ')) {
+      if (this.topics.has(what)) this.local.notify(what);
+      return;
+    }
+    const prefix = `item ${what.slice('item '.length)} `;
+    for (const topic of this.topics.keys()) if (topic.startsWith(prefix)) this.local.notify(topic);
+  }
+
+  /** The heartbeat: tells the others everything this node waits on (and forgets what it no longer does). */
+  private announceWaiting(): void {
+    if (this.closed) return;
+    const now = Date.now();
+    for (const [what, w] of this.waitingOn) {
+      if (w.subscribers > 0 || w.until > now) this.enqueue(`${WANT}${what}`);
+      else this.waitingOn.delete(what);
+    }
+  }
+
   /** Stops listening and sending; local listeners keep working. */
   async close(): Promise<void> {
     this.closed = true;
+    clearInterval(this.heartbeat);
+    for (const timer of this.rechecks) clearTimeout(timer);
+    this.rechecks.clear();
     for (const timer of this.delayed.values()) clearTimeout(timer);
     this.delayed.clear();
     await this.listener.close();
@@ -182,6 +293,23 @@ export class PgNotifier implements Notifier {
         if (this.outbox.size > 0) this.flush();
       });
   }
+}
+
+/** Announces, as a topic, what a node waits on. */
+const WANT = 'want ';
+/** Asks, as a topic, every node to announce what it waits on now (a node that starts or listens again). */
+const WHO_WAITS = 'who-waits';
+/** How long a node that asked sends everything, waiting for the answers (ms). */
+const ANSWERS_WITHIN_MS = 1000;
+
+/** What a subscriber of a topic waits on, as nodes tell each other: `claim KEY` for a queue's claims, `item KEY` for items of a queue; null for anything else. */
+function waitedOnBy(topic: string): string | null {
+  if (topic.startsWith('claim ')) return topic;
+  if (topic.startsWith('item ')) {
+    const end = topic.indexOf(' ', 'item '.length);
+    return end === -1 ? null : topic.slice(0, end);
+  }
+  return null;
 }
 
 /** Topics joined by newlines (no topic holds one) into payloads of at most PAYLOAD_BYTES. */
