@@ -336,11 +336,13 @@ export function ajvErrors(errors: ErrorObject[]): FieldError[] {
 /** Aborts when the caller hangs up before the answer, or when the server starts to stop. */
 function closeSignal(req: IncomingMessage, res: ServerResponse, ctx: ServerContext): AbortSignal {
   const controller = new AbortController();
-  if (ctx.stopping.aborted) {
+  const socket = req.socket;
+  // The caller may have hung up already, while the request's first look was at the store: its
+  // close event is past, so no listener below would ever hear of it.
+  if (ctx.stopping.aborted || socket.destroyed || res.destroyed) {
     controller.abort();
     return controller.signal;
   }
-  const socket = req.socket;
   const abort = (): void => controller.abort();
   // Every listener goes when the exchange ends, however it ends: a keep-alive socket serves many
   // requests, and the server's stopping signal lives as long as the process.

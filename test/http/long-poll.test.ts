@@ -107,6 +107,27 @@ describe('long polls over HTTP', function () {
     expect(await q.claim()).to.include({ id, attempts: 1 });
   });
 
+  it('does not hand an item to a claim whose caller hung up right after sending it, before its first look came back (decisions §3.3)', async () => {
+    // The hang-up can reach the server while the claim's first look (no waiting yet) is still at
+    // the store; the claim must not go on to wait for items on behalf of nobody.
+    const q = await newQueue(server, HOST);
+    const url = new URL(server.url);
+    const body = JSON.stringify({ wait: 10 });
+    const hangUp = (): Promise<void> =>
+      new Promise<void>((resolve) => {
+        const req = http.request({ hostname: url.hostname, port: url.port, path: `/${q.name}/claim`, method: 'POST', agent: false, headers: { host: HOST, 'content-type': 'application/json', 'content-length': String(body.length) } });
+        req.on('error', () => resolve());
+        req.on('close', () => resolve());
+        req.end(body, () => req.destroy());
+      });
+    await Promise.all(Array.from({ length: 8 }, hangUp));
+    await q.claim();
+    const ids: string[] = [];
+    for (let n = 0; n < 8; n++) ids.push(await q.post({ n }));
+    await sleep(100);
+    for (const id of ids) expect(await q.fetch(id)).to.include({ status: 'pending', attempts: 0 });
+  });
+
   it('holds GET …/items/<id>?wait and answers as soon as the item is terminal (decisions §3.6)', async () => {
     const q = await newQueue(server, HOST);
     const id = await q.post({ n: 1 });
