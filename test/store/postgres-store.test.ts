@@ -71,6 +71,43 @@ describe('PostgreSQL store: transactions, events and sweeps', function () {
     expect(commits.length).to.equal(1);
   });
 
+  it('while a transaction runs, a few calls made after it wait to go together in the next one rather than each start a commit of their own (decisions §6: group-committed)', async () => {
+    await store.post(q, { body: '{"warm":true}', postedBy: 'p' });
+    commits = [];
+    // One call starts a transaction; then, turn after turn, one more call each while it runs.
+    const calls = [store.post(q, { body: '{"first":true}', postedBy: 'p' })];
+    for (let i = 0; i < 5; i++) {
+      await new Promise((resolve) => setImmediate(resolve));
+      calls.push(store.post(q, { body: JSON.stringify({ i }), postedBy: 'p' }));
+    }
+    await Promise.all(calls);
+    // They are queued well within the few milliseconds a second transaction waits for: the five
+    // go together, whether the first transaction ends first or outlasts the wait (a second
+    // transaction for the second call alone made three commits: 1, 1, 4).
+    expect(commits.map((c) => c.changes).sort()).to.deep.equal([1, 5]);
+  });
+
+  it('a transaction held up (a row another session locks) holds the calls behind it only a few milliseconds: a second transaction takes them (decisions §6)', async () => {
+    const [held] = await store.postMany(q, [{ body: '{"held":true}', postedBy: 'p' }]);
+    const other = await store.claim(q, { worker: 'w' });
+    expect(other?.id).to.equal(held!.id);
+    // Another session holds the item's row: the result for it waits in its transaction.
+    await admin.query('BEGIN');
+    await admin.query('SELECT 1 FROM svcq_items WHERE id = $1 FOR UPDATE', [held!.id]);
+    try {
+      const stuck = store.result(q, held!.id, '{"done":true}');
+      await sleep(50);
+      const t0 = Date.now();
+      const posted = await store.post(q, { body: '{"behind":true}', postedBy: 'p' });
+      expect(Date.now() - t0).to.be.below(1000);
+      expect(posted.created).to.equal(true);
+      await admin.query('COMMIT');
+      expect((await stuck)?.status).to.equal('finished');
+    } finally {
+      await admin.query('ROLLBACK').catch(() => undefined);
+    }
+  });
+
   it('calls folded into one transaction see each other\'s changes before any is written: a claim never takes an item finished, cancelled or claimed earlier in it (decisions §6, §3.2)', async () => {
     const [a, b, c, d] = await store.postMany(q, Array.from({ length: 4 }, (_, i) => ({ body: JSON.stringify({ i }), postedBy: 'p' })));
     commits = [];
