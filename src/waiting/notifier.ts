@@ -11,14 +11,19 @@ export interface Notifier {
   subscribe(topic: string, listener: () => void): () => void;
 }
 
+/** How a queue's claim topic begins (the queue's key follows). */
+export const CLAIM_TOPIC_PREFIX = 'claim ';
+/** How an item's topic begins (the queue's key, a space and the item's id follow). */
+export const ITEM_TOPIC_PREFIX = 'item ';
+
 /** The topic a queue's claimable items are announced on. */
 export function claimTopic(queueKey: string): string {
-  return `claim ${queueKey}`;
+  return `${CLAIM_TOPIC_PREFIX}${queueKey}`;
 }
 
 /** The topic an item's change to a terminal status (or its purge) is announced on. */
 export function itemTopic(queueKey: string, id: string): string {
-  return `item ${queueKey} ${id}`;
+  return `${ITEM_TOPIC_PREFIX}${queueKey} ${id}`;
 }
 
 /** The notifier of one process. */

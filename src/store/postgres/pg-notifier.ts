@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { InProcessNotifier, type Notifier } from '../../waiting/notifier.js';
+import { CLAIM_TOPIC_PREFIX, InProcessNotifier, ITEM_TOPIC_PREFIX, type Notifier } from '../../waiting/notifier.js';
 import { PgListener } from './pg-listener.js';
 
 export interface PgNotifierOptions {
@@ -85,6 +85,8 @@ export class PgNotifier implements Notifier {
   /** Until then every topic is sent: the others' heartbeats have not all been heard yet. */
   private sendAllUntil: number;
   private readonly heartbeatMs: number;
+  /** How long a node's `want` holds after it was last said (2.5 heartbeats: one lost is not forgotten). */
+  private readonly forgetAfterMs: number;
   private readonly heartbeat: NodeJS.Timeout;
   private readonly rechecks = new Set<NodeJS.Timeout>();
 
@@ -93,6 +95,7 @@ export class PgNotifier implements Notifier {
     this.minInterval = options.minIntervalMs ?? 20;
     this.warn = options.warn ?? (() => undefined);
     this.heartbeatMs = options.heartbeatMs ?? 2000;
+    this.forgetAfterMs = 2.5 * this.heartbeatMs;
     this.sendAllUntil = Infinity;
     this.heartbeat = setInterval(() => this.announceWaiting(), this.heartbeatMs);
     this.heartbeat.unref();
@@ -106,7 +109,7 @@ export class PgNotifier implements Notifier {
         if (space === -1 || payload.slice(0, space) === this.node) return;
         const now = Date.now();
         for (const topic of payload.slice(space + 1).split('\n')) {
-          if (topic.startsWith(WANT)) this.othersWait.set(topic.slice(WANT.length), now + 2.5 * this.heartbeatMs);
+          if (topic.startsWith(WANT)) this.othersWait.set(topic.slice(WANT.length), now + this.forgetAfterMs);
           else if (topic === WHO_WAITS) this.announceWaiting();
           else this.local.notify(topic);
         }
@@ -211,16 +214,17 @@ export class PgNotifier implements Notifier {
     if (!w) return;
     w.subscribers--;
     // Said for a while longer: waiting starts and stops all the time on a busy queue.
-    if (w.subscribers === 0) w.until = Date.now() + 2.5 * this.heartbeatMs;
+    if (w.subscribers === 0) w.until = Date.now() + this.forgetAfterMs;
   }
 
   /** Wakes this node's listeners of what it waits on, as a notification from another node would. */
   private recheck(what: string): void {
-    if (what.startsWith('claim ')) {
+    if (what.startsWith(CLAIM_TOPIC_PREFIX)) {
       if (this.topics.has(what)) this.local.notify(what);
       return;
     }
-    const prefix = `item ${what.slice('item '.length)} `;
+    // `item KEY`: every item topic of the queue begins with it and a space.
+    const prefix = `${what} `;
     for (const topic of this.topics.keys()) if (topic.startsWith(prefix)) this.local.notify(topic);
   }
 
@@ -304,9 +308,9 @@ const ANSWERS_WITHIN_MS = 1000;
 
 /** What a subscriber of a topic waits on, as nodes tell each other: `claim KEY` for a queue's claims, `item KEY` for items of a queue; null for anything else. */
 function waitedOnBy(topic: string): string | null {
-  if (topic.startsWith('claim ')) return topic;
-  if (topic.startsWith('item ')) {
-    const end = topic.indexOf(' ', 'item '.length);
+  if (topic.startsWith(CLAIM_TOPIC_PREFIX)) return topic;
+  if (topic.startsWith(ITEM_TOPIC_PREFIX)) {
+    const end = topic.indexOf(' ', ITEM_TOPIC_PREFIX.length);
     return end === -1 ? null : topic.slice(0, end);
   }
   return null;

@@ -424,6 +424,8 @@ interface Op {
 export class PostgresStore implements Store, EventOutbox {
   private pool: pg.Pool | undefined;
   private readonly now: () => number;
+  /** The periodic sweep's interval in milliseconds (0: none, and no sweep as deadlines fall either). */
+  private readonly sweepEvery: number;
   private readonly warn: (line: string) => void;
   private state: 'new' | 'open' | 'closed' = 'new';
   private queue: Op[] = [];
@@ -461,6 +463,7 @@ export class PostgresStore implements Store, EventOutbox {
 
   constructor(private readonly options: PostgresStoreOptions) {
     this.now = options.now ?? Date.now;
+    this.sweepEvery = options.sweepIntervalMs ?? 1000;
     this.warn = options.warn ?? (() => undefined);
     this.transactions = new FailureStreak(this.warn, 'transactions on PostgreSQL succeed again');
     this.outbox = new PgEventOutbox(() => (this.state === 'open' ? this.pool : undefined), { pollMs: options.eventPollMs, warn: this.warn });
@@ -504,9 +507,8 @@ export class PostgresStore implements Store, EventOutbox {
     }
     this.pool = pool;
     this.state = 'open';
-    const every = this.options.sweepIntervalMs ?? 1000;
-    if (every > 0 && this.options.configFor) {
-      this.sweepTimer = setInterval(() => this.sweepAll(), every);
+    if (this.wakesOn()) {
+      this.sweepTimer = setInterval(() => this.sweepAll(), this.sweepEvery);
       this.sweepTimer.unref();
     }
     if ((this.options.eventRetentionMs ?? EVENT_RETENTION_MS) > 0) {
@@ -1360,7 +1362,7 @@ export class PostgresStore implements Store, EventOutbox {
 
   /** Whether deadlines get a sweep as they fall: only where the periodic sweep runs too. */
   private wakesOn(): boolean {
-    return (this.options.sweepIntervalMs ?? 1000) > 0 && this.options.configFor !== undefined && this.state === 'open';
+    return this.sweepEvery > 0 && this.options.configFor !== undefined && this.state === 'open';
   }
 
   /**
@@ -1371,7 +1373,7 @@ export class PostgresStore implements Store, EventOutbox {
   private wakeFor(key: string, at: number): void {
     if (!this.wakesOn()) return;
     const now = this.now();
-    if (at > now + 2 * (this.options.sweepIntervalMs ?? 1000)) return;
+    if (at > now + 2 * this.sweepEvery) return;
     const slot = Math.ceil((at > now ? at : now + 100) / WAKE_STEP_MS) * WAKE_STEP_MS;
     const keys = this.wakes.get(slot);
     if (keys) keys.add(key);
