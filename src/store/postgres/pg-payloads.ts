@@ -13,6 +13,11 @@ export interface Payload {
 /** A pool or a client: whatever runs a statement. */
 type Queryable = Pick<pg.ClientBase, 'query'>;
 
+/** A transaction of the store: runs a named statement (see postgres-store.ts, Tx.query). */
+interface Transaction {
+  query(statement: { name: string; text: string; plan?: 'custom' | 'generic' }, values: unknown[]): Promise<unknown>;
+}
+
 /**
  * Archives payloads inside the caller's transaction (decisions §5: written before the reply that
  * accepted them, in the same COMMIT as their change, so a change that is rolled back leaves no
@@ -21,10 +26,12 @@ type Queryable = Pick<pg.ClientBase, 'query'>;
  * statement cannot update a row twice). The body is stored as its UTF-8 bytes (`bytea`, whatever
  * the database's encoding), as the file archive writes it.
  */
-export async function writePayloads(client: Queryable, payloads: readonly Payload[], now: number): Promise<void> {
+export async function writePayloads(tx: Transaction, payloads: readonly Payload[], now: number): Promise<void> {
   if (payloads.length === 0) return;
-  await client.query(
+  await tx.query(
     {
+      // An insert from arrays: one plan whatever the table's size, kept.
+      plan: 'generic',
       name: 'svcq_write_payloads',
       text: `INSERT INTO svcq_payloads (host, queue, id, kind, body, updated_at)
      SELECT p.host, p.queue, p.id, p.kind, p.body, $6

@@ -1,0 +1,111 @@
+import { expect } from 'chai';
+import type pg from 'pg';
+import { resolveQueue } from '../../src/engine/config.js';
+import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
+import type { QueueRef } from '../../src/store/store.js';
+import { FakeClock, freshDatabaseWithClient, postgresPresent, postgresUnderTest } from './support/stores.js';
+
+/**
+ * How the PostgreSQL store's statements are planned (postgres-store.ts, `Plan`): the hot ones on a
+ * plan made once per connection and kept, the others planned at every run; and a kept plan made on
+ * an empty table still finds its rows by index or by `ctid` once the table is large.
+ */
+
+const target = await postgresUnderTest();
+
+/** The statements whose plan a connection keeps, with arguments for EXPLAIN EXECUTE (empty arrays: the plan is what is read). */
+const KEPT: Record<string, string> = {
+  svcq_claim: `'h/q', 0, -1, 10`,
+  svcq_insert_items: `'h/q', '{}', '{}', '{}', '{}', 0, 0, 'pending', 0, 0, 0`,
+  svcq_write_items: Array(17).fill(`'{}'`).join(', '),
+  svcq_finish: Array(28).fill(`'{}'`).join(', '),
+  svcq_write_payloads: `'{}', '{}', '{}', '{}', '{}', 0`,
+};
+
+describe('PostgreSQL store: statements planned once, and planned at every run', function () {
+  this.timeout(60_000);
+  let db: { url: string; admin: pg.Client; drop: () => Promise<void> };
+  let store: PostgresStore;
+  let clock: FakeClock;
+  const config = resolveQueue({ leaseSeconds: 10, maxAttempts: 3, retainSeconds: 600, 'svc-queue-archivePayloads': true });
+  const q: QueueRef = { key: 'h/q', host: 'h', name: 'q', config };
+
+  /** The store's one connection (poolSize 1): its prepared statements are visible only from it. */
+  const connection = (): pg.Pool => (store as unknown as { pool: pg.Pool }).pool;
+
+  if (postgresPresent(target)) {
+    beforeEach(async () => {
+      db = await freshDatabaseWithClient(target.url);
+      clock = new FakeClock();
+      store = new PostgresStore({ url: db.url, now: clock.now, poolSize: 1, sweepIntervalMs: 0, configFor: () => config });
+      await store.open();
+    });
+    afterEach(async () => {
+      await store.close();
+      await db.drop();
+    });
+  }
+
+  /** Posts, claims, results, an error that re-queues, and a sweep of ended leases, on an almost empty table. */
+  async function workload(): Promise<void> {
+    const posted = await store.postMany(q, Array.from({ length: 6 }, (_, i) => ({ body: JSON.stringify({ i }), postedBy: 'p' })));
+    // In one turn, so one transaction: claims, posts and submissions together.
+    const claimed = await Promise.all([store.claim(q, { worker: 'a' }), store.claim(q, { worker: 'b' }), store.post(q, { body: '{}', postedBy: 'p' })]);
+    await Promise.all([store.result(q, claimed[0]!.id, '{"ok":true}'), store.error(q, claimed[1]!.id, '{"ok":false}'), store.claim(q, { worker: 'c' })]);
+    // Leases that end, applied by a sweep: its writes go out before its next batch (svcq_write_items).
+    await store.claimMany(q, { worker: 'd' }, 3);
+    clock.advance(11_000);
+    await store.sweepNow();
+    expect(posted.length).to.equal(6);
+  }
+
+  it('keeps one plan per connection for claims, inserts and the writes by ctid, and plans lookups by id at every run (plans: kept only where one plan fits every size)', async function () {
+    if (!postgresPresent(target)) return this.skip();
+    await workload();
+    const { rows } = await connection().query<{ name: string; generic_plans: number; custom_plans: number }>(
+      `SELECT name, generic_plans::integer, custom_plans::integer FROM pg_prepared_statements WHERE name LIKE 'svcq\\_%'`,
+    );
+    const plans = new Map(rows.map((r) => [r.name, r]));
+    for (const name of Object.keys(KEPT)) {
+      expect(plans.get(name), name).to.not.equal(undefined);
+      expect(plans.get(name)!.custom_plans, `${name} planned at a run`).to.equal(0);
+      expect(plans.get(name)!.generic_plans, name).to.be.above(0);
+    }
+    // Found by (queue, id): planned on an empty table, a kept plan reads the whole queue once it is large.
+    expect(plans.get('svcq_lock_items')!.generic_plans).to.equal(0);
+    expect(plans.get('svcq_lock_items')!.custom_plans).to.be.above(0);
+    // The sweep runs before the writes it staged, and with its own plan.
+    expect(plans.get('svcq_sweep')!.generic_plans).to.equal(0);
+  });
+
+  it('a plan kept from an empty table still claims through the pending index and writes by ctid once the queue holds 50,000 items (plans: no sequential scan of the items)', async function () {
+    if (!postgresPresent(target)) return this.skip();
+    await workload();
+    await db.admin.query(
+      `INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, status, updated_at, attempts)
+       SELECT 'h/q', lpad(to_hex(n), 16, '0'), nextval('svcq_item_ord'), '{}', 'p', 0, CASE WHEN n % 2 = 0 THEN 'pending' ELSE 'finished' END, 0, 0
+         FROM generate_series(1, 50000) AS n`,
+    );
+    const client = await connection().connect();
+    try {
+      // The plan kept is what EXPLAIN EXECUTE shows once plans are not made per run; sequential
+      // scans stay allowed here, so a plan made now would show one.
+      await client.query('SET plan_cache_mode = force_generic_plan');
+      const shown = new Map<string, string>();
+      for (const [name, args] of Object.entries(KEPT)) {
+        const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (COSTS OFF) EXECUTE ${name}(${args})`);
+        shown.set(name, rows.map((r) => r['QUERY PLAN']).join('\n'));
+      }
+      await client.query('RESET plan_cache_mode');
+      for (const [name, plan] of shown) expect(plan, `${name}:\n${plan}`).to.not.match(/Seq Scan on svcq_items|Bitmap Heap Scan on svcq_items/);
+      expect(shown.get('svcq_claim')).to.match(/Index Scan using svcq_items_pending on svcq_items/);
+      for (const name of ['svcq_write_items', 'svcq_finish']) {
+        const plan = shown.get(name)!;
+        expect(plan, plan).to.match(/Tid Scan on svcq_items/);
+        expect(plan, plan).to.not.match(/Index Scan using \w+ on svcq_items/);
+      }
+    } finally {
+      client.release();
+    }
+  });
+});
