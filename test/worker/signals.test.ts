@@ -5,6 +5,18 @@ import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/s
 import { defineQueue, getItem, killWorker, postItem, queueName, startWorker, type WorkerProcess } from './support.js';
 
 /** Children of `pid` that are still in its process group (a command between fork and its own session). */
+/** A process's state letter and process group, from /proc (undefined once it is gone). */
+function stateOf(pid: number): { state: string; pgrp: number } | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // "pid (comm) state ppid pgrp ...": comm may hold anything, so read after its last ')'.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return { state: fields[0]!, pgrp: Number(fields[2]) };
+  } catch {
+    return undefined;
+  }
+}
+
 function childrenInGroup(pid: number): number[] {
   let list: string;
   try {
@@ -12,18 +24,40 @@ function childrenInGroup(pid: number): number[] {
   } catch {
     return [];
   }
-  const found: number[] = [];
-  for (const child of list.split(' ').filter(Boolean).map(Number)) {
+  return list.split(' ').filter(Boolean).map(Number).filter((child) => stateOf(child)?.pgrp === pid);
+}
+
+/**
+ * Sends SIGINT to a child only if it is still in the group when the signal is sent, as a terminal
+ * does (it signals the group as it is at that moment): the child is stopped first, its group read
+ * while it cannot move on, and continued. Without the stop, a child read in the group could start
+ * its own session and run the command before the signal reached it. True when the signal was sent.
+ */
+function interruptIfInGroup(child: number, group: number): boolean {
+  try {
+    process.kill(child, 'SIGSTOP');
+  } catch {
+    return false;
+  }
+  try {
+    // SIGSTOP takes effect when the child next runs: wait for it (or for its end).
+    for (let spins = 0; spins < 100_000; spins++) {
+      const s = stateOf(child);
+      if (!s || s.state === 'T' || s.state === 'Z') break;
+    }
+    const s = stateOf(child);
+    if (s?.state !== 'T' || s.pgrp !== group) return false;
+    process.kill(child, 'SIGINT');
+    return true;
+  } catch {
+    return false;
+  } finally {
     try {
-      const stat = readFileSync(`/proc/${child}/stat`, 'utf8');
-      // "pid (comm) state ppid pgrp ...": comm may hold anything, so read after its last ')'.
-      const pgrp = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
-      if (pgrp === pid) found.push(child);
+      process.kill(child, 'SIGCONT');
     } catch {
-      // gone already
+      // gone
     }
   }
-  return found;
 }
 
 describe('svcq work and signals (decisions §1.3)', function () {
@@ -70,14 +104,7 @@ describe('svcq work and signals (decisions §1.3)', function () {
       // Ctrl-C would if it came then.
       const deadline = Date.now() + 10_000;
       while (hit < 3 && Date.now() < deadline && worker.events.filter((e) => e.event === 'claimed').length < concurrency) {
-        for (const child of childrenInGroup(pid)) {
-          try {
-            process.kill(child, 'SIGINT');
-            hit++;
-          } catch {
-            // gone
-          }
-        }
+        for (const child of childrenInGroup(pid)) if (interruptIfInGroup(child, pid)) hit++;
         await new Promise((r) => setImmediate(r));
       }
       process.kill(-pid, 'SIGINT');
