@@ -14,7 +14,9 @@
  * three requests per job.
  *
  * With SVCQ_PAIR_PG=postgres://USER@HOST:PORT/DB each server runs on a PostgreSQL database of its
- * own, made for the run on that server and dropped at its end (`--store`).
+ * own, made for the run on that server and dropped at its end (`--store`). With SVCQ_PAIR_NODES=N
+ * too, each build runs N servers on its database, the load generator's connections spread over
+ * them, and the CPU per item is theirs together.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -44,7 +46,15 @@ interface Server {
   root: string;
 }
 
+/** One build's servers: one, or SVCQ_PAIR_NODES on one database. */
+interface Side {
+  dir: string;
+  nodes: Server[];
+}
+
 const PG = process.env.SVCQ_PAIR_PG;
+const NODES = Number(process.env.SVCQ_PAIR_NODES ?? 1);
+if (NODES > 1 && !PG) throw new Error('SVCQ_PAIR_NODES needs SVCQ_PAIR_PG: several servers share one PostgreSQL database');
 const databases: string[] = [];
 
 /** A database of its own for one server (SVCQ_PAIR_PG), made now; dropped at the end. */
@@ -73,9 +83,17 @@ async function dropDatabases(): Promise<void> {
   }
 }
 
-async function start(dir: string): Promise<Server> {
+async function startSide(dir: string): Promise<Side> {
+  const db = PG ? await database() : undefined;
+  const nodes: Server[] = [];
+  // One after the other: the first creates the schema.
+  for (let n = 0; n < NODES; n++) nodes.push(await start(dir, db));
+  return { dir, nodes };
+}
+
+async function start(dir: string, db: string | undefined): Promise<Server> {
   const root = mkdtempSync(path.join(os.tmpdir(), 'svcq-pair-'));
-  const store = PG ? ['--store', await database()] : [];
+  const store = db ? ['--store', db] : [];
   const proc = spawn(process.execPath, [path.join(dir, 'bin/run.js'), 'serve', '--root', root, '--port', '0', '--bind', '127.0.0.1', '--master-token', MASTER, ...store], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   const url = await new Promise<string>((resolve, reject) => {
@@ -114,17 +132,22 @@ interface Figure {
   count: number;
 }
 
-async function phase(s: Server, mode: LoadMode, queue: string, extra: Partial<LoadSpec>): Promise<Figure> {
+async function phase(side: Side, mode: LoadMode, queue: string, extra: Partial<LoadSpec>): Promise<Figure> {
+  const s = side.nodes[0]!;
   await define(s, queue);
-  const cpu0 = cpuMsOf(s.pid);
-  const r = await runLoad({ mode, url: s.url, host: HOST, queue, inFlight: 32, durationMs: seconds * 1000, maxCount: Number.MAX_SAFE_INTEGER, itemBytes: 190, recordLatency: false, ...extra });
-  const cpu = cpuMsOf(s.pid) - cpu0;
+  // A definition is live on every node within 1 s (decisions §6.1).
+  if (side.nodes.length > 1) await new Promise((resolve) => setTimeout(resolve, 1200));
+  const cpuOf = (): number => side.nodes.reduce((sum, n) => sum + cpuMsOf(n.pid), 0);
+  const cpu0 = cpuOf();
+  const urls = side.nodes.map((n) => n.url);
+  const r = await runLoad({ mode, url: s.url, urls: urls.length > 1 ? urls : undefined, host: HOST, queue, inFlight: 32, durationMs: seconds * 1000, maxCount: Number.MAX_SAFE_INTEGER, itemBytes: 190, recordLatency: false, ...extra });
+  const cpu = cpuOf() - cpu0;
   if (r.errors > 0) console.error(`${s.dir} ${mode}: ${r.errors} errors, first: ${r.firstError}`);
   return { rate: r.rate, cpuUsPerItem: (cpu * 1000) / Math.max(1, r.count), count: r.count };
 }
 
-const servers: Server[] = [];
-for (const d of dirs) servers.push(await start(d));
+const servers: Side[] = [];
+for (const d of dirs) servers.push(await startSide(d));
 try {
   // Warm-up: JIT and young generation.
   for (const s of servers) {
@@ -167,7 +190,7 @@ try {
     });
   }
 } finally {
-  for (const s of servers) {
+  for (const s of servers.flatMap((side) => side.nodes)) {
     s.proc.kill('SIGTERM');
     await new Promise((resolve) => s.proc.once('exit', resolve));
     rmSync(s.root, { recursive: true, force: true });

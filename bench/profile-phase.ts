@@ -4,7 +4,9 @@
  *   node --import tsx bench/profile-phase.ts <dir> <handin|cycle|batch|drain|post> [topN] [jobs|seconds]
  *
  * `dir` is a checkout with a built `dist/`. The server runs on the store SVCQ_STORE names (the
- * embedded one without it). The server runs under `node --cpu-prof`; after a
+ * embedded one without it); with SVCQ_NODES=N (and SVCQ_STORE), N servers on that database, the
+ * load generator's connections spread over them, the first one profiled and the CPU of all
+ * counted. The server runs under `node --cpu-prof`; after a
  * warm-up of the same phase, the window of the measured phase is summarised by
  * bench/profile-summary.ts (the busiest thread's profile: the server's). `drain` first fills the
  * queue with batch posts (outside the window). The .cpuprofile is kept under bench/results/.
@@ -28,19 +30,37 @@ const which = process.argv[3] ?? 'handin';
 const topN = Number(process.argv[4] ?? 30);
 const size = Number(process.argv[5] ?? (which === 'handin' || which === 'cycle' ? 20_000 : 3));
 
+const nodes = Number(process.env.SVCQ_NODES ?? 1);
+if (nodes > 1 && !process.env.SVCQ_STORE) throw new Error('SVCQ_NODES needs SVCQ_STORE: several nodes share one PostgreSQL database');
+
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'svcq-prof-'));
 const t0 = performance.now();
-const proc = spawn(process.execPath, ['--cpu-prof', '--cpu-prof-dir', path.join(tmp, 'prof'), path.join(dir, 'bin/run.js'), 'serve', '--root', path.join(tmp, 'root'), '--port', '0', '--bind', '127.0.0.1', '--master-token', MASTER], { stdio: ['ignore', 'pipe', 'pipe'] });
-let out = '';
-const url = await new Promise<string>((resolve, reject) => {
-  proc.stdout.on('data', (c: Buffer) => {
-    out += c.toString();
-    const m = /listening on (http:\/\/\S+)/.exec(out);
-    if (m) resolve(m[1]!);
+
+function startNode(n: number): { proc: ReturnType<typeof spawn>; listening: Promise<string> } {
+  const proc = spawn(process.execPath, ['--cpu-prof', '--cpu-prof-dir', path.join(tmp, `prof${n}`), path.join(dir, 'bin/run.js'), 'serve', '--root', path.join(tmp, `root${n}`), '--port', '0', '--bind', '127.0.0.1', '--master-token', MASTER], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  const listening = new Promise<string>((resolve, reject) => {
+    proc.stdout!.on('data', (c: Buffer) => {
+      out += c.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(out);
+      if (m) resolve(m[1]!);
+    });
+    proc.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+    proc.once('exit', (code) => reject(new Error(`server exited ${code}: ${out}`)));
   });
-  proc.stderr.on('data', (c: Buffer) => (out += c.toString()));
-  proc.once('exit', (code) => reject(new Error(`server exited ${code}: ${out}`)));
-});
+  return { proc, listening };
+}
+
+// One after the other: the first creates the schema.
+const started: Array<ReturnType<typeof startNode>> = [];
+const urls: string[] = [];
+for (let n = 0; n < nodes; n++) {
+  started.push(startNode(n));
+  urls.push(await started[n]!.listening);
+}
+const procs = started.map((s) => s.proc);
+const url = urls[0]!;
+const cpuOfAll = (): number => procs.reduce((sum, p) => sum + cpuMsOf(p.pid!), 0);
 
 function define(name: string): Promise<void> {
   const base = new URL(url);
@@ -56,10 +76,12 @@ function define(name: string): Promise<void> {
 
 async function run(mode: LoadMode, queue: string, extra: Partial<LoadSpec>): Promise<{ rate: number; count: number; cpuMs: number }> {
   await define(queue).catch(() => undefined);
-  const c0 = cpuMsOf(proc.pid!);
-  const r = await runLoad({ mode, url, host: HOST, queue, inFlight: 32, durationMs: 3000, maxCount: Number.MAX_SAFE_INTEGER, itemBytes: 190, recordLatency: false, ...extra });
+  // A definition is live on every node within 1 s (decisions §6.1).
+  if (nodes > 1) await new Promise((resolve) => setTimeout(resolve, 1200));
+  const c0 = cpuOfAll();
+  const r = await runLoad({ mode, url, urls: nodes > 1 ? urls : undefined, host: HOST, queue, inFlight: 32, durationMs: 3000, maxCount: Number.MAX_SAFE_INTEGER, itemBytes: 190, recordLatency: false, ...extra });
   if (r.errors) console.error(`${mode}: ${r.errors} errors: ${r.firstError}`);
-  return { rate: r.rate, count: r.count, cpuMs: cpuMsOf(proc.pid!) - c0 };
+  return { rate: r.rate, count: r.count, cpuMs: cpuOfAll() - c0 };
 }
 
 const phase = async (tag: string): Promise<{ rate: number; count: number; cpuMs: number }> => {
@@ -85,10 +107,12 @@ if (which === 'drain') await run('batch-post', 'bmain', { inFlight: 4, durationM
 const fromMs = performance.now() - t0;
 const r = await phase('main');
 const toMs = performance.now() - t0;
-proc.kill('SIGTERM');
-await new Promise((resolve) => proc.once('exit', resolve));
-console.log(`${which}: ${r.rate.toFixed(0)}/s, ${r.count} items, server CPU ${((r.cpuMs * 1000) / r.count).toFixed(1)} µs/item`);
-const profDir = path.join(tmp, 'prof');
+for (const p of procs) {
+  p.kill('SIGTERM');
+  await new Promise((resolve) => p.once('exit', resolve));
+}
+console.log(`${which}: ${r.rate.toFixed(0)}/s, ${r.count} items, server CPU ${((r.cpuMs * 1000) / r.count).toFixed(1)} µs/item${nodes > 1 ? ` (${nodes} nodes together; the profile is the first node's)` : ''}`);
+const profDir = path.join(tmp, 'prof0');
 const file = readdirSync(profDir)
   .filter((f) => f.endsWith('.cpuprofile'))
   .map((f) => path.join(profDir, f))
