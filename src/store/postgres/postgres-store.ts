@@ -233,6 +233,9 @@ class Tx {
 
   /** How the statements sent now are planned (the connection's default at BEGIN). */
   private plan: Plan = 'custom';
+  /** The connection's socket (node-postgres keeps it as `connection.stream`), when it can hold writes. */
+  private readonly socket: { cork(): void; uncork(): void } | undefined;
+  private holding = false;
 
   constructor(
     readonly client: pg.PoolClient,
@@ -240,6 +243,26 @@ class Tx {
     readonly started: number,
   ) {
     this.now = started;
+    const stream = (client as unknown as { connection?: { stream?: { cork?: unknown; uncork?: unknown } } }).connection?.stream;
+    this.socket = typeof stream?.cork === 'function' && typeof stream.uncork === 'function' ? (stream as { cork(): void; uncork(): void }) : undefined;
+  }
+
+  /**
+   * Holds the statements sent from now on in the socket until {@link send}: the statements a
+   * transaction sends in one go (BEGIN and the groups' first statements; the last write and
+   * COMMIT) leave in one write, not one each.
+   */
+  hold(): void {
+    if (this.holding || !this.socket) return;
+    this.holding = true;
+    this.socket.cork();
+  }
+
+  /** Sends what {@link hold} held. Called before every wait for the database. */
+  send(): void {
+    if (!this.holding) return;
+    this.holding = false;
+    this.socket!.uncork();
   }
 
   /** Sends a statement of this transaction, switching how statements are planned first where it needs the other way. */
@@ -1172,6 +1195,7 @@ export class PostgresStore implements Store, EventOutbox {
       const results = new Map<Op, unknown>();
       // BEGIN goes out with the transaction's first statement (the client pipelines): no round
       // trip of its own. Every statement after it waits for it on the connection, in order.
+      tx.hold();
       const begun = client.query('BEGIN');
       // Awaited later; a failure meanwhile is not an unhandled rejection.
       begun.catch(() => undefined);
@@ -1182,8 +1206,11 @@ export class PostgresStore implements Store, EventOutbox {
         for (const ref of queues.values()) {
           const periodic = ops.some((op) => op.sweep && op.ref.key === ref.key);
           if (!periodic && this.isQuiet(ref, tx.now)) continue;
-          await this.sweepQueue(tx, ref, periodic);
+          const sweeping = this.sweepQueue(tx, ref, periodic);
+          tx.send();
+          await sweeping;
         }
+        tx.hold();
         // Posts, plain claims and submissions of one queue run together, where the first of them stood.
         const groups = new Map<string, Op[]>();
         for (const op of ops) {
@@ -1202,6 +1229,7 @@ export class PostgresStore implements Store, EventOutbox {
         let inFlight: Array<Promise<void>> = [];
         let afterSubmissions = false;
         const settle = async (): Promise<void> => {
+          tx.send();
           const settled = await Promise.allSettled(inFlight);
           inFlight = [];
           afterSubmissions = false;
@@ -1217,7 +1245,10 @@ export class PostgresStore implements Store, EventOutbox {
           const group = groups.get(key);
           if (!group) continue;
           groups.delete(key);
-          if (afterSubmissions) await settle();
+          if (afterSubmissions) {
+            await settle();
+            tx.hold();
+          }
           let running: Promise<void>;
           if (op.posts) {
             running = this.insertPosts(tx, op.ref, group.flatMap((g) => g.posts!)).then((outcomes) => {
@@ -1241,9 +1272,11 @@ export class PostgresStore implements Store, EventOutbox {
         await settle();
         // The last writes and the COMMIT go out together. A write that fails (a guard included,
         // see migration 6) aborts the transaction, and the COMMIT behind it then rolls it back.
+        tx.hold();
         const finishing = this.finish(tx);
         const archiving = tx.payloads.size > 0 ? writePayloads(tx, [...tx.payloads.values()], tx.now) : undefined;
         committing = client.query('COMMIT');
+        tx.send();
         for (const p of [finishing, archiving, committing]) p?.catch(() => undefined);
         await begun;
         await finishing;
@@ -1254,6 +1287,7 @@ export class PostgresStore implements Store, EventOutbox {
         client.off('error', onError);
         client.release();
       } catch (err) {
+        tx.send();
         this.live.delete(tx);
         // Whatever was sent behind the failed statement is answered (with errors) before the ROLLBACK.
         await Promise.allSettled([begun, committing]);
