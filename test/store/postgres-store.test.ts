@@ -135,6 +135,38 @@ describe('PostgreSQL store: transactions, events and sweeps', function () {
     expect(overview.counts).to.deep.include({ pending: 0, claimed: 2, finished: 2, cancelled: 1 });
   });
 
+  it('a claim sent before the transaction writes its staged changes early still sees them: an item cancelled in one queue is not claimed because an error re-queued an item of another queue in the same turn (decisions §6, §3.6, §3.8)', async () => {
+    const retrying = resolveQueue({ leaseSeconds: 60, maxAttempts: 3, retainSeconds: 600 });
+    const qa: QueueRef = { key: 'tx.example.com/a', host: 'tx.example.com', name: 'a', config: retrying };
+    const qb: QueueRef = { key: 'tx.example.com/b', host: 'tx.example.com', name: 'b', config: retrying };
+    const two = new PostgresStore({ url: db.url, now: clock.now, sweepIntervalMs: 0, configFor: (key) => (key === qa.key ? retrying : key === qb.key ? retrying : undefined) });
+    await two.open();
+    try {
+      const [a1] = await two.postMany(qa, [{ body: '{"a":1}', postedBy: 'p' }]);
+      const [b1] = await two.postMany(qb, [{ body: '{"b":1}', postedBy: 'p' }]);
+      expect((await two.claim(qa, { worker: 'w' }))?.id).to.equal(a1!.id);
+      // In one turn, so one transaction: b1 cancelled, a1's error re-queues it, then a claim on
+      // each queue. The claim on a must see a1 pending again, so the transaction writes what it
+      // staged before that claim; the claim on b, already sent by then, must still see b1
+      // cancelled (else it leases a cancelled item, and the transaction fails its guard every time
+      // it runs again).
+      const [cancelled, errored, fromB, fromA] = await Promise.all([
+        two.cancel(qb, b1!.id),
+        two.error(qa, a1!.id, '{"oops":true}'),
+        two.claim(qb, { worker: 'wb' }),
+        two.claim(qa, { worker: 'wa' }),
+      ]);
+      expect(cancelled).to.deep.equal({ accepted: true, status: 'cancelled' });
+      expect(errored).to.deep.equal({ accepted: true, status: 'pending' });
+      expect(fromB).to.equal(null);
+      expect(fromA?.id).to.equal(a1!.id);
+      expect(await two.get(qb, b1!.id)).to.deep.include({ status: 'cancelled' });
+      expect(await two.get(qa, a1!.id)).to.deep.include({ status: 'claimed', attempts: 2 });
+    } finally {
+      await two.close();
+    }
+  });
+
   it('a status read that no rule applies to runs no transaction; the first read of a finished item stamps it in one (retention from "fetched" starts there, decisions §2.2)', async () => {
     const [a] = await store.postMany(q, [{ body: '{"n":1}', postedBy: 'p' }]);
     commits = [];

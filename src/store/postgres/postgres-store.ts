@@ -1245,7 +1245,12 @@ export class PostgresStore implements Store, EventOutbox {
           const group = groups.get(key);
           if (!group) continue;
           groups.delete(key);
-          if (afterSubmissions) {
+          // A group that first writes what the transaction staged (claims after an error re-queued
+          // an item of their queue, posts after a purge freed an idempotency key) waits for the
+          // statements already sent: their answers are read against what is staged, and the
+          // write takes it (rows read before it would then look unchanged).
+          const writesFirst = op.posts ? tx.purges(op.ref.key) : op.claim ? tx.requeued(op.ref.key) : false;
+          if (afterSubmissions || (writesFirst && inFlight.length > 0)) {
             await settle();
             tx.hold();
           }
