@@ -4,7 +4,6 @@ import { expect } from 'chai';
 import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
 import { defineQueue, getItem, killWorker, postItem, queueName, startWorker, type WorkerProcess } from './support.js';
 
-/** Children of `pid` that are still in its process group (a command between fork and its own session). */
 /** A process's state letter and process group, from /proc (undefined once it is gone). */
 function stateOf(pid: number): { state: string; pgrp: number } | undefined {
   try {
@@ -17,6 +16,7 @@ function stateOf(pid: number): { state: string; pgrp: number } | undefined {
   }
 }
 
+/** Children of `pid` that are still in its process group (a command between fork and its own session). */
 function childrenInGroup(pid: number): number[] {
   let list: string;
   try {
