@@ -312,6 +312,7 @@ class Tx {
     return loaded;
   }
 
+
   /**
    * Whether a staged change made an item of the queue pending again (an error handed in with a
    * claim, decisions §3.8): a claim must then see it in the table, so the writes go first.
@@ -319,6 +320,13 @@ class Tx {
   requeued(key: string): boolean {
     for (const w of this.pending.values()) if (w.ref.key === key && !w.purged && w.record.status === 'pending' && w.from !== 'pending') return true;
     return false;
+  }
+
+  /** Items of the queue this transaction read pending and staged a change of: the table still shows them pending. */
+  stagedPending(key: string): number {
+    let n = 0;
+    for (const w of this.pending.values()) if (w.ref.key === key && w.from === 'pending') n++;
+    return n;
   }
 
   /** Whether a staged change purges an item of the queue: its idempotency key must be free for a post that follows. */
@@ -854,19 +862,31 @@ export class PostgresStore implements Store, EventOutbox {
       while (at < calls.length && (out[at]!.length >= calls[at]!.max || calls[at]!.input.signal?.aborted)) at++;
     };
     settled();
-    if (tx.requeued(ref.key)) await tx.flush();
+    // Items an error made pending again must be in the table for the claim: the writes go out
+    // ahead of its first statement, in the same go (the group's statement is sent at once, in
+    // its place among the transaction's).
+    let writing = tx.requeued(ref.key) ? tx.flush() : undefined;
+    writing?.catch(() => undefined);
     let after = -1;
     while (at < calls.length) {
       let need = 0;
       for (let i = at; i < calls.length; i++) if (!calls[i]!.input.signal?.aborted) need += calls[i]!.max - out[i]!.length;
-      const rows = (
-        await tx.query<ItemRow>(
-          named('svcq_claim', `SELECT ${COLUMNS} FROM svcq_items
-            WHERE queue = $1 AND status = 'pending' AND available_at <= $2 AND ord > $3
-            ORDER BY ord LIMIT $4 FOR UPDATE SKIP LOCKED`, 'generic'),
-          [ref.key, tx.now, after, need],
-        )
-      ).rows;
+      // Rows this transaction changed already still show pending: asked for on top, so that one
+      // page is enough unless a deadline fell on some row.
+      const limit = need + tx.stagedPending(ref.key);
+      const reading = tx.query<ItemRow>(
+        named('svcq_claim', `SELECT ${COLUMNS} FROM svcq_items
+          WHERE queue = $1 AND status = 'pending' AND available_at <= $2 AND ord > $3
+          ORDER BY ord LIMIT $4 FOR UPDATE SKIP LOCKED`, 'generic'),
+        [ref.key, tx.now, after, limit],
+      );
+      if (writing) {
+        reading.catch(() => undefined);
+        const written = writing;
+        writing = undefined;
+        await written;
+      }
+      const rows = (await reading).rows;
       if (rows.length === 0) break;
       after = rows[rows.length - 1]!.ord;
       for (const row of rows) {
@@ -882,6 +902,9 @@ export class PostgresStore implements Store, EventOutbox {
         out[at]!.push(claimedOf(t.record));
       }
       settled();
+      // A page short of what was asked for took every claimable row there was: asking again
+      // would find none (and would see what later calls of this transaction posted meanwhile).
+      if (rows.length < limit) break;
     }
     return out;
   }
@@ -963,11 +986,16 @@ export class PostgresStore implements Store, EventOutbox {
       }
       todo.push(n);
     }
-    if (tx.purges(ref.key)) await tx.flush();
+    // Ahead of the INSERT, in the same go (the group's statement is sent at once, in its place
+    // among the transaction's): the writes, when a purge frees an idempotency key for these
+    // posts, and the queue's registration, the first time this node posts to it.
+    const ahead: Array<Promise<unknown>> = [];
+    if (tx.purges(ref.key)) ahead.push(tx.flush());
     if (!this.known.has(ref.key) && !tx.registered.has(ref.key)) {
-      await tx.query(named('svcq_register_queue', 'INSERT INTO svcq_queues (key) VALUES ($1) ON CONFLICT DO NOTHING'), [ref.key]);
+      ahead.push(tx.query(named('svcq_register_queue', 'INSERT INTO svcq_queues (key) VALUES ($1) ON CONFLICT DO NOTHING'), [ref.key]));
       tx.registered.add(ref.key);
     }
+    for (const p of ahead) p.catch(() => undefined);
     for (let round = 0; todo.length > 0; round++) {
       if (round === 10) throw new Error('could not create the items: their ids or idempotency keys kept colliding');
       const records = todo.map((n) => {
@@ -975,7 +1003,7 @@ export class PostgresStore implements Store, EventOutbox {
         return rules.post({ id: this.newId(), ord: 0, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, tx.now);
       });
       const first = records[0]!.record;
-      const res = await tx.query<{ id: string; ord: number }>(
+      const inserting = tx.query<{ id: string; ord: number }>(
         named('svcq_insert_items', `WITH input AS (
            SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS t(id, body, posted_by, idempotency_key, n)
          ), ords AS (
@@ -1000,6 +1028,12 @@ export class PostgresStore implements Store, EventOutbox {
           first.availableAt,
         ],
       );
+      if (ahead.length > 0) {
+        // Their failure, if any, is the cause (the INSERT behind it then fails too).
+        inserting.catch(() => undefined);
+        await Promise.all(ahead.splice(0));
+      }
+      const res = await inserting;
       const ords = new Map(res.rows.map((row) => [row.id, row.ord]));
       const conflicted: number[] = [];
       records.forEach((t, i) => {
