@@ -312,7 +312,6 @@ class Tx {
     return loaded;
   }
 
-
   /**
    * Whether a staged change made an item of the queue pending again (an error handed in with a
    * claim, decisions §3.8): a claim must then see it in the table, so the writes go first.
@@ -865,8 +864,8 @@ export class PostgresStore implements Store, EventOutbox {
     // Items an error made pending again must be in the table for the claim: the writes go out
     // ahead of its first statement, in the same go (the group's statement is sent at once, in
     // its place among the transaction's).
-    let writing = tx.requeued(ref.key) ? tx.flush() : undefined;
-    writing?.catch(() => undefined);
+    const ahead = tx.requeued(ref.key) ? tx.flush() : undefined;
+    ahead?.catch(() => undefined);
     let after = -1;
     while (at < calls.length) {
       let need = 0;
@@ -880,11 +879,10 @@ export class PostgresStore implements Store, EventOutbox {
           ORDER BY ord LIMIT $4 FOR UPDATE SKIP LOCKED`, 'generic'),
         [ref.key, tx.now, after, limit],
       );
-      if (writing) {
+      if (ahead) {
+        // Its failure, if any, is the cause (the claim behind it then fails too).
         reading.catch(() => undefined);
-        const written = writing;
-        writing = undefined;
-        await written;
+        await ahead;
       }
       const rows = (await reading).rows;
       if (rows.length === 0) break;
