@@ -151,21 +151,35 @@ function start(side: Side, q: QueueRef, c: TurnCall['c'], id: string, tag: strin
   }
 }
 
+/** Registers the items a raw answer says were created, in its order. */
+function register(side: Side, raw: unknown): void {
+  for (const out of Array.isArray(raw) ? raw : [raw]) {
+    if (out !== null && typeof out === 'object' && (out as { created?: boolean }).created === true) side.ids.push((out as { id: string }).id);
+  }
+}
+
+/** What a caller sees of a raw answer: ids as labels (the items it created registered first). */
+function labeled(side: Side, raw: unknown): unknown {
+  if (Array.isArray(raw)) return raw.map((x) => labeled(side, x));
+  if (raw !== null && typeof raw === 'object' && 'id' in raw) return { ...raw, id: label(side, (raw as { id: string }).id) };
+  return raw;
+}
+
 /**
- * What a caller sees of a raw answer, ids as labels (the items created registered first, in the
- * order the fold ran). A post whose idempotency key names an earlier item is compared without
- * that item's status: the fold reads it from the table, where the changes other calls of the same
- * turn made to it are not written yet, so it answers as if it came first among them (which
- * concurrent calls allow); the model, running the calls one by one, answers as if in its place.
+ * What a caller of a turn sees, compared. A post whose idempotency key names an earlier item is
+ * compared without that item's status: the fold reads it from the table, where the changes other
+ * calls of the same turn made to it are not written yet, so it answers as if it came first among
+ * them (which concurrent calls allow); the model, running the calls one by one, answers as if in
+ * its place.
  */
 function seenOf(side: Side, raw: unknown): unknown {
-  if (Array.isArray(raw)) return raw.map((x) => seenOf(side, x));
-  if (raw !== null && typeof raw === 'object' && 'id' in raw) {
-    const out: Record<string, unknown> = { ...raw, id: label(side, (raw as { id: string }).id) };
-    if (out.created === false) delete out.status;
-    return out;
-  }
-  return raw;
+  const seen = labeled(side, raw);
+  const relax = (x: unknown): unknown => {
+    if (x === null || typeof x !== 'object' || (x as { created?: boolean }).created !== false) return x;
+    const { status: _status, ...rest } = x as Record<string, unknown>;
+    return rest;
+  };
+  return Array.isArray(seen) ? seen.map(relax) : relax(seen);
 }
 
 /** Runs a turn on both sides and compares what every caller sees. */
@@ -183,12 +197,7 @@ async function turn(sides: Side[], queues: readonly QueueRef[], calls: readonly 
     } else {
       for (const i of order) raws[i] = await go(i);
     }
-    for (const i of order) {
-      const created = Array.isArray(raws[i]) ? (raws[i] as unknown[]) : [raws[i]];
-      for (const out of created) {
-        if (out !== null && typeof out === 'object' && (out as { created?: boolean }).created === true) side.ids.push((out as { id: string }).id);
-      }
-    }
+    for (const i of order) register(side, raws[i]);
     seen.push(calls.map((_, i) => seenOf(side, raws[i])));
   }
   if (!isDeepStrictEqual(seen[0], seen[1])) {
@@ -250,42 +259,27 @@ function shown(side: Side, r: StatusRecord | null): unknown {
 async function run(side: Side, q: QueueRef, c: Command, step: number): Promise<unknown> {
   const store = side.h.store;
   switch (c.op) {
-    case 'post': {
-      const body = JSON.stringify(c.n === null ? { kind: c.kind } : { kind: c.kind, n: c.n });
-      const out = await store.post(q, { body, postedBy: 'producer', idempotencyKey: c.key ?? undefined });
-      if (out.created) side.ids.push(out.id);
-      return { ...out, id: label(side, out.id) };
-    }
-    case 'claim': {
-      const claimed = await store.claim(q, { worker: c.worker, criteria: CRITERIA[c.criteria] });
-      return claimed === null ? null : { ...claimed, id: label(side, claimed.id) };
-    }
-    case 'postMany': {
-      const outs = await store.postMany(
-        q,
-        c.items.map((i) => ({ body: JSON.stringify({ kind: i.kind }), postedBy: 'producer', idempotencyKey: i.key ?? undefined })),
-      );
-      for (const out of outs) if (out.created) side.ids.push(out.id);
-      return outs.map((out) => ({ ...out, id: label(side, out.id) }));
-    }
-    case 'claimMany': {
-      const claimed = await store.claimMany(q, { worker: c.worker, criteria: CRITERIA[c.criteria] }, c.max);
-      return claimed.map((x) => ({ ...x, id: label(side, x.id) }));
-    }
     case 'overview': {
       const o = await store.overview(q, { oldest: 5, leases: 5 });
       return { ...o, oldest: o.oldest.map((x) => ({ ...x, id: label(side, x.id) })), leases: o.leases.map((x) => ({ ...x, id: label(side, x.id) })) };
     }
-    case 'progress':
-    case 'result':
-    case 'error':
-      return store[c.op](q, idFor(side, c.item), `{"${c.op}":${step}}`);
-    case 'cancel':
-      return store.cancel(q, idFor(side, c.item));
     case 'get':
       return shown(side, await store.get(q, idFor(side, c.item)));
     case 'counts':
       return store.counts(q);
+    case 'post':
+    case 'claim':
+    case 'postMany':
+    case 'claimMany':
+    case 'progress':
+    case 'result':
+    case 'error':
+    case 'cancel': {
+      // Every command a request makes but a read (answered above).
+      const raw = await start(side, q, c as TurnCall['c'], 'item' in c ? idFor(side, c.item) : UNKNOWN_ID, String(step));
+      register(side, raw);
+      return labeled(side, raw);
+    }
     default:
       return undefined;
   }
