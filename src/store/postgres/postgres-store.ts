@@ -811,7 +811,12 @@ export class PostgresStore implements Store, EventOutbox {
    */
   private async submitMany(tx: Tx, ref: QueueRef, calls: readonly SubmissionCall[]): Promise<Array<SubmitOutcome | null>> {
     const ids = [...new Set(calls.map((c) => c.id))];
-    const res = await tx.query<ItemRow>(named('svcq_lock_items', `SELECT ${COLUMNS} FROM svcq_items WHERE queue = $1 AND id = ANY($2::text[]) ORDER BY id FOR UPDATE`), [ref.key, ids]);
+    // Written as a join with the ids (not `id = ANY($2)`), so that the plan kept from an empty table
+    // probes the primary key with both columns; locked in id order, after the sort.
+    const res = await tx.query<ItemRow>(
+      named('svcq_lock_items', `SELECT ${COLUMNS} FROM svcq_items WHERE (queue, id) = ANY (SELECT $1, unnest($2::text[])) ORDER BY id FOR UPDATE`, 'generic'),
+      [ref.key, ids],
+    );
     const loaded = new Map<string, Loaded>();
     const current = new Map<string, ItemRecord | null>();
     for (const row of res.rows) {
@@ -1138,9 +1143,7 @@ export class PostgresStore implements Store, EventOutbox {
         `SELECT LEAST(
            (SELECT min(lease_until) FROM svcq_items WHERE queue = $1 AND status IN ('claimed', 'processing')),
            (SELECT min(available_at) FROM svcq_items WHERE queue = $1 AND available_at > 0 AND status = 'pending'),
-           (SELECT min(posted_at) FROM svcq_items WHERE queue = $1 AND status = 'pending') + $2::bigint,
-           (SELECT min(posted_at) FROM svcq_items WHERE queue = $1 AND status = 'claimed') + $2::bigint,
-           (SELECT min(posted_at) FROM svcq_items WHERE queue = $1 AND status = 'processing') + $2::bigint,
+           (SELECT min(posted_at) FROM svcq_items WHERE queue = $1 AND status IN ('pending', 'claimed', 'processing')) + $2::bigint,
            (SELECT min(finished_at) FROM svcq_items WHERE queue = $1 AND finished_at IS NOT NULL) + $3::bigint,
            (SELECT min(fetched_at) FROM svcq_items WHERE queue = $1 AND fetched_at IS NOT NULL) + $4::bigint
          ) AS at`,
