@@ -646,7 +646,7 @@ export class PostgresStore implements Store, EventOutbox {
       let total = 0;
       for (;;) {
         const pool = this.openPool();
-        const res = await pool.query('DELETE FROM svcq_events WHERE seq IN (SELECT seq FROM svcq_events WHERE ts < $1 LIMIT $2)', [this.now() - keep, PURGE_BATCH]);
+        const res = await pool.query('DELETE FROM svcq_events WHERE ctid = ANY (ARRAY(SELECT ctid FROM svcq_events WHERE ts < $1 LIMIT $2))', [this.now() - keep, PURGE_BATCH]);
         total += res.rowCount ?? 0;
         if ((res.rowCount ?? 0) < PURGE_BATCH || this.state !== 'open') return total;
       }

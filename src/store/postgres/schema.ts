@@ -198,6 +198,15 @@ export const MIGRATIONS: readonly Migration[] = [
       DROP INDEX svcq_items_status;
     `,
   },
+  {
+    version: 8,
+    description: 'task events without a unique index of their own',
+    sql: `
+      -- Events are read by (xid, seq) and purged by ts (BRIN) and ctid; nothing looks one up by seq,
+      -- and a unique index on it cost an index entry per event, three per job.
+      ALTER TABLE svcq_events DROP CONSTRAINT svcq_events_pkey;
+    `,
+  },
 ];
 
 /** Any constant the whole database agrees on: the lock that serialises migrations across nodes. */
