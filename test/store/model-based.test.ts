@@ -27,6 +27,11 @@ const DEFINITIONS: QueueDefinition[] = [
   { leaseSeconds: 10, maxAttempts: 3, retryDelaySeconds: 7, timeoutSeconds: 60, retainSeconds: 20 },
   { leaseSeconds: 20, maxAttempts: 2, retainFrom: 'fetched', retainSeconds: 15 },
   { leaseSeconds: 3, maxAttempts: 4, retryDelaySeconds: 2, timeoutSeconds: 25, retainFrom: 'fetched', retainSeconds: 5 },
+  // Every deadline at least 25 s out: the PostgreSQL store skips sweeping such a queue between
+  // deadlines (its quiet window), and sends a transaction's statements without waiting for its
+  // submissions' answers where nothing can be due.
+  { leaseSeconds: 30, maxAttempts: 3 },
+  { leaseSeconds: 45, maxAttempts: 2, retryDelaySeconds: 25, retainSeconds: 40 },
 ];
 const CONFIGS: QueueConfig[] = DEFINITIONS.map((def) => resolveQueue(def));
 

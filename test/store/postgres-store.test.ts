@@ -167,6 +167,33 @@ describe('PostgreSQL store: transactions, events and sweeps', function () {
     }
   });
 
+  it('in a queue where nothing can be due, claims go out without waiting for the submissions before them, yet keep the fold\'s order: they pass by items posted after them, and take an item an error re-queued before them (decisions §3.3, §3.8, §6)', async () => {
+    // Every deadline a minute out: after its first sweep the queue is skipped by the sweeps of the
+    // transactions that follow (its quiet window), and nothing in it can be due.
+    const calm = resolveQueue({ leaseSeconds: 60, maxAttempts: 3, retainSeconds: 600 });
+    const qc: QueueRef = { key: 'tx.example.com/calm', host: 'tx.example.com', name: 'calm', config: calm };
+    const two = new PostgresStore({ url: db.url, now: clock.now, sweepIntervalMs: 0, configFor: (key) => (key === qc.key ? calm : undefined) });
+    await two.open();
+    try {
+      const [a] = await two.postMany(qc, [{ body: '{"a":1}', postedBy: 'p' }]);
+      // One transaction: a progress report makes a processing, a claim, then a post. The claim's
+      // first page holds only a (the table still shows it pending, the progress not yet known when
+      // the claim went out); its next page, read after the post went out, must pass b by.
+      const [progressed, claimed, posted] = await Promise.all([two.progress(qc, a!.id, '{"p":1}'), two.claim(qc, { worker: 'w' }), two.post(qc, { body: '{"b":1}', postedBy: 'p' })]);
+      expect(progressed).to.deep.equal({ accepted: true, status: 'processing' });
+      expect(claimed).to.equal(null);
+      expect(await two.get(qc, posted.id)).to.deep.include({ status: 'pending', attempts: 0 });
+      // One transaction: an error handed in re-queues a (no retry delay), then a claim: the claim
+      // waits for the error's answer and takes a, the oldest pending item.
+      const [errored, next] = await Promise.all([two.error(qc, a!.id, '{"oops":true}'), two.claim(qc, { worker: 'w2' })]);
+      expect(errored).to.deep.equal({ accepted: true, status: 'pending' });
+      expect(next?.id).to.equal(a!.id);
+      expect(next?.attempts).to.equal(1);
+    } finally {
+      await two.close();
+    }
+  });
+
   it('a status read that no rule applies to runs no transaction; the first read of a finished item stamps it in one (retention from "fetched" starts there, decisions §2.2)', async () => {
     const [a] = await store.postMany(q, [{ body: '{"n":1}', postedBy: 'p' }]);
     commits = [];

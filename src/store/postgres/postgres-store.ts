@@ -222,6 +222,10 @@ class Tx {
   readonly payloads = new Map<string, Payload>();
   /** Net change of the items counted per queue and status ('<queue>\n<status>'), written to svcq_count_deltas before COMMIT. */
   readonly deltas = new Map<string, number>();
+  /** Groups of calls started so far (each numbered by this count as it starts). */
+  groups = 0;
+  /** Items this transaction posts, by '<queue>\n<id>', and the group that posts each. */
+  readonly postedBy = new Map<string, number>();
 
   /**
    * The time its rules apply at: when it began, moved later to the last change of any row it
@@ -434,6 +438,8 @@ interface SubmissionCall {
   apply: (r: ItemRecord, now: number) => Submission;
   /** The payload an accepted submission archives (progress, result, error; none for a cancel). */
   payload?: { kind: PayloadKind; body: string };
+  /** Whether it can make its item pending again (an error handed in with attempts left); no other submission can. */
+  requeues?: boolean;
 }
 
 /** A call waiting for its transaction. */
@@ -729,7 +735,7 @@ export class PostgresStore implements Store, EventOutbox {
   }
 
   error(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
-    return this.submission(ref, id, (r, now) => rules.error(r, ref.config, body, now), { kind: 'error', body });
+    return this.submission(ref, id, (r, now) => rules.error(r, ref.config, body, now), { kind: 'error', body }, true);
   }
 
   cancel(ref: QueueRef, id: string): Promise<SubmitOutcome | null> {
@@ -799,8 +805,8 @@ export class PostgresStore implements Store, EventOutbox {
     return this.pool;
   }
 
-  private submission(ref: QueueRef, id: string, apply: (r: ItemRecord, now: number) => Submission, payload?: SubmissionCall['payload']): Promise<SubmitOutcome | null> {
-    return this.submitOp({ ref, submit: { id, apply, payload } });
+  private submission(ref: QueueRef, id: string, apply: (r: ItemRecord, now: number) => Submission, payload?: SubmissionCall['payload'], requeues = false): Promise<SubmitOutcome | null> {
+    return this.submitOp({ ref, submit: { id, apply, payload, requeues } });
   }
 
   /**
@@ -860,6 +866,10 @@ export class PostgresStore implements Store, EventOutbox {
    * rules.claimable once locked: another node may have changed it since this statement began.
    */
   private async claimPlain(tx: Tx, ref: QueueRef, calls: readonly PlainClaim[]): Promise<Claimed[][]> {
+    // Groups started after this one may post before a later page of it is read: their items come
+    // after these claims in the fold's order, so these claims pass them by.
+    const group = tx.groups;
+    const postedLater = (id: string): boolean => (tx.postedBy.get(`${ref.key}\n${id}`) ?? -1) > group;
     const out: Claimed[][] = calls.map(() => []);
     let at = 0;
     const settled = (): void => {
@@ -895,6 +905,7 @@ export class PostgresStore implements Store, EventOutbox {
       for (const row of rows) {
         settled();
         if (at >= calls.length) break;
+        if (postedLater(row.id)) continue;
         // Its own earlier change in this transaction counts (an item it claimed or finished already).
         const loaded = tx.current(ref, row);
         if (!loaded) continue;
@@ -972,6 +983,7 @@ export class PostgresStore implements Store, EventOutbox {
    * earlier item is then read. A key repeated within the batch names its first item.
    */
   private async insertPosts(tx: Tx, ref: QueueRef, inputs: readonly PostInput[]): Promise<PostOutcome[]> {
+    const group = tx.groups;
     const out: Array<PostOutcome | undefined> = new Array(inputs.length);
     // Inputs whose key an earlier input of this batch carries: they name that input's item.
     const firstWithKey = new Map<string, number>();
@@ -1003,7 +1015,9 @@ export class PostgresStore implements Store, EventOutbox {
       if (round === 10) throw new Error('could not create the items: their ids or idempotency keys kept colliding');
       const records = todo.map((n) => {
         const input = inputs[n]!;
-        return rules.post({ id: this.newId(), ord: 0, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, tx.now);
+        const id = this.newId();
+        tx.postedBy.set(`${ref.key}\n${id}`, group);
+        return rules.post({ id, ord: 0, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, tx.now);
       });
       const first = records[0]!.record;
       const inserting = tx.query<{ id: string; ord: number }>(
@@ -1238,9 +1252,14 @@ export class PostgresStore implements Store, EventOutbox {
       try {
         const queues = new Map<string, QueueRef>();
         for (const op of ops) if (!queues.has(op.ref.key)) queues.set(op.ref.key, op.ref);
+        // Queues in which nothing can be due now: a row read there is never changed by rules.due.
+        const quiet = new Set<string>();
         for (const ref of queues.values()) {
           const periodic = ops.some((op) => op.sweep && op.ref.key === ref.key);
-          if (!periodic && this.isQuiet(ref, tx.now)) continue;
+          if (!periodic && this.isQuiet(ref, tx.now)) {
+            quiet.add(ref.key);
+            continue;
+          }
           const sweeping = this.sweepQueue(tx, ref, periodic);
           tx.send();
           await sweeping;
@@ -1258,16 +1277,19 @@ export class PostgresStore implements Store, EventOutbox {
         // The groups' first statements go out one behind the other without waiting for answers
         // (each group's code sends its statement before its first await, so they reach the
         // database in this order), and each group's answer is handled as it comes, in the same
-        // order. A group after submissions waits for them: they may make items claimable again
-        // or purge them (flushed before the next statement), and a call of its own waits for
+        // order. A group after submissions to its queue waits for them where they may make items
+        // claimable again or purge them (flushed before its statement): claims after an error
+        // handed in, and any group when something in the queue may be due (rules.due, applied to
+        // a row a submission locks, can re-queue or purge it). A call of its own waits for
         // everything before it.
         let inFlight: Array<Promise<void>> = [];
-        let afterSubmissions = false;
+        /** Queues with submissions sent and not yet answered, and whether one of them can re-queue its item. */
+        const submitting = new Map<string, boolean>();
         const settle = async (): Promise<void> => {
           tx.send();
           const settled = await Promise.allSettled(inFlight);
           inFlight = [];
-          afterSubmissions = false;
+          submitting.clear();
           for (const s of settled) if (s.status === 'rejected') throw s.reason;
         };
         for (const op of ops) {
@@ -1285,11 +1307,14 @@ export class PostgresStore implements Store, EventOutbox {
           // statements already sent: their answers are read against what is staged, and the
           // write takes it (rows read before it would then look unchanged).
           const writesFirst = op.posts ? tx.purges(op.ref.key) : op.claim ? tx.requeued(op.ref.key) : false;
+          const requeuing = submitting.get(op.ref.key);
+          const afterSubmissions = requeuing !== undefined && (!quiet.has(op.ref.key) || (op.claim !== undefined && requeuing));
           if (afterSubmissions || (writesFirst && inFlight.length > 0)) {
             await settle();
             tx.hold();
           }
           let running: Promise<void>;
+          tx.groups++;
           if (op.posts) {
             running = this.insertPosts(tx, op.ref, group.flatMap((g) => g.posts!)).then((outcomes) => {
               let at = 0;
@@ -1302,7 +1327,7 @@ export class PostgresStore implements Store, EventOutbox {
             running = this.claimPlain(tx, op.ref, group.map((g) => g.claim!)).then((claimed) => group.forEach((g, i) => results.set(g, claimed[i])));
           } else {
             running = this.submitMany(tx, op.ref, group.map((g) => g.submit!)).then((answers) => group.forEach((g, i) => results.set(g, answers[i])));
-            afterSubmissions = true;
+            submitting.set(op.ref.key, group.some((g) => g.submit!.requeues === true));
           }
           // Awaited by settle(); a failure meanwhile is not an unhandled rejection.
           running.catch(() => undefined);
