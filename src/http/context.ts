@@ -2,6 +2,7 @@ import type { DefinitionRegistry } from '../definitions/registry.js';
 import type { Operators } from '../operators/operators.js';
 import type { Store } from '../store/store.js';
 import type { AccessLogSink } from '../tools/access-log.js';
+import type { Snapshot } from '../tools/stats.js';
 import type { LongPolls } from '../waiting/long-poll.js';
 
 /** Everything a request handler may use. Built by `startServer`, or by a test for `createApp`. */
@@ -15,6 +16,8 @@ export interface ServerContext {
   accessLog: AccessLogSink;
   /** Milliseconds between stats samples, as `GET /api/v2/stats` reports it (default 15000). */
   statsInterval?: number;
+  /** A live snapshot of the host for `GET /api/v2/stats/now` (default: taken on the calling thread). */
+  snapshot?: () => Promise<Snapshot>;
   /** Largest request body accepted, in bytes (decisions §3.5, `--max-body`). */
   maxBody: number;
   /** The task history; its readers flush it first, so that they see every acknowledged event. */

@@ -1,4 +1,5 @@
 import { Worker } from 'node:worker_threads';
+import { threadEntry } from '../thread-entry.js';
 import type { RunningServer, ServeOptions } from './server.js';
 
 /**
@@ -23,12 +24,7 @@ export type FromServerThread =
  * If the thread dies later (an uncaught error), `onCrash` is told.
  */
 export function startServerThread(options: Omit<ServeOptions, 'warn'>, onCrash: (err: Error) => void): Promise<RunningServer> {
-  // Run from the TypeScript sources (bin/dev.js), the thread needs tsx registered before it can
-  // load the .ts entry: Node 20 does not carry the parent's loader hooks over to a worker.
-  const fromSources = import.meta.url.endsWith('.ts');
-  const entry = fromSources
-    ? `import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}).then(({ register }) => { register(); return import(${JSON.stringify(new URL('./server-worker.ts', import.meta.url).href)}); });`
-    : new URL('./server-worker.js', import.meta.url);
+  const { entry, eval: fromSources } = threadEntry(import.meta.url, 'server-worker');
   const worker = new Worker(entry, {
     eval: fromSources,
     workerData: options,

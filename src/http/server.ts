@@ -133,6 +133,7 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
     accessLog: tools.accessLog,
     taskHistory: tools.tasks,
     statsInterval: tools.sampler.intervalMs,
+    snapshot: tools.snapshot,
     maxBody: options.maxBody ?? 1024 * 1024,
     stopping: stopping.signal,
     operators,

@@ -64,7 +64,7 @@ export function toolsRouter(ctx: ServerContext): Router {
     await sendToolFile(res, path.join(statsDir(home), name), rangeStart(req.get('range')));
   });
 
-  router.get('/stats/now', async (_req, res) => sendJson(res, 200, await takeSnapshot()));
+  router.get('/stats/now', async (_req, res) => sendJson(res, 200, await (ctx.snapshot ?? takeSnapshot)()));
 
   router.get('/tasks', async (_req, res) => {
     // Events reach the day-files a moment after the journal; a reader sees every acknowledged one.

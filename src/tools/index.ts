@@ -2,7 +2,7 @@ import type { StoreHooks } from '../store/store.js';
 import { AccessLog, type AccessLogSink } from './access-log.js';
 import { logsDir, payloadsDir, statsDir, tasksDir } from './files.js';
 import { PayloadArchive } from './payload-archive.js';
-import { StatsSampler } from './stats.js';
+import { StatsSampler, StatsThread, type Snapshot } from './stats.js';
 import { TaskEventLog } from './task-events.js';
 
 export const TOOLS_DEFAULTS = {
@@ -28,6 +28,8 @@ export interface Tools {
   hooks: StoreHooks;
   tasks: TaskEventLog;
   sampler: StatsSampler;
+  /** A live snapshot of the host (`stats/now`), taken on the stats thread. */
+  snapshot(): Promise<Snapshot>;
   /** Stops sampling and flushes the access log and the task history. */
   close(): Promise<void>;
 }
@@ -46,18 +48,22 @@ export async function openTools(options: ToolsOptions): Promise<Tools> {
   });
   const tasks = new TaskEventLog(tasksDir(options.home));
   const payloads = new PayloadArchive(payloadsDir(options.home));
-  const sampler = new StatsSampler(statsDir(options.home), options.statsInterval ?? TOOLS_DEFAULTS.statsInterval, warn);
+  // Off the thread that answers requests: some probes block theirs (see takeSnapshot).
+  const stats = new StatsThread();
+  const snapshot = (): Promise<Snapshot> => stats.snapshot();
+  const sampler = new StatsSampler(statsDir(options.home), options.statsInterval ?? TOOLS_DEFAULTS.statsInterval, warn, snapshot);
   sampler.start();
   return {
     accessLog,
     tasks,
     sampler,
+    snapshot,
     hooks: {
       stage: (host, queue, id, kind, body) => payloads.stage(host, queue, id, kind, body),
     },
     async close() {
       await sampler.stop();
-      await Promise.all([accessLog.close(), tasks.close()]);
+      await Promise.all([accessLog.close(), tasks.close(), stats.close()]);
     },
   };
 }

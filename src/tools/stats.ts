@@ -1,7 +1,9 @@
 import { appendFile, mkdir, statfs } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { Worker } from 'node:worker_threads';
 import si from 'systeminformation';
+import { threadEntry } from '../thread-entry.js';
 import { statFileName, utcDay, type StatType } from './files.js';
 
 /** One core's cumulative times since boot, in ms (as `os.cpus()` counts them). */
@@ -107,6 +109,10 @@ async function readMemory(): Promise<MemoryStats | null> {
   if (mem && finite(mem.total, mem.available, mem.free) && mem.total > 0) {
     return { total: mem.total, used: mem.total - mem.available, available: mem.available, free: mem.free };
   }
+  return osMemory();
+}
+
+function osMemory(): MemoryStats {
   const total = os.totalmem();
   const free = os.freemem();
   return { total, used: total - free, available: free, free };
@@ -131,10 +137,26 @@ async function readNetIo(): Promise<NetIoStats | null> {
   return { rxBytes: ifaces.reduce((sum, n) => sum + n.rx_bytes, 0), txBytes: ifaces.reduce((sum, n) => sum + n.tx_bytes, 0) };
 }
 
-/** One live snapshot; every probe runs at once and none can make it fail. */
+/**
+ * One live snapshot; every probe runs at once and none can make it fail. systeminformation runs
+ * shell commands synchronously for some of them (`networkStats` blocked its thread for 55 ms on
+ * the first call and 3–5 ms on later ones here): a server takes its snapshots on a
+ * {@link StatsThread}, not on the thread that answers requests.
+ */
 export async function takeSnapshot(): Promise<Snapshot> {
-  const now = Date.now();
   const [cpu, memory, disk, diskIo, netIo] = await Promise.all([probe(readCpu), probe(readMemory), probe(readDisk), probe(readDiskIo), probe(readNetIo)]);
+  return snapshotOf({ cpu, memory, disk, diskIo, netIo });
+}
+
+/** What a snapshot says with no systeminformation probe (a stats thread that did not answer): I/O unknown. */
+async function quickSnapshot(): Promise<Snapshot> {
+  const [cpu, disk] = await Promise.all([probe(readCpu), probe(readDisk)]);
+  return snapshotOf({ cpu, memory: osMemory(), disk, diskIo: null, netIo: null });
+}
+
+function snapshotOf(metrics: Pick<Snapshot, 'cpu' | 'memory' | 'disk' | 'diskIo' | 'netIo'>): Snapshot {
+  const { cpu, memory, disk, diskIo, netIo } = metrics;
+  const now = Date.now();
   return {
     ts: Math.floor(now / 1000),
     uptime: Math.floor(os.uptime()),
@@ -159,6 +181,87 @@ export function samplesOf(snapshot: Snapshot): Partial<StatSamples> {
   return out;
 }
 
+interface Asked {
+  worker: Worker;
+  timer: NodeJS.Timeout;
+  resolve: (snapshot: Snapshot | Promise<Snapshot>) => void;
+}
+
+/**
+ * Snapshots taken on a thread of their own, started at the first one. A thread that does not
+ * answer within `timeoutMs` (a probe stuck in a synchronous shell command) is replaced, and that
+ * snapshot says only what the calling thread can read at once, with I/O null; so does one whose
+ * thread died. The thread never keeps the process alive.
+ */
+export class StatsThread {
+  private worker: Worker | undefined;
+  private next = 0;
+  private closed = false;
+  private readonly asked = new Map<number, Asked>();
+
+  constructor(private readonly timeoutMs = PROBE_TIMEOUT_MS + 2000) {}
+
+  snapshot(): Promise<Snapshot> {
+    if (this.closed) return quickSnapshot();
+    const worker = (this.worker ??= this.start());
+    const id = ++this.next;
+    return new Promise<Snapshot>((resolve) => {
+      const timer = setTimeout(() => {
+        this.asked.delete(id);
+        this.drop(worker);
+        resolve(quickSnapshot());
+      }, this.timeoutMs);
+      this.asked.set(id, { worker, timer, resolve });
+      worker.postMessage(id);
+    });
+  }
+
+  /** The thread's id while it runs (for tests: the probes do not run on the caller's thread). */
+  get threadId(): number | undefined {
+    return this.worker?.threadId;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const worker = this.worker;
+    if (worker) {
+      this.drop(worker);
+      await worker.terminate();
+    }
+  }
+
+  private start(): Worker {
+    const { entry, eval: fromSources } = threadEntry(import.meta.url, 'stats-worker');
+    const worker = new Worker(entry, { eval: fromSources });
+    worker.unref();
+    worker.on('message', ({ id, snapshot }: { id: number; snapshot: Snapshot }) => {
+      const asked = this.asked.get(id);
+      if (!asked) return;
+      this.asked.delete(id);
+      clearTimeout(asked.timer);
+      asked.resolve(snapshot);
+    });
+    // An error is followed by 'exit'.
+    worker.on('error', () => undefined);
+    worker.on('exit', () => this.drop(worker));
+    return worker;
+  }
+
+  /** Forgets a thread (terminating it if it still runs); what it was asked is answered without it. */
+  private drop(worker: Worker): void {
+    if (this.worker === worker) {
+      this.worker = undefined;
+      void worker.terminate();
+    }
+    for (const [id, asked] of this.asked) {
+      if (asked.worker !== worker) continue;
+      this.asked.delete(id);
+      clearTimeout(asked.timer);
+      asked.resolve(quickSnapshot());
+    }
+  }
+}
+
 /**
  * Appends one line per type to `<type>-YYYY-MM-DD.log` (UTC day) every `intervalMs`, the first
  * at start (decisions §5). A sample still running when the next is due makes that one skip
@@ -172,6 +275,7 @@ export class StatsSampler {
     readonly dir: string,
     readonly intervalMs: number,
     private readonly warn: (line: string) => void,
+    private readonly take: () => Promise<Snapshot> = takeSnapshot,
   ) {}
 
   start(): void {
@@ -191,7 +295,7 @@ export class StatsSampler {
 
   private async sample(): Promise<void> {
     const ts = Date.now();
-    const samples = samplesOf(await takeSnapshot());
+    const samples = samplesOf(await this.take());
     await mkdir(this.dir, { recursive: true });
     const day = utcDay(ts);
     for (const [type, fields] of Object.entries(samples) as Array<[StatType, object]>) {
