@@ -39,6 +39,11 @@ export interface PostgresStoreOptions {
    */
   concurrentTransactions?: number;
   /**
+   * While a transaction runs, how long the calls made after it wait for it to end before a second
+   * one takes them, in milliseconds (default 5; they go at once when 32 are waiting).
+   */
+  secondTransactionAfterMs?: number;
+  /**
    * How often every known queue is swept for deadlines, in real milliseconds (default 1000; 0:
    * never, and no sweep when a deadline falls either: only requests apply deadlines).
    */
@@ -1194,12 +1199,13 @@ export class PostgresStore implements Store, EventOutbox {
   private drain(): void {
     const limit = this.options.concurrentTransactions ?? CONCURRENT_TRANSACTIONS;
     while (this.running < limit && this.queue.length > 0) {
-      if (this.running > 0 && this.queue.length < SECOND_TRANSACTION_CALLS && performance.now() - this.lastStarted < SECOND_AFTER_MS) {
+      const after = this.options.secondTransactionAfterMs ?? SECOND_AFTER_MS;
+      if (this.running > 0 && this.queue.length < SECOND_TRANSACTION_CALLS && performance.now() - this.lastStarted < after) {
         // A few calls wait for the running transaction to end, unless it takes long.
         this.secondTimer ??= setTimeout(() => {
           this.secondTimer = undefined;
           this.drain();
-        }, SECOND_AFTER_MS - (performance.now() - this.lastStarted));
+        }, after - (performance.now() - this.lastStarted));
         return;
       }
       const ops = this.queue.splice(0, MAX_FOLD);
