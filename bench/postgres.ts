@@ -9,6 +9,9 @@
  *   --jobs 20000    jobs per full-cycle phase (pg-boss: a quarter, it is much slower)
  *   --rounds 3      paired rounds
  *   --in-flight 32  producers and workers
+ *   --warm-up 2000  jobs each svcq phase runs on its fresh servers before the measured ones, on a
+ *                   queue of their own (0: none, the figures then include the start: a cold JIT,
+ *                   statements prepared on each connection)
  *
  * Each round also runs the full cycle on three nodes on one database (the load generator's
  * connections spread over them in turn), with the svcq processes' CPU per job; after the rounds,
@@ -32,6 +35,7 @@ const { values: opts } = parseArgs({
     jobs: { type: 'string', default: '20000' },
     rounds: { type: 'string', default: '3' },
     'in-flight': { type: 'string', default: '32' },
+    'warm-up': { type: 'string', default: '2000' },
   },
   strict: true,
 });
@@ -43,6 +47,7 @@ const BASE = opts.store;
 const JOBS = Number(opts.jobs);
 const ROUNDS = Number(opts.rounds);
 const IN_FLIGHT = Number(opts['in-flight']);
+const WARM_UP = Number(opts['warm-up']);
 /** Cross-node wake-ups measured, one at a time, after the rounds. */
 const WAKE_SAMPLES = 200;
 const HOST = 'bench.test';
@@ -162,12 +167,14 @@ async function startSvcq(store?: string): Promise<{ url: string; pid: number; st
     proc.stderr!.on('data', (c: Buffer) => (out += c.toString()));
     proc.once('exit', (code) => reject(new Error(`svcq serve exited with ${code}:\n${out}`)));
   });
-  const res = await fetch(`${url}/api/v2/def?path=${HOST}/svc-queues/q.json`, {
-    method: 'PUT',
-    headers: { authorization: `Bearer ${MASTER}` },
-    body: JSON.stringify({ leaseSeconds: 300, access: { post: 'public', fetch: 'public', work: 'public' } }),
-  });
-  if (res.status !== 200) throw new Error(`defining the queue failed: ${res.status} ${await res.text()}`);
+  for (const queue of ['q', 'warm']) {
+    const res = await fetch(`${url}/api/v2/def?path=${HOST}/svc-queues/${queue}.json`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${MASTER}` },
+      body: JSON.stringify({ leaseSeconds: 300, access: { post: 'public', fetch: 'public', work: 'public' } }),
+    });
+    if (res.status !== 200) throw new Error(`defining the queue ${queue} failed: ${res.status} ${await res.text()}`);
+  }
   return {
     url,
     pid: proc.pid!,
@@ -198,12 +205,17 @@ async function svcqPhase(mode: LoadMode, onPostgres: boolean, nodes = 1): Promis
   try {
     // One after the other: each defines the queue (the same bytes) once it listens.
     for (let n = 0; n < nodes; n++) servers.push(await startSvcq(db?.url));
+    const urls = servers.map((s) => s.url);
+    const spec: LoadSpec = { mode, url: urls[0]!, urls: nodes > 1 ? urls : undefined, host: HOST, queue: 'q', inFlight: IN_FLIGHT, durationMs: 300_000, maxCount: JOBS, itemBytes: 190, recordLatency: false };
+    // A node serves for hours: the measured jobs run on servers that have already run some.
+    if (WARM_UP > 0) {
+      const w = await runChild<LoadResult>('load.ts', { ...spec, queue: 'warm', maxCount: WARM_UP }, 360_000);
+      if (w.errors > 0) throw new Error(`${mode} (warm-up): ${w.errors} errors, the first: ${w.firstError}`);
+    }
     const before = db ? await dbFigures(db.name) : undefined;
     const cpu = db ? followCpu(db.name) : undefined;
     const nodeCpu = (): number => servers.reduce((sum, s) => sum + cpuMsOf(s.pid), 0);
     const nodeCpuBefore = nodeCpu();
-    const urls = servers.map((s) => s.url);
-    const spec: LoadSpec = { mode, url: urls[0]!, urls: nodes > 1 ? urls : undefined, host: HOST, queue: 'q', inFlight: IN_FLIGHT, durationMs: 300_000, maxCount: JOBS, itemBytes: 190, recordLatency: false };
     const r = await runChild<LoadResult>('load.ts', spec, 360_000);
     if (r.errors > 0) throw new Error(`${mode}: ${r.errors} errors, the first: ${r.firstError}`);
     const nodeCpuMsPerJob = (nodeCpu() - nodeCpuBefore) / r.count;
@@ -304,7 +316,7 @@ async function main(): Promise<void> {
   }
   const ratio = (a: string, b: string): number[] => rounds.map((r) => r[a]!.rate / r[b]!.rate);
   console.log('');
-  console.log(`svcq on PostgreSQL, ${ROUNDS} paired rounds, ${IN_FLIGHT} in flight, ${fmt(JOBS)} jobs per svcq phase (${os.cpus().length} cores, node ${process.version})`);
+  console.log(`svcq on PostgreSQL, ${ROUNDS} paired rounds, ${IN_FLIGHT} in flight, ${fmt(JOBS)} jobs per svcq phase${WARM_UP > 0 ? ` after ${fmt(WARM_UP)} to warm up` : ', none to warm up'} (${os.cpus().length} cores, node ${process.version})`);
   for (const key of ['pg-cycle', 'pg-handin', 'pg-cycle-3', 'embedded-cycle', 'pgboss']) {
     const list = rounds.map((r) => r[key]!);
     const m = list.find((p) => p.rate === median(list.map((x) => x.rate)))!;
