@@ -26,21 +26,13 @@ export function createApp(ctx: ServerContext): express.Express {
   // Preflights under /api/ get no special answer: they fall through to the wall (decisions §4).
   app.use(cors({ origin: '*', preflightContinue: true }));
 
-  // Only the methods the tables list. Express would otherwise answer HEAD from a GET route and
-  // OPTIONS with an `Allow` list, and both would tell a probe which routes exist.
-  app.use((req: Request, _res: Response, next: NextFunction) => {
-    if (req.method !== 'GET' && req.method !== 'PUT' && req.method !== 'DELETE') return next(new NotFound());
-    next();
-  });
-
   app.use((req: Request, _res: Response, next: NextFunction) => {
     const token = bearerToken(req);
     if (typeof token !== 'string' || !tokensEqual(token, ctx.masterToken)) return next(new NotFound());
     next();
   });
 
-  app.get('/api/version', (_req, res) => sendJson(res, 200, { api: API_VERSION }));
-
+  // Any other version's path, whatever the method, once the token is good (interface §7).
   app.use((req: Request, res: Response, next: NextFunction) => {
     const version = /^\/api\/v(\d+)(?:\/|$)/.exec(req.path);
     if (version && Number(version[1]) !== API_VERSION) {
@@ -48,6 +40,15 @@ export function createApp(ctx: ServerContext): express.Express {
     }
     next();
   });
+
+  // Only the methods the tables list. Express would otherwise answer HEAD from a GET route and
+  // OPTIONS with an `Allow` list, and both would tell a probe which routes exist.
+  app.use((req: Request, _res: Response, next: NextFunction) => {
+    if (req.method !== 'GET' && req.method !== 'PUT' && req.method !== 'DELETE') return next(new NotFound());
+    next();
+  });
+
+  app.get('/api/version', (_req, res) => sendJson(res, 200, { api: API_VERSION }));
 
   app.use(`/api/v${API_VERSION}`, manageRouter(ctx));
   app.use(`/api/v${API_VERSION}`, toolsRouter(ctx));

@@ -77,6 +77,9 @@ export function sendError(res: ServerResponse, err: unknown): void {
   if (err instanceof HttpError) return sendJson(res, err.status, err.body);
   if (err instanceof DefinitionError) return sendJson(res, 400, { error: err.message });
   if (err instanceof StoreUnavailable) return sendJson(res, 503, { error: err.message });
+  // A path parameter that is not valid percent-encoding (`%ZZ`, a cut UTF-8 sequence): the router
+  // could not decode it. Only a request past the wall gets here.
+  if (err instanceof URIError) return sendJson(res, 400, { error: 'the request path is not valid percent-encoded UTF-8' });
   const status = (err as { status?: unknown; type?: unknown }).status;
   if (status === 413 || (err as { type?: unknown }).type === 'entity.too.large') {
     return sendJson(res, 413, { error: 'request body too large' });

@@ -51,6 +51,10 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
   const router = FindMyWay({
     ignoreTrailingSlash: false,
     caseSensitive: true,
+    // find-my-way sends a parameter longer than 100 characters to the default route (the wall):
+    // an item id that long is "no such item" for a caller with access (decisions §3.7). Node
+    // refuses a request line past 16 KiB before this.
+    maxParamLength: 16 * 1024,
     defaultRoute: (_req, res) => sendError(res, new NotFound()),
     onBadUrl: (_path, _req, res) => sendError(res, new NotFound()),
   });
@@ -104,6 +108,9 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     // Hand-ins first, in order, exactly as the result and error endpoints apply them; the claim
     // then runs at once, and everything is awaited together: one durable write carries them all.
     const handIns = done === undefined ? undefined : handIn(queue, done);
+    // With payloads archived, each hand-in stages its payload before it is applied, one after the
+    // other: the claim waits for them, or it would run before them.
+    if (handIns !== undefined && queue.config.archivePayloads) await handIns;
     let claimed = await ctx.waits.claimMany(queue, { worker, criteria, waitMs: 0, max });
     // An item at hand is claimed without waiting; only a claim that has to wait gets the hang-up
     // signal, which costs listeners on the request, the socket and the server.

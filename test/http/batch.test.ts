@@ -191,6 +191,15 @@ describe('batches and hand-ins over HTTP (decisions §3.8)', function () {
       expect(answer.done).to.deep.equal([{ id, ok: true, accepted: true, status: 'pending' }]);
     });
 
+    it('on a queue that archives payloads too, an error handed in re-queues its item before the claim runs (decisions §3.8, §5)', async () => {
+      const q = await newQueue(server, HOST, { maxAttempts: 3, 'svc-queue-archivePayloads': true });
+      const id = await q.post({});
+      await q.claim();
+      const answer = await q.claim({ done: [{ id, error: { retry: true } }] });
+      expect(answer).to.deep.include({ id, attempts: 2 });
+      expect(answer.done).to.deep.equal([{ id, ok: true, accepted: true, status: 'pending' }]);
+    });
+
     it('reports unknown, terminal and foreign items per entry, and still claims (decisions §3.8, §3.7)', async () => {
       const q = await newQueue(server, HOST);
       const other = await newQueue(server, HOST);

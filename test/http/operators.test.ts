@@ -167,6 +167,15 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
     }
   });
 
+  it('a host or queue that is not valid percent-encoding is 400 { error } with the master token, never a 500; the wall without it', async () => {
+    for (const path of ['/api/v2/queues/%E0%A4%A/x', `/api/v2/queues/${HOST}/%ZZ`]) {
+      const reply = await api(path);
+      expect(reply.status, path).to.equal(400);
+      expect(reply.json, path).to.deep.equal({ error: 'the request path is not valid percent-encoded UTF-8' });
+      expect((await api(path, null)).status, path).to.equal(404);
+    }
+  });
+
   it('a deleted queue definition leaves the list (decisions §2.4, §5.1)', async () => {
     const gone = await newQueue(server, HOST);
     await gone.post({ x: 1 });

@@ -131,6 +131,18 @@ describe('the wall, CORS and versioning (black box)', () => {
     });
   }
 
+  it('answers /api/v<other> with the master token with 426 whatever the method; without it, the wall (interface §7, decisions §4)', async () => {
+    const wall = await request(server.url, '/no-such-route-at-all');
+    for (const method of ['POST', 'PATCH', 'OPTIONS', 'HEAD', 'GET', 'PUT', 'DELETE']) {
+      const reply = await request(server.url, '/api/v3/items', { method, token: server.masterToken, body: method === 'POST' || method === 'PATCH' || method === 'PUT' ? '{}' : undefined });
+      expect(reply.status, method).to.equal(426);
+      if (method !== 'HEAD') expect(reply.json, method).to.deep.equal({ error: 'this server speaks /api/v2', api: 2 });
+      const denied = await request(server.url, '/api/v3/items', { method, body: method === 'POST' || method === 'PATCH' || method === 'PUT' ? '{}' : undefined });
+      expect(denied.status, method).to.equal(404);
+      if (method !== 'HEAD') expect(denied.body.equals(wall.body), method).to.equal(true);
+    }
+  });
+
   it('answers a queue-domain OPTIONS preflight with 204, allow-methods and allow-headers (interface §4.4, decisions §4)', async () => {
     for (const [h, path] of [
       [host, `/${queue}`],
