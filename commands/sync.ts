@@ -47,10 +47,10 @@ then puts each file whose sha256 differs from the server's manifest and deletes 
     return report;
   }
 
-  /** Every problem of every bad file on its own line, then the verdict; with --json the same as `{ error, invalid }`. */
+  /** Every problem of every bad file on its own line, then the verdict; with --json the same as `{ error, invalid }`, on stderr too. */
   protected override async catch(err: Error & { exitCode?: number; oclif?: { exit?: number } }): Promise<unknown> {
     if (!(err instanceof InvalidDefinitions)) return super.catch(err);
-    if (this.jsonEnabled()) this.logJson({ error: err.message, invalid: err.invalid });
+    if (this.jsonEnabled()) process.stderr.write(`${JSON.stringify({ error: err.message, invalid: err.invalid }, null, 2)}\n`);
     else process.stderr.write(`${err.invalid.flatMap((i) => i.problems.map((p) => `svcq: ${i.path}: ${p}\n`)).join('')}svcq: ${err.message}\n`);
     return this.exit(1);
   }

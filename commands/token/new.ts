@@ -1,5 +1,5 @@
 import { Command, Flags } from '@oclif/core';
-import { UserError } from '../../src/cli/base-command.js';
+import { jsonError, UserError } from '../../src/cli/base-command.js';
 import { newUserToken, type NewToken } from '../../src/definitions/token.js';
 
 export default class TokenNew extends Command {
@@ -27,10 +27,10 @@ The server keeps only the sha256. Nothing is sent anywhere.`;
     return made;
   }
 
-  /** One sentence on stderr (or `{ error }` with --json), as every svcq command does. */
+  /** One sentence on stderr (`{ error }` there with --json), as every svcq command does. */
   protected override async catch(err: Error & { exitCode?: number; oclif?: { exit?: number } }): Promise<unknown> {
     if (!(err instanceof UserError)) return super.catch(err);
-    if (this.jsonEnabled()) this.logJson({ error: err.message });
+    if (this.jsonEnabled()) jsonError(err.message);
     else process.stderr.write(`svcq: ${err.message}\n`);
     return this.exit(err.exitCode);
   }

@@ -27,12 +27,12 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     return new SvcqClient({ url: this.flags.url, token: this.flags.token, host: extra.host });
   }
 
-  /** One sentence on stderr (or `{ error }` with --json), never a stack trace. */
+  /** One sentence on stderr (with --json, `{ "error": sentence }` there), never a stack trace; stdout stays empty (decisions §1.2). */
   protected override async catch(err: Error & { code?: string; exitCode?: number; oclif?: { exit?: number } }): Promise<unknown> {
     // this.exit() from run(): the command has said everything already, also with --json.
     if (err.code === 'EEXIT') throw err;
     if (err instanceof ClientError || err instanceof UserError) {
-      if (this.jsonEnabled()) this.logJson({ error: err.message });
+      if (this.jsonEnabled()) jsonError(err.message);
       else process.stderr.write(`svcq: ${err.message}\n`);
       this.exit(err instanceof UserError ? err.exitCode : 1);
     }
@@ -43,11 +43,16 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
         .map((line) => line.trim())
         .filter((line) => line !== '' && !line.startsWith('See more help'))
         .join(' ');
-      this.logJson({ error: sentence });
+      jsonError(sentence);
       this.exit(err.oclif?.exit ?? 1);
     }
     return super.catch(err);
   }
+}
+
+/** An error with --json: `{ "error": sentence }` on stderr, where errors go (decisions §1.2). */
+export function jsonError(sentence: string): void {
+  process.stderr.write(`${JSON.stringify({ error: sentence })}\n`);
 }
 
 /**

@@ -3,7 +3,7 @@ import { createInterface } from 'node:readline/promises';
 import { suggestCommand } from './suggest.js';
 
 /**
- * A command that does not exist: one sentence on stderr with the nearest command, exit 127 (the
+ * A command that does not exist: one sentence on stderr (`{ "error" }` with --json) with the nearest command, exit 127 (the
  * shell's "command not found"). Only on a terminal, where someone can answer, does it offer to run
  * the suggestion; in a script it never waits for an answer.
  */
@@ -15,8 +15,7 @@ const hook: Hook<'command_not_found'> = async function (opts) {
   const meant = guess.id?.replaceAll(':', ' ');
   const sentence = `"${guess.typed}" is not a ${config.bin} command.${meant ? ` Did you mean "${meant}"?` : ` Run "${config.bin} help" for the list.`}`;
   const json = words.includes('--json');
-  if (json) process.stdout.write(`${JSON.stringify({ error: sentence })}\n`);
-  else process.stderr.write(`${config.bin}: ${sentence}\n`);
+  process.stderr.write(json ? `${JSON.stringify({ error: sentence })}\n` : `${config.bin}: ${sentence}\n`);
   if (guess.id && !json && process.stdin.isTTY && process.stderr.isTTY && (await confirm(`Run "${config.bin} ${[meant, ...guess.rest].join(' ')}"? [y/N] `))) {
     return config.runCommand(guess.id, guess.rest);
   }

@@ -219,14 +219,16 @@ export class SvcqClient {
   }
 }
 
-/** What the wall means when the request carried no token at all: the likeliest cause comes first. */
-export const WALL_WITHOUT_TOKEN = 'not found: no token was given (pass --token or set SVCQ_TOKEN), or the host or queue is wrong';
+/** The wall's sentence (decisions §1.2). */
+export const WALL = 'not found (wrong token, host or queue?)';
+/** The same when the request carried no token at all, with the likeliest cause after it. */
+export const WALL_WITHOUT_TOKEN = `${WALL}: no token was given (pass --token or set SVCQ_TOKEN)`;
 
 /** The sentence for an error status (decisions §1.2). */
 function explain(status: number, body: unknown, tokenGiven: boolean): ClientError {
   if (status === 426) return new ClientError(`the server speaks another API version (it says: ${describe(body)}); this client speaks /api/v${CLIENT_API}`, 'api-version', { status, body });
   const record = (typeof body === 'object' && body !== null ? body : {}) as { error?: unknown; errors?: Array<{ path?: string; message?: string }> };
-  if (status === 404 && record.error === 'not found') return new ClientError(tokenGiven ? 'not found (wrong token, host or queue?)' : WALL_WITHOUT_TOKEN, 'wall', { status, body });
+  if (status === 404 && record.error === 'not found') return new ClientError(tokenGiven ? WALL : WALL_WITHOUT_TOKEN, 'wall', { status, body });
   if (status === 404 && record.error === 'no such item') return new ClientError('no such item', 'no-such-item', { status, body });
   if (Array.isArray(record.errors)) {
     const parts = record.errors.map((e) => (e.path && e.path !== '/' ? `${e.path}: ${e.message}` : String(e.message)));

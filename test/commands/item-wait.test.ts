@@ -62,10 +62,11 @@ describe('svcq item --wait against a server it cannot reach (give up after --giv
     expect(run.lines.at(-1)!.text).to.match(/^svcq: gave up waiting for item 0123456789abcdef after 12 s/);
   });
 
-  it('--give-up 0 gives up at the first failure; --json says it as { error }', async () => {
+  it('--give-up 0 gives up at the first failure; --json says it as { error } on stderr (decisions §1.2)', async () => {
     const run = await runCli(['item', 'q', ID, '--wait', '--url', DEAD_URL, '--give-up', '0', '--json']);
     expect(run.code).to.equal(1);
-    expect(JSON.parse(run.stdout)).to.deep.equal({ error: `gave up waiting for item ${ID} after 0 s of failures: cannot reach http://127.0.0.1:1 (connection refused)` });
+    expect(run.stdout).to.equal('');
+    expect(JSON.parse(run.stderr)).to.deep.equal({ error: `gave up waiting for item ${ID} after 0 s of failures: cannot reach http://127.0.0.1:1 (connection refused)` });
   });
 
   it('documents --give-up and its default of 60 s in --help', async () => {

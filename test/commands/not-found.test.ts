@@ -40,10 +40,11 @@ describe('a mistyped command: one sentence suggesting from the command word alon
     expect(code).to.equal(127);
   });
 
-  it('with --json the sentence is { error }', async () => {
+  it('with --json the sentence is { error }, on stderr where errors go (decisions §1.2)', async () => {
     const run = await runCli(['stats', 'nwo', '--json']);
     expect(run.code).to.equal(127);
-    expect(JSON.parse(run.stdout)).to.deep.equal({ error: '"stats nwo" is not a svcq command. Did you mean "stats now"?' });
+    expect(run.stdout).to.equal('');
+    expect(JSON.parse(run.stderr)).to.deep.equal({ error: '"stats nwo" is not a svcq command. Did you mean "stats now"?' });
   });
 
   it('on a TTY, accepting the suggestion runs it with the rest of the words, and a failure is one sentence, no stack trace', async function () {

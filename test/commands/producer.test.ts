@@ -49,7 +49,8 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
     expect(run.code).to.equal(1);
     expect(run.stderr).to.include('svcq: line 1235 of stdin: /n: ');
     const outcomeLines = run.stdout.split('\n').filter((l) => l.startsWith('{"ok"'));
-    expect(run.stdout.slice(run.stdout.lastIndexOf('{'))).to.satisfy((t: string) => (JSON.parse(t) as { error: string }).error === '1 of 2500 item(s) were not posted');
+    // The verdict is an error: on stderr, after the refused line's sentence (decisions §1.2).
+    expect(JSON.parse(run.stderr.trim().split('\n').at(-1)!)).to.deep.equal({ error: '1 of 2500 item(s) were not posted' });
     const results = outcomeLines.map((l) => JSON.parse(l) as { ok: boolean; id?: string });
     expect(results[1234]).to.include({ ok: false, source: 'line 1235 of stdin' });
     expect(results).to.have.length(2500);

@@ -94,14 +94,15 @@ describe('svcq queues and svcq queue HOST/NAME (decisions §1.2, §5.1, §7)', (
     expect(run.stdout).to.match(/per second over the last 60 s: posted 0\.05, claimed 0\.02, finished 0, failed 0/);
   });
 
-  it('an unknown queue is one clear sentence and exit 1; with --json, { error } (decisions §1.2)', async () => {
+  it('an unknown queue is one clear sentence and exit 1; with --json, { error }, on stderr too (decisions §1.2)', async () => {
     const run = await cli(['queue', `${HOST}/no-such-queue`]);
     expect(run.code).to.equal(1);
     expect(run.stdout).to.equal('');
     expect(run.stderr).to.equal(`svcq: no queue "no-such-queue" is defined on host "${HOST}" (svcq queues lists them)\n`);
     const json = await cli(['queue', `other.test/${queue}`, '--json']);
     expect(json.code).to.equal(1);
-    expect(JSON.parse(json.stdout)).to.deep.equal({ error: `no queue "${queue}" is defined on host "other.test" (svcq queues lists them)` });
+    expect(json.stdout).to.equal('');
+    expect(JSON.parse(json.stderr)).to.deep.equal({ error: `no queue "${queue}" is defined on host "other.test" (svcq queues lists them)` });
   });
 
   it('a malformed HOST/NAME is a usage error (exit 2) that names the problem', async () => {
@@ -119,7 +120,7 @@ describe('svcq queues and svcq queue HOST/NAME (decisions §1.2, §5.1, §7)', (
   it('without the master token both commands meet the wall and say so (decisions §1.2, §4)', async () => {
     const list = await runCli(['queues', '--url', server.url], { env: { SVCQ_TOKEN: '' } });
     expect(list.code).to.equal(1);
-    expect(list.stderr).to.match(/^svcq: not found: no token was given/);
+    expect(list.stderr).to.match(/^svcq: not found \(wrong token, host or queue\?\): no token was given/);
     const one = await runCli(['queue', `${HOST}/${queue}`, '--url', server.url, '--token', 'wrong']);
     expect(one.code).to.equal(1);
     expect(one.stderr).to.equal('svcq: not found (wrong token, host or queue?)\n');

@@ -130,7 +130,8 @@ describe('svcq sync, manifest and version (CLI against a real server)', () => {
     expect(run.stderr).to.include('nothing uploaded: 3 definitions did not validate');
     expect(run.stderr).to.not.match(/\s+at .*:\d+:\d+/);
     expect(json.code).to.equal(1);
-    const out = JSON.parse(json.stdout) as { error: string; invalid: Array<{ path: string; error: string }> };
+    expect(json.stdout).to.equal('');
+    const out = JSON.parse(json.stderr) as { error: string; invalid: Array<{ path: string; error: string }> };
     expect(out.invalid.map((i) => i.path).sort()).to.deep.equal(['h.example.com/svc-queues/Upper.json', 'h.example.com/svc-queues/typo.json', 'h.example.com/svc-users/bob.json']);
     expect(await manifest()).to.deep.equal(before);
   });
@@ -146,7 +147,7 @@ describe('svcq sync, manifest and version (CLI against a real server)', () => {
     expect(lines).to.include('svcq: h.example.com/svc-queues/y.json: retainFrom must be "finished" or "fetched" (got "posted")');
     expect(lines).to.include('svcq: h.example.com/svc-queues/y.json: unknown field "leaseSecs"');
     expect(lines.at(-1)).to.equal('svcq: nothing uploaded: 2 definitions did not validate');
-    const out = JSON.parse(json.stdout) as { invalid: Array<{ path: string; error: string; problems: string[] }> };
+    const out = JSON.parse(json.stderr) as { invalid: Array<{ path: string; error: string; problems: string[] }> };
     const x = out.invalid.find((i) => i.path === 'h.example.com/svc-queues/x.json')!;
     expect(x.problems).to.have.length(2);
     expect(x.error).to.match(/^h\.example\.com\/svc-queues\/x\.json: leaseSeconds must be .*; maxAttempts must be /);

@@ -29,7 +29,8 @@ describe('svcq token new (decisions §1.2, §2.3)', () => {
     expect(runs[0]!.stdout).to.equal('');
     expect(runs[0]!.stderr.trim()).to.equal('svcq: --user "Alice" is not a valid name (lowercase letters, digits, "_" and "-", starting with a letter or digit, at most 64 characters)');
     expect(runs[1]!.code).to.equal(2);
-    expect(JSON.parse(runs[1]!.stdout)).to.deep.equal({ error: '--user "public" is reserved for requests made without a token' });
+    expect(runs[1]!.stdout).to.equal('');
+    expect(JSON.parse(runs[1]!.stderr)).to.deep.equal({ error: '--user "public" is reserved for requests made without a token' });
   });
 
   it('prints a user definition the server accepts, whose token then posts to a queue that lists the user (decisions §2.3)', async () => {

@@ -39,14 +39,14 @@ describe('svcq version and the wall without a token (decisions §1.2)', () => {
     expect(ok.stdout.trim()).to.equal(`svcq ${VERSION} (api 2); server api 2`);
   });
 
-  it('the wall without a token says that no token was given (management and queue commands)', async () => {
+  it('the wall without a token says the wall\'s sentence, then that no token was given (decisions §1.2; management and queue commands)', async () => {
     const queue = queueName('tokenless');
     await defineQueue(server, queue, { access: { post: ['alice'], fetch: ['alice'] } });
     const env = { SVCQ_TOKEN: '', SVCQ_URL: server.url };
     const runs = await Promise.all([runCli(['manifest'], { env }), runCli(['item', queue, '0123456789abcdef', '--host', HOST], { env }), runCli(['post', queue, '{}', '--host', HOST], { env })]);
     for (const run of runs) {
       expect(run.code).to.not.equal(0);
-      expect(run.stderr.trim()).to.equal('svcq: not found: no token was given (pass --token or set SVCQ_TOKEN), or the host or queue is wrong');
+      expect(run.stderr.trim()).to.equal('svcq: not found (wrong token, host or queue?): no token was given (pass --token or set SVCQ_TOKEN)');
     }
   });
 
