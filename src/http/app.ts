@@ -35,7 +35,8 @@ export function createApp(ctx: ServerContext): express.Express {
   // Any other version's path, whatever the method, once the token is good (interface §7).
   app.use((req: Request, res: Response, next: NextFunction) => {
     const version = /^\/api\/v(\d+)(?:\/|$)/.exec(req.path);
-    if (version && Number(version[1]) !== API_VERSION) {
+    // By its digits: `/api/v02/…` is not this version's path either.
+    if (version && version[1] !== String(API_VERSION)) {
       return sendJson(res, 426, { error: `this server speaks /api/v${API_VERSION}`, api: API_VERSION });
     }
     next();

@@ -122,7 +122,7 @@ describe('the wall, CORS and versioning (black box)', () => {
     expect(reply.json).to.deep.equal({ api: 2 });
   });
 
-  for (const version of ['v1', 'v3', 'v10']) {
+  for (const version of ['v1', 'v3', 'v10', 'v02']) {
     it(`answers /api/${version}/… with the master token with 426 and the version it speaks (interface §9, decisions §4)`, async () => {
       const reply = await request(server.url, `/api/${version}/manifest`, { token: server.masterToken });
       expect(reply.status).to.equal(426);
