@@ -45,6 +45,9 @@ export class DefinitionRegistry {
   /** Stops following the store's changes (see {@link load}). */
   private unwatch: (() => void) | undefined;
 
+  /** Told the key (`host/name`) of every queue definition made live or dropped. */
+  private readonly queueListeners: Array<(key: string) => void> = [];
+
   private constructor(
     private readonly stored: DefinitionStore,
     private readonly warn: (line: string) => void,
@@ -126,6 +129,16 @@ export class DefinitionRegistry {
     });
   }
 
+  /** Calls `listener` with a queue's key (`host/name`) after its definition is put, re-read or dropped, here or by another node. */
+  onQueueChange(listener: (key: string) => void): void {
+    this.queueListeners.push(listener);
+  }
+
+  private queueChanged(host: string, name: string): void {
+    const key = `${host}/${name}`;
+    for (const listener of this.queueListeners) listener(key);
+  }
+
   manifest(): Manifest {
     return Object.fromEntries([...this.hashes.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
   }
@@ -188,10 +201,11 @@ export class DefinitionRegistry {
   /** Drops a path from memory only. */
   private forget(at: DefinitionPath): void {
     const host = this.hosts.get(at.host);
-    if (at.kind === 'queue') host?.queues.delete(at.name);
-    else host?.users.delete(at.name);
+    const dropped = at.kind === 'queue' && host?.queues.delete(at.name) === true;
+    if (at.kind === 'user') host?.users.delete(at.name);
     if (host && host.queues.size === 0 && host.users.size === 0) this.hosts.delete(at.host);
     this.hashes.delete(at.path);
+    if (dropped) this.queueChanged(at.host, at.name);
   }
 
   /** Makes parsed bytes live in memory; returns an error sentence instead when they do not parse. */
@@ -219,5 +233,6 @@ export class DefinitionRegistry {
       });
     }
     this.hashes.set(at.path, sha256Hex(bytes));
+    if (parsed.kind === 'queue') this.queueChanged(at.host, at.name);
   }
 }

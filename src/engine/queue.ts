@@ -451,7 +451,7 @@ export class Queue {
         if (at !== null && at > now) heap.push(at, item);
       }
     };
-    run(this.leases, rules.leaseEnded);
+    run(this.leases, rules.leaseEndedUnlessTimedOut);
     run(this.delayed, rules.retryAvailable);
     run(this.timeouts, rules.timedOut, (d) => d.timeout);
     run(this.retention, rules.retentionEnded, (d) => d.retention);

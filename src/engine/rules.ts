@@ -213,6 +213,17 @@ export function leaseEnded(r: ItemRecord, config: QueueConfig, now: number): Tra
   return { record, events: [{ event: failing ? 'failed' : 'requeued', worker: r.leaseWorker ?? undefined }] };
 }
 
+/**
+ * A lease end, unless the item's timeout came first and both have passed (a deadline applied late:
+ * after a restart, a definition change, a busy moment): then it timed out, and its lease never
+ * ended (decisions §2.2, §3.2). A timeout at the very moment the lease ends wins too.
+ */
+export function leaseEndedUnlessTimedOut(r: ItemRecord, config: QueueConfig, now: number): Transition | null {
+  const d = deadlines(r, config);
+  if (d.timeout !== null && d.lease !== null && d.timeout <= d.lease && d.timeout <= now) return timedOut(r, config, now);
+  return leaseEnded(r, config, now);
+}
+
 /** A re-queued item whose retry delay has passed becomes claimable. */
 export function retryAvailable(r: ItemRecord, config: QueueConfig, now: number): Transition | null {
   const at = deadlines(r, config).retry;
@@ -236,13 +247,14 @@ export function retentionEnded(r: ItemRecord, config: QueueConfig, now: number):
 
 /**
  * Every time-driven rule due at `now`, applied in their order (lease end, retry delay, timeout,
- * retention), as one transition; null when none is due. For stores that sweep by deadline.
+ * retention; a timeout that came before the lease end takes its place), as one transition; null
+ * when none is due. For stores that sweep by deadline.
  */
 export function due(r: ItemRecord, config: QueueConfig, now: number): Transition | null {
   let record = r;
   const events: EventDraft[] = [];
   let changed = false;
-  for (const rule of [leaseEnded, retryAvailable, timedOut]) {
+  for (const rule of [leaseEndedUnlessTimedOut, retryAvailable, timedOut]) {
     const t = rule(record, config, now);
     if (!t) continue;
     record = t.record;

@@ -118,6 +118,8 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
     observer: operators.observer,
   });
   const { store, notifier } = opened;
+  // A definition change reaches the store's timers at once (a timeout brought sooner falls on time).
+  registry.onQueueChange((key) => store.rulesChanged?.(key));
   operators.watch(store);
   if (opened.outbox) await tools.tasks.start(opened.outbox);
 

@@ -362,11 +362,24 @@ export class EmbeddedStore implements Store, EventOutbox {
     });
   }
 
+  /** See {@link Store.rulesChanged}: a queue this store holds takes the rules in force, and its timer is filed again. */
+  rulesChanged(key: string): void {
+    const slot = this.slots.get(key);
+    if (!slot || this.closed) return;
+    const config = this.options.configFor(key);
+    if (config && config !== slot.queue.config) slot.queue.reconfigure(config);
+    this.schedule(slot);
+  }
+
   /** The queue's slot with its rules brought up to date, and anything due applied first. */
   private prepare(ref: QueueRef, beforeTick?: () => void): QueueSlot {
     if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
     const slot = this.slotFor(ref.key, ref.config);
-    if (slot.queue.config !== ref.config) slot.queue.reconfigure(ref.config);
+    if (slot.queue.config !== ref.config) {
+      slot.queue.reconfigure(ref.config);
+      // A deadline the new rules brought sooner falls on time, also if no request comes.
+      this.schedule(slot);
+    }
     const next = slot.queue.nextDeadline();
     if (next === null) return slot;
     const now = this.now();

@@ -262,6 +262,13 @@ export interface Store {
    * may show deadlines already past as not yet applied.
    */
   overview(queue: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview>;
+  /**
+   * The queue's definition was put or deleted (decisions §2.4): a store that keeps timers for its
+   * deadlines files them again under the rules in force, so that a deadline the change brought
+   * sooner falls on time without waiting for the queue's next request. Stores that sweep on their
+   * own (PostgreSQL, every second, with the rules in force) need not implement it.
+   */
+  rulesChanged?(key: string): void;
 }
 
 /** Counts with every status present. */

@@ -248,6 +248,17 @@ describe('queue engine (decisions §3)', () => {
       expect(item.finishedAt).to.equal(clock.t);
     });
 
+    it('a tick that comes after both the timeout and the lease end times the item out when the timeout came first: no lease-end failure (decisions §2.2, §3.2)', () => {
+      const { q, clock, post } = setup({ leaseSeconds: 30, maxAttempts: 1, timeoutSeconds: 10 });
+      const item = post();
+      q.claim('w', undefined, clock.t);
+      clock.t += 40_000;
+      const changes = q.tick(clock.t);
+      expect(item.status).to.equal('timedout');
+      expect(item.error).to.equal(null);
+      expect(changes.flatMap((c) => c.events.map((e) => e.event))).to.deep.equal(['timedout']);
+    });
+
     it('a lease is not expired a millisecond early', () => {
       const { q, clock, post } = setup({ leaseSeconds: 1 });
       const item = post();

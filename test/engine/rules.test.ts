@@ -107,4 +107,19 @@ describe('queue rules as pure functions (decisions §3)', () => {
     expect(t.purged).to.equal(true);
     expect(t.events.map((e) => e.event)).to.deep.equal(['failed', 'purged']);
   });
+
+  it('due: when a timeout and a lease end have both passed, the earlier decides: a timeout first (or at the same moment) ends the item timedout, with no lease-end event (decisions §2.2, §3.2)', () => {
+    const once = resolveQueue({ leaseSeconds: 30, maxAttempts: 1, timeoutSeconds: 10 });
+    const claimed = rules.claim(posted(), once, 'w', T0).record;
+    const late = rules.due(claimed, once, T0 + 40_000)!;
+    expect(late.record).to.include({ status: 'timedout', finishedAt: T0 + 40_000, error: null });
+    expect(late.events).to.deep.equal([{ event: 'timedout' }]);
+    const tie = resolveQueue({ leaseSeconds: 10, maxAttempts: 1, timeoutSeconds: 10 });
+    expect(rules.due(rules.claim(posted(), tie, 'w', T0).record, tie, T0 + 10_000)!.events).to.deep.equal([{ event: 'timedout' }]);
+    // The lease first: it ends (re-queued while attempts remain), and then the timeout.
+    const twice = resolveQueue({ leaseSeconds: 5, maxAttempts: 2, timeoutSeconds: 10 });
+    const t = rules.due(rules.claim(posted(), twice, 'w', T0).record, twice, T0 + 40_000)!;
+    expect(t.events).to.deep.equal([{ event: 'requeued', worker: 'w' }, { event: 'timedout' }]);
+    expect(t.record.status).to.equal('timedout');
+  });
 });

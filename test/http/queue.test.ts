@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import { cleanupTemp, startServer, serverForSuite } from '../support/server.js';
+import { request } from '../support/http.js';
 import { agentRequest, defineQueue, defineUser, keepAliveAgent, newQueue, pool, PUBLIC_ACCESS, type Json } from './queue-api.js';
 
 const HOST = 'jobs.example.com';
@@ -405,6 +406,18 @@ describe('queue endpoints over HTTP', function () {
       }
       expect(await q.submit(id, 'cancel')).to.deep.equal({ ok: true, accepted: false, status: 'timedout' });
       expect(await q.fetch(id)).to.deep.equal(timedout);
+    });
+
+    it('a definition PUT that brings the timeout sooner times an item out at the new deadline, with no request to the queue after it (decisions §2.2, §2.4)', async () => {
+      const q = await newQueue(server, HOST, { timeoutSeconds: 3600 });
+      const id = await q.post({ n: 1 });
+      await defineQueue(server, HOST, q.name, { access: PUBLIC_ACCESS, timeoutSeconds: 1 });
+      // Only the operators' view is read (it applies nothing itself): the store's own timer must fire.
+      const counts = async (): Promise<Json> => ((await request(server.url, `/api/v2/queues/${HOST}/${q.name}`, { token: server.masterToken })).json as { counts: Json }).counts;
+      const deadline = Date.now() + 6000;
+      while ((await counts()).timedout !== 1 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(await counts()).to.include({ pending: 0, timedout: 1 });
+      expect(await q.fetch(id)).to.include({ status: 'timedout' });
     });
 
     it('times out a pending item that nobody claimed (decisions §2.2)', async () => {

@@ -511,6 +511,14 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         expect(await s().progress(q, first, '{}')).to.deep.equal({ accepted: false, status: 'timedout' });
       });
 
+      it('a leased item whose timeout passed before its lease ended is timedout, not failed with "lease expired", when both are applied late (decisions §2.2, §3.2)', async () => {
+        const q = queue({ timeoutSeconds: 10, leaseSeconds: 30, maxAttempts: 1 });
+        const id = await post(q);
+        await claimId(q);
+        advance(40_000);
+        expect(await s().get(q, id)).to.deep.include({ status: 'timedout', error: null, attempts: 1 });
+      });
+
       it('cancel makes a non-terminal item cancelled; a second cancel and later submissions are not accepted (decisions §3.6)', async () => {
         const q = queue();
         const pending = await post(q);
