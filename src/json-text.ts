@@ -35,3 +35,88 @@ export function nestedDeeperThan(text: string, limit: number): boolean {
   }
   return false;
 }
+
+/** Where a value lies in a JSON text: `text.slice(start, end)` is its exact text. */
+export interface Span {
+  start: number;
+  end: number;
+}
+
+/**
+ * The members of the object that starts at `at` in `text` (valid JSON, already parsed once), each
+ * key with the span of its value; a key given twice keeps its last value, as JSON.parse does. A
+ * flat scan, not a parse: the values are found, not read. Used where a value must keep the exact
+ * text it was sent as (interface §2.1: items, results and errors as posted), which JSON.parse and
+ * JSON.stringify would change (integers past 2^53, `1.0`, `1e2`).
+ */
+export function objectMembers(text: string, at: number): Map<string, Span> {
+  const members = new Map<string, Span>();
+  let i = skipSpace(text, at) + 1;
+  i = skipSpace(text, i);
+  if (text.charCodeAt(i) === 0x7d) return members;
+  for (;;) {
+    i = skipSpace(text, i);
+    const keyEnd = skipString(text, i);
+    const key = JSON.parse(text.slice(i, keyEnd)) as string;
+    const start = skipSpace(text, skipSpace(text, keyEnd) + 1);
+    const end = skipValue(text, start);
+    members.set(key, { start, end });
+    i = skipSpace(text, end);
+    if (text.charCodeAt(i++) !== 0x2c) return members;
+  }
+}
+
+/** The spans of the elements of the array that starts at `at` in `text` (valid JSON), in order. */
+export function arrayElements(text: string, at: number): Span[] {
+  const elements: Span[] = [];
+  let i = skipSpace(text, skipSpace(text, at) + 1);
+  if (text.charCodeAt(i) === 0x5d) return elements;
+  for (;;) {
+    const start = skipSpace(text, i);
+    const end = skipValue(text, start);
+    elements.push({ start, end });
+    i = skipSpace(text, end);
+    if (text.charCodeAt(i++) !== 0x2c) return elements;
+  }
+}
+
+function skipSpace(text: string, i: number): number {
+  for (;;) {
+    const c = text.charCodeAt(i);
+    if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) return i;
+    i++;
+  }
+}
+
+/** Past the string that starts at `i` (its opening quote). */
+function skipString(text: string, i: number): number {
+  for (i++; text.charCodeAt(i) !== 0x22; i++) if (text.charCodeAt(i) === 0x5c) i++;
+  return i + 1;
+}
+
+/** Past the value that starts at `i`. */
+function skipValue(text: string, i: number): number {
+  const c = text.charCodeAt(i);
+  if (c === 0x22) return skipString(text, i);
+  if (c === 0x7b || c === 0x5b) {
+    let depth = 0;
+    do {
+      const d = text.charCodeAt(i);
+      if (d === 0x22) {
+        i = skipString(text, i);
+        continue;
+      }
+      if (d === 0x7b || d === 0x5b) depth++;
+      else if (d === 0x7d || d === 0x5d) depth--;
+      i++;
+    } while (depth > 0);
+    return i;
+  }
+  // A number, true, false or null: up to the next delimiter.
+  while (i < text.length) {
+    const d = text.charCodeAt(i);
+    if (d === 0x2c || d === 0x7d || d === 0x5d || d === 0x20 || d === 0x0a || d === 0x0d || d === 0x09) break;
+    i++;
+  }
+  return i;
+}

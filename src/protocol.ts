@@ -56,12 +56,18 @@ export type ClaimRequest = FromObjectSchema<typeof CLAIM_REQUEST_SCHEMA>;
 /** The answer to a claim: nothing to do, or the item, leased to the worker until `lease.until` (ms). */
 export type ClaimAnswer =
   | { ok: true; empty: true; done?: DoneAnswer[] }
-  | { ok: true; empty?: undefined; id: string; item: Record<string, unknown>; attempts: number; lease: { worker: string; until: number }; done?: DoneAnswer[] };
+  | { ok: true; empty?: undefined; id: string; item: Record<string, unknown>; itemText?: string; attempts: number; lease: { worker: string; until: number }; done?: DoneAnswer[] };
 
 /** A claimed item as a claim with `max` lists it. */
 export interface ClaimedItem {
   id: string;
   item: Record<string, unknown>;
+  /**
+   * The item's exact JSON text as posted (interface §2.1: a worker receives it unchanged). Filled
+   * in by the client library from the answer's bytes: `item` is what JSON.parse makes of them,
+   * which rounds integers past 2^53 and writes `1.0` or `1e2` back differently.
+   */
+  itemText?: string;
   attempts: number;
   lease: { worker: string; until: number };
 }

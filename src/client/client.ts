@@ -1,5 +1,6 @@
 import http from 'node:http';
 import type { Manifest } from '../definitions/manifest.js';
+import { arrayElements, objectMembers } from '../json-text.js';
 import type { BatchAnswer, ClaimAnswer, ClaimManyAnswer, ClaimRequest, PostAnswer, StatusAnswer, SubmissionAnswer } from '../protocol.js';
 
 export const CLIENT_API = 2;
@@ -197,11 +198,18 @@ export class SvcqClient {
    * server. With `max` the answer lists the items (decisions §3.8); with `done` it also says what
    * became of each hand-in.
    */
-  claim(queue: string, body: ClaimRequest & { max?: undefined }, opts?: { signal?: AbortSignal; timeoutMs?: number }): Promise<ClaimAnswer>;
-  claim(queue: string, body: ClaimRequest & { max: number }, opts?: { signal?: AbortSignal; timeoutMs?: number }): Promise<ClaimManyAnswer>;
-  claim(queue: string, body: ClaimRequest, opts?: { signal?: AbortSignal; timeoutMs?: number }): Promise<ClaimAnswer | ClaimManyAnswer>;
-  claim(queue: string, body: ClaimRequest, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<ClaimAnswer | ClaimManyAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}/claim`, { body: JSON.stringify(body), queueHost: true, ...opts });
+  claim(queue: string, body: ClaimRequest & { max?: undefined }, opts?: ClaimOptions): Promise<ClaimAnswer>;
+  claim(queue: string, body: ClaimRequest & { max: number }, opts?: ClaimOptions): Promise<ClaimManyAnswer>;
+  claim(queue: string, body: ClaimRequest, opts?: ClaimOptions): Promise<ClaimAnswer | ClaimManyAnswer>;
+  async claim(queue: string, body: ClaimRequest, opts: ClaimOptions = {}): Promise<ClaimAnswer | ClaimManyAnswer> {
+    const { handIns, ...rest } = opts;
+    const res = await this.request('POST', `/${encodeURIComponent(queue)}/claim`, { body: claimBody(body, handIns), queueHost: true, ...rest });
+    const answer = this.parse<ClaimAnswer | ClaimManyAnswer>(res);
+    // Each item also as the exact text the server sent (interface §2.1).
+    const texts = claimedItemTexts(res.body.toString('utf8'));
+    if ('items' in answer) answer.items.forEach((item, n) => (item.itemText = texts[n]));
+    else if (!answer.empty) answer.itemText = texts[0];
+    return answer;
   }
   /**
    * Posts up to 1,000 items (JSON object texts) in one request and one durable write (decisions
@@ -217,6 +225,50 @@ export class SvcqClient {
   cancel(queue: string, id: string): Promise<SubmissionAnswer> {
     return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/cancel`, { queueHost: true });
   }
+}
+
+/**
+ * A result or error handed in with a claim (decisions §3.8) as the exact JSON object text to
+ * submit: spliced into the request as it is, as the result and error endpoints take a body.
+ */
+export interface RawHandIn {
+  id: string;
+  kind: 'result' | 'error';
+  record: string;
+}
+
+/** `signal` and `timeoutMs` as for every call; `handIns`: results and errors to hand in with the claim, as exact texts (instead of `done`). */
+export interface ClaimOptions {
+  signal?: AbortSignal;
+  timeoutMs?: number;
+  handIns?: readonly RawHandIn[];
+}
+
+/** A claim request's text; hand-ins given raw go in its `done` as they are. */
+function claimBody(body: ClaimRequest, handIns?: readonly RawHandIn[]): string {
+  if (!handIns || handIns.length === 0) return JSON.stringify(body);
+  const done = handIns.map((h) => `{"id":${JSON.stringify(h.id)},"${h.kind}":${h.record}}`).join(',');
+  const head = JSON.stringify({ ...body, done: undefined });
+  return head === '{}' ? `{"done":[${done}]}` : `${head.slice(0, -1)},"done":[${done}]}`;
+}
+
+/**
+ * The exact texts of the items in a claim answer (valid JSON, already parsed once), in order: the
+ * top-level `item` of a single claim, or the `item` of each entry of `items` (decisions §3.8).
+ * Only those positions count: an item may hold members named `item` itself.
+ */
+export function claimedItemTexts(text: string): Array<string | undefined> {
+  const start = text.indexOf('{');
+  if (start === -1) return [];
+  const top = objectMembers(text, start);
+  const one = top.get('item');
+  if (one) return [text.slice(one.start, one.end)];
+  const items = top.get('items');
+  if (!items || text[items.start] !== '[') return [];
+  return arrayElements(text, items.start).map((el) => {
+    const item = text[el.start] === '{' ? objectMembers(text, el.start).get('item') : undefined;
+    return item ? text.slice(item.start, item.end) : undefined;
+  });
 }
 
 /** The wall's sentence (decisions §1.2). */

@@ -11,7 +11,7 @@ import { StoreUnavailable, type Claimed, type PostInput, type StatusRecord, type
 import { bearerToken, requestHost } from './auth.js';
 import type { ServerContext } from './context.js';
 import { HttpError, NoSuchItem, NotFound, Rejected, sendError, sendRawJson, type FieldError } from './errors.js';
-import { jsonString, nestedDeeperThan } from '../json-text.js';
+import { arrayElements, jsonString, nestedDeeperThan, objectMembers } from '../json-text.js';
 import { CLAIM_REQUEST_SCHEMA, MAX_BATCH, MAX_BATCH_BYTES, type ClaimRequest, type DoneEntry } from '../protocol.js';
 
 /**
@@ -107,7 +107,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     const worker = input.worker ?? 'anonymous';
     // Hand-ins first, in order, exactly as the result and error endpoints apply them; the claim
     // then runs at once, and everything is awaited together: one durable write carries them all.
-    const handIns = done === undefined ? undefined : handIn(queue, done);
+    const handIns = done === undefined ? undefined : handIn(queue, done, doneRecordTexts(body));
     // With payloads archived, each hand-in stages its payload before it is applied, one after the
     // other: the claim waits for them, or it would run before them.
     if (handIns !== undefined && queue.config.archivePayloads) await handIns;
@@ -130,26 +130,27 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
    * they and the claim after them share one durable write; with payloads archived, a submission
    * stages its payload first, so each waits for the one before it to keep the order.
    */
-  const handIn = async (queue: QueueRuntime, done: DoneEntry[]): Promise<string[]> => {
-    const apply = (entry: DoneEntry): Promise<SubmitOutcome | null> => {
+  const handIn = async (queue: QueueRuntime, done: DoneEntry[], texts: ReadonlyArray<string | undefined>): Promise<string[]> => {
+    // Each record is stored as it was sent, as the result and error endpoints store their bodies.
+    const record = (entry: DoneEntry, n: number): string => texts[n] ?? JSON.stringify(entry.result ?? entry.error);
+    const apply = (entry: DoneEntry, n: number): Promise<SubmitOutcome | null> => {
       if (!ID.test(entry.id)) return Promise.resolve(null);
-      return entry.result !== undefined ? ctx.store.result(queue, entry.id, JSON.stringify(entry.result)) : ctx.store.error(queue, entry.id, JSON.stringify(entry.error));
+      return entry.result !== undefined ? ctx.store.result(queue, entry.id, record(entry, n)) : ctx.store.error(queue, entry.id, record(entry, n));
     };
     let settled: Array<SubmitOutcome | null>;
     if (!queue.config.archivePayloads && ctx.store instanceof EmbeddedStore) {
       // The embedded store applies them the same way, in one commit.
       const entries: Array<{ id: string; kind: 'result' | 'error'; body: string }> = [];
-      for (const entry of done) {
-        if (!ID.test(entry.id)) continue;
-        entries.push(entry.result !== undefined ? { id: entry.id, kind: 'result', body: JSON.stringify(entry.result) } : { id: entry.id, kind: 'error', body: JSON.stringify(entry.error) });
-      }
+      done.forEach((entry, n) => {
+        if (ID.test(entry.id)) entries.push({ id: entry.id, kind: entry.result !== undefined ? 'result' : 'error', body: record(entry, n) });
+      });
       const outcomes = entries.length > 0 ? await ctx.store.submitMany(queue, entries) : [];
       let k = 0;
       settled = done.map((entry) => (ID.test(entry.id) ? outcomes[k++]! : null));
     } else {
       const outcomes: Array<Promise<SubmitOutcome | null>> = [];
-      if (queue.config.archivePayloads) for (const entry of done) outcomes.push(Promise.resolve(await apply(entry)));
-      else for (const entry of done) outcomes.push(apply(entry));
+      if (queue.config.archivePayloads) for (const [n, entry] of done.entries()) outcomes.push(Promise.resolve(await apply(entry, n)));
+      else for (const [n, entry] of done.entries()) outcomes.push(apply(entry, n));
       settled = await Promise.all(outcomes);
     }
     return settled.map((o, n) => {
@@ -209,6 +210,21 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
   });
 
   return (req, res) => router.lookup(req, res);
+}
+
+/**
+ * The exact text of each `done` entry's result or error in a claim body (valid JSON, already
+ * checked against the claim schema), in order: what a hand-in stores, as the result and error
+ * endpoints store a body as sent.
+ */
+function doneRecordTexts(body: string): Array<string | undefined> {
+  const done = objectMembers(body, body.indexOf('{')).get('done');
+  if (!done) return [];
+  return arrayElements(body, done.start).map((entry) => {
+    const members = objectMembers(body, entry.start);
+    const span = members.get('result') ?? members.get('error');
+    return span ? body.slice(span.start, span.end) : undefined;
+  });
 }
 
 /** A claimed item's fields as JSON text (the item spliced in as posted). */

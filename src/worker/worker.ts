@@ -35,6 +35,8 @@ export interface WorkerOptions {
 interface ClaimedItem {
   id: string;
   item: Record<string, unknown>;
+  /** The item's exact text as posted, which CMD gets on stdin (interface §2.1). */
+  itemText?: string;
   attempts: number;
   lease: { until: number };
 }
@@ -236,7 +238,7 @@ export class Worker {
         }
       }
       early = 0;
-      const ok = await this.handle(next.id, next.item, next.attempts, next.lease.until);
+      const ok = await this.handle(next.id, next.item, next.itemText, next.attempts, next.lease.until);
       if (this.options.once) {
         if (!ok) this.exitCode = EXIT.failed;
         break;
@@ -267,7 +269,8 @@ export class Worker {
     const max = this.claimSize();
     const prefetching = !this.options.once && (this.options.prefetch ?? 1) > 1;
     const carried = this.handIns.splice(0, HAND_INS_PER_CLAIM);
-    const done = carried.map((h) => (h.kind === 'result' ? { id: h.id, result: JSON.parse(h.record) as Record<string, unknown> } : { id: h.id, error: JSON.parse(h.record) as Record<string, unknown> }));
+    // Each record goes as it is, as the result and error endpoints would take it (not parsed and written out again).
+    const handIns = carried.map((h) => ({ id: h.id, kind: h.kind, record: h.record }));
     let sentAt = 0;
     try {
       const res = await retrying(
@@ -277,10 +280,10 @@ export class Worker {
           const controller = new AbortController();
           sentAt = Date.now();
           this.claimsInFlight.set(controller, sentAt);
-          const body = { worker, criteria, wait: this.stopping ? 0 : waitSeconds, ...(prefetching ? { max } : {}), ...(done.length > 0 ? { done } : {}) };
+          const body = { worker, criteria, wait: this.stopping ? 0 : waitSeconds, ...(prefetching ? { max } : {}) };
           return this.client
             // A server that holds the request well past the long-poll is treated as gone.
-            .claim(queue, body, { signal: controller.signal, timeoutMs: (waitSeconds + 15) * 1000 })
+            .claim(queue, body, { signal: controller.signal, timeoutMs: (waitSeconds + 15) * 1000, handIns })
             .finally(() => this.claimsInFlight.delete(controller));
         },
         {
@@ -341,7 +344,7 @@ export class Worker {
   }
 
   /** Runs CMD for one claimed item and delivers what came of it; true when CMD succeeded. */
-  private async handle(id: string, item: Record<string, unknown>, attempts: number, leaseUntil: number): Promise<boolean> {
+  private async handle(id: string, item: Record<string, unknown>, itemText: string | undefined, attempts: number, leaseUntil: number): Promise<boolean> {
     const { queue, command, timeoutSeconds } = this.options;
     const state: Running = { id, attempts, dirty: false };
     const claim = ++this.claimsMade;
@@ -352,7 +355,8 @@ export class Worker {
 
     let input: string;
     try {
-      input = JSON.stringify(item);
+      // The item as posted (interface §2.1); written out again only where the answer's text is not at hand.
+      input = itemText ?? JSON.stringify(item);
     } catch {
       // An item nested too deep to be written out again (the stack runs out): CMD cannot be given it.
       const answer = await this.deliver('error', id, JSON.stringify({ exitCode: null, signal: null, stderr: '', reason: 'the item nests too deeply to be passed to the command' }));

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { jsonString, nestedDeeperThan } from '../../src/json-text.js';
+import { arrayElements, jsonString, nestedDeeperThan, objectMembers } from '../../src/json-text.js';
 
 describe('jsonString', () => {
   it('writes exactly what JSON.stringify writes, whether or not the string needs escaping', () => {
@@ -16,5 +16,26 @@ describe('nestedDeeperThan', () => {
     expect(nestedDeeperThan('{"a":"[[[[[[\\"[[[["}', 1)).to.equal(false);
     expect(nestedDeeperThan('"\\\\"', 0)).to.equal(false);
     expect(nestedDeeperThan(`${'['.repeat(1_000_000)}${']'.repeat(1_000_000)}`, 64)).to.equal(true);
+  });
+});
+
+describe('objectMembers and arrayElements (values kept as sent, interface §2.1)', () => {
+  const texts = (text: string, spans: Array<{ start: number; end: number }>): string[] => spans.map((s) => text.slice(s.start, s.end));
+
+  it('finds the exact value text of each member: numbers as written, strings with escapes and brackets, nested values, any spacing; the last of a repeated key', () => {
+    const text = ' { "a" : 12345678901234567890 ,"b":"x\\"}]\\\\","c":{"d":[1,{"e":"]"}]},"n":null , "f":1.0,"a":1e2 } ';
+    const members = objectMembers(text, 0);
+    expect([...members.keys()]).to.deep.equal(['a', 'b', 'c', 'n', 'f']);
+    expect(Object.fromEntries([...members].map(([k, s]) => [k, text.slice(s.start, s.end)]))).to.deep.equal({ a: '1e2', b: '"x\\"}]\\\\"', c: '{"d":[1,{"e":"]"}]}', n: 'null', f: '1.0' });
+    // What the scan finds is what JSON.parse reads there.
+    const parsed = JSON.parse(text) as Record<string, unknown>;
+    for (const [k, s] of members) expect(JSON.parse(text.slice(s.start, s.end)), k).to.deep.equal(parsed[k]);
+    expect(objectMembers('{}', 0).size).to.equal(0);
+  });
+
+  it('splits an array into its elements, each as written', () => {
+    const text = '[ {"item":{"item":1}} , [1,2],"a,b",-0.5e-3,true ]';
+    expect(texts(text, arrayElements(text, 0))).to.deep.equal(['{"item":{"item":1}}', '[1,2]', '"a,b"', '-0.5e-3', 'true']);
+    expect(arrayElements('[ ]', 0)).to.deep.equal([]);
   });
 });

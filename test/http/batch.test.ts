@@ -228,6 +228,18 @@ describe('batches and hand-ins over HTTP (decisions §3.8)', function () {
       expect(await other.fetch(foreign)).to.deep.include({ status: 'pending' });
     });
 
+    it('stores a handed-in result or error exactly as sent, as the result and error endpoints store a body: integers past 2^53, 1.0, 1e2 (decisions §3.8, interface §2.1)', async () => {
+      const q = await newQueue(server, HOST, { maxAttempts: 1 });
+      const [a, b] = (await batchOk(q, [{ n: 0 }, { n: 1 }])).map((e) => e.id!);
+      await q.claim({ max: 2 });
+      const result = '{"big":12345678901234567890,"f":1.0}';
+      const error = '{ "e" : 1e2 }';
+      const reply = await q.raw('POST', `/${q.name}/claim`, `{"done":[{"id":"${a}","result":${result}},{"error":${error},"id":"${b}"}]}`);
+      expect(reply.status, reply.text).to.equal(200);
+      expect((await q.fetchRaw(a!)).text).to.include(`"result":${result}`);
+      expect((await q.fetchRaw(b!)).text).to.include(`"error":${error}`);
+    });
+
     it('with nothing to claim, answers empty with the hand-ins (decisions §3.8)', async () => {
       const q = await newQueue(server, HOST);
       const id = await q.post({});

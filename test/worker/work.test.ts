@@ -1,7 +1,8 @@
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import { runCli } from '../support/cli.js';
+import { request } from '../support/http.js';
 import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
 import { HOST, defineQueue, getItem, killWorker, postItem, queueName, startWorker, until, waitTerminal, type WorkerProcess } from './support.js';
 
@@ -48,6 +49,22 @@ describe('svcq work (decisions §1.3)', function () {
     expect(item.result).to.deep.equal({ item: { n: 21 }, queue, id, attempt: 1 });
     const events = run.stdout.trim().split('\n').map((l) => JSON.parse(l) as { event: string });
     expect(events.map((e) => e.event)).to.deep.equal(['started', 'claimed', 'finished', 'stopped']);
+  });
+
+  it('gives CMD the item exactly as posted, and hands in the result exactly as CMD printed it: integers past 2^53, 1.0, 1e2, spacing (interface §2.1, decisions §1.3, §3.8)', async () => {
+    const queue = queueName('exact');
+    await defineQueue(server, queue);
+    const posted = '{"big":12345678901234567890, "f":1.0,"e":1e2,"item":{"item":1}}';
+    const reply = await request(server.url, `/${queue}`, { method: 'POST', host: HOST, body: posted });
+    const id = (reply.json as { id: string }).id;
+    const seen = path.join(dir, 'stdin.txt');
+    const printed = '{"big":98765432109876543210,"f":2.50}';
+    // Not --once: the result goes in with the next claim (decisions §3.8).
+    worker = startWorker(server, queue, ['--exec', `cat > ${seen}; echo '${printed}'`]);
+    await waitTerminal(server, queue, id);
+    expect(readFileSync(seen, 'utf8')).to.equal(posted);
+    const record = await request(server.url, `/${queue}/items/${id}`, { host: HOST });
+    expect(record.text, record.text).to.include(`"result":${printed}`);
   });
 
   it('posts plain-text stdout as { output } (decisions §1.3)', async () => {
