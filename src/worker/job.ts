@@ -1,4 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { accessSync, constants, statSync } from 'node:fs';
+import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 
 /** How much of CMD's stderr an error record keeps (decisions §1.3). */
@@ -75,7 +77,11 @@ export class Job {
     // `sh -c CMD`, after a first shell writes one byte to fd 3 (and closes it) and then becomes that
     // shell with exec: same pid and group, $0 and no arguments as before. The byte proves the
     // command was started; without it, a child that died by a signal died before it could run.
-    this.child = spawn('sh', ['-c', 'printf . >&3; exec 3>&-; exec sh -c "$1"', 'sh', spec.command], {
+    // A single simple command is run as `exec CMD`, so that CMD itself is the child: killed by a
+    // signal, it is reported as that signal. (sh runs anything else in a child of its own, and
+    // says only 128 + n for a signal n, the same as an exit code of 128 + n.)
+    const command = execsAsItself(spec.command, { ...process.env, ...spec.env }.PATH ?? '') ? `exec ${spec.command}` : spec.command;
+    this.child = spawn('sh', ['-c', 'printf . >&3; exec 3>&-; exec sh -c "$1"', 'sh', command], {
       env: { ...process.env, ...spec.env },
       stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
       detached: true,
@@ -276,4 +282,46 @@ class LineSplitter {
     }
     this.kept += text;
   }
+}
+
+/** sh's builtins (dash's list): `exec` of one of these names runs a program of that name, if any, which may behave otherwise (`echo`) or not exist (`exit`, `cd`). */
+const SH_BUILTINS = new Set(['.', ':', '[', 'alias', 'bg', 'break', 'cd', 'chdir', 'command', 'continue', 'echo', 'eval', 'exec', 'exit', 'export', 'false', 'fc', 'fg', 'getopts', 'hash', 'jobs', 'kill', 'local', 'printf', 'pwd', 'read', 'readonly', 'return', 'set', 'shift', 'test', 'times', 'trap', 'true', 'type', 'ulimit', 'umask', 'unalias', 'unset', 'wait']);
+const SH_RESERVED = new Set(['if', 'then', 'else', 'elif', 'fi', 'do', 'done', 'case', 'esac', 'while', 'until', 'for', 'in', 'function', 'select']);
+
+/**
+ * True when `exec CMD` means the same as CMD: one simple command (no `;`, `&`, `|`, newline,
+ * parentheses or command substitution outside quotes), led by a plain word (no assignment, no
+ * quoting or expansion) that names an executable file (on `pathVar`, or as a path) and is not a
+ * shell builtin or reserved word. Anything else is run as it is.
+ */
+export function execsAsItself(command: string, pathVar: string): boolean {
+  const first = /^[ \t]*([A-Za-z0-9_./+-]+)(?=[ \t]|$)/.exec(command)?.[1];
+  if (!first || SH_BUILTINS.has(first) || SH_RESERVED.has(first)) return false;
+  let quote: string | null = null;
+  for (let i = 0; i < command.length; i++) {
+    const c = command[i]!;
+    if (quote === "'") {
+      if (c === "'") quote = null;
+    } else if (c === '\\') {
+      i++;
+    } else if (c === '`' || (c === '$' && command[i + 1] === '(')) {
+      return false;
+    } else if (quote === '"') {
+      if (c === '"') quote = null;
+    } else if (c === "'" || c === '"') {
+      quote = c;
+    } else if (';&|()\n\r'.includes(c)) {
+      return false;
+    }
+  }
+  if (quote !== null) return false;
+  const candidates = first.includes('/') ? [first] : pathVar.split(':').map((dir) => path.join(dir || '.', first));
+  return candidates.some((file) => {
+    try {
+      accessSync(file, constants.X_OK);
+      return statSync(file).isFile();
+    } catch {
+      return false;
+    }
+  });
 }

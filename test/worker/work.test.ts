@@ -111,6 +111,16 @@ describe('svcq work (decisions §1.3)', function () {
     expect(worker.stderr()).to.contain(`[${id}] boom 1\n`);
   });
 
+  it('a CMD killed by a signal gets an error record with that signal and exitCode null (decisions §1.3)', async () => {
+    const queue = queueName('signal');
+    await defineQueue(server, queue, { maxAttempts: 1 });
+    const id = await postItem(server, queue, {});
+    const run = await work([queue, '--exec', `${process.execPath} -e "process.kill(process.pid, 'SIGKILL')"`, '--once']);
+    expect(run.code, run.stderr).to.equal(1);
+    const item = await waitTerminal(server, queue, id);
+    expect(item.error).to.deep.include({ exitCode: null, signal: 'SIGKILL' });
+  });
+
   it('keeps the lease alive while CMD runs: a job three times longer than leaseSeconds is claimed once (decisions §3.2)', async () => {
     const queue = queueName('lease');
     await defineQueue(server, queue, { leaseSeconds: 1 });
