@@ -9,6 +9,8 @@ export interface ItemInput {
   json: string;
   /** "the item argument", or "line 3 of stdin" */
   source: string;
+  /** Its line number in JSON lines (blank lines counted): the N of its idempotency key `K:N`. */
+  line?: number;
 }
 
 /** Parses the JSON argument of `svcq post`: one JSON object, or a sentence saying what is wrong (exit 2). */
@@ -36,7 +38,7 @@ export function parseItemsFromStdin(text: string): ItemInput[] {
     if (line === '') continue;
     const source = `line ${i + 1} of stdin`;
     checkObject(line, source);
-    items.push({ json: line, source });
+    items.push({ json: line, source, line: i + 1 });
   }
   return items;
 }
@@ -81,7 +83,7 @@ export async function postMany(
       const index = next++;
       const input = items[index]!;
       // One key per item: the same key on every line would collapse them into the first.
-      const key = options.idempotencyKey === undefined ? undefined : items.length === 1 ? options.idempotencyKey : `${options.idempotencyKey}:${index + 1}`;
+      const key = options.idempotencyKey === undefined ? undefined : items.length === 1 ? options.idempotencyKey : `${options.idempotencyKey}:${input.line ?? index + 1}`;
       try {
         outcomes[index] = { input, result: await postWithRetry(client, queue, input.json, key) };
       } catch (err) {

@@ -103,6 +103,20 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
     expect(second.stdout).to.equal(first.stdout);
   });
 
+  it('with JSON lines, --idempotency-key K posts line N under K:N, blank lines counted, so a second run of the same file creates nothing (decisions §3.5)', async () => {
+    const queue = queueName('idem-lines');
+    await defineQueue(server, queue);
+    const input = '{"n":1}\n\n{"n":3}\n';
+    const first = await cli(['post', queue, '-', '--idempotency-key', 'k', '--json'], input);
+    const ids = first.stdout.trim().split('\n').map((l) => (JSON.parse(l) as { id: string }).id);
+    expect(ids).to.have.length(2);
+    // The object on line 3 is the item of K:3, as a single post with that key finds it.
+    const third = await request(server.url, `/${queue}`, { method: 'POST', host: HOST, body: '{"n":3}', headers: { 'idempotency-key': 'k:3' } });
+    expect((third.json as { id: string }).id).to.equal(ids[1]);
+    const again = await cli(['post', queue, '-', '--idempotency-key', 'k', '--json'], input);
+    expect(again.stdout.trim().split('\n').map((l) => (JSON.parse(l) as { id: string }).id)).to.deep.equal(ids);
+  });
+
   it('item --wait long-polls until the item is terminal and prints its record (decisions §3.6)', async () => {
     const queue = queueName('wait');
     await defineQueue(server, queue);
