@@ -57,7 +57,9 @@ export function objectMembers(text: string, at: number): Map<string, Span> {
   for (;;) {
     i = skipSpace(text, i);
     const keyEnd = skipString(text, i);
-    const key = JSON.parse(text.slice(i, keyEnd)) as string;
+    const raw = text.slice(i + 1, keyEnd - 1);
+    // A key without escapes is its own text; only one with a backslash needs decoding.
+    const key = raw.includes('\\') ? (JSON.parse(text.slice(i, keyEnd)) as string) : raw;
     const start = skipSpace(text, skipSpace(text, keyEnd) + 1);
     const end = skipValue(text, start);
     members.set(key, { start, end });

@@ -31,6 +31,8 @@ describe('objectMembers and arrayElements (values kept as sent, interface §2.1)
     const parsed = JSON.parse(text) as Record<string, unknown>;
     for (const [k, s] of members) expect(JSON.parse(text.slice(s.start, s.end)), k).to.deep.equal(parsed[k]);
     expect(objectMembers('{}', 0).size).to.equal(0);
+    // A key with escapes is read as JSON.parse reads it.
+    expect([...objectMembers('{"d\\u006fne":[1],"\\"q":2}', 0).keys()]).to.deep.equal(['done', '"q']);
   });
 
   it('splits an array into its elements, each as written', () => {
