@@ -367,7 +367,13 @@ export class EmbeddedStore implements Store, EventOutbox {
     const slot = this.slots.get(key);
     if (!slot || this.closed) return;
     const config = this.options.configFor(key);
-    if (config && config !== slot.queue.config) slot.queue.reconfigure(config);
+    if (config) this.takeRules(slot, config);
+  }
+
+  /** The queue takes new rules; a deadline they brought sooner falls on time, also if no request comes. */
+  private takeRules(slot: QueueSlot, config: QueueConfig): void {
+    if (config === slot.queue.config) return;
+    slot.queue.reconfigure(config);
     this.schedule(slot);
   }
 
@@ -375,11 +381,7 @@ export class EmbeddedStore implements Store, EventOutbox {
   private prepare(ref: QueueRef, beforeTick?: () => void): QueueSlot {
     if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
     const slot = this.slotFor(ref.key, ref.config);
-    if (slot.queue.config !== ref.config) {
-      slot.queue.reconfigure(ref.config);
-      // A deadline the new rules brought sooner falls on time, also if no request comes.
-      this.schedule(slot);
-    }
+    this.takeRules(slot, ref.config);
     const next = slot.queue.nextDeadline();
     if (next === null) return slot;
     const now = this.now();

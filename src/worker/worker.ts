@@ -269,8 +269,6 @@ export class Worker {
     const max = this.claimSize();
     const prefetching = !this.options.once && (this.options.prefetch ?? 1) > 1;
     const carried = this.handIns.splice(0, HAND_INS_PER_CLAIM);
-    // Each record goes as it is, as the result and error endpoints would take it (not parsed and written out again).
-    const handIns = carried.map((h) => ({ id: h.id, kind: h.kind, record: h.record }));
     let sentAt = 0;
     try {
       const res = await retrying(
@@ -282,8 +280,9 @@ export class Worker {
           this.claimsInFlight.set(controller, sentAt);
           const body = { worker, criteria, wait: this.stopping ? 0 : waitSeconds, ...(prefetching ? { max } : {}) };
           return this.client
-            // A server that holds the request well past the long-poll is treated as gone.
-            .claim(queue, body, { signal: controller.signal, timeoutMs: (waitSeconds + 15) * 1000, handIns })
+            // A server that holds the request well past the long-poll is treated as gone. The
+            // hand-ins' records go as they are, as the result and error endpoints would take them.
+            .claim(queue, body, { signal: controller.signal, timeoutMs: (waitSeconds + 15) * 1000, handIns: carried })
             .finally(() => this.claimsInFlight.delete(controller));
         },
         {
