@@ -90,10 +90,20 @@ function skipSpace(text: string, i: number): number {
   }
 }
 
-/** Past the string that starts at `i` (its opening quote). */
+/**
+ * Past the string that starts at `i` (its opening quote). Each quote after it is found with
+ * indexOf (a native search, several times faster than a loop over the characters); it closes the
+ * string unless an odd number of backslashes stands right before it.
+ */
 function skipString(text: string, i: number): number {
-  for (i++; text.charCodeAt(i) !== 0x22; i++) if (text.charCodeAt(i) === 0x5c) i++;
-  return i + 1;
+  for (;;) {
+    const quote = text.indexOf('"', i + 1);
+    if (quote === -1) return text.length; // not JSON: the callers parse their text first
+    let backslashes = 0;
+    while (text.charCodeAt(quote - 1 - backslashes) === 0x5c) backslashes++;
+    if (backslashes % 2 === 0) return quote + 1;
+    i = quote;
+  }
 }
 
 /** Past the value that starts at `i`. */

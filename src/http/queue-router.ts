@@ -246,26 +246,7 @@ export function batchItems(body: string): { values: unknown[]; texts: string[] }
   }
   if (!Array.isArray(value)) throw new Rejected([{ path: '', message: 'the batch must be a JSON array of items' }]);
   if (value.length === 0 || value.length > MAX_BATCH) throw new Rejected([{ path: '', message: `the batch must hold 1 to ${MAX_BATCH} items (it holds ${value.length})` }]);
-  const out: string[] = [];
-  let depth = 0;
-  let start = -1;
-  for (let i = 0; i < body.length; i++) {
-    const c = body.charCodeAt(i);
-    if (c === 0x22) {
-      // A string: skip to its closing quote (escapes included); it may hold any bracket or comma.
-      for (i++; body.charCodeAt(i) !== 0x22; i++) if (body.charCodeAt(i) === 0x5c) i++;
-      continue;
-    }
-    if (c === 0x5b || c === 0x7b) {
-      if (depth++ === 0) start = i + 1;
-    } else if (c === 0x5d || c === 0x7d) {
-      if (--depth === 0) out.push(body.slice(start, i).trim());
-    } else if (c === 0x2c && depth === 1) {
-      out.push(body.slice(start, i).trim());
-      start = i + 1;
-    }
-  }
-  return { values: value, texts: out };
+  return { values: value, texts: arrayElements(body, 0).map(({ start, end }) => body.slice(start, end)) };
 }
 
 /** On the queue domain an error body has the shape of the other queue answers: `{ ok: false, error }` (decisions §6). */

@@ -256,7 +256,7 @@ export class Journal {
     // Four times the snapshot: writing a snapshot costs about as much as writing its size in
     // journal records, so this keeps its share of the work near a fifth, and the disk near five
     // times the live items.
-    return !this.compacting && this.file.sizeAtLeast > Math.max(this.compactBytes, SNAPSHOT_MULTIPLE * this.snapshotBytes);
+    return !this.compacting && this.file.size > Math.max(this.compactBytes, SNAPSHOT_MULTIPLE * this.snapshotBytes);
   }
 
   /**

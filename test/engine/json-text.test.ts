@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import fc from 'fast-check';
 import { arrayElements, jsonString, nestedDeeperThan, objectMembers } from '../../src/json-text.js';
 
 describe('jsonString', () => {
@@ -39,5 +40,21 @@ describe('objectMembers and arrayElements (values kept as sent, interface §2.1)
     const text = '[ {"item":{"item":1}} , [1,2],"a,b",-0.5e-3,true ]';
     expect(texts(text, arrayElements(text, 0))).to.deep.equal(['{"item":{"item":1}}', '[1,2]', '"a,b"', '-0.5e-3', 'true']);
     expect(arrayElements('[ ]', 0)).to.deep.equal([]);
+  });
+
+  it('finds for any JSON the spans JSON.parse reads, whatever the spacing, with strings full of quotes and runs of backslashes', () => {
+    const tricky = fc.array(fc.constantFrom('\\', '"', '\\\\', 'a', ']', '}', ',', 'é', '😀', '\n'), { maxLength: 12 }).map((parts) => parts.join(''));
+    const value = fc.oneof(fc.jsonValue(), tricky, fc.dictionary(tricky, fc.jsonValue(), { maxKeys: 4 }), fc.array(tricky, { maxLength: 4 }));
+    fc.assert(
+      fc.property(fc.array(value, { maxLength: 8 }), fc.constantFrom(undefined, 1, 2, '\t'), (values, space) => {
+        const text = JSON.stringify(values, null, space);
+        const elements = arrayElements(text, 0);
+        expect(elements.map((s) => JSON.parse(text.slice(s.start, s.end)) as unknown)).to.deep.equal(JSON.parse(text));
+        const object = JSON.stringify(Object.fromEntries(values.map((v, n) => [`k${n}`, v])), null, space);
+        const members = objectMembers(object, 0);
+        expect(Object.fromEntries([...members].map(([k, s]) => [k, JSON.parse(object.slice(s.start, s.end)) as unknown]))).to.deep.equal(JSON.parse(object));
+      }),
+      { numRuns: 500 },
+    );
   });
 });

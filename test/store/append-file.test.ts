@@ -1,7 +1,7 @@
-import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import { readFileSync, statSync, write, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
-import { AppendFile } from '../../src/store/append-file.js';
+import { AppendFile, type WriteFn } from '../../src/store/append-file.js';
 import { cleanupTemp, tempDir } from '../support/server.js';
 import { dataOf } from '../support/files.js';
 
@@ -33,6 +33,33 @@ describe('an append file kept zero-filled ahead of its data', () => {
     expect(dataOf(file)).to.equal('["a"]\n["b"]\n["c"]\n');
     await f.close();
     expect(readFileSync(file, 'utf8')).to.equal('["a"]\n["b"]\n["c"]\n');
+  });
+
+  it('writes every append byte for byte in order, through groups larger than its buffer and text of every UTF-8 width (decisions §6: nothing acknowledged is lost or changed)', async () => {
+    const file = path.join(dir, 'w.jsonl');
+    // A write that starts a moment late: appends made meanwhile must not touch the group being written.
+    const slowWrite: WriteFn = (...args) => setTimeout(() => write(...args), 1);
+    const f = await AppendFile.open(file, { preallocate: 1 << 20, write: slowWrite });
+    const texts: string[] = [];
+    for (let n = 0; n < 400; n++) {
+      // ASCII, two- and three-byte characters, a surrogate pair (four bytes), and lines of up to 300 KB.
+      const filler = n % 50 === 7 ? 'x'.repeat(300_000) : 'é€😀a'.repeat(n % 13);
+      texts.push(`["${n}","${filler}"]\n`);
+    }
+    let expectedBytes = 0;
+    const acks: Array<Promise<void>> = [];
+    for (const [n, text] of texts.entries()) {
+      acks.push(f.append(text));
+      expectedBytes += Buffer.byteLength(text);
+      expect(f.size, `size counts queued text in bytes (append ${n})`).to.equal(expectedBytes);
+      // Some appends wait for the write before theirs: groups of every size, the buffer reused and grown.
+      if (n % 17 === 0) await acks[n];
+      else if (n % 5 === 0) await new Promise((resolve) => setImmediate(resolve));
+    }
+    await Promise.all(acks);
+    expect(dataOf(file)).to.equal(texts.join(''));
+    await f.close();
+    expect(readFileSync(file, 'utf8')).to.equal(texts.join(''));
   });
 
   it('without the option behaves as a plain append file: no zeros, ever', async () => {
