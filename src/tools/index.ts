@@ -18,7 +18,11 @@ export interface ToolsOptions {
   logMaxBytes?: number;
   /** Rotated access logs kept (default 20). */
   logKeep?: number;
-  /** Milliseconds between stats samples (default 15000). */
+  /**
+   * Milliseconds between stats samples (default 15000). 0 takes none: for a store opened without
+   * a server, where starting the stats thread (at the first sample) would cost more than the
+   * store's whole life. `snapshot` still works, starting the thread when first asked.
+   */
   statsInterval?: number;
   warn?: (line: string) => void;
 }
@@ -52,7 +56,7 @@ export async function openTools(options: ToolsOptions): Promise<Tools> {
   const stats = new StatsThread();
   const snapshot = (): Promise<Snapshot> => stats.snapshot();
   const sampler = new StatsSampler(statsDir(options.home), options.statsInterval ?? TOOLS_DEFAULTS.statsInterval, warn, snapshot);
-  sampler.start();
+  if (sampler.intervalMs > 0) sampler.start();
   return {
     accessLog,
     tasks,

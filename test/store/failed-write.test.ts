@@ -53,7 +53,7 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
   const warnings: string[] = [];
 
   async function open(): Promise<void> {
-    tools = await openTools({ home, statsInterval: 3_600_000, warn: (l) => warnings.push(l) });
+    tools = await openTools({ home, statsInterval: 0, warn: (l) => warnings.push(l) });
     const notifier = new InProcessNotifier();
     store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks: tools.hooks, configFor: () => undefined, warn: (l) => warnings.push(l), write: disk.write, notifier });
     await store.open();

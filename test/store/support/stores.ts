@@ -105,7 +105,7 @@ export const embedded: StoreFactory = async (options) => {
   return underTest(
     clock,
     async () => {
-      tools = await openTools({ home, statsInterval: 3_600_000, warn: (l) => warnings.push(l) });
+      tools = await openTools({ home, statsInterval: 0, warn: (l) => warnings.push(l) });
       const notifier = new InProcessNotifier();
       const store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks: tools.hooks, configFor: options.configFor, warn: (l) => warnings.push(l), now: clock.now, notifier });
       await store.open();
