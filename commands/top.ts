@@ -12,7 +12,7 @@ When stdout is not a terminal (a pipe, a file), it prints one snapshot as a tabl
   static override examples = ['<%= config.bin %> top --url http://127.0.0.1:8080 --token $SVCQ_TOKEN', '<%= config.bin %> top | cat'];
 
   static override flags = {
-    interval: Flags.integer({ description: 'seconds between refreshes', default: 1, min: 1 }),
+    interval: Flags.integer({ description: 'seconds between refreshes', default: 1, min: 1, max: 2_147_483 }),
   };
 
   async run(): Promise<{ queues: QueueEntry[]; health: Snapshot | null } | void> {

@@ -8,6 +8,9 @@ import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type C
 import { jsonString } from '../json-text.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
 
+/** The longest a Node timer waits (2^31 − 1 ms, about 24.8 days); a longer one fires after 1 ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 export interface EmbeddedStoreOptions {
   /** `<root>/_svcq/store` */
   dir: string;
@@ -598,7 +601,10 @@ export class EmbeddedStore implements Store, EventOutbox {
     this.commitLater(slot, changes);
   }
 
-  /** One timer per queue, at its next deadline. */
+  /**
+   * One timer per queue, at its next deadline. A deadline further off than a timer can wait (a
+   * 30-day timeout, say) gets a timer at the longest wait, which finds nothing due and sets the next.
+   */
   private schedule(slot: QueueSlot): void {
     if (this.closed) return;
     const due = slot.queue.nextDeadline();
@@ -614,7 +620,7 @@ export class EmbeddedStore implements Store, EventOutbox {
       const config = this.options.configFor(slot.key);
       if (config && config !== slot.queue.config) slot.queue.reconfigure(config);
       this.runTick(slot);
-    }, Math.max(0, next - this.now()));
+    }, Math.min(Math.max(0, next - this.now()), MAX_TIMER_MS));
     slot.timer.unref();
   }
 

@@ -28,3 +28,21 @@ describe('svcq serve flags (decisions §1.1)', () => {
     expect(bad.stderr).to.match(/log-keep/);
   });
 });
+
+describe('durations a timer would wait on (Node timers hold at most 2^31 − 1 ms; past that they fire after 1 ms)', () => {
+  it('refuses, naming the flag, a duration longer than a timer can wait, rather than firing at once: serve --stats-interval, work --timeout, top --interval', async function () {
+    this.timeout(30_000);
+    const root = tempDir();
+    const cases: Array<[string[], RegExp]> = [
+      [['serve', '--root', root, '--stats-interval', '3000000000'], /--stats-interval/],
+      [['work', 'q', '--exec', 'true', '--timeout', '3000000'], /--timeout/],
+      [['top', '--interval', '3000000'], /--interval/],
+    ];
+    for (const [args, flag] of cases) {
+      const r = await runCli(args, { timeoutMs: 10_000 });
+      expect(r.code, args.join(' ')).to.equal(2);
+      expect(r.stderr, args.join(' ')).to.match(flag).and.to.match(/less than or equal to/);
+    }
+    cleanupTemp(root);
+  });
+});

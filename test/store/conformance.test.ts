@@ -511,6 +511,31 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         expect(await s().progress(q, first, '{}')).to.deep.equal({ accepted: false, status: 'timedout' });
       });
 
+      it('a deadline further off than a timer can wait (a 30-day timeout: setTimeout holds at most 24.8 days) is kept without waking in a loop, and falls on time (decisions §2.2)', async () => {
+        const days30 = 30 * 86_400;
+        const q = queue({ timeoutSeconds: days30, leaseSeconds: 1000, retainSeconds: days30 });
+        // Node answers a longer setTimeout with a warning and a 1 ms timer: a store that set one would wake every millisecond.
+        const overflows: Error[] = [];
+        const onWarning = (w: Error): void => void (w.name === 'TimeoutOverflowWarning' && overflows.push(w));
+        process.on('warning', onWarning);
+        try {
+          const id = await post(q);
+          await sleep(200);
+          expect(overflows.map((w) => w.message)).to.deep.equal([]);
+          expect(await status(q, id)).to.equal('pending');
+          advance(days30 * 1000 - 1);
+          await h.settle?.();
+          expect(await status(q, id)).to.equal('pending');
+          advance(1);
+          await h.settle?.();
+          expect(await s().get(q, id)).to.deep.include({ status: 'timedout', finishedAt: START + days30 * 1000 });
+          await sleep(50);
+          expect(overflows.map((w) => w.message)).to.deep.equal([]);
+        } finally {
+          process.off('warning', onWarning);
+        }
+      });
+
       it('a leased item whose timeout passed before its lease ended is timedout, not failed with "lease expired", when both are applied late (decisions §2.2, §3.2)', async () => {
         const q = queue({ timeoutSeconds: 10, leaseSeconds: 30, maxAttempts: 1 });
         const id = await post(q);
