@@ -30,6 +30,14 @@ const accessRule = {
   ],
 };
 
+/**
+ * The longest timeout and retention a definition may set: 10^12 seconds (over 31,000 years). The
+ * spec sets no upper bound; this one keeps every deadline (a time in ms plus this many seconds) an
+ * exact integer of milliseconds in JavaScript and in a PostgreSQL bigint, and refuses what is not
+ * a number of seconds at all (`1e400` reads as Infinity).
+ */
+export const MAX_SECONDS = 1e12;
+
 const queueSchema = {
   type: 'object',
   additionalProperties: false,
@@ -37,9 +45,9 @@ const queueSchema = {
     leaseSeconds: { type: 'integer', minimum: 1, maximum: 86400 },
     maxAttempts: { type: 'integer', minimum: 1, maximum: 1000 },
     retryDelaySeconds: { type: 'integer', minimum: 0, maximum: 86400 },
-    timeoutSeconds: { oneOf: [{ type: 'integer', minimum: 1 }, { type: 'null' }] },
+    timeoutSeconds: { oneOf: [{ type: 'integer', minimum: 1, maximum: MAX_SECONDS }, { type: 'null' }] },
     retainFrom: { enum: ['finished', 'fetched'] },
-    retainSeconds: { type: 'integer', minimum: 0 },
+    retainSeconds: { type: 'integer', minimum: 0, maximum: MAX_SECONDS },
     'svc-queue-archivePayloads': { type: 'boolean' },
     access: {
       type: 'object',
@@ -85,9 +93,9 @@ const FIELD_RULE: Record<string, string> = {
   leaseSeconds: 'an integer from 1 to 86400',
   maxAttempts: 'an integer from 1 to 1000',
   retryDelaySeconds: 'an integer from 0 to 86400',
-  timeoutSeconds: 'an integer of at least 1, or null',
+  timeoutSeconds: 'an integer from 1 to 1000000000000, or null',
   retainFrom: '"finished" or "fetched"',
-  retainSeconds: 'an integer of at least 0',
+  retainSeconds: 'an integer from 0 to 1000000000000',
   'svc-queue-archivePayloads': 'true or false',
   access: 'an object with any of post, fetch and work',
   'access.post': '"public" or an array of distinct user names',
@@ -132,7 +140,8 @@ export function describeAjvErrors(errors: ErrorObject[], value: unknown): string
 }
 
 function shortJson(value: unknown): string {
-  const text = JSON.stringify(value) ?? String(value);
+  // A number too large for a double (1e400) is Infinity once parsed, which JSON would write as null.
+  const text = typeof value === 'number' && !Number.isFinite(value) ? 'a number too large to read' : (JSON.stringify(value) ?? String(value));
   return text.length > 60 ? `${text.slice(0, 57)}...` : text;
 }
 

@@ -43,6 +43,14 @@ describe('definition schemas (decisions §2.2, §2.3)', () => {
     expect((parseDefinition(queue, '{"timeoutSeconds":0,"access":{"post":["Bad"]}}') as { problems: string[] }).problems).to.have.length(2);
   });
 
+  it('timeoutSeconds and retainSeconds: any integer up to 10^12 seconds; 1e400 (Infinity once parsed) or more is refused naming the field (decisions §2.2)', () => {
+    expect(parseDefinition(queue, '{"timeoutSeconds":1000000000000,"retainSeconds":1000000000000}')).to.have.property('kind', 'queue');
+    expect(parseDefinition(queue, '{"timeoutSeconds":2592000,"retainSeconds":0}')).to.have.property('kind', 'queue');
+    expect(errorOf(queue, '{"timeoutSeconds":1e400}')).to.equal('h.example.com/svc-queues/q.json: timeoutSeconds must be an integer from 1 to 1000000000000, or null (got a number too large to read)');
+    expect(errorOf(queue, '{"retainSeconds":1e400}')).to.match(/: retainSeconds must be an integer from 0 to 1000000000000 \(got /);
+    expect(errorOf(queue, '{"timeoutSeconds":1e20}')).to.match(/: timeoutSeconds must be an integer from 1 to 1000000000000, or null \(got 100000000000000000000\)$/);
+  });
+
   it('compiles item schemas independently: two queues may use the same $id (decisions §2.4)', () => {
     const body = '{"schema":{"$id":"https://example.com/item","type":"object"}}';
     expect(parseDefinition(queue, body)).to.have.property('kind', 'queue');
