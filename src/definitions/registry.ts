@@ -69,10 +69,7 @@ export class DefinitionRegistry {
     registry.unwatch = registry.stored.watch?.((at) => {
       registry.reload(at).catch((err: Error) => warn(`could not reload definition ${at.path} after another node changed it: ${err.message}`));
     });
-    for (const { at, bytes } of await registry.stored.list()) {
-      const error = registry.apply(at, bytes);
-      if (error) warn(`skipping stored definition ${error}`);
-    }
+    for (const { at, bytes } of await registry.stored.list()) registry.apply(at, bytes);
     return registry;
   }
 
@@ -92,11 +89,7 @@ export class DefinitionRegistry {
     return this.serially(async () => {
       const bytes = this.stored.read ? await this.stored.read(at) : ((await this.stored.list()).find((d) => d.at.path === at.path)?.bytes ?? null);
       if (bytes === null) return this.forget(at);
-      const error = this.apply(at, bytes);
-      if (error) {
-        this.forget(at);
-        this.warn(`skipping stored definition ${error}`);
-      }
+      this.apply(at, bytes);
     });
   }
 
@@ -108,13 +101,8 @@ export class DefinitionRegistry {
     return this.serially(async () => {
       const stored = await this.stored.list();
       const keep = new Set(stored.map((d) => d.at.path));
-      for (const { at, bytes } of stored) {
-        const error = this.apply(at, bytes);
-        if (error) {
-          this.forget(at);
-          this.warn(`skipping stored definition ${error}`);
-        }
-      }
+      for (const { at, bytes } of stored) this.apply(at, bytes);
+      for (const path of [...this.hashes.keys()]) if (!keep.has(path)) this.hashes.delete(path);
       for (const host of [...this.hosts.keys()]) {
         const defs = this.hosts.get(host)!;
         for (const name of [...defs.queues.keys()]) {
@@ -208,12 +196,18 @@ export class DefinitionRegistry {
     if (dropped) this.queueChanged(at.host, at.name);
   }
 
-  /** Makes parsed bytes live in memory; returns an error sentence instead when they do not parse. */
-  private apply(at: DefinitionPath, bytes: Buffer): string | undefined {
+  /**
+   * Makes stored bytes live in memory. Bytes that do not parse (a file edited by hand, say) are
+   * skipped with a warning: whatever the path held before is dropped, and nothing of it is live;
+   * but they are still stored, so the manifest lists their hash (interface: every stored
+   * definition), and `svcq sync` replaces or deletes them like any other.
+   */
+  private apply(at: DefinitionPath, bytes: Buffer): void {
     const parsed = parseDefinition(at, bytes);
-    if ('error' in parsed) return parsed.error;
-    this.live(at, parsed, bytes);
-    return undefined;
+    if (!('error' in parsed)) return this.live(at, parsed, bytes);
+    this.forget(at);
+    this.hashes.set(at.path, sha256Hex(bytes));
+    this.warn(`skipping stored definition ${parsed.error}`);
   }
 
   private live(at: DefinitionPath, parsed: ParsedDefinition, bytes: Buffer): void {

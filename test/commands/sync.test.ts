@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
@@ -97,6 +97,31 @@ describe('svcq sync, manifest and version (CLI against a real server)', () => {
       'h.example.com/svc-queues/a.json': sha256('{"leaseSeconds":6}'),
       'h.example.com/svc-queues/c.json': sha256('{}'),
     });
+  });
+
+  it('deletes or replaces a stored definition the server could not read (a file edited by hand): the manifest lists every stored definition (interface §4.5, synchronisation flow step 5)', async function () {
+    this.timeout(30_000);
+    const own = await startServer();
+    try {
+      const stored = path.join(own.root, 'h.example.com/svc-queues');
+      await own.stop();
+      write(own.root, 'h.example.com/svc-queues/handmade.json', '{"bogus":true}');
+      write(own.root, 'h.example.com/svc-queues/fixed.json', '{"leaseSeconds":"soon"}');
+      const again = await startServer({ root: own.root });
+      try {
+        expect(again.output()).to.match(/skipping stored definition h\.example\.com\/svc-queues\/handmade\.json: unknown field "bogus"/);
+        write(dir, 'h.example.com/svc-queues/fixed.json', '{"leaseSeconds":5}');
+        const run = await runCli(['sync', dir, '--json'], { env: { SVCQ_URL: again.url, SVCQ_TOKEN: again.masterToken } });
+        expect(run.code, run.stderr).to.equal(0);
+        expect(JSON.parse(run.stdout)).to.deep.equal({ put: ['h.example.com/svc-queues/fixed.json'], deleted: ['h.example.com/svc-queues/handmade.json'], unchanged: 0, dryRun: false });
+        expect(readdirSync(stored)).to.deep.equal(['fixed.json']);
+        expect((await request(again.url, '/api/v2/manifest', { token: again.masterToken })).json).to.deep.equal({ 'h.example.com/svc-queues/fixed.json': sha256('{"leaseSeconds":5}') });
+      } finally {
+        await again.stop();
+      }
+    } finally {
+      cleanupTemp(own.root);
+    }
   });
 
   it('only syncs <host>/svc-queues/*.json and <host>/svc-users/*.json (synchronisation flow step 1)', async () => {

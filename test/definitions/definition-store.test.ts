@@ -32,7 +32,8 @@ describe('definitions behind a DefinitionStore (decisions §2.4, interface §4.5
       const store = new MemoryDefinitions();
       const queue = Buffer.from('{"leaseSeconds": 5}\n');
       store.bytes.set('h.example.com/svc-queues/jobs.json', queue);
-      store.bytes.set('h.example.com/svc-queues/broken.json', Buffer.from('{"leaseSeconds": "soon"}'));
+      const broken = Buffer.from('{"leaseSeconds": "soon"}');
+      store.bytes.set('h.example.com/svc-queues/broken.json', broken);
       const warnings: string[] = [];
       const registry = await DefinitionRegistry.load(store, (l) => warnings.push(l));
       expect(registry.queue('h.example.com', 'jobs')?.config.leaseMs).to.equal(5000);
@@ -43,12 +44,24 @@ describe('definitions behind a DefinitionStore (decisions §2.4, interface §4.5
       await registry.put(at('h.example.com/svc-users/ann.json'), user);
       expect(store.bytes.get('h.example.com/svc-users/ann.json')).to.deep.equal(user);
       expect(registry.userForToken('h.example.com', 't')).to.equal('ann');
-      expect(registry.manifest()).to.deep.equal({ 'h.example.com/svc-queues/jobs.json': sha(queue), 'h.example.com/svc-users/ann.json': sha(user) });
+      // A stored definition that does not parse is not live, but it is stored: the manifest lists it, so that sync replaces or deletes it.
+      expect(registry.manifest()).to.deep.equal({ 'h.example.com/svc-queues/broken.json': sha(broken), 'h.example.com/svc-queues/jobs.json': sha(queue), 'h.example.com/svc-users/ann.json': sha(user) });
 
       expect(await registry.delete(at('h.example.com/svc-queues/jobs.json'))).to.equal(true);
       expect(await registry.delete(at('h.example.com/svc-queues/jobs.json'))).to.equal(false);
       expect(registry.queue('h.example.com', 'jobs')).to.equal(undefined);
       expect([...store.bytes.keys()].sort()).to.deep.equal(['h.example.com/svc-queues/broken.json', 'h.example.com/svc-users/ann.json']);
+
+      // Replaced by a valid definition, it is live; deleted, it leaves the manifest; removed from the store behind the registry's back, a refresh drops it too.
+      await registry.put(at('h.example.com/svc-queues/broken.json'), queue);
+      expect(registry.queue('h.example.com', 'broken')?.config.leaseMs).to.equal(5000);
+      store.bytes.set('h.example.com/svc-queues/broken.json', broken);
+      await registry.refresh();
+      expect(registry.queue('h.example.com', 'broken')).to.equal(undefined);
+      expect(registry.manifest()).to.have.property('h.example.com/svc-queues/broken.json', sha(broken));
+      store.bytes.delete('h.example.com/svc-queues/broken.json');
+      await registry.refresh();
+      expect(registry.manifest()).to.deep.equal({ 'h.example.com/svc-users/ann.json': sha(user) });
     }
   });
 });
