@@ -146,8 +146,24 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
 
   /** Logs the exchange once the response has been handed to the socket (one shared listener: no closure per request). */
   function logFinished(this: LoggedResponse): void {
-    const req = this.req;
-    const seen = this[REQUEST];
+    log(this, this.statusCode);
+  }
+
+  /**
+   * A connection that closed before its response was finished (a client that gave up on a long
+   * poll, or a download cut short) gets its line too: the status sent, or 499 (the client closed
+   * the request) when none was. A finished response was logged by `logFinished`.
+   */
+  function logAbandoned(this: LoggedResponse): void {
+    if (!this.writableFinished) log(this, this.headersSent ? this.statusCode : CLIENT_CLOSED);
+  }
+
+  function log(res: LoggedResponse, status: number): void {
+    const req = res.req;
+    const seen = res[REQUEST];
+    // One line per request, whichever of the two events comes (a late answer to a closed connection may still finish).
+    if (seen.logged) return;
+    seen.logged = true;
     const url = seen.url;
     const q = url.indexOf('?');
     // A keep-alive connection whose request was under way when the stop came ends with its answer.
@@ -159,13 +175,13 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
       method: req.method ?? '',
       host: req.headers.host ?? '',
       path,
-      status: this.statusCode,
+      status,
       ms: Math.round(ms * 1000) / 1000,
       // Bytes on the wire, headers included: a response written with writeHead(status, headers) keeps no content-length to read back.
       bytes: req.socket.bytesWritten - seen.sentBefore,
       ip: req.socket.remoteAddress ?? '',
     });
-    operators.request(isApiPath(path) ? 'api' : 'queue', this.statusCode, ms / 1000);
+    operators.request(isApiPath(path) ? 'api' : 'queue', status, ms / 1000);
   }
 
   ready((req, res) => {
@@ -174,6 +190,7 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
     (res as LoggedResponse)[REQUEST] = new RequestSeen(performance.now(), url, req.socket.bytesWritten);
     // 'finish' is emitted at most once per response.
     res.on('finish', logFinished);
+    res.on('close', logAbandoned);
     // Stopping: this is the connection's last exchange (the answer carries `connection: close`).
     if (stopping.signal.aborted) res.shouldKeepAlive = false;
     if (isApiPath(url)) app(req, res);
@@ -215,6 +232,7 @@ function isApiPath(url: string): boolean {
 
 /** What the access log needs to know of a request from the moment it arrived. */
 class RequestSeen {
+  logged = false;
   constructor(
     readonly started: number,
     readonly url: string,
@@ -223,4 +241,6 @@ class RequestSeen {
 }
 
 const REQUEST = Symbol('svcq.request');
+/** The status an access line gives a request whose client went away before any answer (as nginx logs it). */
+const CLIENT_CLOSED = 499;
 type LoggedResponse = ServerResponse & { [REQUEST]: RequestSeen };

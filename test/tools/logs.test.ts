@@ -1,9 +1,10 @@
 import { expect } from 'chai';
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 import { request } from '../support/http.js';
 import { cleanupTemp, startServer, type TestServer, serverForSuite } from '../support/server.js';
-import { eventually, expectBadRequest, expectEmpty200, expectIntegers, tools } from './helpers.js';
+import { eventually, expectBadRequest, expectEmpty200, expectIntegers, putQueue, tools } from './helpers.js';
 
 interface LogList {
   active: { size: number } | null;
@@ -38,6 +39,27 @@ describe('access log and /api/v2/logs (interface §4.6, decisions §5)', () => {
     expect(line.ms).to.be.a('number').at.least(0);
     expect(line.ip).to.be.a('string').and.not.equal('');
     expect(line.bytes).to.be.above(0);
+  });
+
+  it('writes one line for a request whose client went away before the answer, a long-poll claim given up on: status 499, once (decisions §5: one line per request)', async function () {
+    this.timeout(15_000);
+    await putQueue(server, 'jobs.abandon.test', 'empty', { access: { post: 'public', fetch: 'public', work: 'public' } });
+    await new Promise<void>((resolve) => {
+      const req = http.request(`${server.url}/empty/claim`, { method: 'POST', headers: { host: 'jobs.abandon.test', 'content-type': 'application/json' } });
+      req.on('error', () => resolve());
+      req.end('{"worker":"gives-up","wait":2}');
+      setTimeout(() => {
+        req.destroy();
+        resolve();
+      }, 300);
+    });
+    const lines = await linesUntil(server, '/empty/claim');
+    expect(lines.filter((l) => l.path === '/empty/claim')).to.have.length(1);
+    expect(lines.find((l) => l.path === '/empty/claim')).to.include({ method: 'POST', host: 'jobs.abandon.test', status: 499 });
+    // Once the wait the claim asked for is over, there is still one line.
+    await new Promise((resolve) => setTimeout(resolve, 2200));
+    await request(server.url, '/abandon-marker', { host: 'jobs.abandon.test' });
+    expect((await linesUntil(server, '/abandon-marker')).filter((l) => l.path === '/empty/claim')).to.have.length(1);
   });
 
   it('never writes a token or a query string into an access line (decisions §5)', async () => {
