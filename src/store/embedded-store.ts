@@ -552,8 +552,8 @@ export class EmbeddedStore implements Store, EventOutbox {
       records += change.purged ? deleteRecord(slot.keyJson, item.id) : created ? itemRecord(slot.keyJson, item) : updateRecord(slot.keyJson, item);
       for (const e of change.events) {
         const worker = e.worker === undefined ? '' : `,"worker":${jsonString(e.worker)}`;
-        // Field order as in TaskEvent: ts, host, queue, id, event, attempts, status, worker.
-        const event = `{"ts":${ts},${slot.eventPrefix},"id":"${item.id}","event":"${e.event}","attempts":${item.attempts},"status":"${item.status}"${worker}}`;
+        // Field order as in TaskEvent (decisions §5): ts, host, queue, id, event, attempts, worker (when there is one), status.
+        const event = `{"ts":${ts},${slot.eventPrefix},"id":"${item.id}","event":"${e.event}","attempts":${item.attempts}${worker},"status":"${item.status}"}`;
         eventList += count > 0 ? `,${event}` : event;
         lines += `${event}\n`;
         count++;

@@ -125,6 +125,9 @@ describe('task history and payload archive (interface §4.6, §6; decisions §5)
     }
     expect(events.map((e) => e.ts)).to.deep.equal(events.map((e) => e.ts).sort((a, b) => a - b));
     expect(events[1]).to.include({ worker: 'history-worker', attempts: 1 });
+    // Each line keeps decisions §5's field order: { ts, host, queue, id, event, attempts?, worker?, status? }.
+    expect(Object.keys(events[1]!)).to.deep.equal(['ts', 'host', 'queue', 'id', 'event', 'attempts', 'worker', 'status']);
+    expect(Object.keys(events[0]!)).to.deep.equal(['ts', 'host', 'queue', 'id', 'event', 'attempts', 'status']);
 
     const payload = (kind: string) => tools(server, `tasks/payload?host=${HOST}&queue=archived&id=${id}&kind=${kind}`);
     for (const [kind, bytes] of [['item', itemBytes], ['progress', progressBytes], ['result', resultBytes]] as const) {

@@ -224,8 +224,8 @@ export class PgEventOutbox implements EventOutbox {
   }
 }
 
-/** One TaskEvent line, with the embedded store's field order: ts, host, queue, id, event, attempts, status, worker (when there is one). */
+/** One TaskEvent line, in decisions §5's field order (as the embedded store writes it): ts, host, queue, id, event, attempts, worker (when there is one), status. */
 function lineOf(row: EventRow): string {
   const worker = row.worker === null ? '' : `,"worker":${JSON.stringify(row.worker)}`;
-  return `{"ts":${Number(row.ts)},"host":${JSON.stringify(row.host)},"queue":${JSON.stringify(row.queue)},"id":${JSON.stringify(row.id)},"event":${JSON.stringify(row.event)},"attempts":${Number(row.attempts)},"status":${JSON.stringify(row.status)}${worker}}\n`;
+  return `{"ts":${Number(row.ts)},"host":${JSON.stringify(row.host)},"queue":${JSON.stringify(row.queue)},"id":${JSON.stringify(row.id)},"event":${JSON.stringify(row.event)},"attempts":${Number(row.attempts)}${worker},"status":${JSON.stringify(row.status)}}\n`;
 }
