@@ -4,6 +4,7 @@ import { expect } from 'chai';
 import pg from 'pg';
 import { resolveQueue } from '../../src/engine/config.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
+import { horizonOf } from '../../src/store/postgres/pg-event-outbox.js';
 import type { QueueRef } from '../../src/store/store.js';
 import { TaskEventLog } from '../../src/tools/task-events.js';
 import { FakeClock, freshDatabaseWithClient, postgresPresent, postgresUnderTest } from '../store/support/stores.js';
@@ -193,6 +194,34 @@ describe('task history from PostgreSQL, on every node (decisions §5, §6.1)', f
     const lines = await converged([a]);
     expect(lines[0]).to.include('"queue":"slow"');
     expect(lines.length).to.be.greaterThan(1);
+  });
+
+  it('a transaction open in another database of the same server does not hold the history back (decisions §5: events are in the history once acknowledged)', async () => {
+    const a = await start();
+    // The database the test databases are made on: another database of the same server.
+    const other = new pg.Client({ connectionString: (target as { url: string }).url });
+    await other.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query('SELECT pg_current_xact_id()');
+      await work(a.store, ref('while-other-open'), 'w');
+      const started = Date.now();
+      while (!history(a).some((l) => l.includes('"queue":"while-other-open"')) && Date.now() - started < 3000) await sleep(20);
+      expect(history(a).some((l) => l.includes('"queue":"while-other-open"')), 'events in the history while the other database has a transaction open').to.equal(true);
+    } finally {
+      await other.query('ROLLBACK').catch(() => undefined);
+      await other.end();
+    }
+  });
+
+  it('horizonOf reads 32-bit running ids in the epoch of the next id, across a wrap, and ignores ids given after it', () => {
+    const epoch = 5n << 32n;
+    expect(horizonOf(epoch + 1000n, [])).to.equal(epoch + 1000n);
+    expect(horizonOf(epoch + 1000n, [990, 500, 999])).to.equal(epoch + 500n);
+    // An id given after `next` was read is not older than it.
+    expect(horizonOf(epoch + 1000n, [1005])).to.equal(epoch + 1000n);
+    // Just past a wrap: 4294967290 belongs to the epoch before.
+    expect(horizonOf(epoch + 3n, [4294967290, 2])).to.equal(epoch - 6n);
   });
 
   it('events older than the retention are purged from the database, and stay in every history (decisions §5: the history is never pruned)', async () => {

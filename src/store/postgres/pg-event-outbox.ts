@@ -33,13 +33,13 @@ interface EventRow {
  *
  * Order: one entry per transaction, numbered by the transaction's id (`xid`, a 64-bit id that
  * never wraps), its events in the order they were written. Only transactions older than the
- * oldest one still running anywhere in the database (`pg_snapshot_xmin` of the reading
- * statement's snapshot) are read: each of those has ended, so no event can later appear below
+ * oldest one still running in the database (see {@link readHorizon}) are read: each of those
+ * has ended, so no event can later appear below
  * that horizon, and a reader that has taken every entry through number N never misses one
  * numbered below N. (Following `seq` would not do: a bigserial is given when the INSERT runs, so
  * a transaction can commit an event numbered below one another transaction already committed.)
  * Every node so reads the same entries in the same order. A transaction that stays open for long
- * anywhere in the database delays the history until it ends; it never loses or reorders events.
+ * in the database delays the history until it ends; it never loses or reorders events.
  *
  * `readEvents` answers synchronously from entries read ahead into memory: the first call says
  * where this node's history stands, and the store then reads the entries after it, `gatherMs`
@@ -176,19 +176,19 @@ export class PgEventOutbox implements EventOutbox {
       const after = this.cursor;
       let rows: EventRow[];
       try {
+        const horizon = await readHorizon(pool);
         rows = (
           await pool.query<EventRow>({
             // A range of the (xid, seq) index, in its order: from the last transaction read to the
             // last of the next `room` below the horizon (a join with those transactions would read
             // the whole table on every call).
             name: 'svcq_read_events',
-            text: `WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS x),
-                        txs AS (SELECT DISTINCT xid FROM svcq_events WHERE xid > $1::xid8 AND xid < (SELECT x FROM horizon) ORDER BY xid LIMIT $2)
+            text: `WITH txs AS (SELECT DISTINCT xid FROM svcq_events WHERE xid > $1::xid8 AND xid < $3::xid8 ORDER BY xid LIMIT $2)
                    SELECT e.xid::text::bigint AS xid, e.ts, e.host, e.queue, e.id, e.event, e.attempts, e.status, e.worker
                      FROM svcq_events AS e
                     WHERE e.xid > $1::xid8 AND e.xid <= (SELECT max(xid) FROM txs)
                     ORDER BY e.xid, e.seq`,
-            values: [String(after), room],
+            values: [String(after), room, horizon],
           })
         ).rows;
         this.reads.succeeded();
@@ -222,6 +222,57 @@ export class PgEventOutbox implements EventOutbox {
       for (const listener of this.listeners) listener();
     });
   }
+}
+
+interface HorizonRow {
+  xmin: string;
+  next: string;
+  running: string[] | null;
+  sees_all: boolean;
+}
+
+/**
+ * The transaction id below which every transaction of this database has ended: the oldest one
+ * still running here, or, with none, the next id to be given. Read in its own statement, before
+ * the events are read in another: `next` comes from the statement's snapshot and the running
+ * transactions from `pg_stat_activity`, read after it, so a transaction below the horizon has
+ * ended before the events are read, and one that gets an id later gets one above it.
+ *
+ * Transactions of other databases on the same server are not waited for (they write no events
+ * here: `pg_snapshot_xmin` alone would make the history wait for any of them). Where the role
+ * cannot see other roles' transactions in `pg_stat_activity` (it is neither a superuser nor a
+ * member of `pg_read_all_stats`, and another role has a session in this database), the horizon is
+ * `pg_snapshot_xmin`, which waits for every transaction of the server.
+ */
+async function readHorizon(pool: pg.Pool): Promise<string> {
+  const { rows } = await pool.query<HorizonRow>({
+    name: 'svcq_events_horizon',
+    text: `SELECT pg_snapshot_xmin(q.s)::text AS xmin, pg_snapshot_xmax(q.s)::text AS next,
+                  (SELECT array_agg(a.backend_xid::text) FROM pg_stat_activity AS a WHERE a.datname = current_database() AND a.backend_xid IS NOT NULL) AS running,
+                  (pg_has_role(current_user, 'pg_read_all_stats', 'MEMBER')
+                   OR NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.datname = current_database() AND a.usename IS DISTINCT FROM current_user)) AS sees_all
+             FROM (SELECT pg_current_snapshot() AS s) AS q`,
+  });
+  const row = rows[0]!;
+  if (!row.sees_all) return row.xmin;
+  return String(horizonOf(BigInt(row.next), (row.running ?? []).map(Number)));
+}
+
+/**
+ * The oldest of `running` (32-bit transaction ids, as `pg_stat_activity` shows them) as a 64-bit
+ * id, or `next` when none is older than it. A 32-bit id is read in `next`'s epoch, or the one
+ * before when it lies ahead of `next` by more than half the id space (ids wrap every 2^32); one
+ * given after `next` was read is not older.
+ */
+export function horizonOf(next: bigint, running: number[]): bigint {
+  const low = next & 0xffffffffn;
+  let horizon = next;
+  for (const r of running) {
+    const behind = (low - BigInt(r) + 0x100000000n) % 0x100000000n;
+    if (behind === 0n || behind >= 0x80000000n) continue;
+    if (next - behind < horizon) horizon = next - behind;
+  }
+  return horizon;
 }
 
 /** One TaskEvent line, in decisions §5's field order (as the embedded store writes it): ts, host, queue, id, event, attempts, worker (when there is one), status. */
