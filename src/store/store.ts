@@ -163,8 +163,12 @@ export interface StagedPayload {
  */
 export class StoreUnavailable extends Error {
   readonly code = 'STORE_UNAVAILABLE';
-  constructor(override readonly cause: Error) {
-    super(`the server could not save the change (${reason(cause)}); nothing was changed, try again later`);
+  /** `reading`: the request changes nothing (a read of the task history, say), and the sentence says so. */
+  constructor(
+    override readonly cause: Error,
+    reading = false,
+  ) {
+    super(reading ? `the server could not read its store (${reason(cause)}); try again later` : `the server could not save the change (${reason(cause)}); nothing was changed, try again later`);
   }
 }
 

@@ -260,4 +260,33 @@ describe('several nodes on one PostgreSQL database (decisions §6.1)', function 
     await within('the DELETE on node 0', async () => !(await served(nodes[0]!, 'shared')));
     await within('the DELETE on node 1', async () => !(await served(nodes[1]!, 'shared')));
   });
+  it('while the database refuses connections, a definition DELETE and the task-history endpoints answer 503 { error }, never 500, and serve again once it is back (decisions §6, §6.1)', async () => {
+    await defineEverywhere('outage', {});
+    const admin = new pg.Client({ connectionString: base });
+    await admin.connect();
+    const name = new URL(db!.url).pathname.slice(1);
+    const master = { authorization: `Bearer ${MASTER}` };
+    const today = new Date().toISOString().slice(0, 10);
+    try {
+      await admin.query(`ALTER DATABASE "${name}" ALLOW_CONNECTIONS false`);
+      await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1', [name]);
+      for (const path of ['/api/v2/tasks', `/api/v2/tasks/file?name=tasks-${today}.log`]) {
+        const r = await fetch(`${nodes[0]!.url}${path}`, { headers: master });
+        expect(r.status, path).to.equal(503);
+        expect(((await r.json()) as { error: string }).error, path).to.match(/could not read its store/);
+      }
+      const del = await fetch(`${nodes[1]!.url}/api/v2/def?path=${HOST}/svc-queues/outage.json`, { method: 'DELETE', headers: master });
+      expect(del.status).to.equal(503);
+      expect(((await del.json()) as { error: string }).error).to.match(/nothing was changed/);
+    } finally {
+      await admin.query(`ALTER DATABASE "${name}" ALLOW_CONNECTIONS true`);
+      await admin.end();
+    }
+    // Back: the refused DELETE changed nothing, and everything answers again by itself.
+    const deadline = Date.now() + 15_000;
+    let tasks = 0;
+    while (Date.now() < deadline && (tasks = (await fetch(`${nodes[0]!.url}/api/v2/tasks`, { headers: master })).status) !== 200) await sleep(100);
+    expect(tasks).to.equal(200);
+    expect((await call(nodes[1]!, '/outage/items/ffffffffffffffff')).json.error).to.not.equal('not found');
+  });
 });

@@ -4,6 +4,7 @@ import { parseDefinitionPath, type DefinitionPath } from '../../definitions/name
 import { PgListener } from './pg-listener.js';
 import { migrate } from './schema.js';
 import { FailureStreak } from '../failure-streak.js';
+import { StoreUnavailable } from '../store.js';
 
 export interface PgDefinitionStoreOptions {
   /** The database every node shares (the store's URL). */
@@ -118,11 +119,16 @@ export class PgDefinitionStore implements DefinitionStore {
     });
   }
 
+  /** A delete the database cannot take is a 503 (decisions §6, §6.1); only a PUT keeps interface §7's 500. */
   async delete(at: DefinitionPath): Promise<boolean> {
-    return this.write(async (client, revision) => {
-      const res = await client.query('UPDATE svcq_definitions SET bytes = NULL, revision = $2 WHERE path = $1 AND bytes IS NOT NULL', [at.path, revision]);
-      return (res.rowCount ?? 0) > 0;
-    });
+    try {
+      return await this.write(async (client, revision) => {
+        const res = await client.query('UPDATE svcq_definitions SET bytes = NULL, revision = $2 WHERE path = $1 AND bytes IS NOT NULL', [at.path, revision]);
+        return (res.rowCount ?? 0) > 0;
+      });
+    } catch (err) {
+      throw new StoreUnavailable(err as Error);
+    }
   }
 
   /**

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import type { EventOutbox, OutboxEntry } from '../store.js';
 import { FailureStreak } from '../failure-streak.js';
+import { StoreUnavailable } from '../store.js';
 
 export interface PgEventOutboxOptions {
   /** How often the table is read for events committed by other nodes, in milliseconds (default 250). */
@@ -144,7 +145,10 @@ export class PgEventOutbox implements EventOutbox {
   async catchUp(limitMs = 2000): Promise<void> {
     const pool = this.pool();
     if (!pool || this.closed || !this.started) return;
-    const { rows } = await pool.query<{ x: string | null }>('SELECT max(xid)::text AS x FROM svcq_events');
+    // Without the database the history cannot say it holds every acknowledged event: a 503 (decisions §6.1).
+    const { rows } = await pool.query<{ x: string | null }>('SELECT max(xid)::text AS x FROM svcq_events').catch((err: Error) => {
+      throw new StoreUnavailable(err, true);
+    });
     const target = rows[0]?.x === null || rows[0]?.x === undefined ? 0 : Number(rows[0].x);
     const deadline = Date.now() + limitMs;
     while (this.cursor < target && !this.closed && Date.now() < deadline) {
