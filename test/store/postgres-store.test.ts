@@ -1,3 +1,4 @@
+import net from 'node:net';
 import { expect } from 'chai';
 import pg from 'pg';
 import { resolveQueue } from '../../src/engine/config.js';
@@ -256,6 +257,46 @@ describe('PostgreSQL store: transactions, events and sweeps', function () {
     expect((await store.claim(q, { worker: 'w' }))?.item).to.equal(body);
     await store.result(q, id, '{"r" :  "\u{1F600}"}');
     expect((await store.get(q, id))?.result).to.equal('{"r" :  "\u{1F600}"}');
+  });
+
+  it('a network that stops answering without closing the connection: the transaction is cut after transactionTimeoutMs and its calls refused with StoreUnavailable, not held; it serves again once the network answers (decisions §6.1)', async () => {
+    // A TCP proxy to the database that can go silent: it stops passing bytes either way, and closes nothing.
+    const silent = { on: false };
+    const proxy = net.createServer((inbound) => {
+      const outbound = net.connect(Number(new URL(db.url).port || 5432), new URL(db.url).hostname);
+      const pass = (from: net.Socket, to: net.Socket) =>
+        from.on('data', (chunk: Buffer) => {
+          if (!silent.on) to.write(chunk);
+        });
+      pass(inbound, outbound);
+      pass(outbound, inbound);
+      for (const s of [inbound, outbound]) s.on('error', () => undefined).on('close', () => (inbound.destroy(), outbound.destroy()));
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const url = new URL(db.url);
+    url.host = `127.0.0.1:${(proxy.address() as net.AddressInfo).port}`;
+    const viaProxy = new PostgresStore({ url: url.toString(), now: clock.now, configFor: () => config, sweepIntervalMs: 0, transactionTimeoutMs: 1000 });
+    await viaProxy.open();
+    try {
+      await viaProxy.post(q, { body: '{"n":1}', postedBy: 'p' });
+      silent.on = true;
+      const t0 = Date.now();
+      const refused = await viaProxy.post(q, { body: '{"n":2}', postedBy: 'p' }).then(
+        () => null,
+        (err: Error) => err,
+      );
+      expect(refused).to.be.instanceOf(StoreUnavailable);
+      expect(refused!.message).to.match(/did not answer within 1 s/);
+      expect(Date.now() - t0).to.be.below(4000);
+      silent.on = false;
+      expect((await viaProxy.post(q, { body: '{"n":3}', postedBy: 'p' })).status).to.equal('pending');
+    } finally {
+      await viaProxy.close();
+      proxy.close();
+    }
+    // The lost bytes never reached the database: n:2 was not posted (a change is either answered or gone).
+    const bodies = (await admin.query<{ body: string }>('SELECT body FROM svcq_items ORDER BY posted_at')).rows.map((r) => r.body);
+    expect(bodies).to.deep.equal(['{"n":1}', '{"n":3}']);
   });
 
   it('a statement the database refuses fails only its own call; the calls folded with it are made (decisions §6)', async () => {

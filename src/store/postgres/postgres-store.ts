@@ -33,6 +33,12 @@ export interface PostgresStoreOptions {
   /** Connections in the pool (default 8). */
   poolSize?: number;
   /**
+   * How long a transaction may wait for the database before its connection is cut and its calls
+   * refused with StoreUnavailable (default 10 s): a network that stops answering without closing
+   * the connection would otherwise hold them until TCP gives up, about 15 minutes.
+   */
+  transactionTimeoutMs?: number;
+  /**
    * Transactions this store runs at once; calls that arrive meanwhile wait and are folded into the
    * next (default 2: with 4, a full cycle at 32 in flight made 20–45% more commits and cost the
    * database more CPU per job, for the same or fewer jobs per second).
@@ -94,6 +100,17 @@ const SECOND_AFTER_MS = 5;
 const MAX_FOLD = 256;
 /** Times a transaction rolled back by a deadlock, a serialization failure or a lost race is run again. */
 const MAX_RETRIES = 5;
+const TRANSACTION_TIMEOUT_MS = 10_000;
+
+/**
+ * Cuts a connection at once: its queries fail now, as when the database closes it. (`end()` would
+ * send a goodbye and wait for an answer that a silent network never brings.)
+ */
+function cut(client: pg.PoolClient, err: Error): void {
+  const stream = (client as unknown as { connection?: { stream?: { destroy(err?: Error): void } } }).connection?.stream;
+  if (stream) stream.destroy(err);
+  else void client.end().catch(() => undefined);
+}
 
 const COLUMNS = 'ctid, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at, version';
 
@@ -1244,6 +1261,11 @@ export class PostgresStore implements Store, EventOutbox {
         broken = err;
       };
       client.on('error', onError);
+      const timeoutMs = this.options.transactionTimeoutMs ?? TRANSACTION_TIMEOUT_MS;
+      const watchdog = setTimeout(() => {
+        broken = new Error(`PostgreSQL did not answer within ${timeoutMs / 1000} s`);
+        cut(client, broken);
+      }, timeoutMs);
       const started = performance.now();
       const tx = new Tx(client, this.now());
       this.live.add(tx);
@@ -1354,6 +1376,7 @@ export class PostgresStore implements Store, EventOutbox {
         await archiving;
         const commit = await committing;
         if (commit.command !== 'COMMIT') throw new Error(`the transaction ended with ${commit.command}, not COMMIT`);
+        clearTimeout(watchdog);
         this.live.delete(tx);
         client.off('error', onError);
         client.release();
@@ -1362,16 +1385,19 @@ export class PostgresStore implements Store, EventOutbox {
         this.live.delete(tx);
         // Whatever was sent behind the failed statement is answered (with errors) before the ROLLBACK.
         await Promise.allSettled([begun, committing]);
-        client.off('error', onError);
         const kind = broken ? 'connection' : failureKind(err);
-        if (kind === 'connection') client.release(broken ?? (err as Error));
-        else {
+        if (kind !== 'connection') {
+          // Under the watchdog still: a ROLLBACK into a silent network is cut too.
           const rolledBack = await client.query('ROLLBACK').then(
             () => true,
             () => false,
           );
-          client.release(rolledBack ? undefined : (err as Error));
+          if (!rolledBack) broken ??= err as Error;
         }
+        // Never after the release: the connection may by then serve another transaction.
+        clearTimeout(watchdog);
+        client.off('error', onError);
+        client.release(kind === 'connection' ? (broken ?? (err as Error)) : broken);
         if (kind === 'retry' && attempt < MAX_RETRIES) continue;
         if (kind === 'statement' && ops.length > 1) {
           // One call's statement was refused: the others run again, each in its own transaction.
