@@ -90,11 +90,12 @@ export function toolsRouter(ctx: ServerContext): Router {
     if (!isItemId(id)) throw new BadRequest(`id "${printable(id)}" is not 16 lowercase hexadecimal characters`);
     if (!isPayloadKind(kind)) throw new BadRequest(`kind "${printable(kind)}" is not one of item, progress, result, error`);
     if (!ctx.registry.queue(host, queue)) throw new BadRequest(`host "${host}" has no queue "${queue}"`);
-    // Payloads are served whole: the Range header is for the growing day-files only.
-    if (!ctx.payloads) return sendToolFile(res, payloadFile(payloadsDir(home), host, queue, id, kind));
+    // Payloads are served whole (interface §4.6: 200): the Range header is for the growing
+    // day-files only, so a payload says `accept-ranges: none` rather than promise what it ignores.
+    if (!ctx.payloads) return sendToolFile(res, payloadFile(payloadsDir(home), host, queue, id, kind), undefined, false);
     const bytes = await ctx.payloads.read(host, queue, id, kind);
-    if (!bytes || bytes.length === 0) return sendEmpty(res);
-    res.writeHead(200, { 'content-type': 'application/octet-stream', 'accept-ranges': 'bytes', 'content-length': bytes.length, 'access-control-allow-origin': '*' });
+    if (!bytes || bytes.length === 0) return sendEmpty(res, false);
+    res.writeHead(200, { 'content-type': 'application/octet-stream', 'accept-ranges': 'none', 'content-length': bytes.length, 'access-control-allow-origin': '*' });
     res.end(bytes);
   });
 

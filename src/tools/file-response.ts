@@ -15,31 +15,31 @@ export function rangeStart(header: string | undefined): number | undefined {
 
 /**
  * Streams a tools file (interface §4.6): raw bytes as `application/octet-stream` with
- * `accept-ranges: bytes`. With a start offset inside the file: 206 and `content-range:
+ * `accept-ranges: bytes` (`none`, and `start` left out, for a file always served whole). With a start offset inside the file: 206 and `content-range:
  * bytes N-LAST/SIZE`. An absent file, or an offset at or past the end: an empty 200, never an
  * error. The file is opened before it is measured, so a log rotated meanwhile is read whole
  * under its old identity rather than half from each.
  */
-export async function sendToolFile(res: ServerResponse, file: string, start?: number): Promise<void> {
+export async function sendToolFile(res: ServerResponse, file: string, start?: number, ranges = true): Promise<void> {
   let handle;
   try {
     handle = await open(file, 'r');
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'EISDIR') return sendEmpty(res);
+    if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'EISDIR') return sendEmpty(res, ranges);
     throw err;
   }
   let streaming = false;
   try {
     const info = await handle.stat();
-    if (!info.isFile()) return sendEmpty(res);
+    if (!info.isFile()) return sendEmpty(res, ranges);
     // The length is fixed at what the file held now: bytes appended while streaming wait for the next request.
     const size = info.size;
     const from = start ?? 0;
-    if (from >= size) return sendEmpty(res);
+    if (from >= size) return sendEmpty(res, ranges);
     const headers: Record<string, string | number> = {
       'content-type': 'application/octet-stream',
-      'accept-ranges': 'bytes',
+      'accept-ranges': ranges ? 'bytes' : 'none',
       'content-length': size - from,
       'access-control-allow-origin': '*',
     };
@@ -57,11 +57,14 @@ export async function sendToolFile(res: ServerResponse, file: string, start?: nu
   }
 }
 
-/** The empty 200 that stands for an absent file or a range with nothing left in it. */
-export function sendEmpty(res: ServerResponse): void {
+/**
+ * The empty 200 that stands for an absent file or a range with nothing left in it. `ranges`
+ * false says `accept-ranges: none`, for what is always served whole (archived payloads).
+ */
+export function sendEmpty(res: ServerResponse, ranges = true): void {
   res.writeHead(200, {
     'content-type': 'application/octet-stream',
-    'accept-ranges': 'bytes',
+    'accept-ranges': ranges ? 'bytes' : 'none',
     'content-length': 0,
     'access-control-allow-origin': '*',
   });

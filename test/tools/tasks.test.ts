@@ -135,8 +135,14 @@ describe('task history and payload archive (interface §4.6, §6; decisions §5)
       expect(reply.status, kind).to.equal(200);
       expect(reply.headers['content-type'], kind).to.equal('application/octet-stream');
       expect(reply.body.equals(Buffer.from(bytes)), `${kind}: ${reply.text}`).to.equal(true);
+      // Served whole (interface §4.6: 200), so it does not advertise byte ranges it would ignore.
+      expect(reply.headers['accept-ranges'], kind).to.equal('none');
     }
+    const ranged = await tools(server, `tasks/payload?host=${HOST}&queue=archived&id=${id}&kind=item`, { range: 'bytes=2-' });
+    expect(ranged.status, 'a Range header on a payload').to.equal(200);
+    expect(ranged.body.equals(Buffer.from(itemBytes)), ranged.text).to.equal(true);
     expectEmpty200(await payload('error'), 'no error was submitted');
+    expect((await payload('error')).headers['accept-ranges']).to.equal('none');
 
     const list = (await tools(server, 'tasks')).json as { files: Array<Record<string, unknown>> };
     expect(list.files).to.deep.equal([{ name: `tasks-${today()}.log`, date: today(), size: list.files[0]!.size }]);
