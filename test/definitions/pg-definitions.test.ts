@@ -4,6 +4,7 @@ import pg from 'pg';
 import { parseDefinitionPath, type DefinitionPath } from '../../src/definitions/names.js';
 import { DefinitionRegistry } from '../../src/definitions/registry.js';
 import { openPostgresDefinitions, PgDefinitionStore } from '../../src/store/postgres/pg-definition-store.js';
+import { silentProxy } from '../store/support/silent-proxy.js';
 import { freshDatabase, postgresPresent, postgresUnderTest } from '../store/support/stores.js';
 
 /**
@@ -139,5 +140,34 @@ describe('definitions in PostgreSQL, shared by several nodes (decisions §6.1)',
     registry.close();
     await opened.close();
     expect(warnings).to.deep.equal([]);
+  });
+
+  it('a network that stops answering: reads, PUTs and DELETEs of definitions fail after answerTimeoutMs, nothing is half-written, and they work again once it answers (decisions §6.1)', async () => {
+    const proxy = await silentProxy(db.url);
+    closers.push(async () => proxy.close());
+    const store = await PgDefinitionStore.open({ url: proxy.url, warn: (l) => warnings.push(l), answerTimeoutMs: 1000 });
+    closers.push(() => store.close());
+    const kept = at(`${HOST}/svc-queues/kept.json`);
+    await store.put(kept, Buffer.from('{"leaseSeconds": 3}'));
+    proxy.silent.on = true;
+    const t0 = Date.now();
+    const failures = await Promise.all([
+      store.list().then(() => null, (err: Error) => err),
+      store.read(kept).then(() => null, (err: Error) => err),
+      store.put(at(`${HOST}/svc-queues/lost.json`), Buffer.from('{}')).then(() => null, (err: Error) => err),
+      store.delete(kept).then(() => null, (err: Error) => err),
+    ]);
+    for (const [i, what] of ['list', 'read', 'put', 'delete'].entries()) {
+      expect(failures[i], what).to.be.instanceOf(Error);
+      // A statement on a connection the pool held, or a new connection that never finished its handshake.
+      const message = `${failures[i]!.message} ${(failures[i] as Error & { cause?: Error }).cause?.message ?? ''}`;
+      expect(message, what).to.match(/did not answer within 1 s|timeout exceeded when trying to connect/);
+    }
+    expect(Date.now() - t0, 'refused within about answerTimeoutMs, not held until TCP gives up').to.be.below(4000);
+    proxy.silent.on = false;
+    expect((await store.read(kept))?.toString(), 'the DELETE cut off was not applied').to.equal('{"leaseSeconds": 3}');
+    expect(await store.read(at(`${HOST}/svc-queues/lost.json`)), 'the PUT cut off was not applied').to.equal(null);
+    await store.put(at(`${HOST}/svc-queues/after.json`), Buffer.from('{}'));
+    expect((await store.list()).map((d) => d.at.path)).to.deep.equal([`${HOST}/svc-queues/after.json`, kept.path]);
   });
 });

@@ -114,13 +114,14 @@ describe('PostgreSQL store: archived payloads (decisions §5, §6.1)', function 
     expect(text(await b.readPayload(HOST, 'kept', id, 'result'))).to.equal('{"r":"kept"}');
   });
 
-  it('readPayload also reads through any pool or client, and a node that cannot reach the database refuses with StoreUnavailable', async () => {
+  it('readPayload also reads through any statement runner, and a node that cannot reach the database refuses with StoreUnavailable', async () => {
     const { id } = await a.post(q, { body: '{"p":1}', postedBy: 'p' });
     const client = new pg.Client({ connectionString: db.url });
     await client.connect();
     try {
-      expect(text(await readPayload(client, HOST, 'kept', id, 'item'))).to.equal('{"p":1}');
-      expect(await readPayload(client, HOST, 'kept', '0000000000000000', 'item')).to.equal(null);
+      const read = (sql: string, values: unknown[]) => client.query<{ body: Buffer }>(sql, values);
+      expect(text(await readPayload(read, HOST, 'kept', id, 'item'))).to.equal('{"p":1}');
+      expect(await readPayload(read, HOST, 'kept', '0000000000000000', 'item')).to.equal(null);
     } finally {
       await client.end();
     }

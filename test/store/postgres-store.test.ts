@@ -1,4 +1,3 @@
-import net from 'node:net';
 import { expect } from 'chai';
 import pg from 'pg';
 import { resolveQueue } from '../../src/engine/config.js';
@@ -7,6 +6,7 @@ import { failureKind } from '../../src/store/postgres/pg-errors.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
 import { StoreUnavailable, type QueueRef } from '../../src/store/store.js';
 import { claimTopic, InProcessNotifier } from '../../src/waiting/notifier.js';
+import { silentProxy } from './support/silent-proxy.js';
 import { FakeClock, freshDatabaseWithClient, postgresPresent, postgresUnderTest, START } from './support/stores.js';
 
 /**
@@ -260,22 +260,9 @@ describe('PostgreSQL store: transactions, events and sweeps', function () {
   });
 
   it('a network that stops answering without closing the connection: the transaction is cut after transactionTimeoutMs and its calls refused with StoreUnavailable, not held; it serves again once the network answers (decisions §6.1)', async () => {
-    // A TCP proxy to the database that can go silent: it stops passing bytes either way, and closes nothing.
-    const silent = { on: false };
-    const proxy = net.createServer((inbound) => {
-      const outbound = net.connect(Number(new URL(db.url).port || 5432), new URL(db.url).hostname);
-      const pass = (from: net.Socket, to: net.Socket) =>
-        from.on('data', (chunk: Buffer) => {
-          if (!silent.on) to.write(chunk);
-        });
-      pass(inbound, outbound);
-      pass(outbound, inbound);
-      for (const s of [inbound, outbound]) s.on('error', () => undefined).on('close', () => (inbound.destroy(), outbound.destroy()));
-    });
-    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-    const url = new URL(db.url);
-    url.host = `127.0.0.1:${(proxy.address() as net.AddressInfo).port}`;
-    const viaProxy = new PostgresStore({ url: url.toString(), now: clock.now, configFor: () => config, sweepIntervalMs: 0, transactionTimeoutMs: 1000 });
+    const proxy = await silentProxy(db.url);
+    const silent = proxy.silent;
+    const viaProxy = new PostgresStore({ url: proxy.url, now: clock.now, configFor: () => config, sweepIntervalMs: 0, transactionTimeoutMs: 1000 });
     await viaProxy.open();
     try {
       await viaProxy.post(q, { body: '{"n":1}', postedBy: 'p' });
@@ -297,6 +284,37 @@ describe('PostgreSQL store: transactions, events and sweeps', function () {
     // The lost bytes never reached the database: n:2 was not posted (a change is either answered or gone).
     const bodies = (await admin.query<{ body: string }>('SELECT body FROM svcq_items ORDER BY posted_at')).rows.map((r) => r.body);
     expect(bodies).to.deep.equal(['{"n":1}', '{"n":3}']);
+  });
+
+  it('a network that stops answering: reads outside transactions (a status read, the operators\' view, a payload, the task history) are refused after transactionTimeoutMs too, and answer again once it does (decisions §6.1)', async () => {
+    const proxy = await silentProxy(db.url);
+    const viaProxy = new PostgresStore({ url: proxy.url, now: clock.now, configFor: () => config, sweepIntervalMs: 0, transactionTimeoutMs: 1000 });
+    await viaProxy.open();
+    try {
+      const { id } = await viaProxy.post(q, { body: '{"n":1}', postedBy: 'p' });
+      proxy.silent.on = true;
+      const reads: Array<[string, () => Promise<unknown>]> = [
+        ['status read', () => viaProxy.get(q, id)],
+        ['operators\' view', () => viaProxy.overview(q, { oldest: 5, leases: 5 })],
+        ['payload', () => viaProxy.readPayload('tx.example.com', 'q', id, 'item')],
+        ['task history', () => (viaProxy.readEvents(0, 10), viaProxy.catchUp())],
+      ];
+      const t0 = Date.now();
+      const outcomes = await Promise.all(reads.map(([, read]) => read().then(() => null, (err: Error) => err)));
+      for (const [i, [what]] of reads.entries()) {
+        expect(outcomes[i], what).to.be.instanceOf(StoreUnavailable);
+        expect(outcomes[i]!.message, what).to.match(/could not read its store/);
+        // A statement on a connection the pool held, or a new connection that never finished its handshake.
+        expect((outcomes[i] as StoreUnavailable).cause.message, what).to.match(/did not answer within 1 s|timeout exceeded when trying to connect/);
+      }
+      expect(Date.now() - t0, 'refused within about transactionTimeoutMs, not held until TCP gives up').to.be.below(4000);
+      proxy.silent.on = false;
+      expect((await viaProxy.get(q, id))?.status).to.equal('pending');
+      expect((await viaProxy.overview(q, { oldest: 5, leases: 0 })).oldest.map((o) => o.id)).to.deep.equal([id]);
+    } finally {
+      await viaProxy.close();
+      proxy.close();
+    }
   });
 
   it('a statement the database refuses fails only its own call; the calls folded with it are made (decisions §6)', async () => {

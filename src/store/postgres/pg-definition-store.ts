@@ -3,6 +3,7 @@ import type { DefinitionChangeListener, DefinitionStore, StoredDefinition } from
 import { parseDefinitionPath, type DefinitionPath } from '../../definitions/names.js';
 import { PgListener } from './pg-listener.js';
 import { migrate } from './schema.js';
+import { ANSWER_TIMEOUT_MS, answered, watch as watchConnection } from './pg-guard.js';
 import { FailureStreak } from '../failure-streak.js';
 import { StoreUnavailable } from '../store.js';
 
@@ -10,6 +11,8 @@ export interface PgDefinitionStoreOptions {
   /** The database every node shares (the store's URL). */
   url: string;
   warn?: (line: string) => void;
+  /** How long a read or a write may wait for the database before its connection is cut (default 10 s). */
+  answerTimeoutMs?: number;
   /** How often the revision is read when no notification came, in milliseconds (default 500). */
   pollMs?: number;
   /** The LISTEN/NOTIFY channel writes are announced on (default `svcq_definitions`). */
@@ -50,10 +53,13 @@ export class PgDefinitionStore implements DefinitionStore {
   private closed = false;
   private readonly reads: FailureStreak;
 
+  private readonly answerTimeoutMs: number;
+
   private constructor(
     private readonly pool: pg.Pool,
     options: PgDefinitionStoreOptions,
   ) {
+    this.answerTimeoutMs = options.answerTimeoutMs ?? ANSWER_TIMEOUT_MS;
     this.warn = options.warn ?? (() => undefined);
     this.channel = options.channel ?? 'svcq_definitions';
     this.reads = new FailureStreak(this.warn, 'reading definition changes from PostgreSQL succeeds again');
@@ -64,7 +70,8 @@ export class PgDefinitionStore implements DefinitionStore {
    * several nodes may start at once), starts listening and polling for other nodes' writes.
    */
   static async open(options: PgDefinitionStoreOptions): Promise<PgDefinitionStore> {
-    const pool = new pg.Pool({ connectionString: options.url, max: POOL_SIZE, connectionTimeoutMillis: 5000, keepAlive: true });
+    // A new connection waits no longer than a statement would (5 s at most).
+    const pool = new pg.Pool({ connectionString: options.url, max: POOL_SIZE, connectionTimeoutMillis: Math.min(5000, options.answerTimeoutMs ?? ANSWER_TIMEOUT_MS), keepAlive: true });
     pool.on('error', (err) => options.warn?.(`a PostgreSQL connection of the definitions failed while idle: ${err.message}`));
     const store = new PgDefinitionStore(pool, options);
     try {
@@ -74,7 +81,7 @@ export class PgDefinitionStore implements DefinitionStore {
       } finally {
         client.release();
       }
-      store.seen = Number((await pool.query<{ revision: string }>('SELECT revision FROM svcq_definition_revision')).rows[0]!.revision);
+      store.seen = Number((await store.query<{ revision: string }>('SELECT revision FROM svcq_definition_revision')).rows[0]!.revision);
       store.listener = new PgListener({
         url: options.url,
         channel: store.channel,
@@ -93,7 +100,7 @@ export class PgDefinitionStore implements DefinitionStore {
   }
 
   async list(): Promise<StoredDefinition[]> {
-    const res = await this.pool.query<{ path: string; bytes: Buffer }>('SELECT path, bytes FROM svcq_definitions WHERE bytes IS NOT NULL ORDER BY path COLLATE "C"');
+    const res = await this.query<{ path: string; bytes: Buffer }>('SELECT path, bytes FROM svcq_definitions WHERE bytes IS NOT NULL ORDER BY path COLLATE "C"');
     const out: StoredDefinition[] = [];
     for (const row of res.rows) {
       const at = parseDefinitionPath(row.path);
@@ -104,7 +111,7 @@ export class PgDefinitionStore implements DefinitionStore {
   }
 
   async read(at: DefinitionPath): Promise<Buffer | null> {
-    const res = await this.pool.query<{ bytes: Buffer | null }>('SELECT bytes FROM svcq_definitions WHERE path = $1', [at.path]);
+    const res = await this.query<{ bytes: Buffer | null }>('SELECT bytes FROM svcq_definitions WHERE path = $1', [at.path]);
     return res.rows[0]?.bytes ?? null;
   }
 
@@ -140,6 +147,11 @@ export class PgDefinitionStore implements DefinitionStore {
     return () => this.watchers.delete(onChange);
   }
 
+  /** One statement, cut after answerTimeoutMs without an answer. */
+  private query<R extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
+    return answered<R>(this.pool, this.answerTimeoutMs, text, values);
+  }
+
   /** Stops listening and polling, and closes the connections. */
   async close(): Promise<void> {
     if (this.closed) return;
@@ -154,6 +166,8 @@ export class PgDefinitionStore implements DefinitionStore {
   private async write(apply: (client: pg.PoolClient, revision: number) => Promise<boolean>): Promise<boolean> {
     if (this.closed) throw new Error('the definitions store is closed');
     const client = await this.pool.connect();
+    // A network gone silent cuts the connection: the write fails within answerTimeoutMs, not after TCP gives up.
+    const watched = watchConnection(client, this.answerTimeoutMs);
     let broken: Error | undefined;
     try {
       await client.query('BEGIN');
@@ -168,13 +182,16 @@ export class PgDefinitionStore implements DefinitionStore {
       return true;
     } catch (err) {
       broken = err as Error;
-      await client.query('ROLLBACK').then(
-        () => (broken = undefined),
-        () => undefined,
-      );
-      throw err;
+      if (!watched.broken) {
+        await client.query('ROLLBACK').then(
+          () => (broken = undefined),
+          () => undefined,
+        );
+      }
+      throw watched.broken ?? err;
     } finally {
-      client.release(broken);
+      watched.stop();
+      client.release(watched.broken ?? broken);
     }
   }
 
@@ -197,7 +214,7 @@ export class PgDefinitionStore implements DefinitionStore {
   private async readChanges(): Promise<void> {
     let rows: Array<{ path: string; revision: string }>;
     try {
-      rows = (await this.pool.query<{ path: string; revision: string }>('SELECT path, revision FROM svcq_definitions WHERE revision > $1 ORDER BY revision', [this.seen])).rows;
+      rows = (await this.query<{ path: string; revision: string }>('SELECT path, revision FROM svcq_definitions WHERE revision > $1 ORDER BY revision', [this.seen])).rows;
       this.reads.succeeded();
     } catch (err) {
       if (!this.closed) this.reads.failed(() => `could not read definition changes from PostgreSQL (${(err as Error).message}); trying again`);

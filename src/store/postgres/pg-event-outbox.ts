@@ -1,9 +1,12 @@
 import type pg from 'pg';
 import type { EventOutbox, OutboxEntry } from '../store.js';
 import { FailureStreak } from '../failure-streak.js';
+import { ANSWER_TIMEOUT_MS, answered } from './pg-guard.js';
 import { StoreUnavailable } from '../store.js';
 
 export interface PgEventOutboxOptions {
+  /** How long a read may wait for the database before its connection is cut (default 10 s). */
+  answerTimeoutMs?: number;
   /** How often the table is read for events committed by other nodes, in milliseconds (default 250). */
   pollMs?: number;
   /**
@@ -76,6 +79,10 @@ export class PgEventOutbox implements EventOutbox {
     this.reads = new FailureStreak(this.warn, 'reading task events from PostgreSQL succeeds again');
   }
 
+  private get answerTimeoutMs(): number {
+    return this.options.answerTimeoutMs ?? ANSWER_TIMEOUT_MS;
+  }
+
   readEvents(afterSeq: number, limit: number): OutboxEntry[] {
     if (!this.started) {
       this.started = true;
@@ -146,7 +153,7 @@ export class PgEventOutbox implements EventOutbox {
     const pool = this.pool();
     if (!pool || this.closed || !this.started) return;
     // Without the database the history cannot say it holds every acknowledged event: a 503 (decisions §6.1).
-    const { rows } = await pool.query<{ x: string | null }>('SELECT max(xid)::text AS x FROM svcq_events').catch((err: Error) => {
+    const { rows } = await answered<{ x: string | null }>(pool, this.answerTimeoutMs, 'SELECT max(xid)::text AS x FROM svcq_events').catch((err: Error) => {
       throw new StoreUnavailable(err, true);
     });
     const target = rows[0]?.x === null || rows[0]?.x === undefined ? 0 : Number(rows[0].x);
@@ -180,9 +187,9 @@ export class PgEventOutbox implements EventOutbox {
       const after = this.cursor;
       let rows: EventRow[];
       try {
-        const horizon = await readHorizon(pool);
+        const horizon = await readHorizon(pool, this.answerTimeoutMs);
         rows = (
-          await pool.query<EventRow>({
+          await answered<EventRow>(pool, this.answerTimeoutMs, {
             // A range of the (xid, seq) index, in its order: from the last transaction read to the
             // last of the next `room` below the horizon (a join with those transactions would read
             // the whole table on every call).
@@ -248,8 +255,8 @@ interface HorizonRow {
  * member of `pg_read_all_stats`, and another role has a session in this database), the horizon is
  * `pg_snapshot_xmin`, which waits for every transaction of the server.
  */
-async function readHorizon(pool: pg.Pool): Promise<string> {
-  const { rows } = await pool.query<HorizonRow>({
+async function readHorizon(pool: pg.Pool, timeoutMs: number): Promise<string> {
+  const { rows } = await answered<HorizonRow>(pool, timeoutMs, {
     name: 'svcq_events_horizon',
     text: `SELECT pg_snapshot_xmin(q.s)::text AS xmin, pg_snapshot_xmax(q.s)::text AS next,
                   (SELECT array_agg(a.backend_xid::text) FROM pg_stat_activity AS a WHERE a.datname = current_database() AND a.backend_xid IS NOT NULL) AS running,

@@ -10,8 +10,8 @@ export interface Payload {
   body: string;
 }
 
-/** A pool or a client: whatever runs a statement. */
-type Queryable = Pick<pg.ClientBase, 'query'>;
+/** Runs one statement (the store's guarded read: see pg-guard.ts, `answered`). */
+type Read = (text: string, values: unknown[]) => Promise<pg.QueryResult<{ body: Buffer }>>;
 
 /** A transaction of the store: runs a named statement (see postgres-store.ts, Tx.query). */
 interface Transaction {
@@ -47,7 +47,7 @@ export async function writePayloads(tx: Transaction, payloads: readonly Payload[
  * `GET /api/v2/tasks/payload` (interface §4.6): callers pass only validated host, queue, id and
  * kind. Reads committed data only: every node answers the same.
  */
-export async function readPayload(db: Queryable, host: string, queue: string, id: string, kind: PayloadKind): Promise<Buffer | null> {
-  const res = await db.query<{ body: Buffer }>('SELECT body FROM svcq_payloads WHERE host = $1 AND queue = $2 AND id = $3 AND kind = $4', [host, queue, id, kind]);
+export async function readPayload(read: Read, host: string, queue: string, id: string, kind: PayloadKind): Promise<Buffer | null> {
+  const res = await read('SELECT body FROM svcq_payloads WHERE host = $1 AND queue = $2 AND id = $3 AND kind = $4', [host, queue, id, kind]);
   return res.rows[0]?.body ?? null;
 }

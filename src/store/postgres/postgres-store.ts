@@ -11,6 +11,7 @@ import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type C
 import { PREFILTER_SQL, prefilterOf } from './pg-criteria.js';
 import { FailureStreak } from '../failure-streak.js';
 import { failureKind, StaleWrite } from './pg-errors.js';
+import { ANSWER_TIMEOUT_MS, answered, cut, notAnswered } from './pg-guard.js';
 import { PgEventOutbox } from './pg-event-outbox.js';
 import { readPayload, writePayloads, type Payload } from './pg-payloads.js';
 import { migrate } from './schema.js';
@@ -33,9 +34,10 @@ export interface PostgresStoreOptions {
   /** Connections in the pool (default 8). */
   poolSize?: number;
   /**
-   * How long a transaction may wait for the database before its connection is cut and its calls
-   * refused with StoreUnavailable (default 10 s): a network that stops answering without closing
-   * the connection would otherwise hold them until TCP gives up, about 15 minutes.
+   * How long a transaction, or a read outside one (a status read, the operators' views, the task
+   * history), may wait for the database before its connection is cut and its calls refused with
+   * StoreUnavailable (default 10 s): a network that stops answering without closing the
+   * connection would otherwise hold them until TCP gives up, about 15 minutes.
    */
   transactionTimeoutMs?: number;
   /**
@@ -100,17 +102,6 @@ const SECOND_AFTER_MS = 5;
 const MAX_FOLD = 256;
 /** Times a transaction rolled back by a deadlock, a serialization failure or a lost race is run again. */
 const MAX_RETRIES = 5;
-const TRANSACTION_TIMEOUT_MS = 10_000;
-
-/**
- * Cuts a connection at once: its queries fail now, as when the database closes it. (`end()` would
- * send a goodbye and wait for an answer that a silent network never brings.)
- */
-function cut(client: pg.PoolClient, err: Error): void {
-  const stream = (client as unknown as { connection?: { stream?: { destroy(err?: Error): void } } }).connection?.stream;
-  if (stream) stream.destroy(err);
-  else void client.end().catch(() => undefined);
-}
 
 const COLUMNS = 'ctid, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at, version';
 
@@ -574,7 +565,7 @@ export class PostgresStore implements Store, EventOutbox {
     this.sweepEvery = options.sweepIntervalMs ?? 1000;
     this.warn = options.warn ?? (() => undefined);
     this.transactions = new FailureStreak(this.warn, 'transactions on PostgreSQL succeed again');
-    this.outbox = new PgEventOutbox(() => (this.state === 'open' ? this.pool : undefined), { pollMs: options.eventPollMs, warn: this.warn });
+    this.outbox = new PgEventOutbox(() => (this.state === 'open' ? this.pool : undefined), { pollMs: options.eventPollMs, warn: this.warn, answerTimeoutMs: options.transactionTimeoutMs });
   }
 
   /** Connects, and brings the schema up to date (under an advisory lock: several nodes may start at once). */
@@ -589,7 +580,8 @@ export class PostgresStore implements Store, EventOutbox {
       connectionString: this.options.url,
       max: this.options.poolSize ?? 8,
       types: TYPES,
-      connectionTimeoutMillis: 5000,
+      // A new connection waits no longer than a statement would (5 s at most).
+      connectionTimeoutMillis: Math.min(5000, this.answerTimeoutMs),
       keepAlive: true,
       options: '-c plan_cache_mode=force_custom_plan',
       // Statements are sent without waiting for the answer to the one before (BEGIN with the
@@ -639,9 +631,9 @@ export class PostgresStore implements Store, EventOutbox {
    */
   async readPayload(host: string, queue: string, id: string, kind: PayloadKind): Promise<Buffer | null> {
     try {
-      return await readPayload(this.openPool(), host, queue, id, kind);
+      return await readPayload((text, values) => this.read(text, values), host, queue, id, kind);
     } catch (err) {
-      throw err instanceof StoreUnavailable ? err : new StoreUnavailable(err as Error);
+      throw err instanceof StoreUnavailable ? err : new StoreUnavailable(err as Error, true);
     }
   }
 
@@ -673,8 +665,7 @@ export class PostgresStore implements Store, EventOutbox {
     try {
       let total = 0;
       for (;;) {
-        const pool = this.openPool();
-        const res = await pool.query('DELETE FROM svcq_events WHERE ctid = ANY (ARRAY(SELECT ctid FROM svcq_events WHERE ts < $1 LIMIT $2))', [this.now() - keep, PURGE_BATCH]);
+        const res = await this.read('DELETE FROM svcq_events WHERE ctid = ANY (ARRAY(SELECT ctid FROM svcq_events WHERE ts < $1 LIMIT $2))', [this.now() - keep, PURGE_BATCH]);
         total += res.rowCount ?? 0;
         if ((res.rowCount ?? 0) < PURGE_BATCH || this.state !== 'open') return total;
       }
@@ -726,9 +717,9 @@ export class PostgresStore implements Store, EventOutbox {
   async get(ref: QueueRef, id: string): Promise<StatusRecord | null> {
     let row: ItemRow | undefined;
     try {
-      row = (await this.openPool().query<ItemRow>(named('svcq_read', `SELECT ${COLUMNS} FROM svcq_items WHERE queue = $1 AND id = $2`), [ref.key, id])).rows[0];
+      row = (await this.read<ItemRow>(named('svcq_read', `SELECT ${COLUMNS} FROM svcq_items WHERE queue = $1 AND id = $2`), [ref.key, id])).rows[0];
     } catch (err) {
-      throw err instanceof StoreUnavailable ? err : new StoreUnavailable(err as Error);
+      throw err instanceof StoreUnavailable ? err : new StoreUnavailable(err as Error, true);
     }
     if (!row) return null;
     const seen = recordOf(row).record;
@@ -784,10 +775,9 @@ export class PostgresStore implements Store, EventOutbox {
    * whatever the number of items the queue holds.
    */
   async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
-    const pool = this.openPool();
     try {
       const [counts, oldestAt, oldest, leases] = await Promise.all([
-        pool.query<{ status: ItemStatus; n: number }>(
+        this.read<{ status: ItemStatus; n: number }>(
           named(
             'svcq_overview_counts',
             `SELECT status, sum(n)::bigint AS n FROM (
@@ -798,12 +788,12 @@ export class PostgresStore implements Store, EventOutbox {
           ),
           [ref.key],
         ),
-        pool.query<{ at: number | null }>(`SELECT min(posted_at) AS at FROM svcq_items WHERE queue = $1 AND status = 'pending'`, [ref.key]),
+        this.read<{ at: number | null }>(`SELECT min(posted_at) AS at FROM svcq_items WHERE queue = $1 AND status = 'pending'`, [ref.key]),
         limits.oldest > 0
-          ? pool.query<{ id: string; posted_at: number; attempts: number }>(`SELECT id, posted_at, attempts FROM svcq_items WHERE queue = $1 AND status = 'pending' ORDER BY ord LIMIT $2`, [ref.key, limits.oldest])
+          ? this.read<{ id: string; posted_at: number; attempts: number }>(`SELECT id, posted_at, attempts FROM svcq_items WHERE queue = $1 AND status = 'pending' ORDER BY ord LIMIT $2`, [ref.key, limits.oldest])
           : null,
         limits.leases > 0
-          ? pool.query<{ id: string; lease_worker: string | null; lease_until: number | null; attempts: number }>(
+          ? this.read<{ id: string; lease_worker: string | null; lease_until: number | null; attempts: number }>(
               `SELECT id, lease_worker, lease_until, attempts FROM svcq_items WHERE queue = $1 AND status IN ('claimed', 'processing') ORDER BY lease_until, ord LIMIT $2`,
               [ref.key, limits.leases],
             )
@@ -818,8 +808,17 @@ export class PostgresStore implements Store, EventOutbox {
         leases: (leases?.rows ?? []).map((r) => ({ id: r.id, worker: r.lease_worker ?? '', until: r.lease_until ?? 0, attempts: r.attempts })),
       };
     } catch (err) {
-      throw new StoreUnavailable(err as Error);
+      throw new StoreUnavailable(err as Error, true);
     }
+  }
+
+  private get answerTimeoutMs(): number {
+    return this.options.transactionTimeoutMs ?? ANSWER_TIMEOUT_MS;
+  }
+
+  /** One statement outside the store's transactions, cut after {@link answerTimeoutMs} without an answer. */
+  private read<R extends pg.QueryResultRow>(query: string | pg.QueryConfig, values?: unknown[]): Promise<pg.QueryResult<R>> {
+    return answered<R>(this.openPool(), this.answerTimeoutMs, query, values);
   }
 
   private openPool(): pg.Pool {
@@ -1261,9 +1260,9 @@ export class PostgresStore implements Store, EventOutbox {
         broken = err;
       };
       client.on('error', onError);
-      const timeoutMs = this.options.transactionTimeoutMs ?? TRANSACTION_TIMEOUT_MS;
+      const timeoutMs = this.answerTimeoutMs;
       const watchdog = setTimeout(() => {
-        broken = new Error(`PostgreSQL did not answer within ${timeoutMs / 1000} s`);
+        broken = notAnswered(timeoutMs);
         cut(client, broken);
       }, timeoutMs);
       const started = performance.now();
@@ -1520,7 +1519,7 @@ export class PostgresStore implements Store, EventOutbox {
   async compactCounts(batches = 10): Promise<number> {
     let total = 0;
     for (let b = 0; b < batches; b++) {
-      const res = await this.openPool().query<{ moved: number }>(
+      const res = await this.read<{ moved: number }>(
         named(
           'svcq_compact_counts',
           `WITH moved AS (
@@ -1614,9 +1613,8 @@ export class PostgresStore implements Store, EventOutbox {
   async sweepNow(): Promise<void> {
     const configFor = this.options.configFor;
     if (this.state !== 'open' || !configFor) return;
-    const pool = this.pool!;
     await this.compactCounts().catch((err: Error) => this.warn(`compacting the item counts failed (it runs again in a moment): ${err.message}`));
-    const res = await pool.query<{ key: string }>('SELECT key FROM svcq_queues');
+    const res = await this.read<{ key: string }>('SELECT key FROM svcq_queues');
     const sweeps: Array<Promise<unknown>> = [];
     for (const { key } of res.rows) {
       const config = configFor(key);

@@ -1,0 +1,79 @@
+import type pg from 'pg';
+
+/**
+ * How long a statement or a transaction may wait for the database before its connection is cut.
+ * A network that drops packets without closing the connection would otherwise hold the request
+ * until TCP gives up (about 15 minutes on Linux).
+ */
+export const ANSWER_TIMEOUT_MS = 10_000;
+
+/**
+ * Cuts a connection at once: its queries fail now, as when the database closes it. (`end()` would
+ * send a goodbye and wait for an answer that a silent network never brings.)
+ */
+export function cut(client: pg.ClientBase & { end(): Promise<void> }, err: Error): void {
+  const stream = (client as unknown as { connection?: { stream?: { destroy(err?: Error): void } } }).connection?.stream;
+  if (stream) stream.destroy(err);
+  else void client.end().catch(() => undefined);
+}
+
+/** The error a statement fails with when its connection was cut for not answering. */
+export function notAnswered(timeoutMs: number): Error {
+  return new Error(`PostgreSQL did not answer within ${timeoutMs / 1000} s`);
+}
+
+/**
+ * One statement on a connection of `pool`, as `pool.query` runs it, but cut after `timeoutMs`
+ * without an answer (it then rejects with "PostgreSQL did not answer within …", and the
+ * connection is dropped, not returned to the pool). For reads outside the store's transactions:
+ * status reads, the operators' views, the task history and definitions.
+ */
+export async function answered<R extends pg.QueryResultRow>(pool: pg.Pool, timeoutMs: number, query: string | pg.QueryConfig, values?: unknown[]): Promise<pg.QueryResult<R>> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  const onError = (err: Error): void => {
+    broken ??= err;
+  };
+  client.on('error', onError);
+  const watchdog = setTimeout(() => {
+    broken = notAnswered(timeoutMs);
+    cut(client, broken);
+  }, timeoutMs);
+  try {
+    return await client.query<R>(query, values);
+  } catch (err) {
+    // As pool.query does: a connection whose statement failed is not handed out again.
+    const failure = broken ?? (err as Error);
+    broken = failure;
+    throw failure;
+  } finally {
+    clearTimeout(watchdog);
+    client.off('error', onError);
+    client.release(broken);
+  }
+}
+
+/**
+ * Watches a connection checked out for a transaction: after `timeoutMs` it is cut (its pending
+ * statements fail at once). `stop()` before releasing it; `broken` says why it failed, if it did.
+ */
+export function watch(client: pg.PoolClient, timeoutMs: number): { stop(): void; readonly broken: Error | undefined } {
+  let broken: Error | undefined;
+  const onError = (err: Error): void => {
+    broken ??= err;
+  };
+  client.on('error', onError);
+  const watchdog = setTimeout(() => {
+    broken = notAnswered(timeoutMs);
+    cut(client, broken);
+  }, timeoutMs);
+  return {
+    stop() {
+      clearTimeout(watchdog);
+      client.off('error', onError);
+    },
+    get broken() {
+      return broken;
+    },
+  };
+}

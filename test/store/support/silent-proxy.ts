@@ -1,0 +1,36 @@
+import net from 'node:net';
+
+/**
+ * A TCP proxy to a database that can go silent: while `silent` is on it stops passing bytes either
+ * way and closes nothing, as a network that drops packets does. `url` is the database's URL with
+ * the proxy's address in it.
+ */
+export async function silentProxy(databaseUrl: string): Promise<{ url: string; silent: { on: boolean }; close: () => void }> {
+  const target = new URL(databaseUrl);
+  const silent = { on: false };
+  const sockets = new Set<net.Socket>();
+  const proxy = net.createServer((inbound) => {
+    const outbound = net.connect(Number(target.port || 5432), target.hostname);
+    const pass = (from: net.Socket, to: net.Socket) =>
+      from.on('data', (chunk: Buffer) => {
+        if (!silent.on) to.write(chunk);
+      });
+    pass(inbound, outbound);
+    pass(outbound, inbound);
+    for (const s of [inbound, outbound]) {
+      sockets.add(s);
+      s.on('error', () => undefined).on('close', () => (sockets.delete(s), inbound.destroy(), outbound.destroy()));
+    }
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+  const url = new URL(databaseUrl);
+  url.host = `127.0.0.1:${(proxy.address() as net.AddressInfo).port}`;
+  return {
+    url: url.toString(),
+    silent,
+    close: () => {
+      for (const s of sockets) s.destroy();
+      proxy.close();
+    },
+  };
+}
