@@ -30,26 +30,17 @@ export function notAnswered(timeoutMs: number): Error {
  */
 export async function answered<R extends pg.QueryResultRow>(pool: pg.Pool, timeoutMs: number, query: string | pg.QueryConfig, values?: unknown[]): Promise<pg.QueryResult<R>> {
   const client = await pool.connect();
-  let broken: Error | undefined;
-  const onError = (err: Error): void => {
-    broken ??= err;
-  };
-  client.on('error', onError);
-  const watchdog = setTimeout(() => {
-    broken = notAnswered(timeoutMs);
-    cut(client, broken);
-  }, timeoutMs);
+  const watched = watch(client, timeoutMs);
+  let failed: Error | undefined;
   try {
     return await client.query<R>(query, values);
   } catch (err) {
     // As pool.query does: a connection whose statement failed is not handed out again.
-    const failure = broken ?? (err as Error);
-    broken = failure;
-    throw failure;
+    failed = watched.broken ?? (err as Error);
+    throw failed;
   } finally {
-    clearTimeout(watchdog);
-    client.off('error', onError);
-    client.release(broken);
+    watched.stop();
+    client.release(failed ?? watched.broken);
   }
 }
 
