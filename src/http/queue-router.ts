@@ -111,13 +111,16 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     // With payloads archived, each hand-in stages its payload before it is applied, one after the
     // other: the claim waits for them, or it would run before them.
     if (handIns !== undefined && queue.config.archivePayloads) await handIns;
-    let claimed = await ctx.waits.claimMany(queue, { worker, criteria, waitMs: 0, max });
+    // The hand-ins and the first look share one durable write, and both are awaited before any
+    // wait: hand-ins that could not be made durable are a 503 now, never a rejection left unheard.
+    const [atHand, doneTexts] = await Promise.all([ctx.waits.claimMany(queue, { worker, criteria, waitMs: 0, max }), handIns]);
+    let claimed = atHand;
     // An item at hand is claimed without waiting; only a claim that has to wait gets the hang-up
     // signal, which costs listeners on the request, the socket and the server.
     if (claimed.length === 0 && wait) {
       claimed = await ctx.waits.claimMany(queue, { worker, criteria, waitMs: wait * 1000, max, signal: closeSignal(req, res, ctx) });
     }
-    const doneJson = handIns === undefined ? '' : `,"done":[${(await handIns).join(',')}]`;
+    const doneJson = doneTexts === undefined ? '' : `,"done":[${doneTexts.join(',')}]`;
     if (max !== undefined) return sendRawJson(res, 200, `{"ok":true,"items":[${claimed.map(claimedJson).join(',')}]${doneJson}}`);
     const first = claimed[0];
     if (!first) return sendRawJson(res, 200, `{"ok":true,"empty":true${doneJson}}`);
