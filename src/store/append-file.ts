@@ -141,6 +141,12 @@ export class AppendFile {
     // Data never goes where zeros are still being written: it would race them.
     if (this.zeroing !== undefined && this.size > this.zeroFrom) return;
     this.flushing = true;
+    // The group's last bytes say it is whole (see `groupEnd`).
+    const end = this.options.groupEnd;
+    if (end !== undefined && this.queuedBytes > 0 && !endsWith(this.queued, this.queuedBytes, end)) {
+      if (this.queuedBytes + end.length > this.queued.length) this.grow(this.queuedBytes + end.length);
+      this.queuedBytes += end.copy(this.queued, this.queuedBytes);
+    }
     const buffer = this.queued;
     const data = buffer.subarray(0, this.queuedBytes);
     const waiters = this.waiters;
@@ -250,9 +256,20 @@ export interface AppendFileOptions {
   write?: WriteFn;
   /** Told of every group made durable that an append waited for: how long its write took, and how many appends waited for it. */
   onGroup?: (seconds: number, appends: number) => void;
+  /**
+   * Bytes written at the end of every group that holds data, in the same write: a reader that
+   * finds a group without them knows its write never finished (a crash cut it short), so that
+   * none of it was acknowledged.
+   */
+  groupEnd?: Buffer;
 }
 
 export type WriteFn = (fd: number, buffer: Buffer, offset: number, length: number, position: number, callback: (err: NodeJS.ErrnoException | null, written: number) => void) => void;
+
+/** Whether `buffer`'s first `length` bytes end with `tail`. */
+function endsWith(buffer: Buffer, length: number, tail: Buffer): boolean {
+  return length >= tail.length && buffer.compare(tail, 0, tail.length, length - tail.length, length) === 0;
+}
 
 /** The queue's first buffer; it doubles as appends need, and one of up to QUEUE_KEEP is kept for reuse. */
 const QUEUE_FIRST = 64 * 1024;

@@ -34,6 +34,13 @@ import { jsonString } from '../json-text.js';
 //   ["d", queue, id]                                                          the item is gone (retention)
 //   ["e", seq, [event, ...]]        task events, written with the change they describe; seq numbers the last
 //   ["m", seq]                      the task history holds every event up to seq
+//   ["g"]                           the end of a group: the records since the one before were written whole, in one write
+//
+// Every group write ends with ["g"], and a journal opened for appending gets one first, so that
+// whatever follows a ["g"] and is not followed by one is a group whose write never finished (a
+// crash cut it short, or it failed and nobody was told it was durable): start-up drops it whole,
+// never part of it. Records before a journal's first ["g"] were written by builds before groups
+// were marked, and are read as they come.
 type StateFields = [Item['status'], number, number | null, number, string | null, number | null, number, string | null, string | null, string | null, number | null];
 
 function applyState(item: Item, s: StateFields): void {
@@ -125,6 +132,10 @@ export interface JournalOptions {
   onGroup?: (seconds: number, appends: number) => void;
 }
 
+/** Ends every group write, and starts every journal opened for appending (see the records above). */
+export const GROUP_END = '["g"]\n';
+const GROUP_END_BYTES = Buffer.from(GROUP_END);
+
 /** Zeros kept written ahead of the journal's data, at most (see AppendFile): appends then change no file size. */
 const JOURNAL_PREALLOCATE = 8 << 20;
 
@@ -160,6 +171,7 @@ export class Journal {
       warn: this.options.warn,
       write: this.options.write,
       onGroup: this.options.onGroup,
+      groupEnd: GROUP_END_BYTES,
       onFailure: (err) => {
         this.failures++;
         this.options.onFailure?.(err);
@@ -173,6 +185,18 @@ export class Journal {
         }
       },
     };
+  }
+
+  /**
+   * Opens a journal for appending. Its first bytes from now on are a group end (unless its data
+   * ends with one, `marked`): what it held
+   * before (even records of a build that did not mark groups) is whole, and every group after it
+   * is read only once its own end is on disk.
+   */
+  private async openFile(file: string, marked = false): Promise<AppendFile> {
+    const appender = await AppendFile.open(file, this.fileOptions());
+    if (!marked) appender.appendLater(GROUP_END);
+    return appender;
   }
 
   /** Loads snapshot and journals and opens the journal for appending. */
@@ -215,12 +239,13 @@ export class Journal {
       if (stale) await rm(path.join(dir, f), { force: true });
     }
     let last = this.generation;
+    let marked = false;
     for (const n of journals) {
-      await readRecords(path.join(dir, `journal-${n}.jsonl`), items, events, warn, true);
+      marked = (await readRecords(path.join(dir, `journal-${n}.jsonl`), items, events, warn, true)).endsWithGroupEnd;
       last = n;
     }
     // Appending goes on in the newest journal, which covers everything since the current snapshot.
-    this.file = await AppendFile.open(path.join(dir, `journal-${last}.jsonl`), this.fileOptions());
+    this.file = await this.openFile(path.join(dir, `journal-${last}.jsonl`), marked);
     await fsyncDir(dir);
     this.current = last;
     return { items, events };
@@ -279,7 +304,7 @@ export class Journal {
     const { dir } = this.options;
     const next = this.current + 1;
     const failuresBefore = this.failures;
-    const file = await AppendFile.open(path.join(dir, `journal-${next}.jsonl`), this.fileOptions());
+    const file = await this.openFile(path.join(dir, `journal-${next}.jsonl`));
     // The new journal's name must survive a crash before it holds acknowledged records.
     await fsyncDir(dir);
     const previous = this.file;
@@ -362,14 +387,16 @@ export class Journal {
 /**
  * Reads one file of records into `items`. A torn or unparsable last record (a crash mid-write)
  * is skipped with one warning, and cut off a journal so that appending continues cleanly; one
- * in the middle is skipped with a warning.
+ * in the middle is skipped with a warning. Records after a group end (`["g"]`) are applied only
+ * once the next group end is read: a last group without its end (a write a crash cut short, or
+ * one that failed) is dropped whole, with a warning, and cut off too.
  */
-async function readRecords(file: string, items: LoadedItems, events: LoadedEvents, warn: (line: string) => void, truncateTorn: boolean): Promise<{ bytes: number }> {
+async function readRecords(file: string, items: LoadedItems, events: LoadedEvents, warn: (line: string) => void, truncateTorn: boolean): Promise<{ bytes: number; endsWithGroupEnd: boolean }> {
   let fd: number;
   try {
     fd = await new Promise<number>((resolve, reject) => openCallback(file, 'r', (err, fd) => (err ? reject(err) : resolve(fd))));
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { bytes: 0 };
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { bytes: 0, endsWithGroupEnd: false };
     throw err;
   }
   const chunkSize = 16 * 1024 * 1024;
@@ -380,6 +407,13 @@ async function readRecords(file: string, items: LoadedItems, events: LoadedEvent
   let lineNo = 0;
   let torn: string | undefined;
   let zeros = false;
+  /** A group end was read: records wait for the next one before they are applied. */
+  let framed = false;
+  /** The records of the group being read (parsed, and the body after the tab). */
+  let group: Array<[unknown[], string | undefined]> = [];
+  let groupLines = 0;
+  /** The last record kept was a group end. */
+  let lastWasEnd = false;
   try {
     for (;;) {
       if (filled === buffer.length) {
@@ -409,17 +443,36 @@ async function readRecords(file: string, items: LoadedItems, events: LoadedEvent
           tab = buffer.subarray(start, end).indexOf(TAB);
           if (tab !== -1) tab += start;
         }
-        const ok =
-          tab === -1
-            ? applyRecord(buffer.toString('utf8', start, end), undefined, items, events)
-            : applyRecord(buffer.toString('utf8', start, tab), buffer.toString('utf8', tab + 1, end), items, events);
+        const line = tab === -1 ? buffer.toString('utf8', start, end) : buffer.toString('utf8', start, tab);
+        const body = tab === -1 ? undefined : buffer.toString('utf8', tab + 1, end);
+        let ok: boolean;
+        if (body === undefined && line === GROUP_END_TEXT) {
+          // The group before it is whole: its records count now.
+          for (const [r, b] of group) if (!applyRecord(r, b, items, events)) warn(`${path.basename(file)}: a record of a whole group is corrupt and was skipped`);
+          group = [];
+          groupLines = 0;
+          framed = true;
+          ok = true;
+        } else {
+          const record = parseRecord(line);
+          if (record === null) ok = false;
+          else if (framed) {
+            // Applied at its group's end, once the group is known to be whole.
+            group.push([record, body]);
+            groupLines++;
+            ok = true;
+          } else ok = applyRecord(record, body, items, events);
+        }
         if (!ok) {
           if (torn !== undefined) warn(`${path.basename(file)}: record ${lineNo - 1} is corrupt and was skipped`);
           torn = `${path.basename(file)}: record ${lineNo} is corrupt`;
         } else {
           if (torn !== undefined) warn(`${torn} and was skipped`);
           torn = undefined;
-          good = offset + end + 1;
+          if (!framed || group.length === 0) {
+            good = offset + end + 1;
+            lastWasEnd = framed;
+          }
         }
         start = end + 1;
       }
@@ -435,9 +488,23 @@ async function readRecords(file: string, items: LoadedItems, events: LoadedEvent
     await new Promise<void>((resolve) => closeCallback(fd, () => resolve()));
   }
   if (torn !== undefined) warn(`${torn}; skipped${truncateTorn ? ' and cut off' : ''}`);
+  const unfinished = groupLines > 0;
+  if (unfinished) warn(`${path.basename(file)}: the last write never finished (no group end after its ${groupLines} record(s)); none of it was acknowledged, so all of it was dropped${truncateTorn ? ' and cut off' : ''}`);
   // Zeros ahead of the data are cut off too (a crash left them): appending starts right after the last good record.
-  if (truncateTorn && (torn !== undefined || zeros)) await truncate(file, good);
-  return { bytes: good };
+  if (truncateTorn && (torn !== undefined || zeros || unfinished)) await truncate(file, good);
+  return { bytes: good, endsWithGroupEnd: lastWasEnd };
+}
+
+const GROUP_END_TEXT = GROUP_END.slice(0, -1);
+
+/** A record's fields, or null for a line that is not a JSON array. */
+function parseRecord(text: string): unknown[] | null {
+  try {
+    const record: unknown = JSON.parse(text);
+    return Array.isArray(record) ? record : null;
+  } catch {
+    return null;
+  }
 }
 
 const OPEN = 0x5b; // [
@@ -445,15 +512,8 @@ const QUOTE = 0x22; // "
 const P = 0x70; // p
 const TAB = 0x09;
 
-/** Applies one record: `text` is the whole line, or the part before the tab when a `body` follows it. */
-function applyRecord(text: string, body: string | undefined, items: LoadedItems, events: LoadedEvents): boolean {
-  let record: unknown[];
-  try {
-    record = JSON.parse(text) as unknown[];
-  } catch {
-    return false;
-  }
-  if (!Array.isArray(record)) return false;
+/** Applies one record: the fields of the line (or of the part before the tab, when a `body` follows it). */
+function applyRecord(record: unknown[], body: string | undefined, items: LoadedItems, events: LoadedEvents): boolean {
   if (record[0] === 'e' && record.length === 3 && typeof record[1] === 'number' && Array.isArray(record[2])) {
     const seq = record[1];
     if (seq > (events.mark?.seq ?? 0)) events.pending.push([seq, record[2] as TaskEvent[]]);

@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { expect } from 'chai';
 import { request } from '../support/http.js';
 import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
@@ -103,5 +104,82 @@ describe('a server whose disk fills up (decisions §6: a failed write leaves no 
       expect(fetched.json).to.deep.include({ status: 'finished', result: { done: id } });
     }
     expect((await call('POST', '/big/claim', {})).json).to.deep.equal({ ok: true, empty: true });
+  });
+});
+
+describe('a full disk under hand-ins and batches (decisions §3.8, §6)', function () {
+  this.timeout(120_000);
+  let mountPoint: string;
+  let mounted = false;
+  let server: TestServer | undefined;
+
+  before(function () {
+    mountPoint = tempDir('svcq-full-');
+    const why = mountTmpfs(mountPoint, '2m');
+    if (why !== undefined) {
+      console.log(`      skipped: cannot mount a 2 MiB tmpfs here (${why})`);
+      this.skip();
+    }
+    mounted = true;
+  });
+  after(async () => {
+    await server?.kill9();
+    if (mounted) execFileSync('umount', [mountPoint]);
+    cleanupTemp(mountPoint);
+  });
+
+  it('a claim whose hand-ins cannot be written is a 503 and the server keeps serving (with and without wait); a batch whose write was cut short is gone after kill -9, not in part', async () => {
+    server = await startServer({ root: mountPoint, args: ['--stats-interval', '3600000'] });
+    await defineQueue(server, HOST, 'hand', { access: PUBLIC_ACCESS, leaseSeconds: 600 });
+    const call = (method: string, path: string, body?: unknown) => request(server!.url, path, { method, host: HOST, body: body === undefined ? undefined : JSON.stringify(body) });
+
+    const acked: string[] = [];
+    for (let i = 0; i < 2; i++) acked.push(((await call('POST', '/hand', { i })).json as { id: string }).id);
+    const leased = (await call('POST', '/hand/claim', { worker: 'w' })).json as { id: string };
+    expect(leased.id).to.equal(acked[0]);
+
+    // Room kept aside, freed just before the batch: its write then gets part of the way.
+    const filler = `${mountPoint}/filler`;
+    execFileSync('fallocate', ['-l', '256K', filler]);
+    const pad = 'x'.repeat(8000);
+    for (let i = 0; i < 600; i++) {
+      const reply = await call('POST', '/hand', { i, pad });
+      if (reply.status !== 200) break;
+      acked.push((reply.json as { id: string }).id);
+    }
+
+    for (const wait of [0, 1]) {
+      const claim = await call('POST', '/hand/claim', { worker: 'w', wait, done: [{ id: leased.id, result: { pad } }] });
+      expect(claim.status, `wait ${wait}: ${claim.text}`).to.equal(503);
+      expect(claim.json).to.have.property('ok', false);
+      expect(server.proc.exitCode, `the server exited after a claim with wait ${wait}:\n${server.output()}`).to.equal(null);
+      expect((await call('GET', `/hand/items/${leased.id}`)).json, 'the refused hand-in took no effect').to.deep.include({ status: 'claimed' });
+    }
+
+    execFileSync('rm', [filler]);
+    const batch = Array.from({ length: 1000 }, (_, n) => ({ n, cut: 'batch-cut', pad: 'y'.repeat(1000) }));
+    const refused = await call('POST', '/hand/batch', batch);
+    expect(refused.status, refused.text).to.equal(503);
+    // kill -9 before any other write could zero what the refused batch left on disk.
+    await server.kill9();
+    const journal = readdirSync(`${mountPoint}/_svcq/store`).find((f) => f.startsWith('journal-'))!;
+    const left = readFileSync(`${mountPoint}/_svcq/store/${journal}`, 'latin1').split('batch-cut').length - 1;
+    expect(left, 'the refused batch left none of its records on disk: this test would not show anything').to.be.greaterThan(10);
+
+    execFileSync('mount', ['-o', 'remount,size=64m', mountPoint]);
+    server = await startServer({ root: mountPoint, args: ['--stats-interval', '3600000'] });
+    expect(server.output()).to.match(/never finished/);
+    const claimed: string[] = [];
+    for (;;) {
+      const claim = await call('POST', '/hand/claim', { worker: 'after', max: 100 });
+      const items = (claim.json as { items: Array<{ id: string; item: { cut?: string } }> }).items;
+      if (items.length === 0) break;
+      for (const it of items) {
+        expect(it.item.cut, 'an item of the refused batch came back').to.equal(undefined);
+        claimed.push(it.id);
+      }
+    }
+    expect(claimed.sort()).to.deep.equal(acked.filter((id) => id !== leased.id).sort());
+    expect((await call('GET', `/hand/items/${leased.id}`)).json).to.deep.include({ status: 'claimed', attempts: 1 });
   });
 });

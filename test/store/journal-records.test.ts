@@ -2,7 +2,7 @@ import { appendFileSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import { Item } from '../../src/engine/queue.js';
-import { itemRecord, Journal, updateRecord } from '../../src/store/journal.js';
+import { GROUP_END, itemRecord, Journal, updateRecord } from '../../src/store/journal.js';
 import { cleanupTemp, tempDir } from '../support/server.js';
 import { dataOf } from '../support/files.js';
 
@@ -102,7 +102,43 @@ describe('journal records of whole items (decisions §6)', () => {
     const { items, warnings } = await load(dir);
     expect([...items.keys()]).to.deep.equal(['0000000000000001']);
     expect(warnings.join('\n')).to.match(/torn/);
-    expect(dataOf(file)).to.equal(first);
-    expect(readFileSync(file, 'utf8')).to.equal(first);
+    // Cut off after the last good record; the store, opened for appending, marks a group end there (decisions §6).
+    expect(dataOf(file)).to.equal(first + GROUP_END);
+    expect(readFileSync(file, 'utf8')).to.equal(first + GROUP_END);
+  });
+
+  it('applies a group only once its group end is read: a last group whose write never finished is dropped whole and cut off, even where each of its records is complete (decisions §6, §3.8: one durable write)', async () => {
+    const file = path.join(dir, 'journal-0.jsonl');
+    const legacy = itemRecord(QUEUE_JSON, item(1, '{"before":"groups were marked"}'));
+    const whole = itemRecord(QUEUE_JSON, item(2, '{"a":2}')) + itemRecord(QUEUE_JSON, item(3, '{"a":3}'));
+    // A batch of three whose write a crash cut short after two whole records: no group end after it.
+    const cut = itemRecord(QUEUE_JSON, item(4, '{"b":4}')) + itemRecord(QUEUE_JSON, item(5, '{"b":5}')) + itemRecord(QUEUE_JSON, item(6, '{"b":6}')).slice(0, 20);
+    writeFileSync(file, legacy + GROUP_END + whole + GROUP_END + cut);
+    const { items, warnings } = await load(dir);
+    expect([...items.keys()], 'records before the first group end are read as they come; a whole group counts').to.deep.equal(['0000000000000001', '0000000000000002', '0000000000000003']);
+    expect(warnings.join('\n')).to.match(/never finished/);
+    expect(dataOf(file), 'cut off after the last group end, and a group end marked where appending goes on').to.equal(legacy + GROUP_END + whole + GROUP_END);
+
+    // The same with every record of the unfinished group complete (the write stopped just before its end).
+    writeFileSync(file, GROUP_END + whole + GROUP_END + itemRecord(QUEUE_JSON, item(4, '{"b":4}')));
+    const again = await load(dir);
+    expect([...again.items.keys()]).to.deep.equal(['0000000000000002', '0000000000000003']);
+    expect(again.warnings).to.have.length(1);
+    expect(again.warnings[0]).to.match(/no group end after its 1 record/);
+  });
+
+  it('ends every group it writes with a group end, and starts a journal it opens with one (decisions §6)', async () => {
+    const journal = new Journal({ dir, warn: () => undefined });
+    await journal.open();
+    const a = itemRecord(QUEUE_JSON, item(1, '{"a":1}'));
+    const b = itemRecord(QUEUE_JSON, item(2, '{"b":2}'));
+    await Promise.all([journal.append(a), journal.append(b)]);
+    await journal.append(updateRecord(QUEUE_JSON, item(1, '{"a":1}')));
+    await journal.close();
+    const data = readFileSync(path.join(dir, 'journal-0.jsonl'), 'utf8');
+    expect(data.startsWith(GROUP_END), data).to.equal(true);
+    expect(data.endsWith(GROUP_END), data).to.equal(true);
+    // Two appends of one turn share a group: one group end after both.
+    expect(data).to.include(a + b + GROUP_END);
   });
 });
