@@ -4,7 +4,10 @@ import path from 'node:path';
 
 /** A file written and synced under a temporary name beside its place, not yet in it. */
 export interface StagedFile {
-  /** Renames it into place and syncs the folder: a crash leaves the old bytes or the new ones. */
+  /**
+   * Renames it into place and syncs the folder: a crash leaves the old bytes or the new ones.
+   * Files staged for one place go there in the order their publish() was called.
+   */
   publish(): Promise<void>;
   /** Removes it. */
   discard(): Promise<void>;
@@ -34,19 +37,34 @@ export async function stageFile(file: string, bytes: Buffer | string): Promise<S
     await rm(tmp, { force: true });
     throw err;
   }
+  const place = async (): Promise<void> => {
+    try {
+      await rename(tmp, file);
+    } catch (err) {
+      await rm(tmp, { force: true });
+      throw err;
+    }
+    await fsyncDir(dir);
+  };
   return {
     async publish() {
+      // Renames of one file take effect in the order they were asked for: run at once, a later
+      // one could finish first and an older version would be left in place.
+      const before = publishing.get(file);
+      const mine = before ? before.then(place, place) : place();
+      publishing.set(file, mine);
       try {
-        await rename(tmp, file);
-      } catch (err) {
-        await rm(tmp, { force: true });
-        throw err;
+        await mine;
+      } finally {
+        if (publishing.get(file) === mine) publishing.delete(file);
       }
-      await fsyncDir(dir);
     },
     discard: () => rm(tmp, { force: true }),
   };
 }
+
+/** The latest rename asked for, per file, while one is under way. */
+const publishing = new Map<string, Promise<void>>();
 
 /**
  * temp file, fsync, rename, fsync of the folder: a crash leaves the old bytes or the new ones,

@@ -149,6 +149,18 @@ describe('task history and payload archive (interface §4.6, §6; decisions §5)
     expectIntegers(list.files[0]!, ['size'], 'tasks file');
   });
 
+  it('archives the latest accepted progress: many progress reports at once leave the archive holding the one the item holds (decisions §5)', async () => {
+    for (let n = 0; n < 15; n++) {
+      const id = ((await queueCall(server, '/archived', `{"n":${n}}`)).json as { id: string }).id;
+      await queueCall(server, '/archived/claim', JSON.stringify({ worker: 'racer' }));
+      const replies = await Promise.all(Array.from({ length: 8 }, (_, p) => queueCall(server, `/archived/items/${id}/progress`, `{"percent":${p}}`)));
+      for (const reply of replies) expect(reply.status, reply.text).to.equal(200);
+      const held = ((await request(server.url, `/archived/items/${id}`, { host: HOST })).json as { progress: unknown }).progress;
+      const archived = await tools(server, `tasks/payload?host=${HOST}&queue=archived&id=${id}&kind=progress`);
+      expect(JSON.parse(archived.text), `item ${n}: the archive against the item`).to.deep.equal(held);
+    }
+  });
+
   it('archives nothing for a queue without svc-queue-archivePayloads, but still records its events (interface §4.6)', async () => {
     const posted = await queueCall(server, '/plain', '{"x":1}');
     const id = (posted.json as { id: string }).id;
