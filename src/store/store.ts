@@ -172,7 +172,8 @@ export class StoreUnavailable extends Error {
   }
 }
 
-function reason(err: Error): string {
+/** What went wrong, in a few words a person can act on (a full disk, say). */
+export function reason(err: Error): string {
   switch ((err as NodeJS.ErrnoException).code) {
     case 'ENOSPC':
       return 'its disk is full';

@@ -1,7 +1,7 @@
 import { constants } from 'node:fs';
 import { open, readdir, readFile, rm, stat, truncate, mkdir, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import type { EventOutbox, OutboxEntry } from '../store/store.js';
+import { reason, StoreUnavailable, type EventOutbox, type OutboxEntry } from '../store/store.js';
 import { fsyncDir } from '../durable-files.js';
 import { AppendFile } from '../store/append-file.js';
 import { parseTaskFile, taskFileName, utcDay } from './files.js';
@@ -35,6 +35,14 @@ interface Position {
   size: number;
 }
 
+/** The history could not be brought up to date (its disk is full, say): the tools endpoints answer 503. */
+export class HistoryUnavailable extends StoreUnavailable {
+  constructor(cause: Error) {
+    super(cause, true);
+    this.message = `the task history could not be brought up to date (${reason(cause)}); try again later`;
+  }
+}
+
 export class TaskEventLog {
   private file: AppendFile | undefined;
   private positionFile: FileHandle | undefined;
@@ -52,6 +60,8 @@ export class TaskEventLog {
   private timer: NodeJS.Timeout | undefined;
   /** The chain of writes, one after another, in order. */
   private writing: Promise<void> = Promise.resolve();
+  /** Flushes told when a write fails (they answer 503 rather than wait for the disk). */
+  private failureWaiters = new Set<(err: Error) => void>();
 
   constructor(readonly dir: string) {}
 
@@ -145,15 +155,19 @@ export class TaskEventLog {
    * outbox hands them over again after a restart).
    */
   private async write(entries: OutboxEntry[]): Promise<boolean> {
+    // Entries up to `at` are in their day-files: a retry goes on from there, so entries written
+    // to one day's file before a failure in the next day's are not written again.
+    let at = 0;
     for (;;) {
       try {
-        let at = 0;
         while (at < entries.length) {
           const day = this.dayFor(entries[at]!.ts);
           let lines = '';
-          for (; at < entries.length && this.dayFor(entries[at]!.ts) === day; at++) lines += entries[at]!.lines;
+          let end = at;
+          for (; end < entries.length && this.dayFor(entries[end]!.ts) === day; end++) lines += entries[end]!.lines;
           if (day !== this.day || !this.file) await this.switchTo(day);
           await this.file!.append(lines);
+          at = end;
         }
         const seq = entries[entries.length - 1]!.seq;
         const position: Position = { seq, file: path.basename(this.file!.file), size: this.file!.size };
@@ -161,7 +175,8 @@ export class TaskEventLog {
         this.position = position;
         this.outbox?.eventsDelivered(seq);
         return true;
-      } catch {
+      } catch (err) {
+        for (const told of [...this.failureWaiters]) told(err as Error);
         if (this.closing) return false;
         await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
       }
@@ -193,10 +208,23 @@ export class TaskEventLog {
     await previous?.close();
   }
 
-  /** Writes and syncs every event made durable before the call (the outbox catches up first). */
+  /**
+   * Writes and syncs every event made durable before the call (the outbox catches up first).
+   * While the history cannot be written (a full disk), it rejects with {@link StoreUnavailable}
+   * at the next failed try (within a second) rather than wait for the disk.
+   */
   async flush(): Promise<void> {
     await this.outbox?.catchUp?.();
-    await this.drain(true);
+    let told!: (err: Error) => void;
+    const failed = new Promise<never>((_, reject) => {
+      told = (err) => reject(new HistoryUnavailable(err));
+    });
+    this.failureWaiters.add(told);
+    try {
+      await Promise.race([this.drain(true), failed]);
+    } finally {
+      this.failureWaiters.delete(told);
+    }
   }
 
   async close(): Promise<void> {

@@ -148,6 +148,13 @@ describe('a full disk under hand-ins and batches (decisions §3.8, §6)', functi
       acked.push((reply.json as { id: string }).id);
     }
 
+    // The task history cannot take the events of the last posts either: its endpoints say so, at once.
+    const started = Date.now();
+    const tasks = await request(server.url, '/api/v2/tasks', { token: server.masterToken });
+    expect(Date.now() - started, 'GET /api/v2/tasks waited for the disk').to.be.below(5000);
+    expect(tasks.status, tasks.text).to.equal(503);
+    expect((tasks.json as { error: string }).error).to.match(/task history could not be brought up to date \(its disk is full\)/);
+
     for (const wait of [0, 1]) {
       const claim = await call('POST', '/hand/claim', { worker: 'w', wait, done: [{ id: leased.id, result: { pad } }] });
       expect(claim.status, `wait ${wait}: ${claim.text}`).to.equal(503);
