@@ -1,4 +1,4 @@
-import { createWriteStream, type WriteStream } from 'node:fs';
+import { closeSync, createWriteStream, fstatSync, ftruncateSync, openSync, readSync, type WriteStream } from 'node:fs';
 import { mkdir, readdir, rename, rm, stat, utimes } from 'node:fs/promises';
 import path from 'node:path';
 import { finished } from 'node:stream/promises';
@@ -49,6 +49,8 @@ export class AccessLog implements AccessLogSink {
   /** Lines not yet handed to the stream: written together every 100 ms (or per 64 KiB), not one write per request. */
   private pending = '';
   private flushTimer: NodeJS.Timeout | undefined;
+  /** A write failed (a full disk, say): part of a line may be in the file, cut off before the next write. */
+  private torn = false;
 
   private constructor(
     private readonly options: AccessLogOptions,
@@ -99,6 +101,7 @@ export class AccessLog implements AccessLogSink {
     clearTimeout(this.flushTimer);
     this.flushTimer = undefined;
     if (this.pending === '') return;
+    if (!this.stream && this.torn) this.cutTornLine();
     this.stream ??= this.openStream();
     this.stream.write(this.pending);
     this.pending = '';
@@ -108,10 +111,40 @@ export class AccessLog implements AccessLogSink {
     const stream = createWriteStream(this.activeFile, { flags: 'a' });
     stream.on('error', (err) => {
       this.options.warn(`access log: ${err.message}`);
+      this.torn = true;
       // The next line opens a fresh stream rather than writing into a broken one.
       if (this.stream === stream) this.stream = undefined;
     });
     return stream;
+  }
+
+  /**
+   * After a failed write, cuts the active file back to its last whole line, so that the next lines
+   * do not continue half of one (decisions §5: one JSON line per request). Synchronous, and only
+   * ever after a write failed.
+   */
+  private cutTornLine(): void {
+    this.torn = false;
+    let fd: number | undefined;
+    try {
+      fd = openSync(this.activeFile, 'r+');
+      const size = fstatSync(fd).size;
+      const tail = Buffer.alloc(Math.min(size, 64 * 1024));
+      readSync(fd, tail, 0, tail.length, size - tail.length);
+      let keep = size;
+      if (tail.length > 0 && tail[tail.length - 1] !== 0x0a) {
+        const newline = tail.lastIndexOf(0x0a);
+        // A line longer than what was read back: it ends at the start of what was read.
+        keep = newline === -1 ? size - tail.length : size - tail.length + newline + 1;
+        ftruncateSync(fd, keep);
+      }
+      // Lines lost with the failed write no longer count towards the rotation.
+      this.size = keep + Buffer.byteLength(this.pending);
+    } catch (err) {
+      this.options.warn(`access log: could not cut off a line a failed write left half-written (${(err as Error).message})`);
+    } finally {
+      if (fd !== undefined) closeSync(fd);
+    }
   }
 
   private rotate(): void {

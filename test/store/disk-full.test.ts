@@ -96,6 +96,12 @@ describe('a server whose disk fills up (decisions §6: a failed write leaves no 
       expect(result.json).to.deep.equal({ ok: true, accepted: true, status: 'finished' });
     }
 
+    // The access log lost the lines it could not write, but every line it holds is whole (decisions §5).
+    await new Promise((r) => setTimeout(r, 300));
+    const lines = readFileSync(`${mountPoint}/_svcq/logs/access.log`, 'utf8').split('\n').slice(0, -1);
+    expect(lines.length).to.be.greaterThan(acked.length);
+    for (const line of lines) expect(() => JSON.parse(line), `access log line ${line}`).to.not.throw();
+
     await server.kill9();
     server = await startServer({ root: mountPoint, args: ['--stats-interval', '3600000'] });
     for (const id of acked) {

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { expect } from 'chai';
 import { readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -80,5 +81,42 @@ describe('AccessLog rotation (decisions §5)', () => {
     await log.close();
     expect(rotatedLines(dir)).to.deep.equal(['/line-7', '/line-7', '/line-7']);
     expect(readFileSync(path.join(dir, 'access.log'), 'utf8')).to.include('/line-8');
+  });
+});
+
+describe('AccessLog on a disk that fills (decisions §5, §6)', function () {
+  this.timeout(30_000);
+  let dir: string;
+  let mounted = false;
+  before(function () {
+    dir = tempDir('svcq-log-full-');
+    try {
+      execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', dir], { stdio: 'pipe' });
+      mounted = true;
+    } catch (err) {
+      console.log(`      skipped: cannot mount a 64 KiB tmpfs here (${((err as { stderr?: Buffer }).stderr?.toString() || (err as Error).message).split('\n')[0]})`);
+      this.skip();
+    }
+  });
+  after(() => {
+    if (mounted) execFileSync('umount', [dir]);
+    cleanupTemp(dir);
+  });
+
+  it('cuts off the half line a failed write left before it writes again: every line in the file is whole', async () => {
+    const warnings: string[] = [];
+    const log = await AccessLog.open({ dir, maxBytes: 1 << 30, keep: 5, warn: (w) => warnings.push(w) });
+    // More than the disk holds, in writes of 64 KiB: the one that fills it stops partway through a line.
+    for (let i = 0; i < 1500; i++) log.record(entry(i));
+    await eventually('a write refused for want of space', () => (warnings.some((w) => /ENOSPC/.test(w)) ? true : undefined));
+    const full = readFileSync(path.join(dir, 'access.log'));
+    expect(full[full.length - 1], 'the failed write did not stop mid-line: this test would show nothing').to.not.equal(0x0a);
+    execFileSync('mount', ['-o', 'remount,size=1m', dir]);
+    for (let i = 2000; i < 2010; i++) log.record(entry(i));
+    await log.close();
+    const lines = readFileSync(path.join(dir, 'access.log'), 'utf8').split('\n');
+    expect(lines.pop()).to.equal('');
+    for (const line of lines) expect(() => JSON.parse(line), line.slice(0, 200)).to.not.throw();
+    expect(lines.slice(-10).map((l) => (JSON.parse(l) as { path: string }).path)).to.deep.equal(Array.from({ length: 10 }, (_, k) => `/line-${2000 + k}`));
   });
 });
