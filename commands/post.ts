@@ -1,14 +1,17 @@
 import { Args, Flags } from '@oclif/core';
 import cliProgress from 'cli-progress';
 import { BaseCommand, UserError, hostFlag } from '../src/cli/base-command.js';
-import { parseItemArgument, parseItemsFromStdin, postBatches, postMany, type ItemInput } from '../src/cli/producer.js';
+import { ClientError } from '../src/client/client.js';
+import { parseItemArgument, parseItemsFromStdin, postBatches, postMany, postWithRetry, type ItemInput } from '../src/cli/producer.js';
 import type { PostAnswer } from '../src/protocol.js';
 
 export default class Post extends BaseCommand<typeof Post> {
   static override summary = 'Post an item to a queue and print its id and status.';
   static override description = `The item is a JSON object given as the argument, or read from stdin ("-", or no argument with piped input).
-Stdin may hold one object or JSON lines (one object per line): each line is posted as an item, and nothing is posted unless every line parses. JSON lines go in batches of up to 1,000 items per request.
-With --idempotency-key a repeated post returns the first item instead of creating another; with JSON lines, line N uses KEY:N (those lines are posted one request each, so that the keys stay KEY:N).`;
+Stdin may hold one object or JSON lines (one object per line): each line is posted as an item, and nothing is posted unless every line parses. JSON lines go in batches of up to 1,000 items per request; a batch whose answer was lost is sent again without creating its items twice.
+With --idempotency-key a repeated post returns the first item instead of creating another; with JSON lines of two or more items, line N uses KEY:N (those lines are posted one request each, so that the keys stay KEY:N), and a single object uses KEY itself.
+Without a key, a single post whose answer was lost is not sent again (it may have been created); with one, it is.
+If the server cannot be reached partway through, the items already posted are printed, the rest are reported as not posted, and the exit code is 1.`;
   static override examples = [
     `<%= config.bin %> post public-echo '{"text":"hello"}' --host jobs.example.com`,
     `<%= config.bin %> post thumbnails - --host jobs.example.com --token $ALICE_TOKEN < items.jsonl`,
@@ -26,12 +29,26 @@ With --idempotency-key a repeated post returns the first item instead of creatin
 
   async run(): Promise<PostAnswer | undefined> {
     const { args } = await this.parse(Post);
+    const key = this.flags['idempotency-key'];
+    if (key !== undefined && !/^[\x20-\x7e]{1,200}$/.test(key)) throw new UserError('--idempotency-key must be 1 to 200 printable ASCII characters');
     const items = await readItems(args.item);
+    if (key !== undefined && items.length > 1) {
+      const longest = `${key}:${Math.max(...items.map((i, n) => i.line ?? n + 1))}`;
+      if (longest.length > 200) throw new UserError(`--idempotency-key is too long for ${items.length} lines: "${longest.slice(0, 40)}…" (KEY:N) would pass the 200 characters a key may have`);
+    }
     const client = this.client({ host: this.flags.host });
     const json = this.jsonEnabled();
 
     if (items.length === 1) {
-      const result = await client.post(args.queue, items[0]!.json, this.flags['idempotency-key']);
+      let result;
+      try {
+        result = await postWithRetry(client, args.queue, items[0]!.json, key);
+      } catch (err) {
+        if (err instanceof ClientError && err.sent && err.status === undefined && key === undefined) {
+          throw new UserError(`${err.message}; the post went out but no answer came back, so the item may have been created: post with --idempotency-key to make a retry safe`, 1);
+        }
+        throw err;
+      }
       this.log(`${result.id} ${result.status}`);
       return result;
     }
@@ -43,7 +60,6 @@ With --idempotency-key a repeated post returns the first item instead of creatin
     bar?.start(items.length, 0);
     let outcomes;
     try {
-      const key = this.flags['idempotency-key'];
       outcomes =
         key === undefined
           ? await postBatches(client, args.queue, items, { onDone: (n) => bar?.update(n) })
@@ -53,15 +69,26 @@ With --idempotency-key a repeated post returns the first item instead of creatin
     }
 
     let rejected = 0;
+    const notPosted: ItemInput[] = [];
+    let why = '';
     for (const outcome of outcomes) {
       if ('result' in outcome) {
         if (json) process.stdout.write(`${JSON.stringify(outcome.result)}\n`);
         else this.log(`${outcome.result.id} ${outcome.result.status}`);
       } else {
         rejected++;
-        if (json) process.stdout.write(`${JSON.stringify({ ok: false, source: outcome.input.source, error: outcome.error })}\n`);
-        process.stderr.write(`svcq: ${outcome.input.source}: ${outcome.error}\n`);
+        if (json) process.stdout.write(`${JSON.stringify({ ok: false, source: outcome.input.source, error: outcome.error, ...(outcome.notPosted ? { posted: false } : {}) })}\n`);
+        if (outcome.notPosted) {
+          notPosted.push(outcome.input);
+          why = outcome.error;
+        } else process.stderr.write(`svcq: ${outcome.input.source}: ${outcome.error}\n`);
       }
+    }
+    // Items never sent (the server went away) are summed up in one line, not one per item.
+    if (notPosted.length > 0) {
+      const first = notPosted[0]!.source;
+      const last = notPosted[notPosted.length - 1]!.source;
+      process.stderr.write(`svcq: ${notPosted.length} item(s) not posted (${first === last ? first : `${first} to ${last}`}): ${why}\n`);
     }
     if (rejected > 0) {
       // The outcome lines may still be on their way down a pipe: the exit that follows must not cut them (or the summary) off.

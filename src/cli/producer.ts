@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { SvcqClient } from '../client/client.js';
 import type { PostAnswer, StatusAnswer } from '../protocol.js';
 import { ClientError } from '../client/client.js';
@@ -63,7 +64,8 @@ function describe(value: unknown): string {
   return `a ${typeof value}`;
 }
 
-export type PostOutcome = { input: ItemInput; result: PostAnswer } | { input: ItemInput; error: string };
+/** What became of one item: posted, refused by the server (`error`), or never sent (`notPosted`: the server could not be reached, say). */
+export type PostOutcome = { input: ItemInput; result: PostAnswer } | { input: ItemInput; error: string; notPosted?: true };
 
 /**
  * Posts many items, `parallel` at a time, and returns the outcomes in input order. A rejected
@@ -78,8 +80,9 @@ export async function postMany(
   const outcomes: PostOutcome[] = new Array(items.length);
   let next = 0;
   let count = 0;
+  let stopped: string | undefined;
   const lane = async (): Promise<void> => {
-    while (next < items.length) {
+    while (next < items.length && stopped === undefined) {
       const index = next++;
       const input = items[index]!;
       // One key per item: the same key on every line would collapse them into the first.
@@ -87,14 +90,19 @@ export async function postMany(
       try {
         outcomes[index] = { input, result: await postWithRetry(client, queue, input.json, key) };
       } catch (err) {
-        // Wrong address, token or queue, or no server at all: every other item would fail the same way.
-        if (err instanceof ClientError && (err.code === 'wall' || err.code === 'unreachable' || err.code === 'timeout' || err.code === 'aborted')) throw err;
-        outcomes[index] = { input, error: err instanceof Error ? err.message : String(err) };
+        const message = err instanceof Error ? err.message : String(err);
+        // Wrong address, token or queue, or no server at all: every other item would fail the same
+        // way. The posts under way finish; the rest are not sent.
+        if (err instanceof ClientError && (err.code === 'wall' || err.code === 'unreachable' || err.code === 'timeout' || err.code === 'aborted')) {
+          stopped ??= message;
+          outcomes[index] = { input, error: message, notPosted: true };
+        } else outcomes[index] = { input, error: message };
       }
       options.onDone?.(++count);
     }
   };
   await Promise.all(Array.from({ length: Math.min(options.parallel ?? 8, items.length) }, lane));
+  for (let n = 0; n < items.length; n++) outcomes[n] ??= { input: items[n]!, error: stopped!, notPosted: true };
   return outcomes;
 }
 
@@ -102,31 +110,49 @@ export async function postMany(
 const BATCH_ITEMS = 1000;
 const BATCH_BYTES = 8 * 1024 * 1024;
 
+/** Tries of one batch at most, with backoff between them (about 12 s in all). */
+const BATCH_TRIES = 8;
+
 /**
  * Posts many items in batches (decisions §3.8: up to 1,000 items per request, one durable write
  * each), two batches at a time, and returns the outcomes in input order. A rejected item does not
- * stop the others. A batch is retried only when the server could not be reached before it was
- * sent: once sent, a retry could create its items twice.
+ * stop the others. Each batch carries an idempotency key of its own, so a batch whose answer was
+ * lost (a connection reset, a server restarting, a 503) is sent again safely: the server answers
+ * the items it already created instead of creating them twice. A batch that still fails stops the
+ * ones not yet sent; those in flight finish, and every item not posted has an outcome saying why.
  */
 export async function postBatches(client: SvcqClient, queue: string, items: ItemInput[], options: { parallel?: number; onDone?: (count: number) => void } = {}): Promise<PostOutcome[]> {
   const batches: Array<{ from: number; to: number }> = [];
   for (let from = 0; from < items.length; ) {
     let to = from;
     let bytes = 0;
-    while (to < items.length && to - from < BATCH_ITEMS && (to === from || bytes + items[to]!.json.length <= BATCH_BYTES)) bytes += items[to++]!.json.length;
+    // Counted in bytes, as the server counts its 16 MiB.
+    const size = (n: number): number => Buffer.byteLength(items[n]!.json) + 1;
+    while (to < items.length && to - from < BATCH_ITEMS && (to === from || bytes + size(to) <= BATCH_BYTES)) bytes += size(to++);
     batches.push({ from, to });
     from = to;
   }
+  const run = randomBytes(8).toString('hex');
   const outcomes: PostOutcome[] = new Array(items.length);
   let next = 0;
   let count = 0;
+  let stopped: string | undefined;
   const lane = async (): Promise<void> => {
-    while (next < batches.length) {
-      const { from, to } = batches[next++]!;
+    while (next < batches.length && stopped === undefined) {
+      const b = next++;
+      const { from, to } = batches[b]!;
       const slice = items.slice(from, to);
-      const answer = await retrying(() => client.postBatch(queue, slice.map((i) => i.json)), {
-        retryable: (err, attempt) => isTransient(err) && attempt < 4 && (err as ClientError).status === undefined && (err as ClientError).code === 'unreachable',
-      });
+      let answer;
+      try {
+        answer = await retrying(() => client.postBatch(queue, slice.map((i) => i.json), `svcq-post-${run}-${b}`), {
+          retryable: (err, attempt) => isTransient(err) && attempt < BATCH_TRIES - 1,
+        });
+      } catch (err) {
+        // Wrong address, token or queue, or a server that stays away: the batches after it would fail the same way.
+        stopped = err instanceof Error ? err.message : String(err);
+        for (let n = from; n < to; n++) outcomes[n] = { input: items[n]!, error: stopped, notPosted: true };
+        break;
+      }
       answer.items.forEach((entry, n) => {
         const input = slice[n]!;
         outcomes[from + n] = entry.ok ? { input, result: { ok: true, id: entry.id, status: entry.status } } : { input, error: entry.errors.map((e) => (e.path ? `${e.path}: ${e.message}` : e.message)).join('; ') };
@@ -136,13 +162,19 @@ export async function postBatches(client: SvcqClient, queue: string, items: Item
     }
   };
   await Promise.all(Array.from({ length: Math.min(options.parallel ?? 2, batches.length) }, lane));
+  for (let n = 0; n < items.length; n++) outcomes[n] ??= { input: items[n]!, error: stopped!, notPosted: true };
   return outcomes;
 }
 
-function postWithRetry(client: SvcqClient, queue: string, json: string, key: string | undefined): Promise<PostAnswer> {
+/**
+ * One post, retried a few times while the server cannot be reached or answers 503 (which changed
+ * nothing: decisions §6). Without a key a post is sent again only when it surely was not acted on:
+ * it never went out whole, or the server refused it with 503 or 429. One that went out and got no
+ * answer may have been created, and a retry could create it twice.
+ */
+export function postWithRetry(client: SvcqClient, queue: string, json: string, key: string | undefined): Promise<PostAnswer> {
   return retrying(() => client.post(queue, json, key), {
-    // Without a key a retried post may create the item twice, so only unreachable servers are retried then.
-    retryable: (err, attempt) => isTransient(err) && attempt < 4 && (key !== undefined || (err as ClientError).status === undefined),
+    retryable: (err, attempt) => isTransient(err) && attempt < 4 && (key !== undefined || !(err as ClientError).sent || (err as ClientError).status === 503 || (err as ClientError).status === 429),
   });
 }
 

@@ -5,6 +5,9 @@ import type { BatchAnswer, ClaimAnswer, ClaimManyAnswer, ClaimRequest, PostAnswe
 
 export const CLIENT_API = 2;
 
+/** How long a post waits for its answer (a batch twice as long) before it counts as a `timeout`. */
+export const POST_TIMEOUT_MS = 60_000;
+
 export interface ClientOptions {
   /** Base URL of the server, e.g. http://127.0.0.1:8080 */
   url: string;
@@ -36,16 +39,23 @@ export class ClientError extends Error {
   readonly body?: unknown;
   /** true for failures worth retrying: the server could not be reached, or answered 5xx */
   readonly transient: boolean;
+  /**
+   * For a request that got no answer: true when it had gone out whole before the connection failed
+   * or the time ran out, so the server may have acted on it (a retry could apply it twice); false
+   * when it never did (the server cannot have acted on it).
+   */
+  readonly sent: boolean;
 
   constructor(
     message: string,
     readonly code: ClientErrorCode,
-    details: { status?: number; body?: unknown; transient?: boolean } = {},
+    details: { status?: number; body?: unknown; transient?: boolean; sent?: boolean } = {},
   ) {
     super(message);
     this.status = details.status;
     this.body = details.body;
     this.transient = details.transient ?? false;
+    this.sent = details.sent ?? details.status !== undefined;
   }
 }
 
@@ -68,8 +78,10 @@ const NETWORK_ERRORS: Record<string, string> = {
 };
 
 // No cap on sockets: a worker holds one per slot in a long-poll claim, and a heartbeat queued
-// behind those would let its lease run out.
-const agent = new http.Agent({ keepAlive: true });
+// behind those would let its lease run out. An idle connection is closed after 4 s, well before
+// a server (svcq's own keeps them 65 s) or a proxy in front of it would: a request is never sent
+// into a connection the other end is closing, which would leave its fate unknown.
+const agent = new http.Agent({ keepAlive: true, timeout: 4000 });
 
 /**
  * The one HTTP client every command uses. It pins `/api/v2` for management and tools, sends the
@@ -104,6 +116,8 @@ export class SvcqClient {
     const { signal } = opts;
     return new Promise((resolve, reject) => {
       let why: 'timeout' | 'aborted' | undefined;
+      // Set once the whole request was handed to the connection: from then on the server may act on it.
+      let sent = false;
       const req = http.request(
         { protocol: 'http:', hostname: this.base.hostname, port: this.base.port || 80, method, path: `${this.base.pathname.replace(/\/$/, '')}${path}`, headers, agent },
         (res) => {
@@ -111,7 +125,7 @@ export class SvcqClient {
           const chunks: Buffer[] = [];
           res.on('data', (c: Buffer) => chunks.push(c));
           res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
-          res.on('error', (err) => reject(this.unreachable(err, why)));
+          res.on('error', (err) => reject(this.unreachable(err, why, true)));
         },
       );
       const onAbort = (): void => {
@@ -124,9 +138,10 @@ export class SvcqClient {
           req.destroy(new Error(`no answer within ${Math.round(opts.timeoutMs! / 1000)} s`));
         });
       }
+      req.on('finish', () => (sent = true));
       req.on('error', (err) => {
         signal?.removeEventListener('abort', onAbort);
-        reject(this.unreachable(err, why));
+        reject(this.unreachable(err, why, sent));
       });
       req.end(opts.body);
       if (signal?.aborted) onAbort();
@@ -134,10 +149,10 @@ export class SvcqClient {
     });
   }
 
-  private unreachable(err: Error, why?: 'timeout' | 'aborted'): ClientError {
+  private unreachable(err: Error, why: 'timeout' | 'aborted' | undefined, sent: boolean): ClientError {
     const code = (err as NodeJS.ErrnoException).code;
     const words = (code && NETWORK_ERRORS[code]) ?? code ?? err.message;
-    return new ClientError(`cannot reach ${this.options.url} (${words})`, why ?? 'unreachable', { transient: true });
+    return new ClientError(`cannot reach ${this.options.url} (${words})`, why ?? 'unreachable', { transient: true, sent });
   }
 
   /** Sends a request and parses a JSON answer, turning error statuses into ClientErrors. */
@@ -185,8 +200,9 @@ export class SvcqClient {
   }
 
   // --- queues (user token or public, Host header) ---
+  /** A server silent for {@link POST_TIMEOUT_MS} counts as unreachable (a `timeout`, which may have been posted). */
   post(queue: string, item: string, idempotencyKey?: string): Promise<PostAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}`, { body: item, queueHost: true, headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : {} });
+    return this.json('POST', `/${encodeURIComponent(queue)}`, { body: item, queueHost: true, headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : {}, timeoutMs: POST_TIMEOUT_MS });
   }
   /** With `waitSeconds`, a server silent for 15 s past the wait counts as unreachable (a transient failure). */
   item(queue: string, id: string, waitSeconds = 0): Promise<StatusAnswer> {
@@ -216,7 +232,7 @@ export class SvcqClient {
    * §3.8); with `idempotencyKey` K, item n carries the key `K:n`. One answer per item, in order.
    */
   postBatch(queue: string, items: readonly string[], idempotencyKey?: string): Promise<BatchAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}/batch`, { body: `[${items.join(',')}]`, queueHost: true, headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : {} });
+    return this.json('POST', `/${encodeURIComponent(queue)}/batch`, { body: `[${items.join(',')}]`, queueHost: true, headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : {}, timeoutMs: POST_TIMEOUT_MS * 2 });
   }
   /** `opts.timeoutMs` bounds a silent server (a transient failure, retried by the worker); `opts.signal` abandons the call. */
   submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: string, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<SubmissionAnswer> {

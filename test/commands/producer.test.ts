@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { expect } from 'chai';
 import { runCli, type CliResult } from '../support/cli.js';
 import { request } from '../support/http.js';
+import { faultProxy } from '../support/fault-proxy.js';
 import { BIN, serverForSuite } from '../support/server.js';
 import { HOST, defineQueue, getItem, postItem, queueName } from '../worker/support.js';
 
@@ -115,6 +116,79 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
     expect((third.json as { id: string }).id).to.equal(ids[1]);
     const again = await cli(['post', queue, '-', '--idempotency-key', 'k', '--json'], input);
     expect(again.stdout.trim().split('\n').map((l) => (JSON.parse(l) as { id: string }).id)).to.deep.equal(ids);
+  });
+
+  it('a batch whose answer is lost (the server created its items, the connection broke) is sent again without creating any item twice (decisions §3.5, §3.8)', async () => {
+    const queue = queueName('lost-batch');
+    await defineQueue(server, queue);
+    const proxy = await faultProxy(server.url, new RegExp(`^POST /${queue}/batch `));
+    try {
+      proxy.dropAnswers = 1;
+      const run = await runCli(['post', queue, '-', '--url', proxy.url, '--host', HOST, '--json'], { input: '{"n":1}\n{"n":2}\n{"n":3}\n' });
+      expect(run.code, run.stderr).to.equal(0);
+      expect(proxy.matched, 'the batch was sent twice').to.equal(2);
+      const ids = lines(run.stdout).map((r) => (r as { id: string }).id);
+      expect(new Set(ids).size).to.equal(3);
+      const counts = await request(server.url, `/api/v2/queues/${HOST}/${queue}`, { token: server.masterToken });
+      expect((counts.json as { counts: { pending: number } }).counts.pending, 'items created').to.equal(3);
+    } finally {
+      proxy.close();
+    }
+  });
+
+  it('a single post without a key whose answer is lost is not sent again: one sentence says it may have been created, exit 1; with a key it is sent again (decisions §3.5)', async () => {
+    const queue = queueName('lost-post');
+    await defineQueue(server, queue);
+    const proxy = await faultProxy(server.url, new RegExp(`^POST /${queue} `));
+    try {
+      proxy.dropAnswers = 1;
+      const run = await runCli(['post', queue, '{"n":1}', '--url', proxy.url, '--host', HOST]);
+      expect(run.code).to.equal(1);
+      expect(run.stderr).to.match(/may have been created: post with --idempotency-key/);
+      expect(proxy.matched, 'a post without a key was sent again').to.equal(1);
+      proxy.dropAnswers = 1;
+      const keyed = await runCli(['post', queue, '{"n":2}', '--url', proxy.url, '--host', HOST, '--idempotency-key', 'lost-1']);
+      expect(keyed.code, keyed.stderr).to.equal(0);
+      expect(proxy.matched).to.equal(3);
+      const counts = await request(server.url, `/api/v2/queues/${HOST}/${queue}`, { token: server.masterToken });
+      expect((counts.json as { counts: { pending: number } }).counts.pending, 'one item per post').to.equal(2);
+    } finally {
+      proxy.close();
+    }
+  });
+
+  it('when the server goes away partway through JSON lines, what was posted is printed, the rest is summed up as not posted, exit 1', async () => {
+    const queue = queueName('gone');
+    await defineQueue(server, queue);
+    const proxy = await faultProxy(server.url, new RegExp(`^POST /${queue}/batch `));
+    try {
+      const input = Array.from({ length: 3000 }, (_, n) => JSON.stringify({ n })).join('\n');
+      // Two batches get through; then the server is gone: the third never reaches it.
+      proxy.passOnly = 2;
+      const run = await runCli(['post', queue, '-', '--url', proxy.url, '--host', HOST], { input });
+      expect(run.code).to.equal(1);
+      const posted = run.stdout.trim().split('\n').filter(Boolean);
+      const counts = await request(server.url, `/api/v2/queues/${HOST}/${queue}`, { token: server.masterToken });
+      const created = (counts.json as { counts: { pending: number } }).counts.pending;
+      expect(created).to.equal(2000);
+      expect(posted, 'every item created is printed').to.have.length(created);
+      expect(run.stderr).to.include('svcq: 1000 item(s) not posted (line 2001 of stdin to line 3000 of stdin): cannot reach');
+    } finally {
+      proxy.close();
+    }
+  });
+
+  it('refuses an empty or too long --idempotency-key before posting anything, exit 2', async () => {
+    const queue = queueName('badkey');
+    await defineQueue(server, queue);
+    const empty = await cli(['post', queue, '{"n":1}', '--idempotency-key', '']);
+    expect(empty.code).to.equal(2);
+    expect(empty.stderr).to.match(/--idempotency-key must be 1 to 200 printable ASCII characters/);
+    const long = await cli(['post', queue, '-', '--idempotency-key', 'k'.repeat(199)], '{"n":1}\n{"n":2}\n');
+    expect(long.code).to.equal(2);
+    expect(long.stderr).to.match(/too long for 2 lines/);
+    const counts = await request(server.url, `/api/v2/queues/${HOST}/${queue}`, { token: server.masterToken });
+    expect((counts.json as { counts: { pending: number } }).counts.pending).to.equal(0);
   });
 
   it('item --wait long-polls until the item is terminal and prints its record (decisions §3.6)', async () => {

@@ -1,0 +1,71 @@
+import net from 'node:net';
+
+/**
+ * A TCP proxy in front of a server that loses answers on cue, as a network or a dying server
+ * does. Requests whose first line matches `match` (e.g. `POST /q/batch`) are counted; while
+ * `dropAnswers` is above 0, each such request goes through to the server, and when the server's
+ * answer starts coming back the client's connection is reset instead (the server has acted, the
+ * client never hears). Matching requests past the first `passOnly` are never forwarded: their
+ * connection is reset (the server has gone away, and never saw them).
+ */
+export interface FaultProxy {
+  url: string;
+  /** Answers to lose from now on (counted down). */
+  dropAnswers: number;
+  /** Matching requests forwarded at most; later ones get a reset and never reach the server. */
+  passOnly: number;
+  /** Requests matching `match` seen so far. */
+  matched: number;
+  close(): void;
+}
+
+export async function faultProxy(serverUrl: string, match: RegExp): Promise<FaultProxy> {
+  const target = new URL(serverUrl);
+  const sockets = new Set<net.Socket>();
+  const state: FaultProxy = {
+    url: '',
+    dropAnswers: 0,
+    passOnly: Infinity,
+    matched: 0,
+    close: () => {
+      for (const s of sockets) s.destroy();
+      proxy.close();
+    },
+  };
+  const proxy = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port), target.hostname);
+    let dropNext = false;
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on('error', () => undefined).on('close', () => (sockets.delete(s), client.destroy(), upstream.destroy()));
+    }
+    client.on('data', (chunk: Buffer) => {
+      const line = chunk.subarray(0, Math.min(chunk.length, 300)).toString('latin1').split('\r\n')[0]!;
+      if (match.test(line)) {
+        state.matched++;
+        if (state.matched > state.passOnly) {
+          client.resetAndDestroy();
+          upstream.destroy();
+          return;
+        }
+        if (state.dropAnswers > 0) {
+          state.dropAnswers--;
+          dropNext = true;
+        }
+      }
+      upstream.write(chunk);
+    });
+    upstream.on('data', (chunk: Buffer) => {
+      if (dropNext) {
+        dropNext = false;
+        client.resetAndDestroy();
+        upstream.destroy();
+        return;
+      }
+      client.write(chunk);
+    });
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+  state.url = `http://127.0.0.1:${(proxy.address() as net.AddressInfo).port}`;
+  return state;
+}
