@@ -54,9 +54,20 @@ type FromObjectSchema<S extends { properties: object }> = { -readonly [K in keyo
 export type ClaimRequest = FromObjectSchema<typeof CLAIM_REQUEST_SCHEMA>;
 
 /** The answer to a claim: nothing to do, or the item, leased to the worker until `lease.until` (ms). */
-export type ClaimAnswer =
+export type ClaimAnswer = (
   | { ok: true; empty: true; done?: DoneAnswer[] }
-  | { ok: true; empty?: undefined; id: string; item: Record<string, unknown>; itemText?: string; attempts: number; lease: { worker: string; until: number }; done?: DoneAnswer[] };
+  | { ok: true; empty?: undefined; id: string; item: Record<string, unknown>; itemText?: string; attempts: number; lease: { worker: string; until: number }; done?: DoneAnswer[] }
+) &
+  ServerClock;
+
+/**
+ * Filled in by the client library from the answer's `Date` header: how far the server's clock is
+ * ahead of this machine's, in ms, when that is more than the header's one-second resolution can
+ * blur (0 otherwise). A lease's `until` is on the server's clock.
+ */
+export interface ServerClock {
+  clockOffsetMs?: number;
+}
 
 /** A claimed item as a claim with `max` lists it. */
 export interface ClaimedItem {
@@ -76,7 +87,7 @@ export interface ClaimedItem {
 export type DoneAnswer = { id: string; ok: true; accepted: boolean; status: string } | { id: string; ok: false; error: string };
 
 /** The answer to a claim with `max`: up to `max` items, oldest first (`done` when hand-ins were sent). */
-export interface ClaimManyAnswer {
+export interface ClaimManyAnswer extends ServerClock {
   ok: true;
   items: ClaimedItem[];
   done?: DoneAnswer[];

@@ -221,6 +221,7 @@ export class SvcqClient {
     const { handIns, ...rest } = opts;
     const res = await this.request('POST', `/${encodeURIComponent(queue)}/claim`, { body: claimBody(body, handIns), queueHost: true, ...rest });
     const answer = this.parse<ClaimAnswer | ClaimManyAnswer>(res);
+    answer.clockOffsetMs = clockOffset(res.headers.date);
     // Each item also as the exact text the server sent (interface §2.1).
     const texts = claimedItemTexts(res.body.toString('utf8'));
     if ('items' in answer) answer.items.forEach((item, n) => (item.itemText = texts[n]));
@@ -285,6 +286,18 @@ export function claimedItemTexts(text: string): Array<string | undefined> {
     const item = text[el.start] === '{' ? objectMembers(text, el.start).get('item') : undefined;
     return item ? text.slice(item.start, item.end) : undefined;
   });
+}
+
+/**
+ * How far the server's clock (its `Date` header, whole seconds) is ahead of this machine's, in ms;
+ * 0 when within the 2 s the header's resolution and the trip can account for.
+ */
+export function clockOffset(date: string | undefined, now = Date.now()): number {
+  const at = date === undefined ? NaN : Date.parse(date);
+  if (Number.isNaN(at)) return 0;
+  // The header drops the milliseconds: the server's clock read somewhere in [at, at + 1000).
+  const offset = at + 500 - now;
+  return Math.abs(offset) > 2000 ? offset : 0;
 }
 
 /** The wall's sentence (decisions §1.2). */

@@ -4,6 +4,7 @@ import { backoffMs, errorMessage, FailureReport, isTransient, retrying, sleep } 
 import { tally, type WorkerEvent, type WorkerSink } from './events.js';
 import { setMaxListeners } from 'node:events';
 import { Job, MAX_STDOUT_CHARS, resultRecord, type JobOutcome } from './job.js';
+import { nestedDeeperThan } from '../json-text.js';
 
 export interface WorkerOptions {
   queue: string;
@@ -39,6 +40,8 @@ interface ClaimedItem {
   itemText?: string;
   attempts: number;
   lease: { until: number };
+  /** The server's clock minus this machine's when it was claimed (see ServerClock). */
+  clockOffsetMs?: number;
 }
 
 /** A result or error waiting to go out with the next claim. */
@@ -47,6 +50,7 @@ interface HandIn {
   kind: 'result' | 'error';
   /** The record as JSON text (an object). */
   record: string;
+  bytes: number;
   queuedAt: number;
   /** Reports what the server said (undefined: it could not be delivered). */
   settle: (answer: SubmissionAnswer | undefined) => void;
@@ -73,8 +77,12 @@ const EMPTY_BACKOFF_CAP_MS = 2000;
 const CLAIM_SETTLE_MS = 1000;
 /** How often a command killed before it could start (see {@link Job}) is started again. */
 const MAX_RESTARTS = 5;
-/** A record larger than this is submitted on its own rather than handed in with a claim (a claim's body is bounded). */
-const HAND_IN_MAX_CHARS = 64 * 1024;
+/** A record larger than this (in bytes) is submitted on its own rather than handed in with a claim (a claim's body is bounded). */
+const HAND_IN_MAX_BYTES = 64 * 1024;
+/** Most bytes of records one claim carries: well inside the server's 1 MiB body. */
+const HAND_INS_MAX_BYTES = 512 * 1024;
+/** A record nested deeper than this goes on its own: the server refuses a claim nested past 64 levels. */
+const HAND_IN_MAX_DEPTH = 48;
 /** Hand-ins that waited this long for a claim to carry them are submitted on their own. */
 const HAND_IN_MAX_WAIT_MS = 1000;
 /** Most hand-ins one claim carries (decisions §3.8). */
@@ -129,6 +137,7 @@ export class Worker {
   private jobMs = 0;
   /** The lease a claim gave, in ms (for how far ahead to claim). */
   private leaseMs = 0;
+  private readonly startedAt = Date.now();
 
   constructor(
     private readonly client: SvcqClient,
@@ -162,6 +171,8 @@ export class Worker {
     } finally {
       clearInterval(flusher);
     }
+    // Items a last claim brought ahead of a stop are not started either.
+    this.leaveReady('the worker is stopping');
     // Whatever was not handed in goes now, on its own.
     await this.flushHandIns();
     this.sink.event({ event: 'stopped', done: this.done, failed: this.failed, cancelled: this.cancelled });
@@ -169,11 +180,16 @@ export class Worker {
     return this.exitCode;
   }
 
-  /** First signal: claim nothing new, let running commands finish and deliver. */
+  /**
+   * First signal: claim nothing new, let running commands finish and deliver. Items claimed ahead
+   * and not started are not started: their leases run out and the server hands them out again
+   * (so that a stop ends once the running commands do, whatever was prefetched).
+   */
   stop(): void {
     if (this.stopping) return;
     this.stopping = true;
     this.sink.event({ event: 'stopping', running: this.running.size, force: false });
+    this.leaveReady('the worker is stopping');
     this.claims.abort();
     // A claim the server is still committing cannot be taken back by hanging up: the item would
     // stay leased to a worker that never heard of it. A claim only the server's long poll still
@@ -209,16 +225,15 @@ export class Worker {
     // `once` waits as long as one claim would, even when the server answers before that.
     const onceUntil = Date.now() + this.options.waitSeconds * 1000;
     for (;;) {
-      // Items claimed ahead are ours: they run, also after the first signal.
-      let next = this.ready.shift();
+      // Items claimed ahead wait here; after the first signal none is started (see stop).
+      let next = this.stopping ? undefined : this.takeReady();
       if (!next) {
         if (this.stopping) break;
         await this.deliveriesSettled();
         if (this.stopping) break;
         const claim = await this.claim();
         if (claim === 'stop') {
-          next = this.ready.shift();
-          if (!next) break;
+          break;
         } else if (claim === 'empty' || claim === 'empty-early') {
           if (this.options.once && (claim === 'empty' || Date.now() >= onceUntil)) {
             this.sink.event({ event: 'empty' });
@@ -238,7 +253,7 @@ export class Worker {
         }
       }
       early = 0;
-      const ok = await this.handle(next.id, next.item, next.itemText, next.attempts, next.lease.until);
+      const ok = await this.handle(next);
       if (this.options.once) {
         if (!ok) this.exitCode = EXIT.failed;
         break;
@@ -254,8 +269,9 @@ export class Worker {
     const prefetch = this.options.once ? 1 : Math.min(100, Math.max(1, this.options.prefetch ?? 1));
     if (prefetch === 1) return 1;
     const concurrency = Math.max(1, this.options.concurrency);
-    // Before a job has ended the pace is unknown: no more than one per slot.
-    const startable = this.jobMs > 0 && this.leaseMs > 0 ? Math.floor((concurrency * this.leaseMs) / 2 / this.jobMs) : concurrency;
+    // Before a job has ended the pace is unknown: each slot claims its own item, none ahead.
+    if (this.jobMs <= 0 || this.leaseMs <= 0) return 1;
+    const startable = Math.floor((concurrency * this.leaseMs) / 2 / this.jobMs);
     return Math.max(1, Math.min(prefetch, startable - this.ready.length));
   }
 
@@ -268,13 +284,15 @@ export class Worker {
     const { queue, worker, criteria, waitSeconds } = this.options;
     const max = this.claimSize();
     const prefetching = !this.options.once && (this.options.prefetch ?? 1) > 1;
-    const carried = this.handIns.splice(0, HAND_INS_PER_CLAIM);
+    const carried = this.takeHandIns();
     let sentAt = 0;
+    // `--once` waits for the server no longer than its claim would have waited for an item.
+    const giveUpAfterMs = this.options.once ? Math.max(0, waitSeconds * 1000 - (Date.now() - this.startedAt)) : undefined;
     try {
       const res = await retrying(
         async () => {
-          // Hand-ins carried are delivered with this claim, also when it is the last one.
-          if (this.stopping && carried.length === 0) return 'stop' as const;
+          // A stopping worker claims nothing more: what it carries goes on its own (below).
+          if (this.stopping) return 'stop' as const;
           const controller = new AbortController();
           sentAt = Date.now();
           this.claimsInFlight.set(controller, sentAt);
@@ -286,34 +304,94 @@ export class Worker {
             .finally(() => this.claimsInFlight.delete(controller));
         },
         {
-          retryable: (err) => (!this.stopping || carried.length > 0) && isTransient(err),
+          retryable: (err) => !this.stopping && isTransient(err),
           onFailure: ({ error, attempt, delayMs }) => {
             this.failing();
+            // A claim that went out and got no answer may have applied what it carried: errors are not sent again.
+            if (error instanceof ClientError && error.sent && error.status === undefined) this.dropUnknownErrors(carried, error);
             this.sink.event({ event: 'retry', what: 'claim', attempt, delayMs, message: errorMessage(error) });
           },
-          // The third signal gives up on hand-ins still being retried, as on any delivery.
-          signal: carried.length > 0 ? this.abandon.signal : this.claims.signal,
+          signal: this.claims.signal,
+          giveUpAfterMs,
         },
       );
-      if (res === 'stop') return 'stop';
+      if (res === 'stop') {
+        // Hand-ins a claim carried go on their own now, without claiming anything.
+        await this.deliverCarried(carried);
+        return 'stop';
+      }
       this.answered();
       const answers = (res as { done?: DoneAnswer[] }).done ?? [];
       carried.forEach((h, n) => this.settleHandIn(h, answers[n]));
       const items: ClaimedItem[] = 'items' in res ? (res.items as ClaimedItem[]) : res.empty ? [] : [res];
-      if (items.length > 0) this.leaseMs = items[0]!.lease.until - Date.now();
+      for (const item of items) item.clockOffsetMs = res.clockOffsetMs ?? 0;
+      if (items.length > 0) this.leaseMs = leaseLeft(items[0]!);
       // An item that arrives after the first signal is run all the same: it is ours now.
       if (items.length === 0) return this.stopping ? 'stop' : Date.now() - sentAt < waitSeconds * 500 || waitSeconds === 0 ? 'empty-early' : 'empty';
       return items;
     } catch (err) {
+      if (err instanceof ClientError && err.sent && err.status === undefined) this.dropUnknownErrors(carried, err);
       // The claim did not go through: what it carried goes on its own.
-      if (carried.length > 0) await Promise.all(carried.map(async (h) => h.settle(await this.deliver(h.kind, h.id, h.record))));
+      await this.deliverCarried(carried);
       if (this.stopping) return 'stop';
       this.answered();
+      // Refused for what it carried (too large, nested too deep): those went on their own just now; claiming goes on.
+      if (carried.length > 0 && err instanceof ClientError && (err.status === 400 || err.status === 413)) {
+        this.sink.event({ event: 'warning', message: `a claim carrying ${carried.length} hand-in(s) was refused (${errorMessage(err)}); they were submitted on their own` });
+        return 'empty-early';
+      }
       this.sink.event({ event: 'error', message: `cannot claim from ${queue}: ${errorMessage(err)}` });
       this.exitCode = EXIT.failed;
       this.stop();
       return 'stop';
     }
+  }
+
+  /**
+   * The next item claimed ahead whose lease still has room to start it; one whose lease ran out
+   * while it waited is left (the server hands it out again, maybe to another worker already).
+   */
+  private takeReady(): ClaimedItem | undefined {
+    for (;;) {
+      const next = this.ready.shift();
+      if (!next) return undefined;
+      if (leaseLeft(next) > 250) return next;
+      this.sink.event({ event: 'warning', id: next.id, message: 'its lease ran out while it waited to start; not started (the server hands it out again)' });
+    }
+  }
+
+  /** Items claimed ahead that will not be started: said once, and dropped. */
+  private leaveReady(why: string): void {
+    const left = this.ready.splice(0);
+    if (left.length > 0) this.sink.event({ event: 'warning', message: `${left.length} item(s) claimed ahead were not started (${why}); they are handed out again when their leases end` });
+  }
+
+  /** The hand-ins the next claim carries: at most HAND_INS_PER_CLAIM, and HAND_INS_MAX_BYTES of records. */
+  private takeHandIns(): HandIn[] {
+    let n = 0;
+    let bytes = 0;
+    while (n < this.handIns.length && n < HAND_INS_PER_CLAIM && (n === 0 || bytes + this.handIns[n]!.bytes <= HAND_INS_MAX_BYTES)) bytes += this.handIns[n++]!.bytes;
+    return this.handIns.splice(0, n);
+  }
+
+  /**
+   * A claim carrying `carried` went out and got no answer: the server may have applied them. The
+   * errors among them are taken out (settled as not delivered, with why); the results stay, as a
+   * result sent twice is answered `accepted: false` the second time.
+   */
+  private dropUnknownErrors(carried: HandIn[], err: unknown): void {
+    for (let n = carried.length - 1; n >= 0; n--) {
+      const h = carried[n]!;
+      if (h.kind !== 'error') continue;
+      carried.splice(n, 1);
+      this.sink.event({ event: 'error', id: h.id, message: unknownErrorFate(err) });
+      h.settle(undefined);
+    }
+  }
+
+  /** Submits hand-ins on their own, each as its endpoint takes it. */
+  private async deliverCarried(carried: HandIn[]): Promise<void> {
+    await Promise.all(carried.splice(0).map(async (h) => h.settle(await this.deliver(h.kind, h.id, h.record))));
   }
 
   /** What the server said of a hand-in (decisions §3.8): an unknown item is reported as a delivery that failed. */
@@ -335,15 +413,17 @@ export class Worker {
    * `--once`, it is submitted now and awaited.
    */
   private async handInOrDeliver(kind: 'result' | 'error', id: string, record: string, report: (answer: SubmissionAnswer | undefined) => void): Promise<void> {
-    if (!this.options.once && this.options.handIns !== false && record.length <= HAND_IN_MAX_CHARS) {
-      this.handIns.push({ id, kind, record, queuedAt: Date.now(), settle: report });
+    const bytes = Buffer.byteLength(record);
+    if (!this.options.once && !this.stopping && this.options.handIns !== false && bytes <= HAND_IN_MAX_BYTES && !nestedDeeperThan(record, HAND_IN_MAX_DEPTH)) {
+      this.handIns.push({ id, kind, record, bytes, queuedAt: Date.now(), settle: report });
       return;
     }
     report(kind === 'result' ? await this.deliverResult(id, record) : await this.deliver('error', id, record));
   }
 
   /** Runs CMD for one claimed item and delivers what came of it; true when CMD succeeded. */
-  private async handle(id: string, item: Record<string, unknown>, itemText: string | undefined, attempts: number, leaseUntil: number): Promise<boolean> {
+  private async handle(claimed: ClaimedItem): Promise<boolean> {
+    const { id, item, itemText, attempts } = claimed;
     const { queue, command, timeoutSeconds } = this.options;
     const state: Running = { id, attempts, dirty: false };
     const claim = ++this.claimsMade;
@@ -387,13 +467,17 @@ export class Worker {
 
     // An accepted progress extends the lease (decisions §3.2): beat three times per lease, and at
     // least every 10 s, since the answer to a beat is also how a cancel reaches a running CMD.
-    const leaseMs = leaseUntil - Date.now();
+    // The lease is judged on the server's clock; an item claimed ahead may have waited for half
+    // of its lease already, so it beats at once.
+    const leaseMs = this.leaseMs > 0 ? this.leaseMs : leaseLeft(claimed);
     const every = leaseMs > 0 ? Math.min(MAX_HEARTBEAT_MS, Math.max(100, Math.floor(leaseMs / 3))) : FALLBACK_HEARTBEAT_MS;
+    if (leaseLeft(claimed) < leaseMs / 2) state.dirty = true;
     const heartbeat = setInterval(() => {
       state.dirty = true;
       void this.pumpProgress(state);
     }, every);
 
+    if (state.dirty) void this.pumpProgress(state);
     let outcome: JobOutcome;
     try {
       outcome = await start().done;
@@ -515,6 +599,10 @@ export class Worker {
     let retried = false;
     try {
       const answer = await retrying(() => this.client.submit(this.options.queue, id, kind, record, { timeoutMs: SUBMIT_TIMEOUT_MS, signal: this.abandon.signal }), {
+        // A result may be sent again (one applied already is answered accepted: false). An error
+        // that went out and got no answer is not: applied twice, it would use up another attempt,
+        // or fail the next worker's (decisions §3.2).
+        retryable: (err) => isTransient(err) && (kind === 'result' || surelyNotApplied(err)),
         onFailure: ({ error, attempt, delayMs }) => {
           if (!retried) {
             retried = true;
@@ -529,6 +617,10 @@ export class Worker {
       this.answered();
       return answer;
     } catch (err) {
+      if (kind === 'error' && isTransient(err) && !surelyNotApplied(err)) {
+        this.sink.event({ event: 'error', id, message: unknownErrorFate(err) });
+        return undefined;
+      }
       // A failure worth retrying comes out of `retrying` only once the third signal aborted it.
       if (isTransient(err)) {
         this.sink.event({ event: 'error', id, message: `${kind} not delivered (gave up on signal): ${errorMessage(err)}` });
@@ -567,4 +659,18 @@ export class Worker {
     this.gateWaiters = [];
     for (const w of waiters) w();
   }
+}
+
+/** How long an item's lease has left, on the server's clock as its claim's answer gave it. */
+function leaseLeft(item: ClaimedItem): number {
+  return item.lease.until - (Date.now() + (item.clockOffsetMs ?? 0));
+}
+
+/** A failed submission the server surely did not apply: it never went out whole, or the server refused it with 503 or 429 (decisions §6). */
+function surelyNotApplied(err: unknown): boolean {
+  return err instanceof ClientError && (!err.sent || err.status === 503 || err.status === 429);
+}
+
+function unknownErrorFate(err: unknown): string {
+  return `error record not sent again (${errorMessage(err)}): it went out and no answer came back, and applied twice it would use up another attempt; if it was not applied, the item comes back when its lease ends`;
 }

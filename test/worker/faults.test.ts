@@ -1,0 +1,100 @@
+import { expect } from 'chai';
+import { runCli } from '../support/cli.js';
+import { faultProxy } from '../support/fault-proxy.js';
+import { request } from '../support/http.js';
+import { serverForSuite } from '../support/server.js';
+import { defineQueue, getItem, HOST, killWorker, postItem, queueName, startWorker, until, waitTerminal, type WorkerProcess } from './support.js';
+
+/** Items of a queue by status, from the operators' view (decisions §5.1). */
+async function counts(server: { url: string; masterToken: string }, queue: string): Promise<Record<string, number>> {
+  const reply = await request(server.url, `/api/v2/queues/${HOST}/${queue}`, { token: server.masterToken });
+  return (reply.json as { counts: Record<string, number> }).counts;
+}
+
+describe('svcq work when answers are lost, signals come and claims run ahead (decisions §1.3, §3.2, §3.8)', function () {
+  this.timeout(60_000);
+  const server = serverForSuite();
+  let worker: WorkerProcess | undefined;
+  afterEach(async () => {
+    await killWorker(worker);
+    worker = undefined;
+  });
+
+  it('an error record whose answer was lost is not sent again: applied twice it would fail the next worker\'s attempt (decisions §3.2)', async () => {
+    const queue = queueName('lost-error');
+    await defineQueue(server, queue, { maxAttempts: 2, leaseSeconds: 30 });
+    const id = await postItem(server, queue, { n: 1 });
+    const proxy = await faultProxy(server.url, new RegExp(`^POST /${queue}/items/${id}/error `));
+    try {
+      proxy.dropAnswers = 1;
+      // Worker A fails the first attempt; the server re-queues the item, A never hears so.
+      const a = await runCli(['work', queue, '--url', proxy.url, '--host', HOST, '--once', '--exec', 'exit 3']);
+      expect(a.code).to.equal(1);
+      expect(a.stdout + a.stderr).to.match(/not sent again/);
+      expect(proxy.matched, 'the error was sent again').to.equal(1);
+      // Worker B runs the second attempt, and it counts.
+      const b = await runCli(['work', queue, '--url', server.url, '--host', HOST, '--once', '--exec', 'echo \'{"ok":true}\'']);
+      expect(b.code, b.stderr).to.equal(0);
+      const item = await getItem(server, queue, id);
+      expect(item).to.include({ status: 'finished', attempts: 2 });
+      expect(item.result).to.deep.equal({ ok: true });
+    } finally {
+      proxy.close();
+    }
+  });
+
+  it('before the pace of its jobs is known, a worker with --prefetch claims one item per slot, not more (decisions §3.8)', async () => {
+    const queue = queueName('pace');
+    await defineQueue(server, queue, { leaseSeconds: 60 });
+    for (let n = 0; n < 20; n++) await postItem(server, queue, { n });
+    worker = startWorker(server, queue, ['--exec', 'sleep 2; cat', '--concurrency', '4', '--prefetch', '10']);
+    await until(async () => (await counts(server, queue)).claimed + (await counts(server, queue)).processing >= 4, 'four jobs running');
+    await new Promise((r) => setTimeout(r, 300));
+    const c = await counts(server, queue);
+    expect(c.claimed + c.processing, 'items leased before any job ended').to.equal(4);
+  });
+
+  it('the first signal starts no item claimed ahead: the stop ends with the running job, the others are left to their leases (decisions §1.3)', async () => {
+    const queue = queueName('stop-ahead');
+    await defineQueue(server, queue, { leaseSeconds: 2, maxAttempts: 3 });
+    // A first short job sets the pace, so that the next claim takes several items ahead.
+    const ids = [await postItem(server, queue, { n: 0, s: 0 })];
+    for (let n = 1; n <= 4; n++) ids.push(await postItem(server, queue, { n, s: 1 }));
+    worker = startWorker(server, queue, ['--exec', 'item=$(cat); case "$item" in *\'"s":0\'*) ;; *) sleep 1 ;; esac; echo "$item"', '--prefetch', '5']);
+    await worker.waitEvent((e) => e.event === 'claimed' && e.id === ids[1], 'the second item started');
+    worker.proc.kill('SIGINT');
+    const started = Date.now();
+    expect(await worker.exited).to.equal(0);
+    expect(Date.now() - started, 'the stop waited for prefetched items').to.be.below(2500);
+    const claimedIds = worker.events.filter((e) => e.event === 'claimed').map((e) => e.id);
+    expect(claimedIds, 'items started').to.deep.equal(ids.slice(0, 2));
+    expect(worker.events.some((e) => e.event === 'warning' && /claimed ahead were not started/.test(String(e.message)))).to.equal(true);
+    // The items not started come back when their leases end, and another worker does them.
+    const other = startWorker(server, queue, ['--exec', 'cat']);
+    try {
+      for (const id of ids.slice(2)) expect((await waitTerminal(server, queue, id, 20)).status).to.equal('finished');
+    } finally {
+      await killWorker(other);
+    }
+  });
+
+  it('--once gives up on a server that cannot be reached once its wait is over: exit 1 with one sentence (decisions §7)', async () => {
+    const started = Date.now();
+    const run = await runCli(['work', 'anything', '--url', 'http://127.0.0.1:1', '--host', HOST, '--once', '--wait', '2', '--exec', 'cat']);
+    expect(run.code).to.equal(1);
+    expect(Date.now() - started).to.be.below(10_000);
+    expect(run.stdout + run.stderr).to.match(/cannot claim from anything: cannot reach/);
+  });
+
+  it('a result nested deeper than a claim may carry is submitted on its own, and the worker goes on (decisions §3.8)', async () => {
+    const queue = queueName('deep');
+    await defineQueue(server, queue);
+    const deep = `${'{"a":'.repeat(70)}1${'}'.repeat(70)}`;
+    const ids = [await postItem(server, queue, { n: 1 }), await postItem(server, queue, { n: 2 })];
+    worker = startWorker(server, queue, ['--exec', `echo '${deep}'`]);
+    for (const id of ids) expect((await waitTerminal(server, queue, id)).status).to.equal('finished');
+    expect(worker.proc.exitCode).to.equal(null);
+    worker.proc.kill('SIGTERM');
+    expect(await worker.exited).to.equal(0);
+  });
+});
