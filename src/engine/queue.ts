@@ -334,13 +334,15 @@ export class Queue {
       found = this.pending.size > 0 ? this.pending.get(this.pending.minKey()!) : undefined;
       return found ? this.lease(found, worker, now) : null;
     }
-    const key = JSON.stringify(criteria);
-    const from = this.unmatched.get(key) ?? after;
+    // Criteria holding a number past a double's range (1e400 reads as Infinity, which JSON text
+    // writes as null) have no text of their own to be remembered by: they walk from `after`.
+    const key = hasNonFinite(criteria) ? undefined : JSON.stringify(criteria);
+    const from = (key !== undefined ? this.unmatched.get(key) : undefined) ?? after;
     let through = from;
     let parsed = 0;
     for (const [ord, item] of this.pending.entries(from + 1)) {
       if (parsed === budget) {
-        this.remember(key, through);
+        if (key !== undefined) this.remember(key, through);
         return through;
       }
       parsed++;
@@ -350,7 +352,7 @@ export class Queue {
       }
       through = ord;
     }
-    if (through > from || this.unmatched.has(key)) this.remember(key, through);
+    if (key !== undefined && (through > from || this.unmatched.has(key))) this.remember(key, through);
     return found ? this.lease(found, worker, now) : null;
   }
 
@@ -534,4 +536,12 @@ export class Queue {
     }
     return [...seen].sort((a, b) => a.leaseUntil! - b.leaseUntil! || a.ord - b.ord).slice(0, limit);
   }
+}
+
+/** Whether a JSON value holds a number JSON text cannot write back (Infinity, from a literal past a double's range). */
+function hasNonFinite(value: unknown): boolean {
+  if (typeof value === 'number') return !Number.isFinite(value);
+  if (typeof value !== 'object' || value === null) return false;
+  for (const v of Array.isArray(value) ? value : Object.values(value)) if (hasNonFinite(v)) return true;
+  return false;
 }

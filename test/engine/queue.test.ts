@@ -104,6 +104,19 @@ describe('queue engine (decisions §3)', () => {
       expect(q.claim('w', { kind: { in: ['a', 'c'] } }, clock.t)!.item.id).to.equal(a.id);
     });
 
+    it('criteria that differ only where a number is past a double\'s range (1e400 against null) are not taken for the same criteria: one\'s empty walk never hides the other\'s match (decisions §3.3)', () => {
+      const { q, clock } = setup();
+      const item = q.post({ id: 'aaaaaaaaaaaaaaaa', body: '{"n":5}', postedBy: 'alice', idempotencyKey: null }, clock.t).item;
+      const criteria = (text: string) => JSON.parse(text) as Record<string, unknown>;
+      expect(q.claim('w', criteria('{"n":{"lt":null}}'), clock.t), 'lt null compares no number').to.equal(null);
+      expect(q.claim('w', criteria('{"n":{"lt":1e400}}'), clock.t)?.item.id, 'lt 1e400 (Infinity)').to.equal(item.id);
+
+      const big = setup();
+      const huge = big.q.post({ id: 'bbbbbbbbbbbbbbbb', body: '{"n":1e400}', postedBy: 'alice', idempotencyKey: null }, big.clock.t).item;
+      expect(big.q.claim('w', criteria('{"n":null}'), big.clock.t)).to.equal(null);
+      expect(big.q.claim('w', criteria('{"n":1e400}'), big.clock.t)?.item.id).to.equal(huge.id);
+    });
+
     it('a claim with criteria finds again an item that became pending behind the items an earlier claim with the same criteria had checked: after an error, a lease that ended, a retry delay (decisions §3.2, §3.3, §3.4)', () => {
       const { q, clock, post } = setup({ maxAttempts: 5, leaseSeconds: 10, retryDelaySeconds: 0 });
       const match = post({ kind: 'b' });
