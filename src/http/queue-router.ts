@@ -104,6 +104,9 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     // A malformed max or done is refused here, before anything of the request is applied (decisions §3.8).
     if (!validateClaim(input)) throw new Rejected(ajvErrors(validateClaim.errors ?? []));
     const { criteria, wait, max, done } = input;
+    // A name every store can keep as it was sent (PostgreSQL's text holds no U+0000, and turns a
+    // lone surrogate into U+FFFD): leases and task events name the worker exactly.
+    if (input.worker !== undefined && !storableText(input.worker)) throw new Rejected([{ path: '/worker', message: 'must not hold the character U+0000 or a lone UTF-16 surrogate (\\ud800-\\udfff without its pair)' }]);
     const worker = input.worker ?? 'anonymous';
     // Hand-ins first, in order, exactly as the result and error endpoints apply them; the claim
     // then runs at once, and everything is awaited together: one durable write carries them all.
@@ -294,6 +297,12 @@ export function readBody(req: IncomingMessage, limit: number): Promise<string> {
 
 function tooLarge(limit: number): Rejected {
   return new Rejected([{ path: '', message: `the request body is larger than ${limit} bytes` }], 413);
+}
+
+/** Text without U+0000 and without a lone surrogate: what every store keeps as it was given. */
+function storableText(text: string): boolean {
+  // eslint-disable-next-line no-control-regex -- U+0000 is exactly what is refused
+  return !/[\u0000\ud800-\udfff]/u.test(text);
 }
 
 function parseObject(text: string, what: string): Record<string, unknown> {

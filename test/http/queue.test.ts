@@ -296,6 +296,22 @@ describe('queue endpoints over HTTP', function () {
       expect(await q.claim()).to.deep.equal({ ok: true, empty: true });
     });
 
+    it('names the worker exactly as sent in the lease and the operators\' view, characters outside the BMP included; a name no store could keep as sent (U+0000, a lone surrogate) is a 400 naming /worker, and nothing is leased (interface §4.2)', async () => {
+      const q = await newQueue(server, HOST, { leaseSeconds: 60 });
+      const id = await q.post({ n: 1 });
+      for (const worker of ['a\u0000b', '\ud800', 'x\udfff']) {
+        const refused = await q.claimRaw(JSON.stringify({ worker }));
+        expect(refused.status, JSON.stringify(worker)).to.equal(400);
+        expect(refused.json).to.deep.include({ ok: false });
+        expect(((refused.json as Json).errors as Json[])[0]).to.include({ path: '/worker' });
+      }
+      expect(await q.fetch(id)).to.include({ status: 'pending', attempts: 0 });
+      const claimed = await q.claim({ worker: 'w\u{1F600}é' });
+      expect(claimed).to.deep.include({ id, lease: { worker: 'w\u{1F600}é', until: (claimed.lease as Json).until } });
+      const view = await request(server.url, `/api/v2/queues/${HOST}/${q.name}`, { token: server.masterToken });
+      expect(((view.json as Json).leases as Json[])[0]).to.include({ id, worker: 'w\u{1F600}é' });
+    });
+
     it('leases for the leaseSeconds of the definition as it is at the claim (decisions §2.2, §2.4)', async () => {
       const q = await newQueue(server, HOST, { leaseSeconds: 60 });
       await q.post({ n: 1 });
