@@ -344,9 +344,16 @@ function waitParam(raw: string | undefined): number {
 
 export function ajvErrors(errors: ErrorObject[]): FieldError[] {
   return errors.map((e) => {
-    const missing = e.keyword === 'required' ? `/${(e.params as { missingProperty: string }).missingProperty}` : '';
-    return { path: `${e.instancePath}${missing}` || '/', message: e.message ?? 'is invalid' };
+    // A missing or unexpected field is named in the path (decisions §3.5: "/field"), as a JSON pointer.
+    if (e.keyword === 'required') return { path: `${e.instancePath}/${pointerPart((e.params as { missingProperty: string }).missingProperty)}`, message: e.message ?? 'is required' };
+    if (e.keyword === 'additionalProperties') return { path: `${e.instancePath}/${pointerPart((e.params as { additionalProperty: string }).additionalProperty)}`, message: 'is not allowed: the schema allows no other properties here' };
+    return { path: e.instancePath || '/', message: e.message ?? 'is invalid' };
   });
+}
+
+/** A property name as one step of a JSON pointer (RFC 6901: ~ as ~0, / as ~1). */
+function pointerPart(name: string): string {
+  return name.replace(/~/g, '~0').replace(/\//g, '~1');
 }
 
 /** Aborts when the caller hangs up before the answer, or when the server starts to stop. */

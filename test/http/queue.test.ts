@@ -576,6 +576,11 @@ describe('queue endpoints over HTTP', function () {
       expect(((tooLong.json as Json).errors as Json[]).map((e) => e.path)).to.include('/name');
       expect(await q.claim()).to.deep.equal({ ok: true, empty: true });
       await q.post({ n: 1, name: 'abc' });
+
+      const closed = await newQueue(server, HOST, { schema: { type: 'object', properties: { n: { type: 'integer' } }, additionalProperties: false } });
+      const extra = await closed.postRaw({ n: 1, 'a/b~': 2 });
+      expect(extra.status).to.equal(400);
+      expect((extra.json as Json).errors).to.deep.equal([{ path: '/a~1b~0', message: 'is not allowed: the schema allows no other properties here' }]);
     });
 
     it('records postedBy as the user name, or "public" without a token (decisions §4)', async () => {
