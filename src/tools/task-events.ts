@@ -92,6 +92,13 @@ export class TaskEventLog {
   async start(outbox: EventOutbox): Promise<void> {
     await mkdir(this.dir, { recursive: true });
     this.position = await this.readPosition();
+    if (!this.position && !(await readdir(this.dir)).some((name) => parseTaskFile(name))) {
+      // A new history records where it starts before its first write: a crash between that
+      // write and its position would otherwise leave lines the outbox hands over again.
+      const start: Position = { seq: 0, file: taskFileName(utcDay(Date.now())), size: 0 };
+      await this.recordPosition(start);
+      this.position = start;
+    }
     const p = this.position;
     if (p) {
       this.latestDay = parseTaskFile(p.file)!.date;

@@ -624,6 +624,8 @@ export class Worker {
       // A failure worth retrying comes out of `retrying` only once the third signal aborted it.
       if (isTransient(err)) {
         this.sink.event({ event: 'error', id, message: `${kind} not delivered (gave up on signal): ${errorMessage(err)}` });
+        // A result or error dropped: the exit code says so.
+        this.exitCode = EXIT.failed;
         return undefined;
       }
       this.answered();

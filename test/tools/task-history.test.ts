@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import type { EventOutbox, OutboxEntry } from '../../src/store/store.js';
@@ -53,6 +53,24 @@ describe('the task history when a write fails (decisions §5, §6)', function ()
       expect(outbox.delivered).to.equal(2);
     } finally {
       await log.close();
+    }
+  });
+
+  it('a new history records where it starts before it writes: lines a crash left before the first position was recorded are cut, and written once (decisions §5)', async () => {
+    const first = new TaskEventLog(dir);
+    await first.start(outboxOf([]));
+    await first.close();
+    // A crash right after the first write, before its position: the line is there, the position still says 0 bytes.
+    const now = Date.now();
+    const file = path.join(dir, `tasks-${new Date(now).toISOString().slice(0, 10)}.log`);
+    writeFileSync(file, '{"n":1}\n');
+    const again = new TaskEventLog(dir);
+    await again.start(outboxOf([{ seq: 1, ts: now, lines: '{"n":1}\n' }]));
+    try {
+      await again.flush();
+      expect(readFileSync(file, 'utf8')).to.equal('{"n":1}\n');
+    } finally {
+      await again.close();
     }
   });
 });
