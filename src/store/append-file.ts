@@ -47,6 +47,10 @@ export class AppendFile {
   /** The next stretch of zeros to add (it doubles, up to `options.preallocate`), and the last one added. */
   private nextStretch: number;
   private lastStretch = 0;
+  /** Bytes that go before the first data written from now on (see {@link prefixFirstWrite}), until a write carrying them succeeds. */
+  private prefix: Buffer | undefined;
+  /** Where the prefix is: waiting for data, in the queue, or in the write under way. */
+  private prefixAt: 'waiting' | 'queued' | 'writing' = 'waiting';
   /** Bytes a failed write left behind at the end of the data: zeroed before the next write, so that no part of it is ever read back. */
   private scrub: { offset: number; length: number } | undefined;
 
@@ -114,8 +118,22 @@ export class AppendFile {
     this.enqueue(text);
   }
 
+  /**
+   * `bytes` go in front of the next data appended, in the same write, and again in front of the
+   * data after it if that write fails: the file gets them only together with data, never in a
+   * write of their own (which could fail while nobody's append is in it).
+   */
+  prefixFirstWrite(bytes: Buffer): void {
+    this.prefix = bytes;
+  }
+
   private enqueue(text: string): void {
     if (this.closed) throw new Error(`${this.file} is closed`);
+    if (text !== '' && this.prefix !== undefined && this.prefixAt === 'waiting') {
+      if (this.queuedBytes + this.prefix.length > this.queued.length) this.grow(this.queuedBytes + this.prefix.length);
+      this.queuedBytes += this.prefix.copy(this.queued, this.queuedBytes);
+      this.prefixAt = 'queued';
+    }
     if (text !== '') {
       // A UTF-16 unit takes at most three bytes.
       if (this.queuedBytes + 3 * text.length > this.queued.length) this.grow(this.queuedBytes + 3 * text.length);
@@ -143,13 +161,15 @@ export class AppendFile {
     this.flushing = true;
     // The group's last bytes say it is whole (see `groupEnd`).
     const end = this.options.groupEnd;
-    if (end !== undefined && this.queuedBytes > 0 && !endsWith(this.queued, this.queuedBytes, end)) {
+    if (end !== undefined && this.queuedBytes > 0) {
       if (this.queuedBytes + end.length > this.queued.length) this.grow(this.queuedBytes + end.length);
       this.queuedBytes += end.copy(this.queued, this.queuedBytes);
     }
     const buffer = this.queued;
     const data = buffer.subarray(0, this.queuedBytes);
     const waiters = this.waiters;
+    const carriesPrefix = this.prefixAt === 'queued';
+    if (carriesPrefix) this.prefixAt = 'writing';
     this.queued = this.spare ?? Buffer.allocUnsafeSlow(QUEUE_FIRST);
     this.spare = undefined;
     this.queuedBytes = 0;
@@ -160,6 +180,10 @@ export class AppendFile {
     const finish = (err: Error | null): void => {
       if (err) this.failed(err, offset, data.length, waiters);
       else {
+        if (carriesPrefix) {
+          this.prefix = undefined;
+          this.prefixAt = 'waiting';
+        }
         // A group of appendLater text alone (bookkeeping no caller waits for) is not reported.
         if (waiters.length > 0) this.options.onGroup?.((performance.now() - started) / 1000, waiters.length);
         waiters.forEach((w) => w.resolve());
@@ -200,6 +224,8 @@ export class AppendFile {
     this.queuedBytes = 0;
     this.waiters = [];
     this.written = offset;
+    // The prefix goes in front of the next data again: the write that carried it, or the queue that held it, is gone.
+    this.prefixAt = 'waiting';
     // A write that reports an error may still have put some of its bytes on disk: all of its range is scrubbed.
     if (length > 0) this.scrub = { offset, length: Math.max(length, this.scrub?.length ?? 0) };
     this.options.onFailure?.(err);
@@ -265,11 +291,6 @@ export interface AppendFileOptions {
 }
 
 export type WriteFn = (fd: number, buffer: Buffer, offset: number, length: number, position: number, callback: (err: NodeJS.ErrnoException | null, written: number) => void) => void;
-
-/** Whether `buffer`'s first `length` bytes end with `tail`. */
-function endsWith(buffer: Buffer, length: number, tail: Buffer): boolean {
-  return length >= tail.length && buffer.compare(tail, 0, tail.length, length - tail.length, length) === 0;
-}
 
 /** The queue's first buffer; it doubles as appends need, and one of up to QUEUE_KEEP is kept for reuse. */
 const QUEUE_FIRST = 64 * 1024;

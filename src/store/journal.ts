@@ -195,7 +195,9 @@ export class Journal {
    */
   private async openFile(file: string, marked = false): Promise<AppendFile> {
     const appender = await AppendFile.open(file, this.fileOptions());
-    if (!marked) appender.appendLater(GROUP_END);
+    // In front of the first group written, in its write: never a write of its own, whose failure
+    // (at a switch to a new journal, say) would take back changes of the previous journal's last group.
+    if (!marked) appender.prefixFirstWrite(GROUP_END_BYTES);
     return appender;
   }
 

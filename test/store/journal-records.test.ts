@@ -1,7 +1,8 @@
-import { appendFileSync, readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, readFileSync, write as fsWrite, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import { Item } from '../../src/engine/queue.js';
+import type { WriteFn } from '../../src/store/append-file.js';
 import { GROUP_END, itemRecord, Journal, updateRecord } from '../../src/store/journal.js';
 import { cleanupTemp, tempDir } from '../support/server.js';
 import { dataOf } from '../support/files.js';
@@ -102,9 +103,9 @@ describe('journal records of whole items (decisions §6)', () => {
     const { items, warnings } = await load(dir);
     expect([...items.keys()]).to.deep.equal(['0000000000000001']);
     expect(warnings.join('\n')).to.match(/torn/);
-    // Cut off after the last good record; the store, opened for appending, marks a group end there (decisions §6).
-    expect(dataOf(file)).to.equal(first + GROUP_END);
-    expect(readFileSync(file, 'utf8')).to.equal(first + GROUP_END);
+    // Cut off after the last good record; the group end the store marks there goes with its next write (decisions §6).
+    expect(dataOf(file)).to.equal(first);
+    expect(readFileSync(file, 'utf8')).to.equal(first);
   });
 
   it('applies a group only once its group end is read: a last group whose write never finished is dropped whole and cut off, even where each of its records is complete (decisions §6, §3.8: one durable write)', async () => {
@@ -140,5 +141,65 @@ describe('journal records of whole items (decisions §6)', () => {
     expect(data.endsWith(GROUP_END), data).to.equal(true);
     // Two appends of one turn share a group: one group end after both.
     expect(data).to.include(a + b + GROUP_END);
+  });
+
+  it('a journal whose first write failed still marks the start of its groups: a group a crash cut short after it is dropped whole (decisions §6)', async () => {
+    let failNext = true;
+    const write: WriteFn = (fd, buffer, offset, length, position, callback) => {
+      if (failNext) {
+        failNext = false;
+        setImmediate(() => callback(Object.assign(new Error('no space left on device'), { code: 'ENOSPC' }), 0));
+        return;
+      }
+      fsWrite(fd, buffer, offset, length, position, callback);
+    };
+    const journal = new Journal({ dir, warn: () => undefined, write });
+    await journal.open();
+    const lost = journal.append(itemRecord(QUEUE_JSON, item(9, '{"lost":9}')));
+    await lost.then(
+      () => expect.fail('the first write was to fail'),
+      () => undefined,
+    );
+    // One group of two posts, then a crash that cut it after its first record.
+    await journal.append(itemRecord(QUEUE_JSON, item(1, '{"a":1}')) + itemRecord(QUEUE_JSON, item(2, '{"b":2}')));
+    await journal.close();
+    const file = path.join(dir, 'journal-0.jsonl');
+    const data = readFileSync(file, 'utf8');
+    expect(data.startsWith(GROUP_END), data).to.equal(true);
+    writeFileSync(file, data.slice(0, data.indexOf('\n', GROUP_END.length) + 1));
+    const { items } = await load(dir);
+    expect([...items.keys()], 'half of the group came back').to.deep.equal([]);
+  });
+
+  it('a switch to a new journal writes nothing to it on its own: a failure there cannot take back the previous journal\'s last group, which is acknowledged (decisions §6)', async () => {
+    let slow = false;
+    const failures: string[] = [];
+    const write: WriteFn = (fd, buffer, offset, length, position, callback) => {
+      const text = buffer.toString('utf8', offset, offset + length);
+      // Any write of the new journal's that carries no record fails; the old journal's last group is slow.
+      if (slow && position === 0 && !text.includes('"p"')) {
+        setImmediate(() => callback(Object.assign(new Error('no space left on device'), { code: 'ENOSPC' }), 0));
+        return;
+      }
+      if (slow && text.includes('"p"')) {
+        setTimeout(() => fsWrite(fd, buffer, offset, length, position, callback), 200);
+        return;
+      }
+      fsWrite(fd, buffer, offset, length, position, callback);
+    };
+    const journal = new Journal({ dir, warn: () => undefined, write, onFailure: (err) => failures.push(err.message) });
+    await journal.open();
+    await journal.append(itemRecord(QUEUE_JSON, item(1, '{"first":1}')));
+    slow = true;
+    const acknowledged = journal.append(itemRecord(QUEUE_JSON, item(2, '{"a":2}')));
+    await new Promise((resolve) => setImmediate(resolve));
+    // The snapshot holds what memory holds: both items.
+    const snapshot = journal.snapshot(() => [[QUEUE_JSON, item(1, '{"first":1}')], [QUEUE_JSON, item(2, '{"a":2}')]], async () => null).catch(() => undefined);
+    await acknowledged;
+    await snapshot;
+    await journal.close().catch(() => undefined);
+    expect(failures, 'a write failed while an acknowledged change was in flight').to.deep.equal([]);
+    const { items } = await load(dir);
+    expect([...items.keys()]).to.include('0000000000000002');
   });
 });
