@@ -70,6 +70,7 @@ If the server cannot be reached partway through, the items already posted are pr
 
     let rejected = 0;
     const notPosted: ItemInput[] = [];
+    const unsure: ItemInput[] = [];
     let why = '';
     for (const outcome of outcomes) {
       if ('result' in outcome) {
@@ -77,19 +78,17 @@ If the server cannot be reached partway through, the items already posted are pr
         else this.log(`${outcome.result.id} ${outcome.result.status}`);
       } else {
         rejected++;
-        if (json) process.stdout.write(`${JSON.stringify({ ok: false, source: outcome.input.source, error: outcome.error, ...(outcome.notPosted ? { posted: false } : {}) })}\n`);
-        if (outcome.notPosted) {
-          notPosted.push(outcome.input);
+        if (json) process.stdout.write(`${JSON.stringify({ ok: false, source: outcome.input.source, error: outcome.error, ...(outcome.notPosted ? { posted: false } : {}), ...(outcome.unsure ? { posted: 'unknown' } : {}) })}\n`);
+        if (outcome.notPosted || outcome.unsure) {
+          (outcome.notPosted ? notPosted : unsure).push(outcome.input);
           why = outcome.error;
         } else process.stderr.write(`svcq: ${outcome.input.source}: ${outcome.error}\n`);
       }
     }
-    // Items never sent (the server went away) are summed up in one line, not one per item.
-    if (notPosted.length > 0) {
-      const first = notPosted[0]!.source;
-      const last = notPosted[notPosted.length - 1]!.source;
-      process.stderr.write(`svcq: ${notPosted.length} item(s) not posted (${first === last ? first : `${first} to ${last}`}): ${why}\n`);
-    }
+    // Items never sent (the server went away), or whose answer was lost, are summed up in a line each, not one per item.
+    const span = (inputs: ItemInput[]): string => (inputs.length === 1 ? inputs[0]!.source : `${inputs[0]!.source} to ${inputs[inputs.length - 1]!.source}`);
+    if (unsure.length > 0) process.stderr.write(`svcq: ${unsure.length} item(s) may or may not have been posted (${span(unsure)}): they went out and no answer came back: ${why}\n`);
+    if (notPosted.length > 0) process.stderr.write(`svcq: ${notPosted.length} item(s) not posted (${span(notPosted)}): ${why}\n`);
     if (rejected > 0) {
       // The outcome lines may still be on their way down a pipe: the exit that follows must not cut them (or the summary) off.
       await new Promise<void>((resolve) => process.stdout.write('', () => resolve()));

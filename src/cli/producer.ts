@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { SvcqClient } from '../client/client.js';
 import type { PostAnswer, StatusAnswer } from '../protocol.js';
 import { ClientError } from '../client/client.js';
-import { FailureReport, isTransient, retrying, sleep } from '../client/backoff.js';
+import { FailureReport, isTransient, retrying, sleep, surelyNotApplied } from '../client/backoff.js';
 import { UserError } from './base-command.js';
 
 /** One item to post: its JSON text and where it came from, for messages. */
@@ -64,8 +64,11 @@ function describe(value: unknown): string {
   return `a ${typeof value}`;
 }
 
-/** What became of one item: posted, refused by the server (`error`), or never sent (`notPosted`: the server could not be reached, say). */
-export type PostOutcome = { input: ItemInput; result: PostAnswer } | { input: ItemInput; error: string; notPosted?: true };
+/**
+ * What became of one item: posted, refused by the server (`error`), not posted (`notPosted`: the
+ * server could not be reached, say), or unknown (`unsure`: it went out and no answer came back).
+ */
+export type PostOutcome = { input: ItemInput; result: PostAnswer } | { input: ItemInput; error: string; notPosted?: true; unsure?: true };
 
 /**
  * Posts many items, `parallel` at a time, and returns the outcomes in input order. A rejected
@@ -95,7 +98,7 @@ export async function postMany(
         // way. The posts under way finish; the rest are not sent.
         if (err instanceof ClientError && (err.code === 'wall' || err.code === 'unreachable' || err.code === 'timeout' || err.code === 'aborted')) {
           stopped ??= message;
-          outcomes[index] = { input, error: message, notPosted: true };
+          outcomes[index] = surelyNotApplied(err) ? { input, error: message, notPosted: true } : { input, error: message, unsure: true };
         } else outcomes[index] = { input, error: message };
       }
       options.onDone?.(++count);
@@ -143,14 +146,18 @@ export async function postBatches(client: SvcqClient, queue: string, items: Item
       const { from, to } = batches[b]!;
       const slice = items.slice(from, to);
       let answer;
+      // A try that went out and got no answer may have created the batch: the outcome says so.
+      let unsure = false;
       try {
         answer = await retrying(() => client.postBatch(queue, slice.map((i) => i.json), `svcq-post-${run}-${b}`), {
           retryable: (err, attempt) => isTransient(err) && attempt < BATCH_TRIES - 1,
+          onFailure: ({ error }) => (unsure ||= !surelyNotApplied(error)),
         });
       } catch (err) {
         // Wrong address, token or queue, or a server that stays away: the batches after it would fail the same way.
         stopped = err instanceof Error ? err.message : String(err);
-        for (let n = from; n < to; n++) outcomes[n] = { input: items[n]!, error: stopped, notPosted: true };
+        unsure ||= !surelyNotApplied(err);
+        for (let n = from; n < to; n++) outcomes[n] = unsure ? { input: items[n]!, error: stopped, unsure: true } : { input: items[n]!, error: stopped, notPosted: true };
         break;
       }
       answer.items.forEach((entry, n) => {

@@ -17,6 +17,15 @@ export function isTransient(err: unknown): boolean {
   return err instanceof ClientError && (err.transient || (err.status ?? 0) >= 500 || err.status === 429);
 }
 
+/**
+ * A failed request the server surely did not act on: it never went out whole, or the server
+ * refused it with 503 (a write it could not make durable changed nothing: decisions §6) or 429.
+ * Anything else (no answer after it went out, another 5xx) may have been applied.
+ */
+export function surelyNotApplied(err: unknown): boolean {
+  return err instanceof ClientError && (!err.sent || err.status === 503 || err.status === 429);
+}
+
 /** Resolves after `ms`, or at once (false) when `signal` aborts. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
   if (signal?.aborted) return Promise.resolve(false);

@@ -116,11 +116,18 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     if (handIns !== undefined && queue.config.archivePayloads) await handIns;
     // The hand-ins and the first look share one durable write, and both are awaited before any
     // wait: hand-ins that could not be made durable are a 503 now, never a rejection left unheard.
-    const [atHand, doneTexts] = await Promise.all([ctx.waits.claimMany(queue, { worker, criteria, waitMs: 0, max }), handIns]);
-    let claimed = atHand;
+    const [looked, handedIn] = await Promise.allSettled([ctx.waits.claimMany(queue, { worker, criteria, waitMs: 0, max }), handIns]);
+    if (handedIn.status === 'rejected') throw handedIn.reason;
+    const doneTexts = handedIn.value;
+    // Hand-ins made durable and a claim that was not (a store may commit them apart): the answer
+    // says what became of the hand-ins, and that nothing was claimed. A 503 would have the worker
+    // send them again, and an error applied twice uses up another attempt.
+    if (looked.status === 'rejected' && !(doneTexts !== undefined && looked.reason instanceof StoreUnavailable)) throw looked.reason;
+    let claimed = looked.status === 'fulfilled' ? looked.value : [];
+    const lookFailed = looked.status === 'rejected';
     // An item at hand is claimed without waiting; only a claim that has to wait gets the hang-up
     // signal, which costs listeners on the request, the socket and the server.
-    if (claimed.length === 0 && wait) {
+    if (claimed.length === 0 && wait && !lookFailed) {
       claimed = await ctx.waits.claimMany(queue, { worker, criteria, waitMs: wait * 1000, max, signal: closeSignal(req, res, ctx) });
     }
     const doneJson = doneTexts === undefined ? '' : `,"done":[${doneTexts.join(',')}]`;

@@ -1,6 +1,6 @@
 import { ClientError, type SvcqClient } from '../client/client.js';
 import type { DoneAnswer, SubmissionAnswer } from '../protocol.js';
-import { backoffMs, errorMessage, FailureReport, isTransient, retrying, sleep } from '../client/backoff.js';
+import { backoffMs, errorMessage, FailureReport, isTransient, retrying, sleep, surelyNotApplied } from '../client/backoff.js';
 import { tally, type WorkerEvent, type WorkerSink } from './events.js';
 import { setMaxListeners } from 'node:events';
 import { Job, MAX_STDOUT_CHARS, resultRecord, type JobOutcome } from './job.js';
@@ -307,8 +307,8 @@ export class Worker {
           retryable: (err) => !this.stopping && isTransient(err),
           onFailure: ({ error, attempt, delayMs }) => {
             this.failing();
-            // A claim that went out and got no answer may have applied what it carried: errors are not sent again.
-            if (error instanceof ClientError && error.sent && error.status === undefined) this.dropUnknownErrors(carried, error);
+            // A claim that may have applied what it carried (no answer, or a 5xx other than 503): errors are not sent again.
+            if (!surelyNotApplied(error)) this.dropUnknownErrors(carried, error);
             this.sink.event({ event: 'retry', what: 'claim', attempt, delayMs, message: errorMessage(error) });
           },
           signal: this.claims.signal,
@@ -330,7 +330,7 @@ export class Worker {
       if (items.length === 0) return this.stopping ? 'stop' : Date.now() - sentAt < waitSeconds * 500 || waitSeconds === 0 ? 'empty-early' : 'empty';
       return items;
     } catch (err) {
-      if (err instanceof ClientError && err.sent && err.status === undefined) this.dropUnknownErrors(carried, err);
+      if (!surelyNotApplied(err)) this.dropUnknownErrors(carried, err);
       // The claim did not go through: what it carried goes on its own.
       await this.deliverCarried(carried);
       if (this.stopping) return 'stop';
@@ -666,11 +666,6 @@ export class Worker {
 /** How long an item's lease has left, on the server's clock as its claim's answer gave it. */
 function leaseLeft(item: ClaimedItem): number {
   return item.lease.until - (Date.now() + (item.clockOffsetMs ?? 0));
-}
-
-/** A failed submission the server surely did not apply: it never went out whole, or the server refused it with 503 or 429 (decisions §6). */
-function surelyNotApplied(err: unknown): boolean {
-  return err instanceof ClientError && (!err.sent || err.status === 503 || err.status === 429);
 }
 
 function unknownErrorFate(err: unknown): string {
