@@ -95,7 +95,9 @@ export class TaskEventLog {
     if (!this.position && !(await readdir(this.dir)).some((name) => parseTaskFile(name))) {
       // A new history records where it starts before its first write: a crash between that
       // write and its position would otherwise leave lines the outbox hands over again.
-      const start: Position = { seq: 0, file: taskFileName(utcDay(Date.now())), size: 0 };
+      // Named for the day of the first event waiting in the outbox (today if none): the history never goes back a day.
+      const first = outbox.readEvents(0, 1)[0];
+      const start: Position = { seq: 0, file: taskFileName(utcDay(first?.ts ?? Date.now())), size: 0 };
       await this.recordPosition(start);
       this.position = start;
     }

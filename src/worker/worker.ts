@@ -286,8 +286,8 @@ export class Worker {
     const prefetching = !this.options.once && (this.options.prefetch ?? 1) > 1;
     const carried = this.takeHandIns();
     let sentAt = 0;
-    // `--once` waits for the server no longer than its claim would have waited for an item.
-    const giveUpAfterMs = this.options.once ? Math.max(0, waitSeconds * 1000 - (Date.now() - this.startedAt)) : undefined;
+    // `--once` waits for the server no longer than its claim would have waited for an item (5 s at least, for a restart).
+    const giveUpAfterMs = this.options.once ? Math.max(0, Math.max(5000, waitSeconds * 1000) - (Date.now() - this.startedAt)) : undefined;
     try {
       const res = await retrying(
         async () => {
