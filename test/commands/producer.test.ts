@@ -11,6 +11,11 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
 
   const cli = (args: string[], input?: string): Promise<CliResult> => runCli([...args, '--url', server.url, '--host', HOST], { input });
   const lines = (text: string): unknown[] => text.trim().split('\n').map((l) => JSON.parse(l) as unknown);
+  /** Items pending in the queue, from the operators' view (decisions §5.1). */
+  const pending = async (queue: string): Promise<number> => {
+    const view = await request(server.url, `/api/v2/queues/${HOST}/${queue}`, { token: server.masterToken });
+    return (view.json as { counts: { pending: number } }).counts.pending;
+  };
 
   it('posts the JSON argument and prints the id and status; --json prints the server { ok, id, status } (decisions §7)', async () => {
     const queue = queueName('post');
@@ -129,8 +134,7 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
       expect(proxy.matched, 'the batch was sent twice').to.equal(2);
       const ids = lines(run.stdout).map((r) => (r as { id: string }).id);
       expect(new Set(ids).size).to.equal(3);
-      const counts = await request(server.url, `/api/v2/queues/${HOST}/${queue}`, { token: server.masterToken });
-      expect((counts.json as { counts: { pending: number } }).counts.pending, 'items created').to.equal(3);
+      expect(await pending(queue), 'items created').to.equal(3);
     } finally {
       proxy.close();
     }
@@ -150,8 +154,7 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
       const keyed = await runCli(['post', queue, '{"n":2}', '--url', proxy.url, '--host', HOST, '--idempotency-key', 'lost-1']);
       expect(keyed.code, keyed.stderr).to.equal(0);
       expect(proxy.matched).to.equal(3);
-      const counts = await request(server.url, `/api/v2/queues/${HOST}/${queue}`, { token: server.masterToken });
-      expect((counts.json as { counts: { pending: number } }).counts.pending, 'one item per post').to.equal(2);
+      expect(await pending(queue), 'one item per post').to.equal(2);
     } finally {
       proxy.close();
     }
@@ -168,8 +171,7 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
       const run = await runCli(['post', queue, '-', '--url', proxy.url, '--host', HOST], { input });
       expect(run.code).to.equal(1);
       const posted = run.stdout.trim().split('\n').filter(Boolean);
-      const counts = await request(server.url, `/api/v2/queues/${HOST}/${queue}`, { token: server.masterToken });
-      const created = (counts.json as { counts: { pending: number } }).counts.pending;
+      const created = await pending(queue);
       expect(created).to.equal(2000);
       expect(posted, 'every item created is printed').to.have.length(created);
       // The third batch went out on a connection that was then reset: from the client's side it may have arrived.
@@ -191,8 +193,7 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
       expect(run.code).to.equal(1);
       expect(run.stderr).to.include('svcq: 3 item(s) may or may not have been posted (line 1 of stdin to line 3 of stdin)');
       expect(run.stderr).to.not.include('not posted (');
-      const counts = await request(server.url, `/api/v2/queues/${HOST}/${queue}`, { token: server.masterToken });
-      expect((counts.json as { counts: { pending: number } }).counts.pending, 'they were posted').to.equal(3);
+      expect(await pending(queue), 'they were posted').to.equal(3);
     } finally {
       proxy.close();
     }
@@ -207,8 +208,7 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
     const long = await cli(['post', queue, '-', '--idempotency-key', 'k'.repeat(199)], '{"n":1}\n{"n":2}\n');
     expect(long.code).to.equal(2);
     expect(long.stderr).to.match(/too long for 2 lines/);
-    const counts = await request(server.url, `/api/v2/queues/${HOST}/${queue}`, { token: server.masterToken });
-    expect((counts.json as { counts: { pending: number } }).counts.pending).to.equal(0);
+    expect(await pending(queue)).to.equal(0);
   });
 
   it('item --wait long-polls until the item is terminal and prints its record (decisions §3.6)', async () => {

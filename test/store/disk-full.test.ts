@@ -17,15 +17,16 @@ function mountTmpfs(dir: string, size: string): string | undefined {
   }
 }
 
-describe('a server whose disk fills up (decisions §6: a failed write leaves no trace)', function () {
-  this.timeout(120_000);
-  let mountPoint: string;
+/**
+ * A 2 MiB tmpfs for the calling describe (its tests skipped, with one line, where none can be
+ * mounted), unmounted after them; `server` is the one a test last started on it, killed first.
+ */
+function smallDisk(): { mountPoint: string; server?: TestServer } {
+  const disk: { mountPoint: string; server?: TestServer } = { mountPoint: '' };
   let mounted = false;
-  let server: TestServer | undefined;
-
   before(function () {
-    mountPoint = tempDir('svcq-full-');
-    const why = mountTmpfs(mountPoint, '2m');
+    disk.mountPoint = tempDir('svcq-full-');
+    const why = mountTmpfs(disk.mountPoint, '2m');
     if (why !== undefined) {
       console.log(`      skipped: cannot mount a 2 MiB tmpfs here (${why})`);
       this.skip();
@@ -33,15 +34,22 @@ describe('a server whose disk fills up (decisions §6: a failed write leaves no 
     mounted = true;
   });
   after(async () => {
-    await server?.kill9();
-    if (mounted) execFileSync('umount', [mountPoint]);
-    cleanupTemp(mountPoint);
+    await disk.server?.kill9();
+    if (mounted) execFileSync('umount', [disk.mountPoint]);
+    cleanupTemp(disk.mountPoint);
   });
+  return disk;
+}
+
+describe('a server whose disk fills up (decisions §6: a failed write leaves no trace)', function () {
+  this.timeout(120_000);
+  const disk = smallDisk();
 
   it('answers 503 for what it cannot write, hands out and keeps only acknowledged items, serves again once space is back, and keeps it all across kill -9', async () => {
-    server = await startServer({ root: mountPoint, args: ['--stats-interval', '3600000'] });
+    const { mountPoint } = disk;
+    let server = (disk.server = await startServer({ root: mountPoint, args: ['--stats-interval', '3600000'] }));
     await defineQueue(server, HOST, 'big', { access: PUBLIC_ACCESS, leaseSeconds: 600 });
-    const call = (method: string, path: string, body?: unknown) => request(server!.url, path, { method, host: HOST, body: body === undefined ? undefined : JSON.stringify(body) });
+    const call = (method: string, path: string, body?: unknown) => request(server.url, path, { method, host: HOST, body: body === undefined ? undefined : JSON.stringify(body) });
 
     const acked: string[] = [];
     const leasedWhileFull: string[] = [];
@@ -103,7 +111,7 @@ describe('a server whose disk fills up (decisions §6: a failed write leaves no 
     for (const line of lines) expect(() => JSON.parse(line), `access log line ${line}`).to.not.throw();
 
     await server.kill9();
-    server = await startServer({ root: mountPoint, args: ['--stats-interval', '3600000'] });
+    server = disk.server = await startServer({ root: mountPoint, args: ['--stats-interval', '3600000'] });
     for (const id of acked) {
       const fetched = await call('GET', `/big/items/${id}`);
       expect(fetched.status, `${id} after kill -9`).to.equal(200);
@@ -115,29 +123,13 @@ describe('a server whose disk fills up (decisions §6: a failed write leaves no 
 
 describe('a full disk under hand-ins and batches (decisions §3.8, §6)', function () {
   this.timeout(120_000);
-  let mountPoint: string;
-  let mounted = false;
-  let server: TestServer | undefined;
-
-  before(function () {
-    mountPoint = tempDir('svcq-full-');
-    const why = mountTmpfs(mountPoint, '2m');
-    if (why !== undefined) {
-      console.log(`      skipped: cannot mount a 2 MiB tmpfs here (${why})`);
-      this.skip();
-    }
-    mounted = true;
-  });
-  after(async () => {
-    await server?.kill9();
-    if (mounted) execFileSync('umount', [mountPoint]);
-    cleanupTemp(mountPoint);
-  });
+  const disk = smallDisk();
 
   it('a claim whose hand-ins cannot be written is a 503 and the server keeps serving (with and without wait); a batch whose write was cut short is gone after kill -9, not in part', async () => {
-    server = await startServer({ root: mountPoint, args: ['--stats-interval', '3600000'] });
+    const { mountPoint } = disk;
+    let server = (disk.server = await startServer({ root: mountPoint, args: ['--stats-interval', '3600000'] }));
     await defineQueue(server, HOST, 'hand', { access: PUBLIC_ACCESS, leaseSeconds: 600 });
-    const call = (method: string, path: string, body?: unknown) => request(server!.url, path, { method, host: HOST, body: body === undefined ? undefined : JSON.stringify(body) });
+    const call = (method: string, path: string, body?: unknown) => request(server.url, path, { method, host: HOST, body: body === undefined ? undefined : JSON.stringify(body) });
 
     const acked: string[] = [];
     for (let i = 0; i < 2; i++) acked.push(((await call('POST', '/hand', { i })).json as { id: string }).id);
@@ -180,7 +172,7 @@ describe('a full disk under hand-ins and batches (decisions §3.8, §6)', functi
     expect(left, 'the refused batch left none of its records on disk: this test would not show anything').to.be.greaterThan(10);
 
     execFileSync('mount', ['-o', 'remount,size=64m', mountPoint]);
-    server = await startServer({ root: mountPoint, args: ['--stats-interval', '3600000'] });
+    server = disk.server = await startServer({ root: mountPoint, args: ['--stats-interval', '3600000'] });
     expect(server.output()).to.match(/never finished/);
     const claimed: string[] = [];
     for (;;) {
