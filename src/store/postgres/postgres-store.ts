@@ -11,7 +11,7 @@ import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type C
 import { PREFILTER_SQL, prefilterOf } from './pg-criteria.js';
 import { FailureStreak } from '../failure-streak.js';
 import { failureKind, StaleWrite } from './pg-errors.js';
-import { ANSWER_TIMEOUT_MS, answered, cut, notAnswered } from './pg-guard.js';
+import { ANSWER_TIMEOUT_MS, answered, watch } from './pg-guard.js';
 import { PgEventOutbox } from './pg-event-outbox.js';
 import { readPayload, writePayloads, type Payload } from './pg-payloads.js';
 import { migrate } from './schema.js';
@@ -1253,18 +1253,10 @@ export class PostgresStore implements Store, EventOutbox {
       } catch (err) {
         return this.refuse(ops, err);
       }
-      // A connection that breaks between two statements emits 'error' on the client: without a
-      // listener that would end the process; the next statement then fails, and that is handled.
-      let broken: Error | undefined;
-      const onError = (err: Error): void => {
-        broken = err;
-      };
-      client.on('error', onError);
-      const timeoutMs = this.answerTimeoutMs;
-      const watchdog = setTimeout(() => {
-        broken = notAnswered(timeoutMs);
-        cut(client, broken);
-      }, timeoutMs);
+      // A connection that breaks between two statements emits 'error' on the client (the watch
+      // listens, or that would end the process; the next statement then fails, and that is
+      // handled); one that stops answering is cut after answerTimeoutMs.
+      const watched = watch(client, this.answerTimeoutMs);
       const started = performance.now();
       const tx = new Tx(client, this.now());
       this.live.add(tx);
@@ -1375,28 +1367,27 @@ export class PostgresStore implements Store, EventOutbox {
         await archiving;
         const commit = await committing;
         if (commit.command !== 'COMMIT') throw new Error(`the transaction ended with ${commit.command}, not COMMIT`);
-        clearTimeout(watchdog);
+        watched.stop();
         this.live.delete(tx);
-        client.off('error', onError);
         client.release();
       } catch (err) {
         tx.send();
         this.live.delete(tx);
         // Whatever was sent behind the failed statement is answered (with errors) before the ROLLBACK.
         await Promise.allSettled([begun, committing]);
-        const kind = broken ? 'connection' : failureKind(err);
+        const kind = watched.broken ? 'connection' : failureKind(err);
+        let rolledBack = true;
         if (kind !== 'connection') {
-          // Under the watchdog still: a ROLLBACK into a silent network is cut too.
-          const rolledBack = await client.query('ROLLBACK').then(
+          // Under the watch still: a ROLLBACK into a silent network is cut too.
+          rolledBack = await client.query('ROLLBACK').then(
             () => true,
             () => false,
           );
-          if (!rolledBack) broken ??= err as Error;
         }
         // Never after the release: the connection may by then serve another transaction.
-        clearTimeout(watchdog);
-        client.off('error', onError);
-        client.release(kind === 'connection' ? (broken ?? (err as Error)) : broken);
+        watched.stop();
+        // A connection that failed, or whose ROLLBACK did, is not handed out again.
+        client.release(watched.broken ?? (kind === 'connection' || !rolledBack ? (err as Error) : undefined));
         if (kind === 'retry' && attempt < MAX_RETRIES) continue;
         if (kind === 'statement' && ops.length > 1) {
           // One call's statement was refused: the others run again, each in its own transaction.
