@@ -11,14 +11,14 @@ export const ANSWER_TIMEOUT_MS = 10_000;
  * Cuts a connection at once: its queries fail now, as when the database closes it. (`end()` would
  * send a goodbye and wait for an answer that a silent network never brings.)
  */
-export function cut(client: pg.ClientBase & { end(): Promise<void> }, err: Error): void {
+function cut(client: pg.PoolClient, err: Error): void {
   const stream = (client as unknown as { connection?: { stream?: { destroy(err?: Error): void } } }).connection?.stream;
   if (stream) stream.destroy(err);
   else void client.end().catch(() => undefined);
 }
 
 /** The error a statement fails with when its connection was cut for not answering. */
-export function notAnswered(timeoutMs: number): Error {
+function notAnswered(timeoutMs: number): Error {
   return new Error(`PostgreSQL did not answer within ${timeoutMs / 1000} s`);
 }
 
