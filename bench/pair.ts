@@ -11,7 +11,7 @@
  * hand-ins, 4 in flight), `post` (single posts, 32 in flight, for `seconds`). Prints, per phase and
  * build, the rate and the server's CPU time per item (µs, /proc utime+stime of the whole process),
  * and each build's median ratio against the first. `cycle` is the full cycle of `jobs` jobs with
- * three requests per job.
+ * three requests per job. `handin-undici` is `handin` with undici as the load generator's client.
  *
  * With SVCQ_PAIR_PG=postgres://USER@HOST:PORT/DB each server runs on a PostgreSQL database of its
  * own, made for the run on that server and dropped at its end (`--store`). With SVCQ_PAIR_NODES=N
@@ -164,6 +164,7 @@ try {
         const s = servers[i]!;
         let f: Figure;
         if (p === 'handin') f = await phase(s, 'handin', `h${r}`, { maxCount: jobs, durationMs: 120_000 });
+        else if (p === 'handin-undici') f = await phase(s, 'handin', `hu${r}`, { maxCount: jobs, durationMs: 120_000, client: 'undici' });
         else if (p === 'cycle') f = await phase(s, 'cycle', `c${r}`, { maxCount: jobs, durationMs: 120_000 });
         else if (p === 'batch') f = await phase(s, 'batch-post', `b${r}`, { inFlight: 4 });
         else if (p === 'drain') f = await phase(s, 'drain-batch', `b${r}`, { inFlight: 4, durationMs: 120_000 });
