@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, rename, rm } from 'node:fs/promises';
+import { lstat, mkdir, open, opendir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
 
 /** A file written and synced under a temporary name beside its place, not yet in it. */
@@ -24,7 +24,7 @@ export async function stageFile(file: string, bytes: Buffer | string): Promise<S
   if (created !== undefined) {
     for (let at = dir; at.length >= created.length; at = path.dirname(at)) await fsyncDir(path.dirname(at));
   }
-  const tmp = path.join(dir, `.${path.basename(file)}.${randomBytes(6).toString('hex')}.tmp`);
+  const tmp = path.join(dir, `.${path.basename(file)}.${randomBytes(6).toString('hex')}${STAGED_SUFFIX}`);
   try {
     const handle = await open(tmp, 'w', 0o644);
     try {
@@ -82,4 +82,40 @@ export async function fsyncDir(dir: string): Promise<void> {
   } finally {
     await handle.close();
   }
+}
+
+const STAGED_SUFFIX = '.tmp';
+/** The name {@link stageFile} gives a file it stages: `.<name>.<12 hex digits>.tmp`. */
+const STAGED_NAME = /^\..+\.[0-9a-f]{12}\.tmp$/;
+
+/**
+ * Removes the files a crash left staged (neither published nor discarded) in `dir` and in its
+ * folders down to `depth` levels below it: names {@link stageFile} gives, last changed before
+ * `before` (a file staged since belongs to a request of this process). Folders are read one entry
+ * at a time, since one may hold a queue's millions of payloads; `stopped` is asked between
+ * entries, so that a stop need not wait for the walk. The number of files removed.
+ */
+export async function sweepStaged(dir: string, options: { depth: number; before: number; skip?: (name: string) => boolean; stopped?: () => boolean }): Promise<number> {
+  let removed = 0;
+  let folder;
+  try {
+    folder = await opendir(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 0;
+    throw err;
+  }
+  for await (const entry of folder) {
+    if (options.stopped?.()) break;
+    const at = path.join(dir, entry.name);
+    if (entry.isDirectory()) {
+      if (options.depth > 0 && !options.skip?.(entry.name)) removed += await sweepStaged(at, { ...options, depth: options.depth - 1 });
+    } else if (entry.isFile() && STAGED_NAME.test(entry.name)) {
+      const st = await lstat(at).catch(() => undefined);
+      if (st !== undefined && st.mtimeMs < options.before) {
+        await rm(at, { force: true });
+        removed++;
+      }
+    }
+  }
+  return removed;
 }

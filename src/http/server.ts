@@ -8,6 +8,8 @@ import { openPostgresDefinitions } from '../store/postgres/pg-definition-store.j
 import { PostgresStore } from '../store/postgres/postgres-store.js';
 import { LongPolls } from '../waiting/long-poll.js';
 import { openTools } from '../tools/index.js';
+import { payloadsDir } from '../tools/files.js';
+import { sweepStaged } from '../durable-files.js';
 import { Operators } from '../operators/operators.js';
 import { createApp } from './app.js';
 import type { ServerContext } from './context.js';
@@ -124,6 +126,7 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
   if (opened.outbox) await tools.tasks.start(opened.outbox);
 
   const stopping = new AbortController();
+  const swept = sweepLeftovers(root, home, stopping.signal, warn);
   // Every waiting claim or fetch listens for the stop: there are as many as there are long polls.
   setMaxListeners(0, stopping.signal);
   const ctx: ServerContext = {
@@ -217,12 +220,30 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
         const grace = setTimeout(() => server.closeAllConnections(), options.shutdownGraceMs ?? 5000);
         await closed;
         clearTimeout(grace);
+        await swept;
         await opened.close();
         registry.close();
         await definitions?.close();
         await tools.close();
       })()),
   };
+}
+
+/**
+ * Removes, in the background, the files a crash left staged under the root and never put in
+ * place: archived payloads and definitions are written under a temporary name first (see
+ * `stageFile`), and a process killed between the write and the rename leaves that file behind.
+ * Only files last changed over 2 s before this start are taken: one staged since is a request's.
+ */
+async function sweepLeftovers(root: string, home: string, stopped: AbortSignal, warn: (line: string) => void): Promise<void> {
+  const options = { before: Date.now() - 2000, stopped: () => stopped.aborted };
+  try {
+    // <payloads>/<host>/<queue>/…, and <root>/<host>/svc-queues|svc-users/… (not the server's own home).
+    const removed = (await sweepStaged(payloadsDir(home), { ...options, depth: 2 })) + (await sweepStaged(root, { ...options, depth: 2, skip: (name) => name === path.basename(home) }));
+    if (removed > 0) warn(`removed ${removed} half-written file${removed === 1 ? '' : 's'} a crash left under ${root} (written under a temporary name, never put in place)`);
+  } catch (err) {
+    warn(`could not look for half-written files under ${root}: ${(err as Error).message}`);
+  }
 }
 
 /** Whether a request URL is for the Express app (`/api…`) rather than the queue domain. */

@@ -1,5 +1,7 @@
 import { expect } from 'chai';
+import { existsSync, mkdirSync, utimesSync, writeFileSync } from 'node:fs';
 import type http from 'node:http';
+import path from 'node:path';
 import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
 import { agentRequest, defineQueue, keepAliveAgent, pool, PUBLIC_ACCESS, QueueApi, type Json } from '../http/queue-api.js';
 
@@ -179,5 +181,47 @@ describe('the embedded store after kill -9 (decisions §6)', function () {
       await s.stop();
       cleanupTemp(own);
     }
+  });
+});
+
+describe('files a crash left staged under the root (decisions §6)', function () {
+  this.timeout(30_000);
+  let root: string;
+  let server: TestServer | undefined;
+
+  before(() => (root = tempDir()));
+  after(async () => {
+    await server?.stop();
+    cleanupTemp(root);
+  });
+
+  it('are removed in the background at start; a file staged since, and files of other names, stay', async () => {
+    const payloads = path.join(root, '_svcq', 'payloads', HOST, 'main');
+    const definitions = path.join(root, HOST, 'svc-queues');
+    mkdirSync(payloads, { recursive: true });
+    mkdirSync(definitions, { recursive: true });
+    const hourAgo = new Date(Date.now() - 3_600_000);
+    const plant = (file: string, old: boolean): string => {
+      writeFileSync(file, '{"half":');
+      if (old) utimesSync(file, hourAgo, hourAgo);
+      return file;
+    };
+    const leftovers = [plant(path.join(payloads, '.0123456789abcdef.item.a1b2c3d4e5f6.tmp'), true), plant(path.join(definitions, '.main.json.00ff00ff00ff.tmp'), true)];
+    const kept = [
+      // Staged a moment ago: a request of the new process could own it.
+      plant(path.join(payloads, '.fedcba9876543210.result.abcdefabcdef.tmp'), false),
+      // Not a name a staged file gets.
+      plant(path.join(payloads, '.notes.tmp'), true),
+      plant(path.join(definitions, 'main.json.tmp'), true),
+      // The server's own home is not the definitions' place.
+      plant(path.join(root, '_svcq', '.x.json.a1b2c3d4e5f6.tmp'), true),
+    ];
+    server = await startServer({ root });
+    const deadline = Date.now() + 10_000;
+    while (leftovers.some((f) => existsSync(f)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(leftovers.filter((f) => existsSync(f)), 'left over').to.deep.equal([]);
+    expect(kept.filter((f) => !existsSync(f)), 'removed though not left by a crash').to.deep.equal([]);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(server.output()).to.match(/removed 2 half-written files a crash left under /);
   });
 });
