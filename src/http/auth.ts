@@ -16,10 +16,12 @@ export function tokensEqual(given: string, expected: string): boolean {
   return timingSafeEqual(a, b);
 }
 
-/** The Host header lowercased with its port dropped (decisions §2.1). */
+/** The Host header lowercased with its port dropped (decisions §2.1), and a trailing dot. */
 export function requestHost(req: IncomingMessage): string {
   const raw = (req.headers.host ?? '').toLowerCase();
   if (raw.startsWith('[')) return raw.slice(0, raw.indexOf(']') + 1);
   const colon = raw.indexOf(':');
-  return colon === -1 ? raw : raw.slice(0, colon);
+  const name = colon === -1 ? raw : raw.slice(0, colon);
+  // `jobs.example.com.` is the same name written in full (the root's empty label after the dot).
+  return name.endsWith('.') ? name.slice(0, -1) : name;
 }

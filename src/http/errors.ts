@@ -1,6 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import { DefinitionError } from '../definitions/registry.js';
 import { StoreUnavailable } from '../store/store.js';
+import { closeUnlessBodyRead } from './unread-body.js';
 import { sendWall } from './wall.js';
 
 /**
@@ -59,6 +60,7 @@ export function sendJson(res: ServerResponse, status: number, body: unknown): vo
 
 /** Answers with JSON text that is already serialised (the hot queue endpoints build theirs by hand). */
 export function sendRawJson(res: ServerResponse, status: number, json: string): void {
+  closeUnlessBodyRead(res);
   res.writeHead(status, {
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(json),
@@ -67,10 +69,17 @@ export function sendRawJson(res: ServerResponse, status: number, json: string): 
   res.end(json);
 }
 
+/** The client went away before its request was whole: nobody is left to answer, and nothing failed here. */
+export class ClientGone extends Error {
+  constructor() {
+    super('the client closed the connection before its request was whole');
+  }
+}
+
 /** Maps any thrown value to its response. Unknown errors are a 500 with one line on stderr and no stack in the reply. */
 export function sendError(res: ServerResponse, err: unknown): void {
   if (err instanceof NotFound) return sendWall(res);
-  if (res.headersSent) {
+  if (res.headersSent || err instanceof ClientGone) {
     res.destroy();
     return;
   }

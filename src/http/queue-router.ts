@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import FindMyWay from 'find-my-way';
 import cors from 'cors';
@@ -10,7 +11,8 @@ import { EmbeddedStore } from '../store/embedded-store.js';
 import { StoreUnavailable, type Claimed, type PostInput, type StatusRecord, type SubmitOutcome } from '../store/store.js';
 import { bearerToken, requestHost } from './auth.js';
 import type { ServerContext } from './context.js';
-import { HttpError, NoSuchItem, NotFound, Rejected, sendError, sendRawJson, type FieldError } from './errors.js';
+import { ClientGone, HttpError, NoSuchItem, NotFound, Rejected, sendError, sendRawJson, type FieldError } from './errors.js';
+import { wantBody } from './unread-body.js';
 import { arrayElements, jsonString, nestedDeeperThan, objectMembers } from '../json-text.js';
 import { CLAIM_REQUEST_SCHEMA, MAX_BATCH, MAX_BATCH_BYTES, type ClaimRequest, type DoneEntry } from '../protocol.js';
 
@@ -277,28 +279,36 @@ export function statusJson(r: StatusRecord): string {
   return `{"ok":true,"id":"${r.id}","status":"${r.status}","postedBy":${jsonString(r.postedBy)},"postedAt":${r.postedAt},"updatedAt":${r.updatedAt},"finishedAt":${r.finishedAt},"attempts":${r.attempts},"progress":${r.progress},"result":${r.result},"error":${r.error}}`;
 }
 
-/** Reads the whole body as UTF-8 text, refusing (413) past `limit` bytes without buffering more. */
+/**
+ * Reads the whole body as UTF-8 text, refusing (413) past `limit` bytes without reading more (the
+ * answer then ends the connection: see `closeUnlessBodyRead`), and refusing (400) bytes that are
+ * not UTF-8: an item is kept as it was sent, and text with a byte replaced is not what was sent.
+ */
 export function readBody(req: IncomingMessage, limit: number): Promise<string> {
   const declared = Number(req.headers['content-length']);
-  if (declared > limit) {
-    req.resume();
-    return Promise.reject(tooLarge(limit));
-  }
+  if (declared > limit) return Promise.reject(tooLarge(limit));
+  wantBody(req);
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
-    req.on('data', (chunk: Buffer) => {
+    const onData = (chunk: Buffer): void => {
       size += chunk.length;
       if (size > limit) {
-        req.removeAllListeners('data');
-        req.resume();
+        req.off('data', onData);
+        req.pause();
         reject(tooLarge(limit));
         return;
       }
       chunks.push(chunk);
+    };
+    req.on('data', onData);
+    req.on('end', () => {
+      const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+      if (isUtf8(bytes)) resolve(bytes.toString('utf8'));
+      else reject(new Rejected([{ path: '', message: 'the request body is not UTF-8 text' }]));
     });
-    req.on('end', () => resolve(chunks.length === 1 ? chunks[0]!.toString('utf8') : Buffer.concat(chunks).toString('utf8')));
-    req.on('error', reject);
+    // A body cut short, or a connection reset: the client is gone (Node's 'error' here is "aborted").
+    req.on('error', () => reject(new ClientGone()));
   });
 }
 

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { setMaxListeners } from 'node:events';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import path from 'node:path';
 import { DefinitionRegistry } from '../definitions/registry.js';
 import { openStore, parseStoreLocation } from '../store/open-store.js';
@@ -15,6 +16,8 @@ import { createApp } from './app.js';
 import type { ServerContext } from './context.js';
 import { FileMasterTokenStore, resolveMasterToken } from './master-token.js';
 import { createQueueRouter } from './queue-router.js';
+import { sendJson } from './errors.js';
+import { holdContinue } from './unread-body.js';
 
 export interface ServeOptions {
   root: string;
@@ -70,10 +73,16 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
   let handle: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
   let started: (() => void) | undefined;
   const starting = new Promise<void>((resolve) => (started = resolve));
-  const server: Server = createServer({ keepAliveTimeout: 65_000 }, (req: IncomingMessage, res: ServerResponse) => {
-    if (handle) handle(req, res);
-    else void starting.then(() => handle!(req, res));
-  });
+  const server: Server = createServer(
+    // A missing Host is answered by svcq (JSON, like every answer), not by Node. A request's
+    // headers have 20 s to arrive (Node's default is a minute).
+    { keepAliveTimeout: 65_000, headersTimeout: 20_000, requireHostHeader: false },
+    (req: IncomingMessage, res: ServerResponse) => {
+      if (handle) handle(req, res);
+      else void starting.then(() => handle!(req, res));
+    },
+  );
+  answerProtocolErrors(server);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port, options.bind, () => resolve());
@@ -182,20 +191,28 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
       ms: Math.round(ms * 1000) / 1000,
       // Bytes on the wire, headers included: a response written with writeHead(status, headers) keeps no content-length to read back.
       bytes: req.socket.bytesWritten - seen.sentBefore,
-      ip: req.socket.remoteAddress ?? '',
+      ip: seen.ip,
     });
     operators.request(isApiPath(path) ? 'api' : 'queue', status, ms / 1000);
   }
 
   ready((req, res) => {
     // The URL is taken now: Express rewrites req.url while it routes into a mounted router.
-    const url = req.url ?? '/';
-    (res as LoggedResponse)[REQUEST] = new RequestSeen(performance.now(), url, req.socket.bytesWritten);
+    let url = req.url ?? '/';
+    // The absolute form (`POST http://host/queue`, RFC 9112 §3.2.2): the target's authority is the
+    // host, whatever the Host header says.
+    if (url.charCodeAt(0) !== 47 /* / */ && url !== '*') url = takeAbsoluteForm(req, url);
+    (res as LoggedResponse)[REQUEST] = new RequestSeen(performance.now(), url, req.socket.bytesWritten, req.socket.remoteAddress ?? '');
     // 'finish' is emitted at most once per response.
     res.on('finish', logFinished);
     res.on('close', logAbandoned);
     // Stopping: this is the connection's last exchange (the answer carries `connection: close`).
     if (stopping.signal.aborted) res.shouldKeepAlive = false;
+    const badHost = hostProblem(req);
+    if (badHost !== undefined) {
+      res.shouldKeepAlive = false;
+      return sendJson(res, 400, { error: badHost });
+    }
     if (isApiPath(url)) app(req, res);
     else queues(req, res);
   });
@@ -246,6 +263,67 @@ async function sweepLeftovers(root: string, home: string, stopped: AbortSignal, 
   }
 }
 
+/**
+ * What Node answers by itself, answered in JSON like everything else: a request that is not HTTP
+ * (400), headers past 16 KiB (431), a request that did not arrive whole in time (408), an
+ * expectation other than `100-continue` (417). `100 Continue` is held back until the body is
+ * wanted (see `holdContinue`), except under `/api/`, whose body parser does not ask for it.
+ */
+function answerProtocolErrors(server: Server): void {
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+    const s = socket as Duplex & { _httpMessage?: ServerResponse | null };
+    // Nothing may be written into an answer already under way; a reset connection hears nothing.
+    if (s.writable && !s._httpMessage?.headersSent && err.code !== 'ECONNRESET') {
+      const [status, reason, error] =
+        err.code === 'HPE_HEADER_OVERFLOW'
+          ? [431, 'Request Header Fields Too Large', 'the request line and headers are larger than 16 KiB']
+          : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+            ? [408, 'Request Timeout', 'the request did not arrive whole in time']
+            : [400, 'Bad Request', `the request is not valid HTTP/1.1 (${err.code ?? err.message})`];
+      const body = JSON.stringify({ error });
+      s.write(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\naccess-control-allow-origin: *\r\nconnection: close\r\n\r\n${body}`);
+    }
+    s.destroy();
+  });
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    if (isApiPath(req.url ?? '/')) res.writeContinue();
+    else holdContinue(req, res);
+    server.emit('request', req, res);
+  });
+  server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
+    res.shouldKeepAlive = false;
+    sendJson(res, 417, { error: 'the only expectation this server meets is 100-continue' });
+  });
+}
+
+/**
+ * An absolute-form target (`http://host/path`) becomes its path, and its authority the request's
+ * Host. Any other form is left for the routers, which give it the wall.
+ */
+function takeAbsoluteForm(req: IncomingMessage, url: string): string {
+  const m = /^https?:\/\/(?:[^/?#@]*@)?([^/?#]*)([^#]*)/i.exec(url);
+  if (m === null) return url;
+  const target = m[2] === '' ? '/' : m[2]!.startsWith('?') ? `/${m[2]}` : m[2]!;
+  req.headers.host = m[1]!;
+  req.url = target;
+  return target;
+}
+
+/**
+ * Why a request's Host cannot be trusted (RFC 9112 §3.2: an HTTP/1.1 request has exactly one), or
+ * undefined. Answered 400 before any route: it says nothing of what the server holds.
+ */
+function hostProblem(req: IncomingMessage): string | undefined {
+  if (req.headers.host === undefined) return req.httpVersionMajor === 1 && req.httpVersionMinor === 0 ? undefined : 'the request has no Host header';
+  const raw = req.rawHeaders;
+  let hosts = 0;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    if (name.length === 4 && name.toLowerCase() === 'host') hosts++;
+  }
+  return hosts > 1 ? 'the request has more than one Host header' : undefined;
+}
+
 /** Whether a request URL is for the Express app (`/api…`) rather than the queue domain. */
 function isApiPath(url: string): boolean {
   return url === '/api' || url.startsWith('/api/') || url.startsWith('/api?');
@@ -258,6 +336,8 @@ class RequestSeen {
     readonly started: number,
     readonly url: string,
     readonly sentBefore: number,
+    /** Taken as the request arrives: a socket already closed no longer knows its peer. */
+    readonly ip: string,
   ) {}
 }
 

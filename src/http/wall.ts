@@ -1,4 +1,5 @@
 import type { ServerResponse } from 'node:http';
+import { closeUnlessBodyRead } from './unread-body.js';
 
 /**
  * The wall (interface §5.3, decisions §4): every denied or unknown request gets exactly this
@@ -18,6 +19,7 @@ export function sendWall(res: ServerResponse): void {
     return;
   }
   for (const name of res.getHeaderNames()) res.removeHeader(name);
+  closeUnlessBodyRead(res);
   res.writeHead(404, HEADERS);
   res.end(BODY);
 }
