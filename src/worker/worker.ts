@@ -285,6 +285,10 @@ export class Worker {
     const max = this.claimSize();
     const prefetching = !this.options.once && (this.options.prefetch ?? 1) > 1;
     const carried = this.takeHandIns();
+    // Hand-ins ride only on a claim that is answered at once: held for a long poll, they would be
+    // known accepted (and counted done) only when it ends, and a stop that cuts it short would
+    // send them again. An empty answer to such a claim is followed by a long poll at once.
+    const wait = carried.length > 0 ? 0 : waitSeconds;
     let sentAt = 0;
     // `--once` waits for the server no longer than its claim would have waited for an item (5 s at least, for a restart).
     const giveUpAfterMs = this.options.once ? Math.max(0, Math.max(5000, waitSeconds * 1000) - (Date.now() - this.startedAt)) : undefined;
@@ -296,7 +300,7 @@ export class Worker {
           const controller = new AbortController();
           sentAt = Date.now();
           this.claimsInFlight.set(controller, sentAt);
-          const body = { worker, criteria, wait: this.stopping ? 0 : waitSeconds, ...(prefetching ? { max } : {}) };
+          const body = { worker, criteria, wait: this.stopping ? 0 : wait, ...(prefetching ? { max } : {}) };
           return this.client
             // A server that holds the request well past the long-poll is treated as gone. The
             // hand-ins' records go as they are, as the result and error endpoints would take them.
@@ -327,7 +331,7 @@ export class Worker {
       for (const item of items) item.clockOffsetMs = res.clockOffsetMs ?? 0;
       if (items.length > 0) this.leaseMs = leaseLeft(items[0]!);
       // An item that arrives after the first signal is run all the same: it is ours now.
-      if (items.length === 0) return this.stopping ? 'stop' : Date.now() - sentAt < waitSeconds * 500 || waitSeconds === 0 ? 'empty-early' : 'empty';
+      if (items.length === 0) return this.stopping ? 'stop' : wait < waitSeconds ? 'empty' : Date.now() - sentAt < waitSeconds * 500 || waitSeconds === 0 ? 'empty-early' : 'empty';
       return items;
     } catch (err) {
       if (!surelyNotApplied(err)) this.dropUnknownErrors(carried, err);

@@ -54,6 +54,20 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
     expect(c.claimed + c.processing, 'items leased before any job ended').to.equal(4);
   });
 
+  it('a finished job is known accepted at once, not when the long poll that carried its result ends, and a stop does not send it again (decisions §3.8)', async () => {
+    const queue = queueName('prompt');
+    await defineQueue(server, queue, { leaseSeconds: 60 });
+    worker = startWorker(server, queue, ['--exec', 'cat', '--wait', '20']);
+    await worker.waitEvent((e) => e.event === 'started', 'the worker started');
+    const id = await postItem(server, queue, { n: 1 });
+    // The queue is empty after it: a claim carrying the result and held for the wait would answer in 20 s.
+    const finished = await worker.waitEvent((e) => e.event === 'finished' && e.id === id, 'the finished event', 5000);
+    expect(finished).to.include({ accepted: true, status: 'finished' });
+    worker.proc.kill('SIGINT');
+    expect(await worker.exited).to.equal(0);
+    expect(worker.events.filter((e) => e.event === 'finished' && e.id === id)).to.have.length(1);
+  });
+
   it('the first signal starts no item claimed ahead: the stop ends with the running job, the others are left to their leases (decisions §1.3)', async () => {
     const queue = queueName('stop-ahead');
     await defineQueue(server, queue, { leaseSeconds: 2, maxAttempts: 3 });
