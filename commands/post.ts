@@ -82,13 +82,14 @@ If the server cannot be reached partway through, the items already posted are pr
         if (outcome.notPosted || outcome.unsure) {
           (outcome.notPosted ? notPosted : unsure).push(outcome.input);
           why = outcome.error;
-        } else process.stderr.write(`svcq: ${outcome.input.source}: ${outcome.error}\n`);
+        } else if (!json) process.stderr.write(`svcq: ${outcome.input.source}: ${outcome.error}\n`);
       }
     }
-    // Items never sent (the server went away), or whose answer was lost, are summed up in a line each, not one per item.
+    // Items never sent (the server went away), or whose answer was lost, are summed up in a line each, not one per item
+    // (with --json, stdout has a line for each, and stderr only the verdict, in JSON).
     const span = (inputs: ItemInput[]): string => (inputs.length === 1 ? inputs[0]!.source : `${inputs[0]!.source} to ${inputs[inputs.length - 1]!.source}`);
-    if (unsure.length > 0) process.stderr.write(`svcq: ${unsure.length} item(s) may or may not have been posted (${span(unsure)}): they went out and no answer came back: ${why}\n`);
-    if (notPosted.length > 0) process.stderr.write(`svcq: ${notPosted.length} item(s) not posted (${span(notPosted)}): ${why}\n`);
+    if (unsure.length > 0 && !json) process.stderr.write(`svcq: ${unsure.length} item(s) may or may not have been posted (${span(unsure)}): they went out and no answer came back: ${why}\n`);
+    if (notPosted.length > 0 && !json) process.stderr.write(`svcq: ${notPosted.length} item(s) not posted (${span(notPosted)}): ${why}\n`);
     if (rejected > 0) {
       // The outcome lines may still be on their way down a pipe: the exit that follows must not cut them (or the summary) off.
       await new Promise<void>((resolve) => process.stdout.write('', () => resolve()));

@@ -58,7 +58,9 @@ One SIGINT or SIGTERM stops it: held long polls are answered at once, requests u
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       const why = e.code === 'EADDRINUSE' ? `port ${flags.port} on ${flags.bind} is already in use` : e.code === 'EACCES' ? `permission denied (${e.message})` : e.message;
-      this.error(`cannot start: ${why}`, { exit: 1 });
+      // One sentence, as every command says what went wrong (decisions §1.2).
+      process.stderr.write(`svcq: cannot start: ${why}\n`);
+      this.exit(1);
     }
     if (server.masterTokenFile) this.log(`master token in ${server.masterTokenFile}${server.masterTokenCreated ? ' (new)' : ''}`);
     if (flags['show-token']) this.log(`master token: ${server.masterToken}`);

@@ -42,6 +42,9 @@ export class OperatorMetrics {
   constructor() {
     const registers = [this.register];
     collectDefaultMetrics({ register: this.register });
+    // prom-client's gauges named *_total break Prometheus's naming rule (a *_total is a counter), so
+    // `promtool check metrics` fails on them; each is the sum of a gauge it also exports by type.
+    for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) this.register.removeSingleMetric(name);
     this.items = new Gauge({ name: 'svcq_items', help: 'Items held, by queue and status (the store\'s kept counts, read when scraped).', labelNames: ['host', 'queue', 'status'], registers });
     this.oldestAge = new Gauge({
       name: 'svcq_queue_oldest_pending_age_seconds',

@@ -90,7 +90,10 @@ export interface Started {
 
 /** Starts a background block (`exec`ed by sh) and waits until it prints its ready text. */
 export async function startBackground(block: Block, cwd: string, env: NodeJS.ProcessEnv): Promise<Started> {
-  const proc = spawn('sh', ['-c', `exec ${block.code.trim()}`], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  // `exec` goes after any leading assignments (`VAR="$(cat f)" cmd`): the process is the command's own.
+  const code = block.code.trim();
+  const assignments = /^(?:[A-Za-z_][A-Za-z0-9_]*=(?:"[^"]*"|'[^']*'|[^\s"']+)\s+)*/.exec(code)![0];
+  const proc = spawn('sh', ['-c', `${assignments}exec ${code.slice(assignments.length)}`], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   proc.stdout!.on('data', (c: Buffer) => (out += c.toString()));
   proc.stderr!.on('data', (c: Buffer) => (out += c.toString()));

@@ -114,7 +114,7 @@ describe('a stop that always ends (decisions §1.1)', function () {
     try {
       const second = await runCli(['serve', '--root', root, '--port', String(server.port)]);
       expect(second.code).to.equal(1);
-      expect(second.stderr).to.match(/already in use/);
+      expect(second.stderr).to.match(/^svcq: cannot start: port \d+ on 127\.0\.0\.1 is already in use\n$/);
       expect(existsSync(root), 'the failed start created its root').to.equal(false);
     } finally {
       cleanupTemp(parent);
