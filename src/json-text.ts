@@ -82,6 +82,66 @@ export function arrayElements(text: string, at: number): Span[] {
   }
 }
 
+/**
+ * What keeps `text` (valid JSON, already parsed once) from being checked against a schema as
+ * every reader would read it: an object that names a key twice (JSON.parse keeps the last value,
+ * other readers the first or neither) or a number past the range of a double (JSON.parse makes it
+ * Infinity, which passes `type: integer`). The JSON pointer of the first such value, and why; one
+ * pass over the text.
+ */
+export function unsureForSchema(text: string): { path: string; message: string } | undefined {
+  const keys: string[] = [];
+  let found: { path: string; message: string } | undefined;
+  const pointer = (): string => keys.map((k) => `/${k.replace(/~/g, '~0').replace(/\//g, '~1')}`).join('');
+  const value = (i: number): number => {
+    i = skipSpace(text, i);
+    const c = text.charCodeAt(i);
+    if (c === 0x22) return skipString(text, i);
+    if (c === 0x7b || c === 0x5b) {
+      const object = c === 0x7b;
+      const seen = object ? new Set<string>() : undefined;
+      i = skipSpace(text, i + 1);
+      if (text.charCodeAt(i) === (object ? 0x7d : 0x5d)) return i + 1;
+      for (let n = 0; ; n++) {
+        let key = String(n);
+        if (object) {
+          i = skipSpace(text, i);
+          const keyEnd = skipString(text, i);
+          const raw = text.slice(i + 1, keyEnd - 1);
+          key = raw.includes('\\') ? (JSON.parse(text.slice(i, keyEnd)) as string) : raw;
+          if (seen!.has(key) && found === undefined) {
+            keys.push(key);
+            found = { path: pointer(), message: 'is given twice in one object: readers differ on which value counts, so the schema cannot vouch for it' };
+            keys.pop();
+          }
+          seen!.add(key);
+          i = skipSpace(text, keyEnd) + 1;
+        }
+        keys.push(key);
+        i = skipSpace(text, value(i));
+        keys.pop();
+        if (text.charCodeAt(i++) !== 0x2c) return i;
+      }
+    }
+    // A number, true, false or null: up to the next delimiter.
+    const start = i;
+    let exponent = false;
+    for (; i < text.length; i++) {
+      const d = text.charCodeAt(i);
+      if (d === 0x2c || d === 0x7d || d === 0x5d || d === 0x20 || d === 0x0a || d === 0x0d || d === 0x09) break;
+      if (d === 0x65 || d === 0x45) exponent = true;
+    }
+    // Without an exponent only more than 308 digits pass the largest double.
+    const number = c === 0x2d || (c >= 0x30 && c <= 0x39);
+    if (number && (exponent || i - start > 308) && found === undefined && !Number.isFinite(Number(text.slice(start, i)))) {
+      found = { path: pointer() || '/', message: 'is a number too large for a double (it reads as Infinity), which the schema cannot check' };
+    }
+    return i;
+  };
+  value(0);
+  return found;
+}
+
 function skipSpace(text: string, i: number): number {
   for (;;) {
     const c = text.charCodeAt(i);

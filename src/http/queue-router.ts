@@ -13,7 +13,7 @@ import { bearerToken, requestHost } from './auth.js';
 import type { ServerContext } from './context.js';
 import { ClientGone, HttpError, NoSuchItem, NotFound, Rejected, sendError, sendRawJson, type FieldError } from './errors.js';
 import { wantBody } from './unread-body.js';
-import { arrayElements, jsonString, nestedDeeperThan, objectMembers } from '../json-text.js';
+import { arrayElements, jsonString, nestedDeeperThan, objectMembers, unsureForSchema } from '../json-text.js';
 import { CLAIM_REQUEST_SCHEMA, MAX_BATCH, MAX_BATCH_BYTES, type ClaimRequest, type DoneEntry } from '../protocol.js';
 
 /**
@@ -343,6 +343,9 @@ function parseObject(text: string, what: string): Record<string, unknown> {
 function validateItem(validator: NonNullable<QueueRuntime['validator']>, item: Record<string, unknown>, body: string): void {
   const tooDeep = (): Rejected => new Rejected([{ path: '', message: `the item nests deeper than the queue's schema can check (${SCHEMA_DEPTH} levels)` }]);
   if (nestedDeeperThan(body, SCHEMA_DEPTH)) throw tooDeep();
+  // What JSON.parse reads of it must be what every reader reads, or passing the schema says nothing.
+  const unsure = unsureForSchema(body);
+  if (unsure !== undefined) throw new Rejected([unsure]);
   let valid: boolean;
   try {
     valid = validator(item) as boolean;

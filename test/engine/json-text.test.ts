@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import { arrayElements, jsonString, nestedDeeperThan, objectMembers } from '../../src/json-text.js';
+import { arrayElements, jsonString, nestedDeeperThan, objectMembers, unsureForSchema } from '../../src/json-text.js';
 
 describe('jsonString', () => {
   it('writes exactly what JSON.stringify writes, whether or not the string needs escaping', () => {
@@ -57,4 +57,33 @@ describe('objectMembers and arrayElements (values kept as sent, interface §2.1)
       { numRuns: 500 },
     );
   });
+
+  describe('unsureForSchema: what a schema cannot vouch for (decisions §3.5)', () => {
+    it('names a key given twice in an object, at any depth, by its JSON pointer', () => {
+      expect(unsureForSchema('{"n":"str","n":5}')).to.deep.include({ path: '/n' });
+      expect(unsureForSchema('{"a":[1,{"x":1,"y":2,"x":3}]}')).to.deep.include({ path: '/a/1/x' });
+      expect(unsureForSchema('{"a/b":{"~":1,"~":2}}')).to.deep.include({ path: '/a~1b/~0' });
+      // An escaped key is the same key as its plain spelling.
+      expect(unsureForSchema('{"n":1,"\\u006e":2}')).to.deep.include({ path: '/n' });
+      // The same key in two different objects is no duplicate.
+      expect(unsureForSchema('{"a":{"n":1},"b":{"n":2},"n":[{"n":1},{"n":2}]}')).to.equal(undefined);
+    });
+
+    it('names a number past the range of a double, and nothing JSON.parse reads as finite', () => {
+      expect(unsureForSchema('{"n":1e400}')).to.deep.include({ path: '/n' });
+      expect(unsureForSchema('{"a":[-1E309]}')).to.deep.include({ path: '/a/0' });
+      expect(unsureForSchema(`{"n":${'9'.repeat(400)}}`)).to.deep.include({ path: '/n' });
+      expect(unsureForSchema('{"n":1e308,"m":-1.5e-400,"k":12345678901234567890,"t":true,"f":false,"z":null,"s":"1e400"}')).to.equal(undefined);
+    });
+
+    it('agrees with JSON.parse on random JSON: no finding for text JSON.stringify wrote', () => {
+      fc.assert(
+        fc.property(fc.jsonValue(), fc.constantFrom(undefined, 1, '\t'), (value, space) => {
+          expect(unsureForSchema(JSON.stringify(value, null, space))).to.equal(undefined);
+        }),
+        { numRuns: 300 },
+      );
+    });
+  });
 });
+

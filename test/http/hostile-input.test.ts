@@ -50,6 +50,29 @@ describe('valid JSON never gives a 500 (decisions §3.3, §3.5, interface §4.6)
     expect((await call('POST', '/recursive', '{"a":{"b":1}}')).status).to.equal(400);
   });
 
+  it('on a queue with a schema, an item with a key given twice or a number past a double is refused naming the field; without a schema it is kept as sent (decisions §3.5)', async () => {
+    await defineQueue(server, HOST, 'typed', { access: PUBLIC_ACCESS, schema: { properties: { n: { type: 'integer' } } } });
+    for (const [body, path] of [
+      ['{"n":1e400}', '/n'],
+      ['{"n":"str","n":5}', '/n'],
+      ['{"m":{"k":1,"k":2},"n":1}', '/m/k'],
+    ] as const) {
+      const reply = await call('POST', '/typed', body);
+      expect(reply.status, `${body}: ${reply.text}`).to.equal(400);
+      expect((reply.json as { errors: Array<{ path: string }> }).errors[0]!.path).to.equal(path);
+    }
+    // In a batch, that item alone is refused.
+    const batch = await call('POST', '/typed/batch', '[{"n":1},{"n":2,"n":"x"},{"n":3}]');
+    expect(batch.status).to.equal(200);
+    expect((batch.json as { items: Array<{ ok: boolean }> }).items.map((i) => i.ok)).to.deep.equal([true, false, true]);
+    // Numbers a double holds, written any way, still pass.
+    expect((await call('POST', '/typed', '{"n":1e2}')).status).to.equal(200);
+    // No schema: nothing to vouch for, and the item is kept byte for byte.
+    await defineQueue(server, HOST, 'untyped', { access: PUBLIC_ACCESS });
+    expect((await call('POST', '/untyped', '{"n":"str","n":1e400}')).status).to.equal(200);
+    expect((await call('POST', '/untyped/claim', '{}')).text).to.include('"item":{"n":"str","n":1e400}');
+  });
+
   it('an item nested 100,000 deep on a queue without a schema is stored and handed out as posted (decisions §3.5)', async () => {
     await defineQueue(server, HOST, 'anything', { access: PUBLIC_ACCESS });
     const body = nestedObject(100_000);
