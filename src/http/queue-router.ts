@@ -100,6 +100,8 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
   });
 
   route('POST', '/:queue/claim', 'work', async (req, res, queue) => {
+    // A wait counts from here: the first look and the hand-ins take from it (decisions §3.3).
+    const arrived = Date.now();
     const body = await readBody(req, ctx.maxBody);
     if (nestedDeeperThan(body, CLAIM_DEPTH)) throw new Rejected([{ path: '/criteria', message: `the claim request nests deeper than ${CLAIM_DEPTH} levels` }]);
     const input = body.trim() === '' ? {} : parseObject(body, 'the claim request');
@@ -130,7 +132,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     // An item at hand is claimed without waiting; only a claim that has to wait gets the hang-up
     // signal, which costs listeners on the request, the socket and the server.
     if (claimed.length === 0 && wait && !lookFailed) {
-      claimed = await ctx.waits.claimMany(queue, { worker, criteria, waitMs: wait * 1000, max, signal: closeSignal(req, res, ctx) });
+      claimed = await ctx.waits.claimMany(queue, { worker, criteria, waitMs: wait * 1000, since: arrived, max, signal: closeSignal(req, res, ctx) });
     }
     const doneJson = doneTexts === undefined ? '' : `,"done":[${doneTexts.join(',')}]`;
     if (max !== undefined) return sendRawJson(res, 200, `{"ok":true,"items":[${claimed.map(claimedJson).join(',')}]${doneJson}}`);

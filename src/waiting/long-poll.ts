@@ -8,6 +8,11 @@ export interface WaitingClaim {
   criteria?: Criteria;
   /** How long to hold the request for a matching item (0 = answer at once). */
   waitMs: number;
+  /**
+   * When the wait began (Date.now()), if before this call: the request's arrival, so that looks
+   * made before the wait (a first look, hand-ins) count against it. Absent: now.
+   */
+  since?: number;
   /** Aborted when the caller went away or the server is stopping: then it is answered empty. */
   signal?: AbortSignal;
   /** Up to this many items at once (decisions §3.8 `max`); absent: one, through the store's single claim. */
@@ -66,20 +71,21 @@ export class LongPolls {
   async claimMany(ref: QueueRef, claim: WaitingClaim): Promise<Claimed[]> {
     if (claim.waitMs <= 0) return this.ask(ref, claim);
     const queue = this.queueOf(ref.key);
+    const deadline = (claim.since ?? Date.now()) + claim.waitMs;
     // Listening before the first look: an announcement made while it looks is not missed.
     this.listen(queue, 1);
     try {
-      return await this.waitFor(queue, ref, claim);
+      return await this.waitFor(queue, ref, claim, deadline);
     } finally {
       this.listen(queue, -1);
     }
   }
 
-  private async waitFor(queue: QueueWaiters, ref: QueueRef, claim: WaitingClaim): Promise<Claimed[]> {
+  private async waitFor(queue: QueueWaiters, ref: QueueRef, claim: WaitingClaim, deadline: number): Promise<Claimed[]> {
     for (;;) {
       const version = queue.version;
       const claimed = await this.ask(ref, claim);
-      if (claimed.length > 0 || claim.waitMs <= 0 || claim.signal?.aborted) return claimed;
+      if (claimed.length > 0 || Date.now() >= deadline || claim.signal?.aborted) return claimed;
       // Items were announced while the store looked: look again rather than wait for the next.
       if (queue.version === version) break;
     }
@@ -105,7 +111,7 @@ export class LongPolls {
         waiter.over = true;
         if (!waiter.busy) waiter.settle([]);
       };
-      const timer = setTimeout(giveUp, claim.waitMs);
+      const timer = setTimeout(giveUp, deadline - Date.now());
       claim.signal?.addEventListener('abort', giveUp, { once: true });
       queue.waiters.push(waiter);
     });

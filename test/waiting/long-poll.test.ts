@@ -1,0 +1,51 @@
+import { expect } from 'chai';
+import { resolveQueue } from '../../src/engine/config.js';
+import { ModelStore, newModelDisk } from '../../src/store/model-store.js';
+import type { Store } from '../../src/store/store.js';
+import { LongPolls } from '../../src/waiting/long-poll.js';
+import { InProcessNotifier } from '../../src/waiting/notifier.js';
+
+const ref = { key: 'wait.example.com/q', host: 'wait.example.com', name: 'q', config: resolveQueue({}) };
+
+/** The reference store, with every claim taking `ms` longer: a store whose looks are slow (criteria over a long backlog). */
+function slowClaims(store: ModelStore, ms: number): Store {
+  const later = <T>(p: Promise<T>): Promise<T> => new Promise((resolve) => setTimeout(resolve, ms)).then(() => p);
+  return new Proxy(store, {
+    get(target, key, receiver) {
+      const value = Reflect.get(target, key, receiver) as unknown;
+      if (key === 'claim' || key === 'claimMany') return (...args: unknown[]) => later((value as (...a: unknown[]) => Promise<unknown>).apply(target, args));
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  }) as unknown as Store;
+}
+
+describe('long polls above the store (decisions §3.3 wait)', function () {
+  this.timeout(10_000);
+
+  it('a wait counts from when it began (the request\'s arrival), not from after the looks a slow store makes first', async () => {
+    const notifier = new InProcessNotifier();
+    const model = new ModelStore(newModelDisk(), { notifier });
+    await model.open();
+    const waits = new LongPolls(slowClaims(model, 300), notifier);
+    // The request arrived 300 ms ago (its first look took that long); it asked to wait 800 ms.
+    const since = Date.now() - 300;
+    const started = Date.now();
+    expect(await waits.claimMany(ref, { worker: 'w', waitMs: 800, since })).to.deep.equal([]);
+    const took = Date.now() - started;
+    // 500 ms were left of the wait; the look made inside it takes 300 of them. Counted from after
+    // that look, it would end 800 ms later: 1,100 ms.
+    expect(took).to.be.at.least(450).and.below(900);
+    await model.close();
+  });
+
+  it('a wait already over when it would begin answers after one look, without waiting', async () => {
+    const notifier = new InProcessNotifier();
+    const model = new ModelStore(newModelDisk(), { notifier });
+    await model.open();
+    const waits = new LongPolls(model, notifier);
+    const started = Date.now();
+    expect(await waits.claimMany(ref, { worker: 'w', waitMs: 1000, since: Date.now() - 2000 })).to.deep.equal([]);
+    expect(Date.now() - started).to.be.below(200);
+    await model.close();
+  });
+});
