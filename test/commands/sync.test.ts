@@ -77,9 +77,22 @@ describe('svcq sync, manifest and version (CLI against a real server)', () => {
       'jobs.example.com/svc-users/alice.json': sha256(user),
     });
 
+    // What the server was sent, not only what sync says: no PUT at all the second time (access log, decisions §5).
+    const puts = async (): Promise<number> => {
+      // Access lines are written every 100 ms.
+      await new Promise((r) => setTimeout(r, 300));
+      const log = await request(server.url, '/api/v2/logs/file?which=active', { token: server.masterToken });
+      return log.text
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as { method: string; path: string })
+        .filter((l) => l.method === 'PUT' && l.path === '/api/v2/def').length;
+    };
+    const before = await puts();
     const second = await svcq('sync', dir, '--json');
     expect(second.code, second.stderr).to.equal(0);
     expect(JSON.parse(second.stdout)).to.deep.equal({ put: [], deleted: [], unchanged: 3, dryRun: false });
+    expect(await puts()).to.equal(before);
   });
 
   it('puts a changed file again and deletes a stored definition that has no local file (synchronisation flow steps 4, 5)', async () => {

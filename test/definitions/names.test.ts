@@ -9,6 +9,14 @@ describe('names and definition paths (decisions §2.1)', () => {
     }
   });
 
+  it('a host is at most 253 characters (decisions §2.1)', () => {
+    const label = 'a'.repeat(63);
+    const of = (last: number): string => `${label}.${label}.${label}.${'b'.repeat(last)}`;
+    expect(of(61)).to.have.length(253);
+    expect(isHost(of(61))).to.equal(true);
+    expect(isHost(of(62))).to.equal(false);
+  });
+
   it('accepts names of ^[a-z0-9][a-z0-9_-]{0,63}$ only, and reserves the queue name api', () => {
     for (const ok of ['a', '0', 'a_b-c', 'a'.repeat(64)]) expect(isName(ok), ok).to.equal(true);
     for (const bad of ['', '_a', '-a', 'A', 'a.b', 'a b', 'a'.repeat(65), 'é']) expect(isName(bad), bad).to.equal(false);

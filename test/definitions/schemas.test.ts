@@ -28,6 +28,15 @@ describe('definition schemas (decisions §2.2, §2.3)', () => {
     expect(errorOf(user, `{"svc-user-name":"bob","tokenSha256":"${'0'.repeat(64)}"}`)).to.equal('h.example.com/svc-users/alice.json: svc-user-name "bob" must equal the file name "alice"');
   });
 
+  it('takes each number field up to its bounds, both ends included (decisions §2.2)', () => {
+    expect(parseDefinition(queue, '{"leaseSeconds":86400,"maxAttempts":1000,"retryDelaySeconds":86400}')).to.have.property('kind', 'queue');
+    expect(parseDefinition(queue, '{"leaseSeconds":1,"maxAttempts":1,"retryDelaySeconds":0}')).to.have.property('kind', 'queue');
+    expect(errorOf(queue, '{"leaseSeconds":86401}')).to.match(/leaseSeconds must be an integer from 1 to 86400 \(got 86401\)$/);
+    expect(errorOf(queue, '{"retryDelaySeconds":-1}')).to.match(/retryDelaySeconds must be an integer from 0 to 86400 \(got -1\)$/);
+    expect(errorOf(queue, '{"retryDelaySeconds":86401}')).to.match(/retryDelaySeconds must be an integer from 0 to 86400 \(got 86401\)$/);
+    expect(errorOf(queue, '{"maxAttempts":0}')).to.match(/maxAttempts must be an integer from 1 to 1000 \(got 0\)$/);
+  });
+
   it('reports every problem at once, each naming its field, joined into one message after the file name', () => {
     const parsed = parseDefinition(queue, '{"leaseSeconds":0,"maxAttempts":2000,"nope":1,"schema":{"type":"no-such-type"}}');
     if (!('error' in parsed)) throw new Error('expected problems');

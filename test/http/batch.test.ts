@@ -165,6 +165,13 @@ describe('batches and hand-ins over HTTP (decisions §3.8)', function () {
       }
       expect((await q.claim()).attempts).to.equal(1);
     });
+
+    it('takes max up to 100: a claim of 100 from 150 waiting gets the oldest 100 (decisions §3.8)', async () => {
+      const q = await newQueue(server, HOST);
+      const items = await batchOk(q, Array.from({ length: 150 }, (_, n) => ({ n })));
+      const got = await q.claim({ max: 100 });
+      expect((got.items as Json[]).map((i) => i.id)).to.deep.equal(items.slice(0, 100).map((e) => e.id));
+    });
   });
 
   describe('claim with done', () => {

@@ -603,6 +603,15 @@ describe('queue endpoints over HTTP', function () {
         expect(await q.claim()).to.deep.equal({ ok: true, empty: true });
         const id = await q.post({ text: 'x'.repeat(1900) });
         expect((await q.claim()).id).to.equal(id);
+        // The limit itself is allowed: {"text":"…"} of exactly 2,048 bytes.
+        const exact = JSON.stringify({ text: 'x'.repeat(2048 - 11) });
+        expect(Buffer.byteLength(exact)).to.equal(2048);
+        expect((await q.postRaw(exact)).status).to.equal(200);
+        expect((await q.postRaw(JSON.stringify({ text: 'x'.repeat(2048 - 10) }))).status).to.equal(413);
+        // In a batch, an item past --max-body is refused alone, as a single post of it would be (decisions §3.8).
+        const batch = await q.raw('POST', `/${q.name}/batch`, `[{"n":1},${JSON.stringify({ text: 'x'.repeat(2048 - 10) })},{"n":3}]`);
+        expect(batch.status, batch.text).to.equal(200);
+        expect((batch.json as { items: Array<{ ok: boolean; errors?: Array<{ message: string }> }> }).items.map((i) => i.ok)).to.deep.equal([true, false, true]);
       } finally {
         await small.stop();
         cleanupTemp(small.root);

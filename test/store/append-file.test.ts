@@ -1,4 +1,4 @@
-import { readFileSync, statSync, write, writeFileSync } from 'node:fs';
+import { constants, readFileSync, statSync, write, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import { AppendFile, type WriteFn } from '../../src/store/append-file.js';
@@ -22,6 +22,22 @@ describe('an append file kept zero-filled ahead of its data', () => {
     expect(f.size).to.equal(18);
     await f.close();
     expect(readFileSync(file, 'utf8')).to.equal('["a"]\n["b"]\n["c"]\n');
+  });
+
+  it('opens the file with O_DSYNC: an append resolves only once its data is on disk, not in the page cache (decisions §6)', async function () {
+    if (process.platform !== 'linux') this.skip();
+    const file = path.join(dir, 'j.jsonl');
+    let fd = -1;
+    // The data's descriptor, as the kernel has it: /proc shows its open flags (in octal).
+    const spy: WriteFn = (handle, buffer, offset, length, position, callback) => {
+      fd = handle;
+      write(handle, buffer, offset, length, position, callback);
+    };
+    const f = await AppendFile.open(file, { write: spy });
+    await f.append('["a"]\n');
+    const flags = Number.parseInt(/^flags:\s+([0-7]+)$/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8'))![1]!, 8);
+    expect(flags & constants.O_DSYNC, `flags ${flags.toString(8)}`).to.equal(constants.O_DSYNC);
+    await f.close();
   });
 
   it('reopened after a crash left zeros behind, goes on right after the last byte of data, not after the zeros', async () => {

@@ -199,6 +199,33 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         expect(await claimId(q, { kind: 'b' })).to.equal(b2);
       });
 
+      it('items re-queued after a criteria claim passed over the queue are taken by the next such claim oldest first (interface §4.2 rule 1, decisions §3.2, §3.3)', async () => {
+        const q = queue({ maxAttempts: 3 });
+        const y = await post(q, { k: 'a' });
+        const x = await post(q, { k: 'a' });
+        await post(q, { k: 'b' });
+        expect(await claimId(q)).to.equal(y);
+        expect(await claimId(q)).to.equal(x);
+        // Looks at everything pending (the b) and finds no match.
+        expect(await claimId(q, { k: 'a' })).to.equal(null);
+        // Re-queued younger first: the older one is still first in line.
+        await s().error(q, x, '{}');
+        await s().error(q, y, '{}');
+        expect(await claimId(q, { k: 'a' })).to.equal(y);
+        expect(await claimId(q, { k: 'a' })).to.equal(x);
+      });
+
+      it('deep equality of objects and arrays: the same keys, and an array is never an object (decisions §3.3)', async () => {
+        const bodies = [{ o: { k: 1 } }, { o: { k: 1, j: 2 } }, { x: { 0: 1 } }, { x: [1] }];
+        expect(await firstMatch(bodies, { o: { eq: { k: 1, j: 2 } } })).to.equal(1);
+        expect(await firstMatch(bodies.slice(0, 1), { o: { eq: { k: 1, j: 2 } } })).to.equal(-1);
+        expect(await firstMatch(bodies.slice(1, 2), { o: { eq: { k: 1 } } })).to.equal(-1);
+        expect(await firstMatch(bodies.slice(0, 1), { o: { ne: { k: 1, j: 2 } } })).to.equal(0);
+        expect(await firstMatch(bodies, { x: [1] })).to.equal(3);
+        expect(await firstMatch(bodies.slice(2, 3), { x: [1] })).to.equal(-1);
+        expect(await firstMatch(bodies.slice(3), { x: { eq: { 0: 1 } } })).to.equal(-1);
+      });
+
       it('a claim whose criteria match nothing answers null and changes nothing (decisions §3.3)', async () => {
         const q = queue();
         const id = await post(q, { kind: 'a' });

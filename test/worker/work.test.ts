@@ -111,6 +111,21 @@ describe('svcq work (decisions §1.3)', function () {
     expect(worker.stderr()).to.contain(`[${id}] boom 1\n`);
   });
 
+  it('the error record keeps the last 4 KiB of stderr, not the first (decisions §1.3)', async () => {
+    const queue = queueName('tail');
+    await defineQueue(server, queue, { maxAttempts: 1 });
+    const id = await postItem(server, queue, {});
+    // 10,000 bytes: lines "0000 …" to "0099 …" of 100 bytes each.
+    const script = 'for (let n = 0; n < 100; n++) process.stderr.write(String(n).padStart(4, "0") + " " + "x".repeat(94) + "\\n"); process.exitCode = 2';
+    const run = await work([queue, '--exec', `${process.execPath} -e '${script}'`, '--once']);
+    expect(run.code, run.stderr).to.equal(1);
+    const item = await waitTerminal(server, queue, id);
+    const stderr = (item.error as { stderr: string }).stderr;
+    expect(Buffer.byteLength(stderr)).to.equal(4096);
+    expect(stderr.endsWith(`0099 ${'x'.repeat(94)}\n`)).to.equal(true);
+    expect(stderr).not.to.include('0000 ');
+  });
+
   it('a CMD killed by a signal gets an error record with that signal and exitCode null (decisions §1.3)', async () => {
     const queue = queueName('signal');
     await defineQueue(server, queue, { maxAttempts: 1 });
