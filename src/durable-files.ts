@@ -89,13 +89,14 @@ const STAGED_SUFFIX = '.tmp';
 const STAGED_NAME = /^\..+\.[0-9a-f]{12}\.tmp$/;
 
 /**
- * Removes the files a crash left staged (neither published nor discarded) in `dir` and in its
- * folders down to `depth` levels below it: names {@link stageFile} gives, last changed before
- * `before` (a file staged since belongs to a request of this process). Folders are read one entry
- * at a time, since one may hold a queue's millions of payloads; `stopped` is asked between
- * entries, so that a stop need not wait for the walk. The number of files removed.
+ * Removes the files a crash left staged (neither published nor discarded) in the folders `depth`
+ * levels below `dir` (not on the way there, and only in folders `skip` lets through, asked with
+ * the levels still to go): names {@link stageFile} gives, last changed before `before` (a file
+ * staged since belongs to a request of this process). Folders are read one entry at a time, since
+ * one may hold a queue's millions of payloads; `stopped` is asked between entries, so that a stop
+ * need not wait for the walk. The number of files removed.
  */
-export async function sweepStaged(dir: string, options: { depth: number; before: number; skip?: (name: string) => boolean; stopped?: () => boolean }): Promise<number> {
+export async function sweepStaged(dir: string, options: { depth: number; before: number; skip?: (name: string, depth: number) => boolean; stopped?: () => boolean }): Promise<number> {
   let removed = 0;
   let folder;
   try {
@@ -108,8 +109,8 @@ export async function sweepStaged(dir: string, options: { depth: number; before:
     if (options.stopped?.()) break;
     const at = path.join(dir, entry.name);
     if (entry.isDirectory()) {
-      if (options.depth > 0 && !options.skip?.(entry.name)) removed += await sweepStaged(at, { ...options, depth: options.depth - 1 });
-    } else if (entry.isFile() && STAGED_NAME.test(entry.name)) {
+      if (options.depth > 0 && !options.skip?.(entry.name, options.depth)) removed += await sweepStaged(at, { ...options, depth: options.depth - 1 });
+    } else if (options.depth === 0 && entry.isFile() && STAGED_NAME.test(entry.name)) {
       const st = await lstat(at).catch(() => undefined);
       if (st !== undefined && st.mtimeMs < options.before) {
         await rm(at, { force: true });

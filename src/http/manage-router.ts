@@ -3,6 +3,7 @@ import { parseDefinitionPath } from '../definitions/names.js';
 import type { ServerContext } from './context.js';
 import { DefinitionError } from '../definitions/registry.js';
 import { BadRequest, HttpError, sendJson } from './errors.js';
+import { wantBody } from './unread-body.js';
 
 /** Definition sync (interface §4.5): the manifest, and one definition put or deleted at a time. */
 export function manageRouter(ctx: ServerContext): Router {
@@ -18,7 +19,12 @@ export function manageRouter(ctx: ServerContext): Router {
 
   // The body is kept as raw bytes whatever its content type: the stored file is exactly what was
   // sent. A compressed body is refused (415) rather than stored decompressed.
-  router.put('/def', express.raw({ type: () => true, limit: ctx.maxBody, inflate: false }), async (req, res) => {
+  // A client that asked to be told (`expect: 100-continue`) is told to send the body now, past the master token's check.
+  const continueBody: express.RequestHandler = (req, _res, next) => {
+    wantBody(req);
+    next();
+  };
+  router.put('/def', continueBody, express.raw({ type: () => true, limit: ctx.maxBody, inflate: false }), async (req, res) => {
     const at = definitionPath(req.query.path);
     const body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
     try {

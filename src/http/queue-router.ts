@@ -12,7 +12,7 @@ import { StoreUnavailable, type Claimed, type PostInput, type StatusRecord, type
 import { bearerToken, requestHost } from './auth.js';
 import type { ServerContext } from './context.js';
 import { ClientGone, HttpError, NoSuchItem, NotFound, Rejected, sendError, sendRawJson, type FieldError } from './errors.js';
-import { wantBody } from './unread-body.js';
+import { closeUnlessBodyRead, wantBody } from './unread-body.js';
 import { arrayElements, jsonString, nestedDeeperThan, objectMembers, unsureForSchema } from '../json-text.js';
 import { CLAIM_REQUEST_SCHEMA, MAX_BATCH, MAX_BATCH_BYTES, type ClaimRequest, type DoneEntry } from '../protocol.js';
 
@@ -223,6 +223,8 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
   });
 
   router.on('OPTIONS', '*', (req, res) => {
+    // A preflight reads no body: one sent with it must not keep the connection reading (see closeUnlessBodyRead).
+    closeUnlessBodyRead(res);
     preflight(req, res, () => sendError(res, new NotFound()));
   });
 
@@ -297,7 +299,8 @@ export function readBody(req: IncomingMessage, limit: number): Promise<string> {
       size += chunk.length;
       if (size > limit) {
         req.off('data', onData);
-        req.pause();
+        // The rest is read and dropped while the answer (which ends the connection) lingers.
+        req.resume();
         reject(tooLarge(limit));
         return;
       }

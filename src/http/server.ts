@@ -17,7 +17,7 @@ import type { ServerContext } from './context.js';
 import { FileMasterTokenStore, resolveMasterToken } from './master-token.js';
 import { createQueueRouter } from './queue-router.js';
 import { sendJson } from './errors.js';
-import { holdContinue } from './unread-body.js';
+import { endAfterAnswer, holdContinue, lingering } from './unread-body.js';
 
 export interface ServeOptions {
   root: string;
@@ -76,8 +76,11 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
   const server: Server = createServer(
     // A missing Host is answered by svcq (JSON, like every answer), not by Node. A request's
     // headers have 20 s to arrive (Node's default is a minute).
-    { keepAliveTimeout: 65_000, headersTimeout: 20_000, requireHostHeader: false },
+    // (Node checks those timeouts every connectionsCheckingInterval, 30 s by default.)
+    { keepAliveTimeout: 65_000, headersTimeout: 20_000, connectionsCheckingInterval: 5_000, requireHostHeader: false },
     (req: IncomingMessage, res: ServerResponse) => {
+      // A request read from a connection whose last answer went out (`connection: close`) is not served (RFC 9112 §9.6).
+      if (lingering(req.socket)) return void req.socket.destroy();
       if (handle) handle(req, res);
       else void starting.then(() => handle!(req, res));
     },
@@ -210,7 +213,7 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
     if (stopping.signal.aborted) res.shouldKeepAlive = false;
     const badHost = hostProblem(req);
     if (badHost !== undefined) {
-      res.shouldKeepAlive = false;
+      endAfterAnswer(res);
       return sendJson(res, 400, { error: badHost });
     }
     if (isApiPath(url)) app(req, res);
@@ -256,7 +259,7 @@ async function sweepLeftovers(root: string, home: string, stopped: AbortSignal, 
   const options = { before: Date.now() - 2000, stopped: () => stopped.aborted };
   try {
     // <payloads>/<host>/<queue>/…, and <root>/<host>/svc-queues|svc-users/… (not the server's own home).
-    const removed = (await sweepStaged(payloadsDir(home), { ...options, depth: 2 })) + (await sweepStaged(root, { ...options, depth: 2, skip: (name) => name === path.basename(home) }));
+    const removed = (await sweepStaged(payloadsDir(home), { ...options, depth: 2 })) + (await sweepStaged(root, { ...options, depth: 2, skip: (name, depth) => (depth === 2 ? name === path.basename(home) : name !== 'svc-queues' && name !== 'svc-users') }));
     if (removed > 0) warn(`removed ${removed} half-written file${removed === 1 ? '' : 's'} a crash left under ${root} (written under a temporary name, never put in place)`);
   } catch (err) {
     warn(`could not look for half-written files under ${root}: ${(err as Error).message}`);
@@ -266,8 +269,8 @@ async function sweepLeftovers(root: string, home: string, stopped: AbortSignal, 
 /**
  * What Node answers by itself, answered in JSON like everything else: a request that is not HTTP
  * (400), headers past 16 KiB (431), a request that did not arrive whole in time (408), an
- * expectation other than `100-continue` (417). `100 Continue` is held back until the body is
- * wanted (see `holdContinue`), except under `/api/`, whose body parser does not ask for it.
+ * expectation other than `100-continue` (417). `100 Continue` is held back until a handler wants
+ * the body (see `holdContinue`): a request answered without it (the wall) is never invited to send it.
  */
 function answerProtocolErrors(server: Server): void {
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
@@ -279,30 +282,38 @@ function answerProtocolErrors(server: Server): void {
           ? [431, 'Request Header Fields Too Large', 'the request line and headers are larger than 16 KiB']
           : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
             ? [408, 'Request Timeout', 'the request did not arrive whole in time']
-            : [400, 'Bad Request', `the request is not valid HTTP/1.1 (${err.code ?? err.message})`];
+            : err.code === 'HPE_CHUNK_EXTENSIONS_OVERFLOW'
+              ? [413, 'Payload Too Large', 'the request body\'s chunk extensions are too large']
+              : [400, 'Bad Request', `the request is not valid HTTP/1.1 (${err.code ?? err.message})`];
       const body = JSON.stringify({ error });
       s.write(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\naccess-control-allow-origin: *\r\nconnection: close\r\n\r\n${body}`);
     }
     s.destroy();
   });
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
-    if (isApiPath(req.url ?? '/')) res.writeContinue();
-    else holdContinue(req, res);
+    holdContinue(req, res);
     server.emit('request', req, res);
   });
   server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
-    res.shouldKeepAlive = false;
+    endAfterAnswer(res);
     sendJson(res, 417, { error: 'the only expectation this server meets is 100-continue' });
   });
 }
+
+/** What the router and the access log see of a target that is neither a path nor an absolute http URL: the wall, and no credentials logged. */
+const NOT_A_PATH = '/-';
 
 /**
  * An absolute-form target (`http://host/path`) becomes its path, and its authority the request's
  * Host. Any other form is left for the routers, which give it the wall.
  */
 function takeAbsoluteForm(req: IncomingMessage, url: string): string {
-  const m = /^https?:\/\/(?:[^/?#@]*@)?([^/?#]*)([^#]*)/i.exec(url);
-  if (m === null) return url;
+  // Userinfo (`http://user:pass@host/…`) is refused (RFC 9110 §4.2.4), as is any other form: the wall.
+  const m = /^https?:\/\/([^/?#@]*)([^#]*)$/i.exec(url);
+  if (m === null) {
+    req.url = NOT_A_PATH;
+    return NOT_A_PATH;
+  }
   const target = m[2] === '' ? '/' : m[2]!.startsWith('?') ? `/${m[2]}` : m[2]!;
   req.headers.host = m[1]!;
   req.url = target;

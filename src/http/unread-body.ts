@@ -2,20 +2,43 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 
 /**
- * An answer given before the request's body was read (the wall, a 413, a refusal) ends the
+ * A body no larger than this that an answer leaves unread is read and dropped by Node, and the
+ * connection stays open; past it (or of unknown length) the answer ends the connection.
+ */
+const DROP_AND_KEEP = 64 * 1024;
+
+/**
+ * An answer given before a large request body was read (the wall, a 413, a refusal) ends the
  * connection (`connection: close`): to keep it open, Node would read and drop the rest of the body
- * first, however long the client makes it. Only a request that declares a body is concerned, and
- * whether its body was read depends on the route alone (a handler reads it once access is granted),
- * so the wall stays one response to every probe.
+ * first, however long the client makes it. A small body of declared length is read and dropped as
+ * before. Whether a body was read depends on the route alone (a handler reads it once access is
+ * granted), and its size on the request alone, so the wall stays one response to every probe.
  */
 export function closeUnlessBodyRead(res: ServerResponse): void {
   const req = res.req;
-  if (req.readableEnded || !res.shouldKeepAlive) return;
+  if (req.readableEnded || !res.shouldKeepAlive || !hasBody(req)) return;
   const length = req.headers['content-length'];
-  if ((length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined) {
-    res.shouldKeepAlive = false;
-    lingerAtClose(req.socket as Socket & Lingering);
-  }
+  if (length !== undefined && Number(length) <= DROP_AND_KEEP) return;
+  endAfterAnswer(res);
+}
+
+/**
+ * The answer being written is the connection's last (`connection: close`). A body still on its way
+ * is read and dropped for a while first (see {@link LINGER_MS}); requests behind it are not served.
+ */
+export function endAfterAnswer(res: ServerResponse): void {
+  res.shouldKeepAlive = false;
+  if (!res.req.readableEnded && hasBody(res.req)) lingerAtClose(res.req.socket as Socket & Lingering);
+}
+
+function hasBody(req: IncomingMessage): boolean {
+  const length = req.headers['content-length'];
+  return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined;
+}
+
+/** Whether the connection's last answer is written and it only lingers: a request read from it now is not served. */
+export function lingering(socket: Socket): boolean {
+  return (socket as Socket & Lingering)[LINGERING] === true;
 }
 
 /**
@@ -24,14 +47,18 @@ export function closeUnlessBodyRead(res: ServerResponse): void {
  * sending could lose the answer before reading it (the "lingering close" of Apache and nginx).
  */
 const LINGER_MS = 2000;
+const LINGERING = Symbol('svcq.lingering');
 
 interface Lingering {
   destroySoon(): void;
+  [LINGERING]?: boolean;
 }
 
 /** Node ends a connection after its last answer with `destroySoon`; this one lingers first. */
 function lingerAtClose(socket: Socket & Lingering): void {
-  socket.destroySoon = function (this: Socket) {
+  // From now on the connection serves no new request: what is parsed after this answer was sent after it.
+  socket[LINGERING] = true;
+  socket.destroySoon = function (this: Socket & Lingering) {
     // Our side is done (FIN after the answer); what still comes is read by the request, which
     // Node dumps, until the client ends or the time is up.
     this.end();

@@ -120,6 +120,40 @@ describe('HTTP framing and clients that misbehave (decisions §1.1, §3.5, §4)'
     expect(await small(HOST, '/closed')).to.equal(await small('nope.example.com', '/zz'));
   });
 
+  it('a request sent behind an answer that ends the connection is not served, in the same packet or later (RFC 9112 §9.6)', async () => {
+    const big = `{"pad":"${'x'.repeat(70_000)}"}`;
+    const first = `POST /closed HTTP/1.1\r\nHost: ${HOST}\r\nContent-Type: application/json\r\nContent-Length: ${big.length}\r\n\r\n${big}`;
+    const second = (tag: string): string => `POST /open HTTP/1.1\r\nHost: ${HOST}\r\nContent-Type: application/json\r\nContent-Length: ${`{"pipe":"${tag}"}`.length}\r\n\r\n{"pipe":"${tag}"}`;
+    const together = await exchange(port(), first + second('together'), { untilClosed: true, waitMs: 5000 });
+    expect(statusOf(together.text)).to.equal(404);
+    expect(together.text.match(/HTTP\/1\.1 /g), 'one answer').to.have.length(1);
+    const later = await new Promise<string>((resolve) => {
+      const socket = net.connect({ port: port(), host: '127.0.0.1', allowHalfOpen: true });
+      let text = '';
+      socket.on('data', (c: Buffer) => (text += c.toString('latin1')));
+      socket.on('error', () => undefined);
+      socket.on('close', () => resolve(text));
+      socket.write(first);
+      setTimeout(() => socket.write(second('later'), () => undefined), 300);
+      setTimeout(() => socket.destroy(), 3000);
+    });
+    expect(statusOf(later)).to.equal(404);
+    expect(later.match(/HTTP\/1\.1 /g), 'one answer').to.have.length(1);
+    // Neither item was made.
+    for (;;) {
+      const claim = await request(server.url, '/open/claim', { method: 'POST', host: HOST, body: '{}' });
+      expect(claim.text).not.to.include('"pipe"');
+      if (claim.text.includes('"empty":true')) break;
+    }
+  });
+
+  it('a preflight that comes with a large body ends its connection rather than reading the body (decisions §4)', async () => {
+    const got = await exchange(port(), `OPTIONS /zz HTTP/1.1\r\nHost: nope.example.com\r\nContent-Length: 1000000000000\r\n\r\n`, { stream: true, waitMs: 5000 });
+    expect(statusOf(got.text)).to.equal(204);
+    expect(got.closed).to.equal(true);
+    expect(got.written).to.be.below(64 * 1024 * 1024);
+  });
+
   it('expect: 100-continue is answered 100 only where the body is wanted (RFC 9110 §10.1.1)', async () => {
     const ask = (host: string, path: string, length: number): Promise<Exchange> =>
       exchange(port(), `POST ${path} HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\nExpect: 100-continue\r\n\r\n`, { waitMs: 1000 });
@@ -142,6 +176,13 @@ describe('HTTP framing and clients that misbehave (decisions §1.1, §3.5, §4)'
       socket.write(`POST /open HTTP/1.1\r\nHost: ${HOST}\r\nContent-Type: application/json\r\nContent-Length: 7\r\nExpect: 100-continue\r\n\r\n`);
     });
     expect(ok).to.match(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200/);
+    // Under /api: 100 only past the master token, in either form of the target.
+    const put = (target: string, token: string): Promise<Exchange> =>
+      exchange(port(), `PUT ${target} HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${token}\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n`, { waitMs: 1000 });
+    const path = `/api/v2/def?path=${HOST}/svc-queues/continued.json`;
+    expect((await put(path, server.masterToken)).text).to.match(/^HTTP\/1\.1 100 Continue\r\n/);
+    expect((await put(`http://${HOST}${path}`, server.masterToken)).text).to.match(/^HTTP\/1\.1 100 Continue\r\n/);
+    expect((await put(path, 'not-the-master-token')).text).to.match(/^HTTP\/1\.1 404 /);
   });
 
   it('a body that is not UTF-8 is refused with 400 naming the problem, and UTF-8 text is kept as sent (interface §2.1, decisions §3.5)', async () => {
