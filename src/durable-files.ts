@@ -24,7 +24,7 @@ export async function stageFile(file: string, bytes: Buffer | string): Promise<S
   if (created !== undefined) {
     for (let at = dir; at.length >= created.length; at = path.dirname(at)) await fsyncDir(path.dirname(at));
   }
-  const tmp = path.join(dir, `.${path.basename(file)}.${randomBytes(6).toString('hex')}${STAGED_SUFFIX}`);
+  const tmp = path.join(dir, `.${path.basename(file)}.${randomBytes(6).toString('hex')}.tmp`);
   try {
     const handle = await open(tmp, 'w', 0o644);
     try {
@@ -84,7 +84,6 @@ export async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
-const STAGED_SUFFIX = '.tmp';
 /** The name {@link stageFile} gives a file it stages: `.<name>.<12 hex digits>.tmp`. */
 const STAGED_NAME = /^\..+\.[0-9a-f]{12}\.tmp$/;
 

@@ -57,9 +57,7 @@ export function objectMembers(text: string, at: number): Map<string, Span> {
   for (;;) {
     i = skipSpace(text, i);
     const keyEnd = skipString(text, i);
-    const raw = text.slice(i + 1, keyEnd - 1);
-    // A key without escapes is its own text; only one with a backslash needs decoding.
-    const key = raw.includes('\\') ? (JSON.parse(text.slice(i, keyEnd)) as string) : raw;
+    const key = keyOf(text, i, keyEnd);
     const start = skipSpace(text, skipSpace(text, keyEnd) + 1);
     const end = skipValue(text, start);
     members.set(key, { start, end });
@@ -92,7 +90,7 @@ export function arrayElements(text: string, at: number): Span[] {
 export function unsureForSchema(text: string): { path: string; message: string } | undefined {
   const keys: string[] = [];
   let found: { path: string; message: string } | undefined;
-  const pointer = (): string => keys.map((k) => `/${k.replace(/~/g, '~0').replace(/\//g, '~1')}`).join('');
+  const pointer = (): string => keys.map((k) => `/${pointerPart(k)}`).join('');
   const value = (i: number): number => {
     i = skipSpace(text, i);
     const c = text.charCodeAt(i);
@@ -107,8 +105,7 @@ export function unsureForSchema(text: string): { path: string; message: string }
         if (object) {
           i = skipSpace(text, i);
           const keyEnd = skipString(text, i);
-          const raw = text.slice(i + 1, keyEnd - 1);
-          key = raw.includes('\\') ? (JSON.parse(text.slice(i, keyEnd)) as string) : raw;
+          key = keyOf(text, i, keyEnd);
           if (seen!.has(key) && found === undefined) {
             keys.push(key);
             found = { path: pointer(), message: 'is given twice in one object: readers differ on which value counts, so the schema cannot vouch for it' };
@@ -140,6 +137,18 @@ export function unsureForSchema(text: string): { path: string; message: string }
   };
   value(0);
   return found;
+}
+
+/** The key whose string spans `start` (its opening quote) to `end` (past its closing quote). */
+function keyOf(text: string, start: number, end: number): string {
+  const raw = text.slice(start + 1, end - 1);
+  // A key without escapes is its own text; only one with a backslash needs decoding.
+  return raw.includes('\\') ? (JSON.parse(text.slice(start, end)) as string) : raw;
+}
+
+/** A property name as one step of a JSON pointer (RFC 6901: ~ as ~0, / as ~1). */
+export function pointerPart(name: string): string {
+  return name.replace(/~/g, '~0').replace(/\//g, '~1');
 }
 
 function skipSpace(text: string, i: number): number {

@@ -13,7 +13,7 @@ import { bearerToken, requestHost } from './auth.js';
 import type { ServerContext } from './context.js';
 import { ClientGone, HttpError, NoSuchItem, NotFound, Rejected, sendError, sendRawJson, type FieldError } from './errors.js';
 import { closeUnlessBodyRead, wantBody } from './unread-body.js';
-import { arrayElements, jsonString, nestedDeeperThan, objectMembers, unsureForSchema } from '../json-text.js';
+import { arrayElements, jsonString, nestedDeeperThan, objectMembers, pointerPart, unsureForSchema } from '../json-text.js';
 import { CLAIM_REQUEST_SCHEMA, MAX_BATCH, MAX_BATCH_BYTES, type ClaimRequest, type DoneEntry } from '../protocol.js';
 
 /**
@@ -374,11 +374,6 @@ export function ajvErrors(errors: ErrorObject[]): FieldError[] {
     if (e.keyword === 'additionalProperties') return { path: `${e.instancePath}/${pointerPart((e.params as { additionalProperty: string }).additionalProperty)}`, message: 'is not allowed: the schema allows no other properties here' };
     return { path: e.instancePath || '/', message: e.message ?? 'is invalid' };
   });
-}
-
-/** A property name as one step of a JSON pointer (RFC 6901: ~ as ~0, / as ~1). */
-function pointerPart(name: string): string {
-  return name.replace(/~/g, '~0').replace(/\//g, '~1');
 }
 
 /** Aborts when the caller hangs up before the answer, or when the server starts to stop. */
