@@ -105,16 +105,16 @@ export class AppendFile {
     });
   }
 
-  /** Queues text and resolves once it is on disk. */
-  append(text: string): Promise<void> {
+  /** Queues text (or its pieces, in order) and resolves once it is on disk. */
+  append(text: string | readonly string[]): Promise<void> {
     return new Promise((resolve, reject) => {
       this.enqueue(text);
       this.waiters.push({ resolve, reject });
     });
   }
 
-  /** Queues text without waiting for it; it is written with the next group. */
-  appendLater(text: string): void {
+  /** Queues text (or its pieces, in order) without waiting for it; it is written with the next group. */
+  appendLater(text: string | readonly string[]): void {
     this.enqueue(text);
   }
 
@@ -127,7 +127,13 @@ export class AppendFile {
     this.prefix = bytes;
   }
 
-  private enqueue(text: string): void {
+  private enqueue(text: string | readonly string[]): void {
+    if (typeof text !== 'string') {
+      // Each piece is encoded as it is: joined first, they would be copied once more.
+      for (const piece of text) this.enqueue(piece);
+      if (text.length > 0) return;
+      text = '';
+    }
     if (this.closed) throw new Error(`${this.file} is closed`);
     if (text !== '' && this.prefix !== undefined && this.prefixAt === 'waiting') {
       if (this.queuedBytes + this.prefix.length > this.queued.length) this.grow(this.queuedBytes + this.prefix.length);

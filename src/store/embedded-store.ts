@@ -2,9 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
 import { Queue, type Change, type Item, type Outcome } from '../engine/queue.js';
-import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord } from './journal.js';
+import { deleteRecord, itemRecord, Journal, markRecord, updateRecord } from './journal.js';
 import type { WriteFn } from './append-file.js';
-import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome } from './store.js';
+import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
 import { jsonString } from '../json-text.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
 
@@ -111,7 +111,7 @@ export class EmbeddedStore implements Store, EventOutbox {
     this.eventSeq = events.lastSeq;
     this.delivered = events.mark?.seq ?? 0;
     for (const [seq, batch] of events.pending) {
-      if (batch.length > 0) this.outbox.push({ seq, ts: batch[0]!.ts, lines: batch.map((e) => `${JSON.stringify(e)}\n`).join('') });
+      if (batch.length > 0) this.outbox.push({ seq, ts: batch[0]!.ts, lines: batch.map((e) => `${JSON.stringify(e)}\n`) });
     }
     for (const [key, items] of loaded) {
       if (items.size === 0) continue;
@@ -166,15 +166,26 @@ export class EmbeddedStore implements Store, EventOutbox {
   async postMany(ref: QueueRef, inputs: readonly PostInput[]): Promise<PostOutcome[]> {
     let slot = this.prepare(ref);
     let staged: StagedPayload[] = [];
-    const ids = inputs.map(() => this.newId(slot.queue));
+    // Without payloads to archive, each id is chosen as its item is posted (so it is checked
+    // against the batch's earlier items too); with them, all are chosen first, apart from each other.
+    const ids: string[] = [];
     if (ref.config.archivePayloads) {
+      const chosen = new Set<string>();
+      const another = (): string => {
+        let id: string;
+        do id = this.newId(slot.queue);
+        while (chosen.has(id));
+        chosen.add(id);
+        return id;
+      };
+      for (let n = 0; n < inputs.length; n++) ids.push(another());
       staged = await Promise.all(inputs.map((input, n) => this.stage(slot, ids[n]!, 'item', input.body)));
       slot = this.prepare(ref);
       // Other requests ran while the payloads were written: an id taken meanwhile is staged again under a new one.
       for (let n = 0; n < ids.length; n++) {
         if (!slot.queue.items.has(ids[n]!)) continue;
         await staged[n]!.discard();
-        ids[n] = this.newId(slot.queue);
+        ids[n] = another();
         staged[n] = await this.stage(slot, ids[n]!, 'item', inputs[n]!.body);
         slot = this.prepare(ref);
         n = -1;
@@ -192,7 +203,7 @@ export class EmbeddedStore implements Store, EventOutbox {
         if (staged[n]) await staged[n].discard();
         continue;
       }
-      const change = slot.queue.post({ id: ids[n]!, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, now);
+      const change = slot.queue.post({ id: ids[n] ?? this.newId(slot.queue), body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, now);
       changes.push(change);
       if (staged[n]) keep.push(staged[n]);
       outcomes.push({ id: change.item.id, status: change.item.status, created: true });
@@ -422,11 +433,11 @@ export class EmbeddedStore implements Store, EventOutbox {
    * payload archived). The history file gets the events right after, off the request's path.
    */
   private commit(slot: QueueSlot, changes: Change[], created = false, staged?: StagedPayload[]): Promise<void> {
-    const { records, eventList, lines, count, ts } = this.describe(slot, changes, created);
-    const seq = (this.eventSeq += count);
+    const { pieces, lines, count, ts } = this.describe(slot, changes, created);
+    const seq = this.eventSeq;
     const through = (this.changeSeq += changes.length);
     this.unconfirmed.push({ seq: through, slot, changes });
-    const durable = this.journal.append(count > 0 ? records + eventsRecord(seq, eventList) : records).then(
+    const durable = this.journal.append(pieces).then(
       () => {
         this.confirm(through);
         // Durable writes complete in order, so the outbox stays in the order of the events' numbers.
@@ -538,28 +549,52 @@ export class EmbeddedStore implements Store, EventOutbox {
   }
 
   /**
-   * The journal records of changes and their task events as JSON text. Built by hand: this runs
-   * for every change, and only strings that may need escaping (a worker name) are serialised.
+   * The journal records of changes and their task events (numbered on from `eventSeq`, which this
+   * advances), as JSON text in pieces of about {@link TEXT_PIECE}, and the events' history lines.
+   * Built by hand: this runs for every change, and only strings that may need escaping (a worker
+   * name) are serialised.
    */
-  private describe(slot: QueueSlot, changes: Change[], created: boolean): { records: string; eventList: string; lines: string; count: number; ts: number } {
+  private describe(slot: QueueSlot, changes: Change[], created: boolean): { pieces: string[]; lines: string[]; count: number; ts: number } {
+    const pieces: string[] = [];
+    const eventPieces: string[] = [];
+    const lines: string[] = [];
     let records = '';
     let eventList = '';
-    let lines = '';
+    let lineText = '';
     let count = 0;
     const ts = this.now();
     for (const change of changes) {
       const item = change.item;
       records += change.purged ? deleteRecord(slot.keyJson, item.id) : created ? itemRecord(slot.keyJson, item) : updateRecord(slot.keyJson, item);
+      if (records.length >= TEXT_PIECE) {
+        pieces.push(records);
+        records = '';
+      }
       for (const e of change.events) {
         const worker = e.worker === undefined ? '' : `,"worker":${jsonString(e.worker)}`;
         // Field order as in TaskEvent (decisions §5): ts, host, queue, id, event, attempts, worker (when there is one), status.
         const event = `{"ts":${ts},${slot.eventPrefix},"id":"${item.id}","event":"${e.event}","attempts":${item.attempts}${worker},"status":"${item.status}"}`;
+        // Made flat here, once: it is written twice (journal, history), and a string built of
+        // pieces is copied whole at each write (charCodeAt makes V8 flatten it in place).
+        event.charCodeAt(0);
         eventList += count > 0 ? `,${event}` : event;
-        lines += `${event}\n`;
+        lineText += `${event}\n`;
         count++;
+        if (lineText.length >= TEXT_PIECE) {
+          eventPieces.push(eventList);
+          lines.push(lineText);
+          eventList = lineText = '';
+        }
       }
     }
-    return { records, eventList, lines, count, ts };
+    if (records !== '') pieces.push(records);
+    if (count > 0) {
+      if (eventList !== '') eventPieces.push(eventList);
+      if (lineText !== '') lines.push(lineText);
+      // The events record, `["e",<number of the last event>,[<events>]]`, in the pieces of its list.
+      pieces.push(`["e",${(this.eventSeq += count)},[`, ...eventPieces, ']]\n');
+    }
+    return { pieces, lines, count, ts };
   }
 
   /**

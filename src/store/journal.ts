@@ -84,11 +84,6 @@ export function deleteRecord(queueJson: string, id: string): string {
   return `["d",${queueJson},"${id}"]\n`;
 }
 
-/** The events record, built from the events' own JSON texts (`eventList`: comma-separated) so that each is serialised once. */
-export function eventsRecord(lastSeq: number, eventList: string): string {
-  return `["e",${lastSeq},[${eventList}]]\n`;
-}
-
 export function markRecord(mark: HistoryMark): string {
   return `["m",${mark.seq}]\n`;
 }
@@ -258,11 +253,11 @@ export class Journal {
    * write fails, after `onFailure` was told; so does every append made before that failure and
    * not yet on disk.
    */
-  append(records: string): Promise<void> {
+  append(records: string | readonly string[]): Promise<void> {
     const held = this.held;
     if (!held) return this.file.append(records);
     return new Promise((resolve, reject) => {
-      held.text += records;
+      held.text += typeof records === 'string' ? records : records.join('');
       held.waiters.push({ resolve, reject });
     });
   }

@@ -171,9 +171,9 @@ export class TaskEventLog {
       try {
         while (at < entries.length) {
           const day = this.dayFor(entries[at]!.ts);
-          let lines = '';
+          const lines: string[] = [];
           let end = at;
-          for (; end < entries.length && this.dayFor(entries[end]!.ts) === day; end++) lines += entries[end]!.lines;
+          for (; end < entries.length && this.dayFor(entries[end]!.ts) === day; end++) for (const piece of entries[end]!.lines) lines.push(piece);
           if (day !== this.day || !this.file) await this.switchTo(day);
           await this.file!.append(lines);
           at = end;

@@ -213,11 +213,11 @@ export class PgEventOutbox implements EventOutbox {
       let current: OutboxEntry | undefined;
       for (const row of rows) {
         if (!current || current.seq !== Number(row.xid)) {
-          current = { seq: Number(row.xid), ts: Number(row.ts), lines: '' };
+          current = { seq: Number(row.xid), ts: Number(row.ts), lines: [] };
           this.buffer.push(current);
           entries++;
         }
-        current.lines += lineOf(row);
+        current.lines.push(lineOf(row));
       }
       this.cursor = current!.seq;
       this.announce();
