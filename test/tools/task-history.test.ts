@@ -31,8 +31,8 @@ describe('the task history when a write fails (decisions §5, §6)', function ()
     const first = Date.parse('2026-01-01T23:59:59Z');
     const second = Date.parse('2026-01-02T00:00:01Z');
     const outbox = outboxOf([
-      { seq: 1, ts: first, lines: '{"n":1}\n' },
-      { seq: 2, ts: second, lines: '{"n":2}\n' },
+      { seq: 1, ts: first, lines: ['{"n":1}\n'] },
+      { seq: 2, ts: second, lines: ['{"n":2}\n'] },
     ]);
     // The second day's file cannot be opened: a folder stands in its place.
     const blocker = path.join(dir, 'tasks-2026-01-02.log');
@@ -65,7 +65,7 @@ describe('the task history when a write fails (decisions §5, §6)', function ()
     const file = path.join(dir, `tasks-${new Date(now).toISOString().slice(0, 10)}.log`);
     writeFileSync(file, '{"n":1}\n');
     const again = new TaskEventLog(dir);
-    await again.start(outboxOf([{ seq: 1, ts: now, lines: '{"n":1}\n' }]));
+    await again.start(outboxOf([{ seq: 1, ts: now, lines: ['{"n":1}\n'] }]));
     try {
       await again.flush();
       expect(readFileSync(file, 'utf8')).to.equal('{"n":1}\n');
