@@ -308,14 +308,25 @@ const NOT_A_PATH = '/-';
  * Host. Any other form is left for the routers, which give it the wall.
  */
 function takeAbsoluteForm(req: IncomingMessage, url: string): string {
-  // Userinfo (`http://user:pass@host/…`) is refused (RFC 9110 §4.2.4), as is any other form: the wall.
-  const m = /^https?:\/\/([^/?#@]*)([^#]*)$/i.exec(url);
-  if (m === null) {
+  // Cut with indexOf, not one regular expression: a target is up to 16 KiB of anybody's bytes, and
+  // a pattern with two open-ended parts backtracks over all of them (0.2 s for one request line).
+  const scheme = /^https?:\/\//i.exec(url);
+  const rest = scheme === null ? '' : url.slice(scheme[0].length);
+  let cut = rest.length;
+  for (const c of ['/', '?']) {
+    const at = rest.indexOf(c);
+    if (at !== -1 && at < cut) cut = at;
+  }
+  const authority = rest.slice(0, cut);
+  // Userinfo (`http://user:pass@host/…`, RFC 9110 §4.2.4) and a fragment (never part of a target)
+  // are refused, as is any other form: the wall.
+  if (scheme === null || authority.includes('@') || rest.includes('#')) {
     req.url = NOT_A_PATH;
     return NOT_A_PATH;
   }
-  const target = m[2] === '' ? '/' : m[2]!.startsWith('?') ? `/${m[2]}` : m[2]!;
-  req.headers.host = m[1]!;
+  const path = rest.slice(cut);
+  const target = path === '' ? '/' : path.startsWith('?') ? `/${path}` : path;
+  req.headers.host = authority;
   req.url = target;
   return target;
 }
