@@ -50,6 +50,7 @@ On a terminal a status line is shown; on a pipe or with --json each event is one
       json: json ? process.stdout : null,
       statusLine: !this.jsonEnabled() && process.stderr.isTTY === true,
       stderr: process.stderr,
+      jsonErrors: this.jsonEnabled(),
       queue: args.queue,
     });
     const worker = new Worker(

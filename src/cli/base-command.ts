@@ -24,7 +24,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   }
 
   protected client(extra: { host?: string } = {}): SvcqClient {
-    return new SvcqClient({ url: this.flags.url, token: this.flags.token, host: extra.host });
+    return new SvcqClient({ url: this.flags.url, token: this.flags.token, host: extra.host, tokenHint: 'pass --token or set SVCQ_TOKEN' });
   }
 
   /** One sentence on stderr (with --json, `{ "error": sentence }` there), never a stack trace; stdout stays empty (decisions §1.2). */

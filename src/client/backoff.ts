@@ -113,6 +113,8 @@ export interface RetryOptions {
   report?: FailureReport;
   /** Give up once failures have lasted this long: the pause never runs past it either. */
   giveUpAfterMs?: number;
+  /** Give up on a failure at or after this time (ms since the epoch), however long failures have lasted. */
+  giveUpAt?: number;
   /** The error thrown on giving up (default: the last failure). */
   gaveUp?: (err: unknown, failingForMs: number) => Error;
   /** Ends a pause at once (the next try is made then); a failure once it has aborted is thrown, not retried. */
@@ -139,9 +141,10 @@ export async function retrying<T>(call: () => Promise<T>, options: RetryOptions 
       failingSince ??= now;
       const failingForMs = now - failingSince;
       const giveUpAfterMs = options.giveUpAfterMs ?? Infinity;
-      if (failingForMs >= giveUpAfterMs) throw options.gaveUp?.(err, failingForMs) ?? err;
+      const leftMs = (options.giveUpAt ?? Infinity) - now;
+      if (failingForMs >= giveUpAfterMs || leftMs <= 0) throw options.gaveUp?.(err, failingForMs) ?? err;
       const report = options.report?.failed(now);
-      const delayMs = Math.min(backoffMs(attempt), giveUpAfterMs - failingForMs, options.report ? options.report.nextReportAt() - now : Infinity);
+      const delayMs = Math.min(backoffMs(attempt), giveUpAfterMs - failingForMs, leftMs, options.report ? options.report.nextReportAt() - now : Infinity);
       options.onFailure?.({ error: err, attempt: attempt + 1, delayMs, failingForMs, ...(report ? { report } : {}) });
       await sleep(delayMs, options.signal);
     }

@@ -8,6 +8,9 @@ export const CLIENT_API = 2;
 /** How long a post waits for its answer (a batch twice as long) before it counts as a `timeout`. */
 export const POST_TIMEOUT_MS = 60_000;
 
+/** How long any other call waits for its answer, past the wait it asked the server for (a long poll). */
+export const CALL_TIMEOUT_MS = 30_000;
+
 export interface ClientOptions {
   /** Base URL of the server, e.g. http://127.0.0.1:8080 */
   url: string;
@@ -15,14 +18,34 @@ export interface ClientOptions {
   token?: string;
   /** Queue domain sent as the Host header for queue calls. */
   host?: string;
+  /**
+   * How long a call waits for its answer before it fails with code `timeout`, past any wait it
+   * asked the server for; posts wait {@link POST_TIMEOUT_MS} unless this is set. Default
+   * {@link CALL_TIMEOUT_MS}. Each call's own `timeoutMs` overrides it.
+   */
+  timeoutMs?: number;
+  /** What the wall's sentence adds when no token was given, after "no token was given" (the command line names its flag). */
+  tokenHint?: string;
 }
+
+/** Options every call takes. */
+export interface CallOptions {
+  /** Abandons the call; it then fails with code `aborted` (see {@link SvcqClient.request} for when that is too late). */
+  signal?: AbortSignal;
+  /** Overrides the client's `timeoutMs` for this call. */
+  timeoutMs?: number;
+}
+
+/** An item, a result, an error or a progress record: an object (sent as JSON.stringify makes it), or its exact JSON text. */
+export type JsonObjectOrText = string | Record<string, unknown>;
 
 /**
  * What kind of failure a {@link ClientError} is, for callers that act on it (its message is for people):
  * - `invalid-url`: the server URL given is not one the client can use
  * - `unreachable`: no answer: the connection failed or broke
  * - `timeout`: the server was reached but said nothing within the time allowed
- * - `aborted`: the caller abandoned the request before its answer began
+ * - `aborted`: the caller abandoned the request (its `signal`) before its answer began
+ * - `invalid-argument`: the call was given something it cannot send (nothing was sent)
  * - `wall`: 404 not found: a wrong token, host or queue (the server never says which)
  * - `no-such-item`: the queue has no item with that id
  * - `rejected`: 4xx naming the fields the server refused
@@ -31,7 +54,7 @@ export interface ClientOptions {
  * - `gave-up`: retried until the time allowed for failures ran out
  * - `not-a-folder`: a local path that should be a folder is not one
  */
-export type ClientErrorCode = 'invalid-url' | 'unreachable' | 'timeout' | 'aborted' | 'wall' | 'no-such-item' | 'rejected' | 'api-version' | 'http' | 'gave-up' | 'not-a-folder';
+export type ClientErrorCode = 'invalid-url' | 'unreachable' | 'timeout' | 'aborted' | 'invalid-argument' | 'wall' | 'no-such-item' | 'rejected' | 'api-version' | 'http' | 'gave-up' | 'not-a-folder';
 
 /** A failure a person can act on: `message` is the one sentence a command prints, `code` what a caller checks. */
 export class ClientError extends Error {
@@ -84,9 +107,10 @@ const NETWORK_ERRORS: Record<string, string> = {
 const agent = new http.Agent({ keepAlive: true, timeout: 4000 });
 
 /**
- * The one HTTP client every command uses. It pins `/api/v2` for management and tools, sends the
- * queue domain as the Host header for queue calls, and turns the server's answers into results or
- * into a {@link ClientError} with a sentence a person can act on.
+ * The HTTP client of svcq's API, the one every command uses (`import { SvcqClient } from
+ * 'svcq/client'`; docs/client.md). It pins `/api/v2` for management and tools, sends the queue
+ * domain as the Host header for queue calls, and turns the server's answers into results or into
+ * a {@link ClientError} with a sentence a person can act on.
  */
 export class SvcqClient {
   private readonly base: URL;
@@ -95,17 +119,21 @@ export class SvcqClient {
     try {
       this.base = new URL(options.url);
     } catch {
-      throw new ClientError(`--url "${options.url}" is not a valid URL (expected e.g. http://127.0.0.1:8080)`, 'invalid-url');
+      throw new ClientError(`the server URL "${options.url}" is not a valid URL (expected e.g. http://127.0.0.1:8080)`, 'invalid-url');
     }
-    if (this.base.protocol !== 'http:') throw new ClientError(`--url "${options.url}": only http:// is supported`, 'invalid-url');
+    if (this.base.protocol !== 'http:') throw new ClientError(`the server URL "${options.url}" is not http:// (the only scheme supported)`, 'invalid-url');
   }
 
   /**
    * Sends one request; resolves with whatever the server answered. Rejects only when it could not be reached.
    * `signal` abandons the request only until the answer begins: an answer already arriving (a claimed
-   * item, say) is read to its end, since the server has acted on the request by then.
+   * item, say) is read to its end, since the server has acted on the request by then. A claim
+   * abandoned a moment before that may still have leased an item nobody receives: it is handed
+   * out again when its lease ends, and that attempt counts. `timeoutMs` (default: the client's) of
+   * 0 waits for ever.
    */
   request(method: string, path: string, opts: { body?: string | Buffer; headers?: Record<string, string>; queueHost?: boolean; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<RawResponse> {
+    const timeoutMs = opts.timeoutMs ?? this.options.timeoutMs ?? CALL_TIMEOUT_MS;
     const headers: Record<string, string> = { ...opts.headers };
     if (this.options.token) headers.authorization = `Bearer ${this.options.token}`;
     if (opts.queueHost && this.options.host) headers.host = this.options.host;
@@ -132,10 +160,10 @@ export class SvcqClient {
         why = 'aborted';
         req.destroy(Object.assign(new Error('The operation was aborted'), { name: 'AbortError', code: 'ABORT_ERR' }));
       };
-      if (opts.timeoutMs) {
-        req.setTimeout(opts.timeoutMs, () => {
+      if (timeoutMs > 0) {
+        req.setTimeout(timeoutMs, () => {
           why = 'timeout';
-          req.destroy(new Error(`no answer within ${Math.round(opts.timeoutMs! / 1000)} s`));
+          req.destroy(new Error(`no answer within ${Math.round(timeoutMs / 1000)} s`));
         });
       }
       req.on('finish', () => (sent = true));
@@ -150,6 +178,8 @@ export class SvcqClient {
   }
 
   private unreachable(err: Error, why: 'timeout' | 'aborted' | undefined, sent: boolean): ClientError {
+    // The caller's own choice, not a failure to retry.
+    if (why === 'aborted') return new ClientError(`the request was abandoned before its answer began${sent ? ' (it had been sent: the server may have acted on it)' : ''}`, 'aborted', { sent });
     const code = (err as NodeJS.ErrnoException).code;
     const words = (code && NETWORK_ERRORS[code]) ?? code ?? err.message;
     return new ClientError(`cannot reach ${this.options.url} (${words})`, why ?? 'unreachable', { transient: true, sent });
@@ -169,57 +199,69 @@ export class SvcqClient {
       body = res.body.toString('utf8');
     }
     if (ok.includes(res.status)) return body as T;
-    throw explain(res.status, body, Boolean(this.options.token));
+    throw explain(res.status, body, Boolean(this.options.token), this.options.tokenHint);
   }
 
   // --- management (master token) ---
-  version(): Promise<{ api: number }> {
-    return this.json('GET', '/api/version');
+  version(opts: CallOptions = {}): Promise<{ api: number }> {
+    return this.json('GET', '/api/version', opts);
   }
-  manifest(): Promise<Manifest> {
-    return this.json('GET', `/api/v${CLIENT_API}/manifest`);
+  manifest(opts: CallOptions = {}): Promise<Manifest> {
+    return this.json('GET', `/api/v${CLIENT_API}/manifest`, opts);
   }
-  putDefinition(path: string, bytes: Buffer): Promise<{ ok: true }> {
-    return this.json('PUT', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`, { body: bytes });
+  putDefinition(path: string, bytes: Buffer, opts: CallOptions = {}): Promise<{ ok: true }> {
+    return this.json('PUT', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`, { body: bytes, ...opts });
   }
-  deleteDefinition(path: string): Promise<{ deleted: boolean }> {
-    return this.json('DELETE', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`);
+  deleteDefinition(path: string, opts: CallOptions = {}): Promise<{ deleted: boolean }> {
+    return this.json('DELETE', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`, opts);
   }
 
   // --- tools (master token) ---
   /** GET of a tools list or snapshot endpoint, e.g. `logs`, `stats`, `stats/now`, `tasks`. */
-  tool<T>(endpoint: string): Promise<T> {
-    return this.json('GET', `/api/v${CLIENT_API}/${endpoint}`);
+  tool<T>(endpoint: string, opts: CallOptions = {}): Promise<T> {
+    return this.json('GET', `/api/v${CLIENT_API}/${endpoint}`, opts);
   }
   /** Raw bytes of a tools file endpoint from byte `from` on (Range `bytes=N-`). */
-  async toolFile(endpoint: string, query: Record<string, string>, from = 0): Promise<Buffer> {
+  async toolFile(endpoint: string, query: Record<string, string>, from = 0, opts: CallOptions = {}): Promise<Buffer> {
     const qs = new URLSearchParams(query).toString();
-    const res = await this.request('GET', `/api/v${CLIENT_API}/${endpoint}?${qs}`, { headers: from > 0 ? { range: `bytes=${from}-` } : {} });
+    const res = await this.request('GET', `/api/v${CLIENT_API}/${endpoint}?${qs}`, { headers: from > 0 ? { range: `bytes=${from}-` } : {}, ...opts });
     if (res.status === 200 || res.status === 206) return res.body;
     return this.parse<never>(res);
   }
 
   // --- queues (user token or public, Host header) ---
-  /** A server silent for {@link POST_TIMEOUT_MS} counts as unreachable (a `timeout`, which may have been posted). */
-  post(queue: string, item: string, idempotencyKey?: string): Promise<PostAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}`, { body: item, queueHost: true, headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : {}, timeoutMs: POST_TIMEOUT_MS });
+  /**
+   * Posts one item. A server silent for {@link POST_TIMEOUT_MS} (unless the client or the call
+   * sets `timeoutMs`) fails with code `timeout`, and the item may have been posted: repeat it with
+   * the same `idempotencyKey` to be sure it is posted once.
+   */
+  async post(queue: string, item: JsonObjectOrText, idempotencyKey?: string, opts: CallOptions = {}): Promise<PostAnswer> {
+    return this.json('POST', `/${encodeURIComponent(queue)}`, { body: jsonText(item, 'the item'), queueHost: true, headers: idempotencyHeader(idempotencyKey), timeoutMs: this.options.timeoutMs ?? POST_TIMEOUT_MS, ...opts });
   }
-  /** With `waitSeconds`, a server silent for 15 s past the wait counts as unreachable (a transient failure). */
-  item(queue: string, id: string, waitSeconds = 0): Promise<StatusAnswer> {
+  /** An item's status record; with `waitSeconds` (up to 30), held until the item is terminal or the time is up. */
+  item(queue: string, id: string, waitSeconds = 0, opts: CallOptions = {}): Promise<StatusAnswer> {
     const wait = waitSeconds > 0 ? `?wait=${waitSeconds}` : '';
-    return this.json('GET', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}${wait}`, { queueHost: true, timeoutMs: waitSeconds > 0 ? (waitSeconds + 15) * 1000 : undefined });
+    return this.json('GET', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}${wait}`, { queueHost: true, timeoutMs: this.pastWait(waitSeconds), ...opts });
   }
+
+  /** The time allowed for a call that asked the server to hold it `waitSeconds`. */
+  private pastWait(waitSeconds: number): number {
+    const allowed = this.options.timeoutMs ?? CALL_TIMEOUT_MS;
+    return allowed === 0 ? 0 : allowed + Math.max(0, waitSeconds) * 1000;
+  }
+
   /**
    * `opts.signal` abandons a long-poll claim (a stopping worker); `opts.timeoutMs` bounds a silent
-   * server. With `max` the answer lists the items (decisions §3.8); with `done` it also says what
-   * became of each hand-in.
+   * server (by default the client's, past the claim's `wait`). With `max` the answer lists the items
+   * (decisions §3.8); with `done` or `opts.handIns` it also says what became of each hand-in, in
+   * order (`done` first).
    */
   claim(queue: string, body: ClaimRequest & { max?: undefined }, opts?: ClaimOptions): Promise<ClaimAnswer>;
   claim(queue: string, body: ClaimRequest & { max: number }, opts?: ClaimOptions): Promise<ClaimManyAnswer>;
   claim(queue: string, body: ClaimRequest, opts?: ClaimOptions): Promise<ClaimAnswer | ClaimManyAnswer>;
   async claim(queue: string, body: ClaimRequest, opts: ClaimOptions = {}): Promise<ClaimAnswer | ClaimManyAnswer> {
     const { handIns, ...rest } = opts;
-    const res = await this.request('POST', `/${encodeURIComponent(queue)}/claim`, { body: claimBody(body, handIns), queueHost: true, ...rest });
+    const res = await this.request('POST', `/${encodeURIComponent(queue)}/claim`, { body: claimBody(body, handIns), queueHost: true, timeoutMs: this.pastWait(body.wait ?? 0), ...rest });
     const answer = this.parse<ClaimAnswer | ClaimManyAnswer>(res);
     answer.clockOffsetMs = clockOffset(res.headers.date);
     // Each item also as the exact text the server sent (interface §2.1).
@@ -229,19 +271,35 @@ export class SvcqClient {
     return answer;
   }
   /**
-   * Posts up to 1,000 items (JSON object texts) in one request and one durable write (decisions
-   * §3.8); with `idempotencyKey` K, item n carries the key `K:n`. One answer per item, in order.
+   * Posts up to 1,000 items in one request and one durable write (decisions §3.8); with
+   * `idempotencyKey` K, item n carries the key `K:n`. One answer per item, in order: an item the
+   * server refuses does not stop the others.
    */
-  postBatch(queue: string, items: readonly string[], idempotencyKey?: string): Promise<BatchAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}/batch`, { body: `[${items.join(',')}]`, queueHost: true, headers: idempotencyKey ? { 'idempotency-key': idempotencyKey } : {}, timeoutMs: POST_TIMEOUT_MS * 2 });
+  async postBatch(queue: string, items: readonly JsonObjectOrText[], idempotencyKey?: string, opts: CallOptions = {}): Promise<BatchAnswer> {
+    const texts = items.map((item, n) => jsonText(item, `item ${n}`));
+    return this.json('POST', `/${encodeURIComponent(queue)}/batch`, { body: `[${texts.join(',')}]`, queueHost: true, headers: idempotencyHeader(idempotencyKey), timeoutMs: (this.options.timeoutMs ?? POST_TIMEOUT_MS) * 2, ...opts });
   }
-  /** `opts.timeoutMs` bounds a silent server (a transient failure, retried by the worker); `opts.signal` abandons the call. */
-  submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: string, opts: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<SubmissionAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/${kind}`, { body: record, queueHost: true, ...opts });
+  /** Reports progress, or submits the result or the error of an item (`accepted: false` once it is terminal). */
+  async submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: JsonObjectOrText, opts: CallOptions = {}): Promise<SubmissionAnswer> {
+    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/${kind}`, { body: jsonText(record, `the ${kind}`), queueHost: true, ...opts });
   }
-  cancel(queue: string, id: string): Promise<SubmissionAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/cancel`, { queueHost: true });
+  cancel(queue: string, id: string, opts: CallOptions = {}): Promise<SubmissionAnswer> {
+    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/cancel`, { queueHost: true, ...opts });
   }
+}
+
+/** Text to send as a JSON body: given as text, as it is; an object, as JSON.stringify makes it. */
+function jsonText(value: JsonObjectOrText, what: string): string {
+  if (typeof value === 'string') return value;
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new ClientError(`${what} must be a JSON object or its text`, 'invalid-argument');
+  return JSON.stringify(value);
+}
+
+/** The Idempotency-Key header, checked as the server checks it (decisions §3.5: 1–200 printable characters). */
+function idempotencyHeader(key: string | undefined): Record<string, string> {
+  if (key === undefined) return {};
+  if (!/^[\x20-\x7e]{1,200}$/.test(key)) throw new ClientError('an idempotency key must be 1 to 200 printable ASCII characters', 'invalid-argument');
+  return { 'idempotency-key': key };
 }
 
 /**
@@ -254,17 +312,15 @@ export interface RawHandIn {
   record: string;
 }
 
-/** `signal` and `timeoutMs` as for every call; `handIns`: results and errors to hand in with the claim, as exact texts (instead of `done`). */
-export interface ClaimOptions {
-  signal?: AbortSignal;
-  timeoutMs?: number;
+/** `signal` and `timeoutMs` as for every call; `handIns`: results and errors to hand in with the claim as exact texts, after any in its `done`. */
+export interface ClaimOptions extends CallOptions {
   handIns?: readonly RawHandIn[];
 }
 
-/** A claim request's text; hand-ins given raw go in its `done` as they are. */
+/** A claim request's text; hand-ins given raw go in its `done` as they are, after those of `body.done`. */
 function claimBody(body: ClaimRequest, handIns?: readonly RawHandIn[]): string {
   if (!handIns || handIns.length === 0) return JSON.stringify(body);
-  const done = handIns.map((h) => `{"id":${JSON.stringify(h.id)},"${h.kind}":${h.record}}`).join(',');
+  const done = [...(body.done ?? []).map((d) => JSON.stringify(d)), ...handIns.map((h) => `{"id":${JSON.stringify(h.id)},"${h.kind}":${h.record}}`)].join(',');
   const head = JSON.stringify({ ...body, done: undefined });
   return head === '{}' ? `{"done":[${done}]}` : `${head.slice(0, -1)},"done":[${done}]}`;
 }
@@ -303,13 +359,13 @@ export function clockOffset(date: string | undefined, now = Date.now()): number 
 /** The wall's sentence (decisions §1.2). */
 export const WALL = 'not found (wrong token, host or queue?)';
 /** The same when the request carried no token at all, with the likeliest cause after it. */
-export const WALL_WITHOUT_TOKEN = `${WALL}: no token was given (pass --token or set SVCQ_TOKEN)`;
+export const WALL_WITHOUT_TOKEN = `${WALL}: no token was given`;
 
 /** The sentence for an error status (decisions §1.2). */
-function explain(status: number, body: unknown, tokenGiven: boolean): ClientError {
+function explain(status: number, body: unknown, tokenGiven: boolean, tokenHint?: string): ClientError {
   if (status === 426) return new ClientError(`the server speaks another API version (it says: ${describe(body)}); this client speaks /api/v${CLIENT_API}`, 'api-version', { status, body });
   const record = (typeof body === 'object' && body !== null ? body : {}) as { error?: unknown; errors?: Array<{ path?: string; message?: string }> };
-  if (status === 404 && record.error === 'not found') return new ClientError(tokenGiven ? WALL : WALL_WITHOUT_TOKEN, 'wall', { status, body });
+  if (status === 404 && record.error === 'not found') return new ClientError(tokenGiven ? WALL : tokenHint ? `${WALL_WITHOUT_TOKEN} (${tokenHint})` : WALL_WITHOUT_TOKEN, 'wall', { status, body });
   if (status === 404 && record.error === 'no such item') return new ClientError('no such item', 'no-such-item', { status, body });
   if (Array.isArray(record.errors)) {
     const parts = record.errors.map((e) => (e.path && e.path !== '/' ? `${e.path}: ${e.message}` : String(e.message)));

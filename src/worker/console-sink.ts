@@ -7,6 +7,12 @@ export interface ConsoleSinkOptions {
   /** Redraw a live status line on `stderr` (only when it is a terminal). */
   statusLine: boolean;
   stderr: NodeJS.WritableStream;
+  /**
+   * `--json` was asked for: an error reaches stderr as `{ "error": sentence }` (as every command's
+   * does), and retries and reconnections only the JSON lines on stdout. Without it (JSON lines only
+   * because stdout is not a terminal), stderr gets them as sentences.
+   */
+  jsonErrors?: boolean;
   queue: string;
   /** Test hook: the clock used for rates. */
   now?: () => number;
@@ -60,7 +66,9 @@ export class ConsoleSink implements WorkerSink {
       this.options.json.write(`${JSON.stringify({ ...e, ts: this.now() })}\n`);
       // Errors and a server that cannot be reached also reach stderr, so a worker whose stdout
       // goes to a file still says why it stopped, or what it keeps retrying.
-      if (line && (e.event === 'error' || e.event === 'retry' || e.event === 'reconnected')) this.printAbove(line);
+      if (this.options.jsonErrors) {
+        if (e.event === 'error' && line) this.printAbove(JSON.stringify({ error: line }));
+      } else if (line && (e.event === 'error' || e.event === 'retry' || e.event === 'reconnected')) this.printAbove(line);
     } else if (line) this.printAbove(line);
     this.scheduleRedraw();
   }

@@ -291,7 +291,9 @@ export class Worker {
     const wait = carried.length > 0 ? 0 : waitSeconds;
     let sentAt = 0;
     // `--once` waits for the server no longer than its claim would have waited for an item (5 s at least, for a restart).
-    const giveUpAfterMs = this.options.once ? Math.max(0, Math.max(5000, waitSeconds * 1000) - (Date.now() - this.startedAt)) : undefined;
+    const giveUpAt = this.options.once ? this.startedAt + Math.max(5000, waitSeconds * 1000) : undefined;
+    // A try never ends before its long poll would (a server holding the claim is not silent).
+    const onceLeftMs = (): number => (giveUpAt === undefined ? Infinity : Math.max(wait * 1000 + 2000, giveUpAt - Date.now()));
     try {
       const res = await retrying(
         async () => {
@@ -304,7 +306,8 @@ export class Worker {
           return this.client
             // A server that holds the request well past the long-poll is treated as gone. The
             // hand-ins' records go as they are, as the result and error endpoints would take them.
-            .claim(queue, body, { signal: controller.signal, timeoutMs: (waitSeconds + 15) * 1000, handIns: carried })
+            // With --once, a silent server is given up on when `--once` would give up (not 15 s past each try).
+            .claim(queue, body, { signal: controller.signal, timeoutMs: Math.min((wait + 15) * 1000, onceLeftMs()), handIns: carried })
             .finally(() => this.claimsInFlight.delete(controller));
         },
         {
@@ -316,7 +319,7 @@ export class Worker {
             this.sink.event({ event: 'retry', what: 'claim', attempt, delayMs, message: errorMessage(error) });
           },
           signal: this.claims.signal,
-          giveUpAfterMs,
+          giveUpAt,
         },
       );
       if (res === 'stop') {
@@ -338,7 +341,8 @@ export class Worker {
       // The claim did not go through: what it carried goes on its own.
       await this.deliverCarried(carried);
       if (this.stopping) return 'stop';
-      this.answered();
+      // The server said something (a refusal): it answers again. Retries that gave up are no answer.
+      if (err instanceof ClientError && err.status !== undefined) this.answered();
       // Refused for what it carried (too large, nested too deep): those went on their own just now; claiming goes on.
       if (carried.length > 0 && err instanceof ClientError && (err.status === 400 || err.status === 413)) {
         this.sink.event({ event: 'warning', message: `a claim carrying ${carried.length} hand-in(s) was refused (${errorMessage(err)}); they were submitted on their own` });

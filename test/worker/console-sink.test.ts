@@ -115,5 +115,22 @@ describe('ConsoleSink', () => {
       // Programs still get every retry.
       expect(stdout.text.split('\n').filter((l) => l.includes('"event":"retry"'))).to.have.length(27);
     });
+
+    it('with --json, stderr gets an error as { "error": sentence } and nothing of retries, which stdout has (README: --json)', () => {
+      const stdout = new Capture(false);
+      const stderr = new Capture(false);
+      const sink = new ConsoleSink({ json: stdout, statusLine: false, stderr, jsonErrors: true, queue: 'q' });
+      const message = 'cannot reach http://127.0.0.1:1 (connection refused)';
+      sink.event({ event: 'retry', what: 'claim', attempt: 1, delayMs: 1000, message });
+      sink.event({ event: 'reconnected', afterMs: 5000 });
+      sink.event({ event: 'error', id: 'abc', message: 'progress not accepted: rejected: /n: must be integer' });
+      sink.event({ event: 'error', message: `cannot claim from q: ${message}` });
+      sink.close();
+      expect(stderr.text.split('\n').filter(Boolean).map((l) => JSON.parse(l) as unknown)).to.deep.equal([
+        { error: 'abc: progress not accepted: rejected: /n: must be integer' },
+        { error: `cannot claim from q: ${message}` },
+      ]);
+      expect(stdout.text.split('\n').filter(Boolean).map((l) => (JSON.parse(l) as { event: string }).event)).to.deep.equal(['retry', 'reconnected', 'error', 'error']);
+    });
   });
 });

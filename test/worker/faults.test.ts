@@ -1,3 +1,4 @@
+import net, { type AddressInfo } from 'node:net';
 import { expect } from 'chai';
 import { runCli } from '../support/cli.js';
 import { faultProxy } from '../support/fault-proxy.js';
@@ -98,6 +99,33 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
     expect(run.code).to.equal(1);
     expect(Date.now() - started).to.be.below(10_000);
     expect(run.stdout + run.stderr).to.match(/cannot claim from anything: cannot reach/);
+    // Giving up is not the server answering again.
+    expect(run.stdout + run.stderr).not.to.match(/answers again|"reconnected"/);
+  });
+
+  it('--once gives up on a server that accepts and never answers after --wait seconds (5 at least), not 15 s past each try (README: svcq work)', async () => {
+    const sockets = new Set<net.Socket>();
+    const silent = net.createServer((socket) => sockets.add(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    try {
+      const started = Date.now();
+      const run = await runCli(['work', 'anything', '--url', `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, '--host', HOST, '--once', '--wait', '1', '--exec', 'cat']);
+      const took = Date.now() - started;
+      expect(run.code).to.equal(1);
+      expect(run.stdout + run.stderr).to.match(/cannot claim from anything: cannot reach .* \(no answer within 5 s\)/);
+      expect(took, `${took} ms`).to.be.below(12_000);
+    } finally {
+      for (const s of sockets) s.destroy();
+      silent.close();
+    }
+  });
+
+  it('--once --json gives up with { "error": sentence } on stderr (README: --json)', async () => {
+    const run = await runCli(['work', 'anything', '--url', 'http://127.0.0.1:1', '--host', HOST, '--once', '--wait', '1', '--json', '--exec', 'cat']);
+    expect(run.code).to.equal(1);
+    const errors = run.stderr.split('\n').filter(Boolean).map((l) => JSON.parse(l) as { error: string });
+    expect(errors).to.have.length(1);
+    expect(errors[0]!.error).to.match(/^cannot claim from anything: cannot reach http:\/\/127\.0\.0\.1:1 \(connection refused\)$/);
   });
 
   it('a result nested deeper than a claim may carry is submitted on its own, and the worker goes on (decisions §3.8)', async () => {

@@ -1,0 +1,154 @@
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import net, { type AddressInfo } from 'node:net';
+import path from 'node:path';
+import { expect } from 'chai';
+import { ClientError, SvcqClient } from '../../src/client/index.js';
+import { markedBlocks, normalise, runBlocks } from '../docs/doc-blocks.js';
+import { defineQueue, defineUser } from '../http/queue-api.js';
+import { cleanupTemp, REPO, startServer, tempDir, type TestServer } from '../support/server.js';
+
+const HOST = 'jobs.example.com';
+const TOKEN = 'resizer-token-0123456789abcdef0123';
+
+/** A project of a user's own with svcq installed (linked, as npm links a local package). */
+function userProject(): string {
+  const dir = tempDir('svcq-client-');
+  writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ name: 'my-producer', private: true, type: 'module' }));
+  mkdirSync(path.join(dir, 'node_modules'));
+  symlinkSync(REPO, path.join(dir, 'node_modules', 'svcq'), 'dir');
+  return dir;
+}
+
+/** A TCP server that accepts connections and never answers. */
+async function silentServer(): Promise<{ url: string; close: () => Promise<void> }> {
+  const sockets = new Set<net.Socket>();
+  const srv = net.createServer((s) => sockets.add(s));
+  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+  const { port } = srv.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () => {
+      for (const s of sockets) s.destroy();
+      return new Promise((resolve) => srv.close(() => resolve()));
+    },
+  };
+}
+
+describe('the client library, imported as svcq/client (issue: "the client library exposes all three"; decisions §3.8)', function () {
+  this.timeout(60_000);
+  let server: TestServer;
+  let project: string;
+
+  before(async () => {
+    server = await startServer();
+    await defineUser(server, HOST, 'resizer', TOKEN);
+    await defineQueue(server, HOST, 'thumbnails', { access: { post: ['resizer'], fetch: ['resizer'], work: ['resizer'] } });
+    project = userProject();
+  });
+  after(async () => {
+    await server.stop();
+    cleanupTemp(server.root);
+    cleanupTemp(project);
+  });
+
+  it('the producer and the worker of docs/client.md run as shown, from a project that installed svcq', async () => {
+    const blocks = markedBlocks(readFileSync(path.join(REPO, 'docs/client.md'), 'utf8'), 'client');
+    expect(blocks.map((b) => b.kind)).to.deep.equal(['node', 'node']);
+    const run = await runBlocks(blocks, { cwd: project, env: { ...process.env, SVCQ_URL: server.url, SVCQ_TOKEN: TOKEN }, dir: project, name: 'client' });
+    expect(run.code, run.stderr).to.equal(0);
+    blocks.forEach((b, i) => expect(normalise(run.perBlock[i]!), b.code).to.equal(normalise(b.prints!)));
+  });
+
+  it('type-checks a TypeScript program against the declarations it ships, and refuses one that misuses them', () => {
+    const good = `import { SvcqClient, ClientError, type ClaimManyAnswer, type StatusAnswer } from 'svcq/client';
+const c = new SvcqClient({ url: 'http://127.0.0.1:8080', host: 'jobs.example.com', timeoutMs: 5000 });
+const posted: { id: string } = await c.post('q', { n: 1 }, 'key-1');
+const many: ClaimManyAnswer = await c.claim('q', { worker: 'w', max: 10, done: [{ id: posted.id, result: { ok: true } }] });
+for (const item of many.items) console.log(item.id, item.item, item.lease.until);
+const one = await c.claim('q', { worker: 'w' });
+if (!one.empty) console.log(one.id, one.attempts);
+const status: StatusAnswer = await c.item('q', posted.id, 5, { signal: AbortSignal.timeout(10_000) });
+try { await c.cancel('q', status.id); } catch (err) { if (err instanceof ClientError && err.code === 'wall') console.log(err.transient, err.sent); }
+`;
+    const bad = `import { SvcqClient } from 'svcq/client';
+const c = new SvcqClient({ url: 'http://127.0.0.1:8080' });
+const n: number = (await c.post('q', { n: 1 })).id;
+`;
+    writeFileSync(path.join(project, 'tsconfig.json'), JSON.stringify({ compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noEmit: true, skipLibCheck: false, typeRoots: [path.join(REPO, 'node_modules/@types')], types: ['node'] }, files: ['main.ts'] }));
+    const tsc = path.join(REPO, 'node_modules/typescript/bin/tsc');
+    writeFileSync(path.join(project, 'main.ts'), good);
+    const ok = spawnSync(process.execPath, [tsc, '-p', project], { encoding: 'utf8' });
+    expect(ok.status, ok.stdout + ok.stderr).to.equal(0);
+    writeFileSync(path.join(project, 'main.ts'), bad);
+    const refused = spawnSync(process.execPath, [tsc, '-p', project], { encoding: 'utf8' });
+    expect(refused.status).to.not.equal(0);
+    expect(refused.stdout).to.match(/main\.ts\(3,7\): error TS2322: Type 'string' is not assignable to type 'number'/);
+  });
+
+  it('a call to a server that never answers fails with code timeout after the client\'s timeoutMs, on every call (none waits for ever)', async () => {
+    const silent = await silentServer();
+    try {
+      const c = new SvcqClient({ url: silent.url, host: HOST, timeoutMs: 300 });
+      const calls: Array<[string, () => Promise<unknown>]> = [
+        ['version', () => c.version()],
+        ['manifest', () => c.manifest()],
+        ['post', () => c.post('q', { n: 1 })],
+        ['item', () => c.item('q', '0123456789abcdef')],
+        ['claim', () => c.claim('q', { worker: 'w' })],
+        ['submit', () => c.submit('q', '0123456789abcdef', 'result', { ok: true })],
+        ['cancel', () => c.cancel('q', '0123456789abcdef')],
+      ];
+      for (const [name, call] of calls) {
+        const started = Date.now();
+        const err = await call().then(() => undefined, (e: unknown) => e);
+        expect(err, name).to.be.instanceOf(ClientError);
+        expect((err as ClientError).code, name).to.equal('timeout');
+        expect((err as ClientError).transient, name).to.equal(true);
+        expect(Date.now() - started, name).to.be.below(5_000);
+      }
+    } finally {
+      await silent.close();
+    }
+  });
+
+  it('an abandoned long poll fails with code aborted, which is not transient (a retry loop does not retry the caller\'s own choice)', async () => {
+    const c = new SvcqClient({ url: server.url, host: HOST, token: TOKEN });
+    const err = await c.claim('thumbnails', { worker: 'w', wait: 30, criteria: { never: 'matches' } }, { signal: AbortSignal.timeout(300) }).then(() => undefined, (e: unknown) => e);
+    expect(err).to.be.instanceOf(ClientError);
+    expect((err as ClientError).code).to.equal('aborted');
+    expect((err as ClientError).transient).to.equal(false);
+    expect((err as ClientError).message).to.match(/^the request was abandoned before its answer began/);
+  });
+
+  it('what cannot be sent is refused before anything is sent: an item that is not an object, an idempotency key the server would refuse (decisions §3.5)', async () => {
+    const c = new SvcqClient({ url: server.url, host: HOST, token: TOKEN });
+    for (const [what, call] of [
+      ['array item', () => c.post('thumbnails', [1, 2] as unknown as Record<string, unknown>)],
+      ['empty key', () => c.post('thumbnails', { n: 1 }, '')],
+      ['key with a newline', () => c.post('thumbnails', { n: 1 }, 'a\nb')],
+      ['batch key too long', () => c.postBatch('thumbnails', [{ n: 1 }], 'k'.repeat(201))],
+    ] as Array<[string, () => Promise<unknown>]>) {
+      const err = await call().then(() => undefined, (e: unknown) => e);
+      expect(err, what).to.be.instanceOf(ClientError);
+      expect((err as ClientError).code, what).to.equal('invalid-argument');
+      expect((err as ClientError).sent, what).to.equal(false);
+    }
+    // The wall without a token names no flag of the command line from the library.
+    const anonymous = new SvcqClient({ url: server.url, host: HOST });
+    const wall = await anonymous.post('thumbnails', { n: 1 }).then(() => undefined, (e: unknown) => e);
+    expect((wall as ClientError).message).to.equal('not found (wrong token, host or queue?): no token was given');
+  });
+
+  it('a claim hands in both its done entries and raw hand-ins, done first (decisions §3.8)', async () => {
+    const c = new SvcqClient({ url: server.url, host: HOST, token: TOKEN });
+    const a = (await c.post('thumbnails', { n: 'a' })).id;
+    const b = (await c.post('thumbnails', { n: 'b' })).id;
+    const claimed = await c.claim('thumbnails', { worker: 'w', max: 2 });
+    expect(claimed.items.map((i) => i.id)).to.include.members([a, b]);
+    const answer = await c.claim('thumbnails', { worker: 'w', max: 1, done: [{ id: a, result: { via: 'done' } }] }, { handIns: [{ id: b, kind: 'result', record: '{"via":"raw"}' }] });
+    expect(answer.done?.map((d) => d.id)).to.deep.equal([a, b]);
+    expect((await c.item('thumbnails', a)).result).to.deep.equal({ via: 'done' });
+    expect((await c.item('thumbnails', b)).result).to.deep.equal({ via: 'raw' });
+  });
+});
