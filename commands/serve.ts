@@ -43,6 +43,9 @@ One SIGINT or SIGTERM stops it: held long polls are answered at once, requests u
       else process.exit(130);
     };
     const graceMs = flags['shutdown-grace'] * 1000;
+    // Everything the server creates under --root (items, results, payloads, definitions, logs) is
+    // readable by its own user alone, as PostgreSQL keeps its data directory.
+    process.umask(0o077);
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
     let server;

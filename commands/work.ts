@@ -6,7 +6,7 @@ import { Worker } from '../src/worker/worker.js';
 
 export default class Work extends BaseCommand<typeof Work> {
   static override summary = 'Run a command for each item of a queue (the generic worker).';
-  static override description = `Claims items (long-polling), runs CMD through sh -c for each with the item JSON on stdin and SVCQ_QUEUE, SVCQ_ITEM_ID and SVCQ_ATTEMPT in its environment, and submits what it printed.
+  static override description = `Claims items (long-polling), runs CMD through sh -c for each with the item JSON on stdin and SVCQ_QUEUE, SVCQ_ITEM_ID and SVCQ_ATTEMPT in its environment (the worker's, without SVCQ_TOKEN and SVCQ_MASTER_TOKEN), and submits what it printed.
 Lines "::progress <integer or JSON object>" on CMD's stdout are posted as progress; the rest of stdout is the result (as is when it is one JSON object, else {"output": "..."}). A non-zero exit, a signal or --timeout is reported as an error record {exitCode, signal, stderr}.
 The lease is extended while CMD runs; a cancelled item's CMD gets SIGTERM. Results and errors are handed in with the next claim (one request per job; one that waits over a second for a claim is submitted on its own), and --prefetch N claims up to N items at once. Ctrl-C (or SIGTERM) claims nothing new, starts no item claimed ahead, and lets running commands finish; a second one stops them.
 On a terminal a status line is shown; on a pipe or with --json each event is one line of JSON on stdout. Exit codes: 0 done, 1 failure (with --once: CMD failed), 3 --once found the queue empty.`;

@@ -1,4 +1,4 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import { resolveQueue, type AccessPolicy, type QueueConfig } from '../engine/config.js';
 import { FileDefinitionStore, type DefinitionStore } from './definition-store.js';
@@ -21,6 +21,8 @@ interface HostDefinitions {
   queues: Map<string, QueueRuntime>;
   /** user name → sha256 of the user's token */
   users: Map<string, Buffer>;
+  /** {@link DefinitionRegistry.tokenKey} of a token → its user (the first defined, should two share a token); made when first asked for after a change */
+  byToken?: Map<string, string>;
 }
 
 /** A definition the server refuses (`message` names the file, then every problem): answered 400. */
@@ -36,6 +38,8 @@ export class DefinitionError extends Error {
 export class DefinitionRegistry {
   private readonly hosts = new Map<string, HostDefinitions>();
   private readonly hashes = new Map<string, string>();
+  /** The key of {@link tokenKey}: this process's own, never stored. */
+  private readonly lookupSecret = randomBytes(32);
   /**
    * Writes and deletes run one at a time, so that the file on disk and the definition in memory
    * always come from the same request, even when two PUTs of one path race.
@@ -145,18 +149,42 @@ export class DefinitionRegistry {
   }
 
   /**
-   * The user of `host` whose token this is, compared in constant time against every user of
-   * the host (no early exit), or undefined.
+   * What a bearer token is looked up by: its sha256 (what users' definitions hold, decisions §2.3)
+   * under an HMAC with a key of this process's own. A request computes it before its queue is
+   * looked up, so that a missing queue costs what a present one does.
    */
+  tokenKey(token: string): Buffer {
+    return this.keyOfDigest(createHash('sha256').update(token).digest());
+  }
+
+  private keyOfDigest(digest: Buffer): Buffer {
+    return createHmac('sha256', this.lookupSecret).update(digest).digest();
+  }
+
+  /** The user of `host` whose token this is, or undefined (see {@link userForKey}). */
   userForToken(host: string, token: string): string | undefined {
-    const users = this.hosts.get(host)?.users;
-    if (!users) return undefined;
-    const digest = createHash('sha256').update(token).digest();
-    let match: string | undefined;
-    for (const [name, sha] of users) {
-      if (timingSafeEqual(sha, digest) && match === undefined) match = name;
+    return this.userForKey(host, this.tokenKey(token));
+  }
+
+  /**
+   * The user of `host` whose token has this {@link tokenKey}, or undefined: one lookup whatever
+   * the number of users (a loop over them answered a wrong token on a queue with many users later
+   * than on a missing queue, telling the two apart), then a comparison in constant time. What the
+   * lookup compares is keyed by a secret, so its time says nothing of any user's token either.
+   */
+  userForKey(host: string, key: Buffer): string | undefined {
+    const defs = this.hosts.get(host);
+    if (!defs) return undefined;
+    if (!defs.byToken) {
+      defs.byToken = new Map();
+      for (const [name, sha] of defs.users) {
+        const hex = this.keyOfDigest(sha).toString('hex');
+        if (!defs.byToken.has(hex)) defs.byToken.set(hex, name);
+      }
     }
-    return match;
+    const name = defs.byToken.get(key.toString('hex'));
+    const sha = name === undefined ? undefined : defs.users.get(name);
+    return sha !== undefined && timingSafeEqual(this.keyOfDigest(sha), key) ? name : undefined;
   }
 
   /** Validates, then writes the exact bytes atomically, then makes them live. Throws DefinitionError for a bad body. */
@@ -190,7 +218,10 @@ export class DefinitionRegistry {
   private forget(at: DefinitionPath): void {
     const host = this.hosts.get(at.host);
     const dropped = at.kind === 'queue' && host?.queues.delete(at.name) === true;
-    if (at.kind === 'user') host?.users.delete(at.name);
+    if (at.kind === 'user' && host) {
+      host.users.delete(at.name);
+      host.byToken = undefined;
+    }
     if (host && host.queues.size === 0 && host.users.size === 0) this.hosts.delete(at.host);
     this.hashes.delete(at.path);
     if (dropped) this.queueChanged(at.host, at.name);
@@ -215,6 +246,7 @@ export class DefinitionRegistry {
     if (!host) this.hosts.set(at.host, (host = { queues: new Map(), users: new Map() }));
     if (parsed.kind === 'user') {
       host.users.set(at.name, Buffer.from(parsed.user.tokenSha256, 'hex'));
+      host.byToken = undefined;
     } else {
       const access: AccessPolicy = parsed.queue.access ?? {};
       host.queues.set(at.name, {

@@ -35,11 +35,35 @@ function passes(value: Json, matcher: Json): boolean {
       return deepEqual(value, operand);
     case 'ne':
       return !deepEqual(value, operand);
-    case 'in':
-      return Array.isArray(operand) && operand.some((candidate) => deepEqual(value, candidate));
+    case 'in': {
+      if (!Array.isArray(operand)) return false;
+      const { scalars, composites } = candidatesOf(operand);
+      return value !== null && typeof value === 'object' ? composites.some((candidate) => deepEqual(value, candidate)) : scalars.has(value);
+    }
     default:
       return compare(op, value, operand);
   }
+}
+
+/**
+ * An `in` operand split once into a set of its scalars (looked up at once: a claim compares every
+ * pending item with the same operand, and a long one made each comparison as long) and a list of
+ * its arrays and objects (compared one by one). A Set tells 1 from "1" as deepEqual does, and
+ * JSON has no NaN; 0 and -0 are the same to both.
+ */
+const operandCandidates = new WeakMap<Json[], { scalars: Set<Json>; composites: Json[] }>();
+
+function candidatesOf(operand: Json[]): { scalars: Set<Json>; composites: Json[] } {
+  let found = operandCandidates.get(operand);
+  if (!found) {
+    found = { scalars: new Set(), composites: [] };
+    for (const candidate of operand) {
+      if (candidate !== null && typeof candidate === 'object') found.composites.push(candidate);
+      else found.scalars.add(candidate);
+    }
+    operandCandidates.set(operand, found);
+  }
+  return found;
 }
 
 function compare(op: string, a: Json, b: Json): boolean {

@@ -64,12 +64,14 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
   /** Resolves host, queue, token and access; anything short of allowed is the wall. */
   const route = (method: 'GET' | 'POST', path: string, op: Operation, handler: QueueHandler): void => {
     router.on(method, path, (req, res, params, _store, query) => {
+      // A token is hashed before the queue is looked up: a missing queue costs what a present one does.
+      const token = bearerToken(req);
+      const key = typeof token === 'string' ? ctx.registry.tokenKey(token) : undefined;
       const queue = ctx.registry.queue(requestHost(req), params.queue ?? '');
       if (!queue) return sendError(res, new NotFound());
-      const token = bearerToken(req);
       let user: string | null = null;
       if (token !== undefined) {
-        const found = token === null ? undefined : ctx.registry.userForToken(queue.host, token);
+        const found = key === undefined ? undefined : ctx.registry.userForKey(queue.host, key);
         if (found === undefined) return sendError(res, new NotFound());
         user = found;
       }

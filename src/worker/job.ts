@@ -3,6 +3,9 @@ import { accessSync, constants, statSync } from 'node:fs';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 
+/** Environment variables a command is not given: the worker's token, and the server's master token. */
+const CREDENTIALS = ['SVCQ_TOKEN', 'SVCQ_MASTER_TOKEN'];
+
 /** How much of CMD's stderr an error record keeps (decisions §1.3). */
 export const STDERR_TAIL_BYTES = 4096;
 /** After SIGTERM, how long CMD gets before SIGKILL. */
@@ -80,9 +83,13 @@ export class Job {
     // A single simple command is run as `exec CMD`, so that CMD itself is the child: killed by a
     // signal, it is reported as that signal. (sh runs anything else in a child of its own, and
     // says only 128 + n for a signal n, the same as an exit code of 128 + n.)
-    const command = execsAsItself(spec.command, { ...process.env, ...spec.env }.PATH ?? '') ? `exec ${spec.command}` : spec.command;
+    // The worker's environment without its credentials: a command that handles what anybody
+    // posted could print them into a result or an error's stderr, which the producer reads.
+    const env: NodeJS.ProcessEnv = { ...process.env, ...spec.env };
+    for (const secret of CREDENTIALS) delete env[secret];
+    const command = execsAsItself(spec.command, env.PATH ?? '') ? `exec ${spec.command}` : spec.command;
     this.child = spawn('sh', ['-c', 'printf . >&3; exec 3>&-; exec sh -c "$1"', 'sh', command], {
-      env: { ...process.env, ...spec.env },
+      env,
       stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
       detached: true,
     });

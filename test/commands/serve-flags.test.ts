@@ -1,5 +1,9 @@
+import { readdirSync, statSync } from 'node:fs';
+import path from 'node:path';
 import { expect } from 'chai';
 import Serve from '../../commands/serve.js';
+import { defineQueue, PUBLIC_ACCESS } from '../http/queue-api.js';
+import { request } from '../support/http.js';
 import { runCli } from '../support/cli.js';
 import { cleanupTemp, startServer, tempDir } from '../support/server.js';
 
@@ -26,6 +30,41 @@ describe('svcq serve flags (decisions §1.1)', () => {
     const bad = await runCli(['serve', '--root', root], { env: { SVCQ_LOG_KEEP: 'many' } });
     expect(bad.code).to.not.equal(0);
     expect(bad.stderr).to.match(/log-keep/);
+  });
+});
+
+describe('svcq serve: what it writes under --root', () => {
+  it('is readable by the server\'s own user alone: every folder 0700, every file 0600 (items, payloads, definitions, logs, history)', async function () {
+    this.timeout(30_000);
+    const parent = tempDir();
+    const root = path.join(parent, 'root');
+    const server = await startServer({ root });
+    try {
+      await defineQueue(server, 'modes.example.com', 'q', { access: PUBLIC_ACCESS, 'svc-queue-archivePayloads': true });
+      const posted = await request(server.url, '/q', { method: 'POST', host: 'modes.example.com', body: '{"secret":"s3cr3t"}' });
+      expect(posted.status).to.equal(200);
+      // The access log and the task history are written within 100 ms.
+      await new Promise((r) => setTimeout(r, 400));
+    } finally {
+      expect(await server.stop()).to.equal(0);
+    }
+    const loose: string[] = [];
+    const kinds = new Set<string>();
+    const walk = (dir: string): void => {
+      for (const name of readdirSync(dir)) {
+        const full = path.join(dir, name);
+        const st = statSync(full);
+        kinds.add(path.relative(root, full).split(path.sep).slice(0, 2).join('/'));
+        if ((st.mode & 0o077) !== 0) loose.push(`${(st.mode & 0o777).toString(8)} ${path.relative(root, full)}`);
+        if (st.isDirectory()) walk(full);
+      }
+    };
+    expect((statSync(root).mode & 0o777).toString(8)).to.equal('700');
+    walk(root);
+    expect(loose).to.deep.equal([]);
+    // What was looked at: the store, the definitions, the payload archive, the logs and the history.
+    expect([...kinds]).to.include.members(['_svcq/store', 'modes.example.com/svc-queues', '_svcq/payloads', '_svcq/logs', '_svcq/tasks']);
+    cleanupTemp(parent);
   });
 });
 

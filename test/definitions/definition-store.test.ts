@@ -44,6 +44,18 @@ describe('definitions behind a DefinitionStore (decisions §2.4, interface §4.5
       await registry.put(at('h.example.com/svc-users/ann.json'), user);
       expect(store.bytes.get('h.example.com/svc-users/ann.json')).to.deep.equal(user);
       expect(registry.userForToken('h.example.com', 't')).to.equal('ann');
+      // Users are looked up by their token's digest, an index kept up to date with every change.
+      const userWith = (name: string, token: string): Buffer => Buffer.from(`{"svc-user-name":"${name}","tokenSha256":"${sha(Buffer.from(token))}"}`);
+      await registry.put(at('h.example.com/svc-users/ann.json'), userWith('ann', 't2'));
+      expect(registry.userForToken('h.example.com', 't')).to.equal(undefined);
+      expect(registry.userForToken('h.example.com', 't2')).to.equal('ann');
+      await registry.put(at('h.example.com/svc-users/bob.json'), userWith('bob', 'b'));
+      expect(registry.userForToken('h.example.com', 'b')).to.equal('bob');
+      expect(registry.userForToken('other.example.com', 'b')).to.equal(undefined);
+      expect(await registry.delete(at('h.example.com/svc-users/bob.json'))).to.equal(true);
+      expect(registry.userForToken('h.example.com', 'b')).to.equal(undefined);
+      await registry.put(at('h.example.com/svc-users/ann.json'), user);
+      expect(registry.userForToken('h.example.com', 't')).to.equal('ann');
       // A stored definition that does not parse is not live, but it is stored: the manifest lists it, so that sync replaces or deletes it.
       expect(registry.manifest()).to.deep.equal({ 'h.example.com/svc-queues/broken.json': sha(broken), 'h.example.com/svc-queues/jobs.json': sha(queue), 'h.example.com/svc-users/ann.json': sha(user) });
 

@@ -1,8 +1,25 @@
 import { expect } from 'chai';
-import { matches } from '../../src/engine/criteria.js';
+import fc from 'fast-check';
+import { deepEqual, matches } from '../../src/engine/criteria.js';
 
 describe('criteria matching (interface §4.3, decisions §3.3)', () => {
   const item = { n: 5, s: 'm', b: true, z: null, arr: [1, { x: 2 }], obj: { k: 1 } };
+
+  it('`in` matches exactly when some candidate is deep-equal to the value, with its scalars looked up in a set (fast-check)', () => {
+    // Small values, so that the value is often among the candidates; 0 and -0, 1 and "1", arrays and objects among them.
+    const small = fc.letrec((tie) => ({
+      value: fc.oneof({ depthSize: 'small' }, fc.constantFrom(0, -0, 1, 2, '1', '', 'a', true, false, null), fc.array(tie('value'), { maxLength: 2 }), fc.dictionary(fc.constantFrom('a', 'b'), tie('value'), { maxKeys: 2 })),
+    })).value as fc.Arbitrary<Parameters<typeof deepEqual>[0]>;
+    fc.assert(
+      fc.property(small, fc.array(small, { maxLength: 8 }), (value, operand) => {
+        const expected = operand.some((candidate) => deepEqual(value, candidate));
+        expect(matches({ f: value }, { f: { in: operand } })).to.equal(expected);
+        // The same operand again (its split is kept): the same answer.
+        expect(matches({ f: value }, { f: { in: operand } })).to.equal(expected);
+      }),
+      { numRuns: 2000 },
+    );
+  });
 
   it('a bare primitive matches by strict equality of JSON type and value', () => {
     expect(matches(item, { n: 5 })).to.equal(true);

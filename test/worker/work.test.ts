@@ -3,6 +3,7 @@ import path from 'node:path';
 import { expect } from 'chai';
 import { runCli } from '../support/cli.js';
 import { request } from '../support/http.js';
+import { defineUser } from '../http/queue-api.js';
 import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
 import { HOST, defineQueue, getItem, killWorker, postItem, queueName, startWorker, until, waitTerminal, type WorkerProcess } from './support.js';
 
@@ -49,6 +50,17 @@ describe('svcq work (decisions §1.3)', function () {
     expect(item.result).to.deep.equal({ item: { n: 21 }, queue, id, attempt: 1 });
     const events = run.stdout.trim().split('\n').map((l) => JSON.parse(l) as { event: string });
     expect(events.map((e) => e.event)).to.deep.equal(['started', 'claimed', 'finished', 'stopped']);
+  });
+
+  it('does not give CMD the worker\'s token nor a master token from its environment: a command that handles what anybody posted could print them into a result (decisions §1.3)', async () => {
+    const queue = queueName('creds');
+    const token = 'worker-token-0123456789abcdef0123';
+    await defineUser(server, HOST, 'runner', token);
+    await defineQueue(server, queue, { access: { post: 'public', fetch: 'public', work: ['runner'] } });
+    const id = await postItem(server, queue, { n: 1 });
+    const run = await work([queue, '--exec', 'printf \'{"token":"%s","master":"%s","other":"%s"}\\n\' "$SVCQ_TOKEN" "$SVCQ_MASTER_TOKEN" "$OTHER"', '--once'], { SVCQ_TOKEN: token, SVCQ_MASTER_TOKEN: 'master-0123456789abcdef0123456789', OTHER: 'kept' });
+    expect(run.code, run.stderr).to.equal(0);
+    expect((await getItem(server, queue, id)).result).to.deep.equal({ token: '', master: '', other: 'kept' });
   });
 
   it('gives CMD the item exactly as posted, and hands in the result exactly as CMD printed it: integers past 2^53, 1.0, 1e2, spacing (interface §2.1, decisions §1.3, §3.8)', async () => {
