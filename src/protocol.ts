@@ -8,6 +8,14 @@
 export const MAX_CLAIM = 100;
 export const MAX_DONE = 100;
 
+/** What an `Idempotency-Key` must be (decisions §3.5), as the server says it when it refuses one. */
+export const IDEMPOTENCY_KEY_RULE = 'must be 1 to 200 printable ASCII characters';
+
+/** An `Idempotency-Key` the server takes (decisions §3.5: 1–200 printable characters). */
+export function isIdempotencyKey(key: unknown): key is string {
+  return typeof key === 'string' && /^[\x20-\x7e]{1,200}$/.test(key);
+}
+
 /** Most items one batch post may carry, and its largest body (decisions §3.8). */
 export const MAX_BATCH = 1000;
 export const MAX_BATCH_BYTES = 16 * 1024 * 1024;

@@ -1,5 +1,6 @@
 import { Command, Flags, type Interfaces } from '@oclif/core';
 import { ClientError, SvcqClient } from '../client/client.js';
+import { jsonErrorLine } from './json-error.js';
 
 export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>;
 
@@ -24,7 +25,13 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   }
 
   protected client(extra: { host?: string } = {}): SvcqClient {
-    return new SvcqClient({ url: this.flags.url, token: this.flags.token, host: extra.host, tokenHint: 'pass --token or set SVCQ_TOKEN' });
+    try {
+      return new SvcqClient({ url: this.flags.url, token: this.flags.token, host: extra.host, tokenHint: 'pass --token or set SVCQ_TOKEN' });
+    } catch (err) {
+      // Named by its flag, which is what the user typed.
+      if (err instanceof ClientError && err.code === 'invalid-url') throw new ClientError(`--url: ${err.message}`, err.code);
+      throw err;
+    }
   }
 
   /** One sentence on stderr (with --json, `{ "error": sentence }` there), never a stack trace; stdout stays empty (decisions §1.2). */
@@ -52,7 +59,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
 
 /** An error with --json: `{ "error": sentence }` on stderr, where errors go (decisions §1.2). */
 export function jsonError(sentence: string): void {
-  process.stderr.write(`${JSON.stringify({ error: sentence })}\n`);
+  process.stderr.write(`${jsonErrorLine(sentence)}\n`);
 }
 
 /**

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import type { Manifest } from '../definitions/manifest.js';
 import { arrayElements, objectMembers } from '../json-text.js';
-import type { BatchAnswer, ClaimAnswer, ClaimManyAnswer, ClaimRequest, PostAnswer, StatusAnswer, SubmissionAnswer } from '../protocol.js';
+import { IDEMPOTENCY_KEY_RULE, isIdempotencyKey, type BatchAnswer, type ClaimAnswer, type ClaimManyAnswer, type ClaimRequest, type PostAnswer, type StatusAnswer, type SubmissionAnswer } from '../protocol.js';
 
 export const CLIENT_API = 2;
 
@@ -20,8 +20,9 @@ export interface ClientOptions {
   host?: string;
   /**
    * How long a call waits for its answer before it fails with code `timeout`, past any wait it
-   * asked the server for; posts wait {@link POST_TIMEOUT_MS} unless this is set. Default
-   * {@link CALL_TIMEOUT_MS}. Each call's own `timeoutMs` overrides it.
+   * asked the server for (a claim's `wait`, an item's `waitSeconds`); 0 waits for ever. Default
+   * {@link CALL_TIMEOUT_MS}, and {@link POST_TIMEOUT_MS} for a post (twice that for a batch).
+   * A call's own `timeoutMs` overrides it, with the same meaning.
    */
   timeoutMs?: number;
   /** What the wall's sentence adds when no token was given, after "no token was given" (the command line names its flag). */
@@ -32,7 +33,7 @@ export interface ClientOptions {
 export interface CallOptions {
   /** Abandons the call; it then fails with code `aborted` (see {@link SvcqClient.request} for when that is too late). */
   signal?: AbortSignal;
-  /** Overrides the client's `timeoutMs` for this call. */
+  /** Overrides the client's `timeoutMs` for this call (past any wait it asks for, as the client's). */
   timeoutMs?: number;
 }
 
@@ -204,27 +205,36 @@ export class SvcqClient {
 
   // --- management (master token) ---
   version(opts: CallOptions = {}): Promise<{ api: number }> {
-    return this.json('GET', '/api/version', opts);
+    return this.json('GET', '/api/version', this.limits(opts));
   }
   manifest(opts: CallOptions = {}): Promise<Manifest> {
-    return this.json('GET', `/api/v${CLIENT_API}/manifest`, opts);
+    return this.json('GET', `/api/v${CLIENT_API}/manifest`, this.limits(opts));
   }
   putDefinition(path: string, bytes: Buffer, opts: CallOptions = {}): Promise<{ ok: true }> {
-    return this.json('PUT', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`, { body: bytes, ...opts });
+    return this.json('PUT', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`, { body: bytes, ...this.limits(opts) });
   }
   deleteDefinition(path: string, opts: CallOptions = {}): Promise<{ deleted: boolean }> {
-    return this.json('DELETE', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`, opts);
+    return this.json('DELETE', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`, this.limits(opts));
+  }
+
+  /**
+   * A call's signal and the time it may wait for its answer: its own `timeoutMs` or the client's,
+   * else `fallbackMs`, past the `waitMs` it asked the server to hold it (0: for ever).
+   */
+  private limits(opts: CallOptions, waitMs = 0, fallbackMs = CALL_TIMEOUT_MS): { signal?: AbortSignal; timeoutMs: number } {
+    const limit = opts.timeoutMs ?? this.options.timeoutMs ?? fallbackMs;
+    return { signal: opts.signal, timeoutMs: limit === 0 ? 0 : limit + Math.max(0, waitMs) };
   }
 
   // --- tools (master token) ---
   /** GET of a tools list or snapshot endpoint, e.g. `logs`, `stats`, `stats/now`, `tasks`. */
   tool<T>(endpoint: string, opts: CallOptions = {}): Promise<T> {
-    return this.json('GET', `/api/v${CLIENT_API}/${endpoint}`, opts);
+    return this.json('GET', `/api/v${CLIENT_API}/${endpoint}`, this.limits(opts));
   }
   /** Raw bytes of a tools file endpoint from byte `from` on (Range `bytes=N-`). */
   async toolFile(endpoint: string, query: Record<string, string>, from = 0, opts: CallOptions = {}): Promise<Buffer> {
     const qs = new URLSearchParams(query).toString();
-    const res = await this.request('GET', `/api/v${CLIENT_API}/${endpoint}?${qs}`, { headers: from > 0 ? { range: `bytes=${from}-` } : {}, ...opts });
+    const res = await this.request('GET', `/api/v${CLIENT_API}/${endpoint}?${qs}`, { headers: from > 0 ? { range: `bytes=${from}-` } : {}, ...this.limits(opts) });
     if (res.status === 200 || res.status === 206) return res.body;
     return this.parse<never>(res);
   }
@@ -236,18 +246,12 @@ export class SvcqClient {
    * the same `idempotencyKey` to be sure it is posted once.
    */
   async post(queue: string, item: JsonObjectOrText, idempotencyKey?: string, opts: CallOptions = {}): Promise<PostAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}`, { body: jsonText(item, 'the item'), queueHost: true, headers: idempotencyHeader(idempotencyKey), timeoutMs: this.options.timeoutMs ?? POST_TIMEOUT_MS, ...opts });
+    return this.json('POST', `/${encodeURIComponent(queue)}`, { body: jsonText(item, 'the item'), queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, POST_TIMEOUT_MS) });
   }
   /** An item's status record; with `waitSeconds` (up to 30), held until the item is terminal or the time is up. */
   item(queue: string, id: string, waitSeconds = 0, opts: CallOptions = {}): Promise<StatusAnswer> {
     const wait = waitSeconds > 0 ? `?wait=${waitSeconds}` : '';
-    return this.json('GET', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}${wait}`, { queueHost: true, timeoutMs: this.pastWait(waitSeconds), ...opts });
-  }
-
-  /** The time allowed for a call that asked the server to hold it `waitSeconds`. */
-  private pastWait(waitSeconds: number): number {
-    const allowed = this.options.timeoutMs ?? CALL_TIMEOUT_MS;
-    return allowed === 0 ? 0 : allowed + Math.max(0, waitSeconds) * 1000;
+    return this.json('GET', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}${wait}`, { queueHost: true, ...this.limits(opts, waitSeconds * 1000) });
   }
 
   /**
@@ -260,8 +264,7 @@ export class SvcqClient {
   claim(queue: string, body: ClaimRequest & { max: number }, opts?: ClaimOptions): Promise<ClaimManyAnswer>;
   claim(queue: string, body: ClaimRequest, opts?: ClaimOptions): Promise<ClaimAnswer | ClaimManyAnswer>;
   async claim(queue: string, body: ClaimRequest, opts: ClaimOptions = {}): Promise<ClaimAnswer | ClaimManyAnswer> {
-    const { handIns, ...rest } = opts;
-    const res = await this.request('POST', `/${encodeURIComponent(queue)}/claim`, { body: claimBody(body, handIns), queueHost: true, timeoutMs: this.pastWait(body.wait ?? 0), ...rest });
+    const res = await this.request('POST', `/${encodeURIComponent(queue)}/claim`, { body: claimBody(body, opts.handIns), queueHost: true, ...this.limits(opts, (body.wait ?? 0) * 1000) });
     const answer = this.parse<ClaimAnswer | ClaimManyAnswer>(res);
     answer.clockOffsetMs = clockOffset(res.headers.date);
     // Each item also as the exact text the server sent (interface §2.1).
@@ -277,14 +280,14 @@ export class SvcqClient {
    */
   async postBatch(queue: string, items: readonly JsonObjectOrText[], idempotencyKey?: string, opts: CallOptions = {}): Promise<BatchAnswer> {
     const texts = items.map((item, n) => jsonText(item, `item ${n}`));
-    return this.json('POST', `/${encodeURIComponent(queue)}/batch`, { body: `[${texts.join(',')}]`, queueHost: true, headers: idempotencyHeader(idempotencyKey), timeoutMs: (this.options.timeoutMs ?? POST_TIMEOUT_MS) * 2, ...opts });
+    return this.json('POST', `/${encodeURIComponent(queue)}/batch`, { body: `[${texts.join(',')}]`, queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, 2 * POST_TIMEOUT_MS) });
   }
   /** Reports progress, or submits the result or the error of an item (`accepted: false` once it is terminal). */
   async submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: JsonObjectOrText, opts: CallOptions = {}): Promise<SubmissionAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/${kind}`, { body: jsonText(record, `the ${kind}`), queueHost: true, ...opts });
+    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/${kind}`, { body: jsonText(record, `the ${kind}`), queueHost: true, ...this.limits(opts) });
   }
   cancel(queue: string, id: string, opts: CallOptions = {}): Promise<SubmissionAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/cancel`, { queueHost: true, ...opts });
+    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/cancel`, { queueHost: true, ...this.limits(opts) });
   }
 }
 
@@ -298,7 +301,7 @@ function jsonText(value: JsonObjectOrText, what: string): string {
 /** The Idempotency-Key header, checked as the server checks it (decisions §3.5: 1–200 printable characters). */
 function idempotencyHeader(key: string | undefined): Record<string, string> {
   if (key === undefined) return {};
-  if (!/^[\x20-\x7e]{1,200}$/.test(key)) throw new ClientError('an idempotency key must be 1 to 200 printable ASCII characters', 'invalid-argument');
+  if (!isIdempotencyKey(key)) throw new ClientError(`an idempotency key ${IDEMPOTENCY_KEY_RULE}`, 'invalid-argument');
   return { 'idempotency-key': key };
 }
 

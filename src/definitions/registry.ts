@@ -21,8 +21,8 @@ interface HostDefinitions {
   queues: Map<string, QueueRuntime>;
   /** user name → sha256 of the user's token */
   users: Map<string, Buffer>;
-  /** {@link DefinitionRegistry.tokenKey} of a token → its user (the first defined, should two share a token); made when first asked for after a change */
-  byToken?: Map<string, string>;
+  /** {@link DefinitionRegistry.tokenKey} of a user's token (hex) → the user (the first defined, should two share a token), kept with every change */
+  byToken: Map<string, string>;
 }
 
 /** A definition the server refuses (`message` names the file, then every problem): answered 400. */
@@ -175,13 +175,6 @@ export class DefinitionRegistry {
   userForKey(host: string, key: Buffer): string | undefined {
     const defs = this.hosts.get(host);
     if (!defs) return undefined;
-    if (!defs.byToken) {
-      defs.byToken = new Map();
-      for (const [name, sha] of defs.users) {
-        const hex = this.keyOfDigest(sha).toString('hex');
-        if (!defs.byToken.has(hex)) defs.byToken.set(hex, name);
-      }
-    }
     const name = defs.byToken.get(key.toString('hex'));
     const sha = name === undefined ? undefined : defs.users.get(name);
     return sha !== undefined && timingSafeEqual(this.keyOfDigest(sha), key) ? name : undefined;
@@ -218,10 +211,7 @@ export class DefinitionRegistry {
   private forget(at: DefinitionPath): void {
     const host = this.hosts.get(at.host);
     const dropped = at.kind === 'queue' && host?.queues.delete(at.name) === true;
-    if (at.kind === 'user' && host) {
-      host.users.delete(at.name);
-      host.byToken = undefined;
-    }
+    if (at.kind === 'user' && host) this.dropUser(host, at.name);
     if (host && host.queues.size === 0 && host.users.size === 0) this.hosts.delete(at.host);
     this.hashes.delete(at.path);
     if (dropped) this.queueChanged(at.host, at.name);
@@ -241,12 +231,31 @@ export class DefinitionRegistry {
     this.warn(`skipping stored definition ${parsed.error}`);
   }
 
+  /** Forgets a user and its token; another user with the same token (if any) answers to it now. */
+  private dropUser(host: HostDefinitions, name: string): void {
+    const sha = host.users.get(name);
+    if (!sha) return;
+    host.users.delete(name);
+    const key = this.keyOfDigest(sha).toString('hex');
+    if (host.byToken.get(key) !== name) return;
+    host.byToken.delete(key);
+    for (const [other, otherSha] of host.users) {
+      if (otherSha.equals(sha)) {
+        host.byToken.set(key, other);
+        return;
+      }
+    }
+  }
+
   private live(at: DefinitionPath, parsed: ParsedDefinition, bytes: Buffer): void {
     let host = this.hosts.get(at.host);
-    if (!host) this.hosts.set(at.host, (host = { queues: new Map(), users: new Map() }));
+    if (!host) this.hosts.set(at.host, (host = { queues: new Map(), users: new Map(), byToken: new Map() }));
     if (parsed.kind === 'user') {
-      host.users.set(at.name, Buffer.from(parsed.user.tokenSha256, 'hex'));
-      host.byToken = undefined;
+      this.dropUser(host, at.name);
+      const sha = Buffer.from(parsed.user.tokenSha256, 'hex');
+      host.users.set(at.name, sha);
+      const key = this.keyOfDigest(sha).toString('hex');
+      if (!host.byToken.has(key)) host.byToken.set(key, at.name);
     } else {
       const access: AccessPolicy = parsed.queue.access ?? {};
       host.queues.set(at.name, {

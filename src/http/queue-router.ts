@@ -14,7 +14,7 @@ import type { ServerContext } from './context.js';
 import { ClientGone, HttpError, NoSuchItem, NotFound, Rejected, sendError, sendRawJson, type FieldError } from './errors.js';
 import { closeUnlessBodyRead, wantBody } from './unread-body.js';
 import { arrayElements, jsonString, nestedDeeperThan, objectMembers, pointerPart, unsureForSchema } from '../json-text.js';
-import { CLAIM_REQUEST_SCHEMA, MAX_BATCH, MAX_BATCH_BYTES, type ClaimRequest, type DoneEntry } from '../protocol.js';
+import { CLAIM_REQUEST_SCHEMA, IDEMPOTENCY_KEY_RULE, isIdempotencyKey, MAX_BATCH, MAX_BATCH_BYTES, type ClaimRequest, type DoneEntry } from '../protocol.js';
 
 /**
  * The queue domain: producer and worker endpoints (interface §4.1–§4.3, decisions §3), routed by
@@ -24,7 +24,6 @@ import { CLAIM_REQUEST_SCHEMA, MAX_BATCH, MAX_BATCH_BYTES, type ClaimRequest, ty
  */
 
 const ID = /^[0-9a-f]{16}$/;
-const IDEMPOTENCY_KEY = /^[\x20-\x7e]{1,200}$/;
 
 /**
  * How deep a claim body may nest. Criteria name top-level fields and compare values, so a few
@@ -84,10 +83,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     const body = await readBody(req, ctx.maxBody);
     const item = parseObject(body, 'the item');
     if (queue.validator) validateItem(queue.validator, item, body);
-    const key = req.headers['idempotency-key'];
-    if (key !== undefined && (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key))) {
-      throw new Rejected([{ path: 'Idempotency-Key', message: 'must be 1 to 200 printable ASCII characters' }]);
-    }
+    const key = idempotencyKeyOf(req);
     const out = await ctx.store.post(queue, { body, postedBy, idempotencyKey: key });
     sendRawJson(res, 200, `{"ok":true,"id":"${out.id}","status":"${out.status}"}`);
   });
@@ -180,10 +176,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
 
   route('POST', '/:queue/batch', 'post', async (req, res, queue, _params, _query, postedBy) => {
     const body = await readBody(req, MAX_BATCH_BYTES);
-    const key = req.headers['idempotency-key'];
-    if (key !== undefined && (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key))) {
-      throw new Rejected([{ path: 'Idempotency-Key', message: 'must be 1 to 200 printable ASCII characters' }]);
-    }
+    const key = idempotencyKeyOf(req);
     const { values, texts } = batchItems(body);
     const answers: string[] = new Array<string>(texts.length);
     const inputs: PostInput[] = [];
@@ -251,6 +244,14 @@ function doneRecordTexts(body: string): Array<string | undefined> {
 /** A claimed item's fields as JSON text (the item spliced in as posted). */
 function claimedJson(c: Claimed): string {
   return `{"id":"${c.id}","item":${c.item},"attempts":${c.attempts},"lease":{"worker":${jsonString(c.lease.worker)},"until":${c.lease.until}}}`;
+}
+
+/** A request's `Idempotency-Key`, if it has one; one the server does not take is a 400 (decisions §3.5). */
+function idempotencyKeyOf(req: IncomingMessage): string | undefined {
+  const key = req.headers['idempotency-key'];
+  if (key === undefined) return undefined;
+  if (!isIdempotencyKey(key)) throw new Rejected([{ path: 'Idempotency-Key', message: IDEMPOTENCY_KEY_RULE }]);
+  return key;
 }
 
 /**

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
 import { Queue, type Change, type Item, type Outcome } from '../engine/queue.js';
-import { deleteRecord, itemRecord, Journal, markRecord, updateRecord } from './journal.js';
+import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord } from './journal.js';
 import type { WriteFn } from './append-file.js';
 import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
 import { jsonString } from '../json-text.js';
@@ -591,8 +591,7 @@ export class EmbeddedStore implements Store, EventOutbox {
     if (count > 0) {
       if (eventList !== '') eventPieces.push(eventList);
       if (lineText !== '') lines.push(lineText);
-      // The events record, `["e",<number of the last event>,[<events>]]`, in the pieces of its list.
-      pieces.push(`["e",${(this.eventSeq += count)},[`, ...eventPieces, ']]\n');
+      pieces.push(...eventsRecord((this.eventSeq += count), eventPieces));
     }
     return { pieces, lines, count, ts };
   }

@@ -84,6 +84,14 @@ export function deleteRecord(queueJson: string, id: string): string {
   return `["d",${queueJson},"${id}"]\n`;
 }
 
+/**
+ * The events record, `["e",<number of the last event>,[<events>]]`, around the events' own JSON
+ * texts (comma-separated, in pieces: see TEXT_PIECE) so that each is serialised once.
+ */
+export function eventsRecord(lastSeq: number, eventList: readonly string[]): string[] {
+  return [`["e",${lastSeq},[`, ...eventList, ']]\n'];
+}
+
 export function markRecord(mark: HistoryMark): string {
   return `["m",${mark.seq}]\n`;
 }

@@ -1,4 +1,5 @@
 import { FAILURE_REPORT_EVERY_MS, FailureReport } from '../client/backoff.js';
+import { jsonErrorLine } from '../cli/json-error.js';
 import { tally, type WorkerEvent, type WorkerSink } from './events.js';
 
 export interface ConsoleSinkOptions {
@@ -67,7 +68,7 @@ export class ConsoleSink implements WorkerSink {
       // Errors and a server that cannot be reached also reach stderr, so a worker whose stdout
       // goes to a file still says why it stopped, or what it keeps retrying.
       if (this.options.jsonErrors) {
-        if (e.event === 'error' && line) this.printAbove(JSON.stringify({ error: line }));
+        if (e.event === 'error' && line) this.printAbove(jsonErrorLine(line));
       } else if (line && (e.event === 'error' || e.event === 'retry' || e.event === 'reconnected')) this.printAbove(line);
     } else if (line) this.printAbove(line);
     this.scheduleRedraw();

@@ -302,12 +302,13 @@ export class Worker {
           const controller = new AbortController();
           sentAt = Date.now();
           this.claimsInFlight.set(controller, sentAt);
-          const body = { worker, criteria, wait: this.stopping ? 0 : wait, ...(prefetching ? { max } : {}) };
+          const body = { worker, criteria, wait, ...(prefetching ? { max } : {}) };
           return this.client
-            // A server that holds the request well past the long-poll is treated as gone. The
-            // hand-ins' records go as they are, as the result and error endpoints would take them.
-            // With --once, a silent server is given up on when `--once` would give up (not 15 s past each try).
-            .claim(queue, body, { signal: controller.signal, timeoutMs: Math.min((wait + 15) * 1000, onceLeftMs()), handIns: carried })
+            // A server that holds the request well past the long-poll is treated as gone (the
+            // client's time limit counts from the end of the wait). The hand-ins' records go as
+            // they are, as the result and error endpoints would take them. With --once, a silent
+            // server is given up on when `--once` would give up (not 15 s past each try).
+            .claim(queue, body, { signal: controller.signal, timeoutMs: Math.min((waitSeconds + 15) * 1000, onceLeftMs()) - wait * 1000, handIns: carried })
             .finally(() => this.claimsInFlight.delete(controller));
         },
         {
@@ -560,6 +561,8 @@ export class Worker {
           this.answered();
           if (!answer.accepted) this.itemEnded(state, answer.status);
         } catch (err) {
+          // Abandoned by the third signal: nothing more is sent.
+          if (abandoned(err)) return;
           // Not retried here: the next heartbeat is the retry.
           if (isTransient(err)) {
             this.failing();
@@ -625,12 +628,14 @@ export class Worker {
       this.answered();
       return answer;
     } catch (err) {
-      if (kind === 'error' && isTransient(err) && !surelyNotApplied(err)) {
+      // No answer: the server may not have been reached, or the third signal abandoned the call.
+      const unanswered = isTransient(err) || abandoned(err);
+      if (kind === 'error' && unanswered && !surelyNotApplied(err)) {
         this.sink.event({ event: 'error', id, message: unknownErrorFate(err) });
         return undefined;
       }
       // A failure worth retrying comes out of `retrying` only once the third signal aborted it.
-      if (isTransient(err)) {
+      if (unanswered) {
         this.sink.event({ event: 'error', id, message: `${kind} not delivered (gave up on signal): ${errorMessage(err)}` });
         // A result or error dropped: the exit code says so.
         this.exitCode = EXIT.failed;
@@ -669,6 +674,11 @@ export class Worker {
     this.gateWaiters = [];
     for (const w of waiters) w();
   }
+}
+
+/** A call this worker abandoned itself (its signal), with no answer from the server. */
+function abandoned(err: unknown): boolean {
+  return err instanceof ClientError && err.code === 'aborted';
 }
 
 /** How long an item's lease has left, on the server's clock as its claim's answer gave it. */

@@ -1,12 +1,12 @@
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
-import net, { type AddressInfo } from 'node:net';
 import path from 'node:path';
 import { expect } from 'chai';
 import { ClientError, SvcqClient } from '../../src/client/index.js';
 import { markedBlocks, normalise, runBlocks } from '../docs/doc-blocks.js';
 import { defineQueue, defineUser } from '../http/queue-api.js';
 import { cleanupTemp, REPO, startServer, tempDir, type TestServer } from '../support/server.js';
+import { silentServer } from '../support/silent-server.js';
 
 const HOST = 'jobs.example.com';
 const TOKEN = 'resizer-token-0123456789abcdef0123';
@@ -18,21 +18,6 @@ function userProject(): string {
   mkdirSync(path.join(dir, 'node_modules'));
   symlinkSync(REPO, path.join(dir, 'node_modules', 'svcq'), 'dir');
   return dir;
-}
-
-/** A TCP server that accepts connections and never answers. */
-async function silentServer(): Promise<{ url: string; close: () => Promise<void> }> {
-  const sockets = new Set<net.Socket>();
-  const srv = net.createServer((s) => sockets.add(s));
-  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
-  const { port } = srv.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    close: () => {
-      for (const s of sockets) s.destroy();
-      return new Promise((resolve) => srv.close(() => resolve()));
-    },
-  };
 }
 
 describe('the client library, imported as svcq/client (issue: "the client library exposes all three"; decisions §3.8)', function () {
@@ -110,6 +95,18 @@ const n: number = (await c.post('q', { n: 1 })).id;
     } finally {
       await silent.close();
     }
+  });
+
+  it('a time limit counts from the end of the wait a call asked for, the call\'s own as the client\'s; an unset one leaves the default (docs/client.md)', async () => {
+    const c = new SvcqClient({ url: server.url, host: HOST, token: TOKEN, timeoutMs: 500 });
+    // An empty queue: the server holds each claim for its wait (1 s), past either limit of 500 ms.
+    for (const opts of [{}, { timeoutMs: 500 }, { timeoutMs: undefined }]) {
+      const answer = await c.claim('thumbnails', { worker: 'w', wait: 1, criteria: { never: 'matches' } }, opts);
+      expect(answer.empty, JSON.stringify(opts)).to.equal(true);
+    }
+    const held = (await c.post('thumbnails', { n: 'held' })).id;
+    expect((await c.item('thumbnails', held, 1, { timeoutMs: undefined })).status).to.equal('pending');
+    expect((await c.cancel('thumbnails', held)).status).to.equal('cancelled');
   });
 
   it('an abandoned long poll fails with code aborted, which is not transient (a retry loop does not retry the caller\'s own choice)', async () => {

@@ -21,6 +21,12 @@ describe('svcq version and the wall without a token (decisions §1.2)', () => {
     expect(run.stderr).to.match(/^svcq: cannot reach .*127\.0\.0\.1:1/);
   });
 
+  it('a --url that is not an http:// URL is named by its flag (decisions §1.2)', async () => {
+    const run = await runCli(['version', '--url', 'jobs.example.com:8080']);
+    expect(run.code).to.equal(1);
+    expect(run.stderr.trim()).to.equal('svcq: --url: the server URL "jobs.example.com:8080" is not http:// (the only scheme supported)');
+  });
+
   it('version --json with an unreachable server prints { client, server: null, error } and exits 1', async () => {
     const run = await runCli(['version', '--url', DEAD_URL, '--json']);
     expect(run.code).to.equal(1);

@@ -56,6 +56,14 @@ describe('definitions behind a DefinitionStore (decisions §2.4, interface §4.5
       expect(registry.userForToken('h.example.com', 'b')).to.equal(undefined);
       await registry.put(at('h.example.com/svc-users/ann.json'), user);
       expect(registry.userForToken('h.example.com', 't')).to.equal('ann');
+      // Two users with one token: the first defined answers to it, the other once the first is gone.
+      await registry.put(at('h.example.com/svc-users/cy.json'), userWith('cy', 't'));
+      expect(registry.userForToken('h.example.com', 't')).to.equal('ann');
+      expect(await registry.delete(at('h.example.com/svc-users/ann.json'))).to.equal(true);
+      expect(registry.userForToken('h.example.com', 't')).to.equal('cy');
+      expect(await registry.delete(at('h.example.com/svc-users/cy.json'))).to.equal(true);
+      expect(registry.userForToken('h.example.com', 't')).to.equal(undefined);
+      await registry.put(at('h.example.com/svc-users/ann.json'), user);
       // A stored definition that does not parse is not live, but it is stored: the manifest lists it, so that sync replaces or deletes it.
       expect(registry.manifest()).to.deep.equal({ 'h.example.com/svc-queues/broken.json': sha(broken), 'h.example.com/svc-queues/jobs.json': sha(queue), 'h.example.com/svc-users/ann.json': sha(user) });
 

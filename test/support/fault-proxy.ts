@@ -16,6 +16,8 @@ export interface FaultProxy {
   passOnly: number;
   /** Requests matching `match` seen so far. */
   matched: number;
+  /** While true, matching requests are held: never forwarded, never answered (a server that hangs). */
+  hold: boolean;
   close(): void;
 }
 
@@ -27,6 +29,7 @@ export async function faultProxy(serverUrl: string, match: RegExp): Promise<Faul
     dropAnswers: 0,
     passOnly: Infinity,
     matched: 0,
+    hold: false,
     close: () => {
       for (const s of sockets) s.destroy();
       proxy.close();
@@ -43,6 +46,7 @@ export async function faultProxy(serverUrl: string, match: RegExp): Promise<Faul
       const line = chunk.subarray(0, Math.min(chunk.length, 300)).toString('latin1').split('\r\n')[0]!;
       if (match.test(line)) {
         state.matched++;
+        if (state.hold) return;
         if (state.matched > state.passOnly) {
           client.resetAndDestroy();
           upstream.destroy();

@@ -1,9 +1,9 @@
-import net, { type AddressInfo } from 'node:net';
 import { expect } from 'chai';
 import { runCli } from '../support/cli.js';
 import { faultProxy } from '../support/fault-proxy.js';
 import { request } from '../support/http.js';
 import { serverForSuite } from '../support/server.js';
+import { silentServer } from '../support/silent-server.js';
 import { defineQueue, getItem, HOST, killWorker, postItem, queueName, startWorker, until, waitTerminal, type WorkerProcess } from './support.js';
 
 /** Items of a queue by status, from the operators' view (decisions §5.1). */
@@ -69,6 +69,30 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
     expect(worker.events.filter((e) => e.event === 'finished' && e.id === id)).to.have.length(1);
   });
 
+  it('a third signal gives up a result whose submission hangs: exit 1, saying it was not delivered, not that the server answered (decisions §1.3)', async () => {
+    const queue = queueName('third');
+    await defineQueue(server, queue, { leaseSeconds: 60 });
+    const proxy = await faultProxy(server.url, /^POST \/[^ ]+\/items\/[0-9a-f]{16}\/result /);
+    proxy.hold = true;
+    try {
+      const id = await postItem(server, queue, { n: 1 });
+      worker = startWorker({ url: proxy.url }, queue, ['--exec', 'cat', '--no-hand-in']);
+      await worker.waitEvent((e) => e.event === 'claimed' && e.id === id, 'the item claimed');
+      await until(() => proxy.matched > 0, 'the result submitted', 10_000);
+      for (let n = 0; n < 3; n++) {
+        worker.proc.kill('SIGINT');
+        await new Promise((r) => setTimeout(r, 300));
+      }
+      expect(await worker.exited).to.equal(1);
+      const w = worker;
+      expect(w.events.some((e) => e.event === 'error' && /^result not delivered \(gave up on signal\): the request was abandoned/.test(String(e.message))), w.stderr()).to.equal(true);
+      expect(w.events.some((e) => e.event === 'reconnected')).to.equal(false);
+      expect(w.stderr()).not.to.match(/reporting an error instead|answers again/);
+    } finally {
+      proxy.close();
+    }
+  });
+
   it('the first signal starts no item claimed ahead: the stop ends with the running job, the others are left to their leases (decisions §1.3)', async () => {
     const queue = queueName('stop-ahead');
     await defineQueue(server, queue, { leaseSeconds: 2, maxAttempts: 3 });
@@ -104,19 +128,16 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
   });
 
   it('--once gives up on a server that accepts and never answers after --wait seconds (5 at least), not 15 s past each try (README: svcq work)', async () => {
-    const sockets = new Set<net.Socket>();
-    const silent = net.createServer((socket) => sockets.add(socket));
-    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const silent = await silentServer();
     try {
       const started = Date.now();
-      const run = await runCli(['work', 'anything', '--url', `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, '--host', HOST, '--once', '--wait', '1', '--exec', 'cat']);
+      const run = await runCli(['work', 'anything', '--url', silent.url, '--host', HOST, '--once', '--wait', '1', '--exec', 'cat']);
       const took = Date.now() - started;
       expect(run.code).to.equal(1);
       expect(run.stdout + run.stderr).to.match(/cannot claim from anything: cannot reach .* \(no answer within 5 s\)/);
       expect(took, `${took} ms`).to.be.below(12_000);
     } finally {
-      for (const s of sockets) s.destroy();
-      silent.close();
+      await silent.close();
     }
   });
 
