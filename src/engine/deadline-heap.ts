@@ -1,6 +1,7 @@
 /**
- * A binary min-heap of (deadline, value). Entries are never removed early: whoever pops one checks
- * that it still applies (lazy deletion), which keeps every change to an item O(log n) at most.
+ * A binary min-heap of (deadline, value). Entries are not removed one by one: whoever pops one
+ * checks that it still applies (lazy deletion), which keeps every change to an item O(log n) at
+ * most; `retain` drops many at once.
  */
 export class DeadlineHeap<T> {
   private readonly at: number[] = [];
@@ -27,6 +28,41 @@ export class DeadlineHeap<T> {
     values[i] = value;
   }
 
+  /** Keeps only the entries whose value passes `keep`, in heap order again (O(n)). */
+  retain(keep: (value: T) => boolean): void {
+    let n = 0;
+    for (let i = 0; i < this.at.length; i++) {
+      if (!keep(this.values[i]!)) continue;
+      this.at[n] = this.at[i]!;
+      this.values[n] = this.values[i]!;
+      n++;
+    }
+    this.at.length = n;
+    this.values.length = n;
+    for (let i = (n >> 1) - 1; i >= 0; i--) this.siftDown(i);
+  }
+
+  private siftDown(from: number): void {
+    const at = this.at;
+    const values = this.values;
+    const n = at.length;
+    const deadline = at[from]!;
+    const value = values[from]!;
+    let i = from;
+    for (;;) {
+      const left = 2 * i + 1;
+      if (left >= n) break;
+      const right = left + 1;
+      const child = right < n && at[right]! < at[left]! ? right : left;
+      if (at[child]! >= deadline) break;
+      at[i] = at[child]!;
+      values[i] = values[child]!;
+      i = child;
+    }
+    at[i] = deadline;
+    values[i] = value;
+  }
+
   /** Every entry, in no particular order (stale ones included). */
   *entries(): Iterable<[deadline: number, value: T]> {
     for (let i = 0; i < this.at.length; i++) yield [this.at[i]!, this.values[i]!];
@@ -43,21 +79,10 @@ export class DeadlineHeap<T> {
     const top = this.values[0]!;
     const lastAt = this.at.pop()!;
     const lastValue = this.values.pop()!;
-    const n = this.at.length;
-    if (n > 0) {
-      let i = 0;
-      for (;;) {
-        const left = 2 * i + 1;
-        if (left >= n) break;
-        const right = left + 1;
-        const child = right < n && this.at[right]! < this.at[left]! ? right : left;
-        if (this.at[child]! >= lastAt) break;
-        this.at[i] = this.at[child]!;
-        this.values[i] = this.values[child]!;
-        i = child;
-      }
-      this.at[i] = lastAt;
-      this.values[i] = lastValue;
+    if (this.at.length > 0) {
+      this.at[0] = lastAt;
+      this.values[0] = lastValue;
+      this.siftDown(0);
     }
     return top;
   }

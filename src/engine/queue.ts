@@ -191,6 +191,9 @@ export interface Outcome {
   change?: Change;
 }
 
+/** Fewest removals between two sweeps of the deadline heaps for entries of removed items. */
+const RETAIN_EVERY = 1024;
+
 /** How many different criteria a queue remembers its unmatched items for. */
 const UNMATCHED_KEPT = 64;
 
@@ -219,6 +222,8 @@ export class Queue {
    */
   private readonly unmatched = new Map<string, number>();
   private lastOrd = 0;
+  /** Items removed since the heaps last dropped the entries of removed items. */
+  private removedSinceRetain = 0;
   /** Items by status, kept as items change (operators read it on every refresh: never a scan). */
   private readonly tally: Record<ItemStatus, number> = { pending: 0, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 };
 
@@ -305,6 +310,19 @@ export class Queue {
     this.tally[item.status]--;
     this.pending.delete(item.ord);
     if (item.idempotencyKey !== null && this.byKey.get(item.idempotencyKey) === item) this.byKey.delete(item.idempotencyKey);
+    // Its heap entries (a timeout hours away, say) would hold it, body and all, until they come
+    // due: once as many items have gone as the queue holds, the heaps keep only entries of items
+    // still here, so what a purged item leaves behind is bounded by the queue's own size.
+    if (++this.removedSinceRetain > Math.max(RETAIN_EVERY, this.items.size)) {
+      this.removedSinceRetain = 0;
+      const here = (entry: Item): boolean => this.items.get(entry.id) === entry;
+      for (const heap of [this.leases, this.delayed, this.timeouts, this.retention]) heap.retain(here);
+    }
+  }
+
+  /** Entries in the deadline heaps, stale ones included (for tests of what they keep). */
+  get deadlineEntries(): number {
+    return this.leases.size + this.delayed.size + this.timeouts.size + this.retention.size;
   }
 
   /** Files an item under the index or deadlines its state calls for. Stale heap entries are skipped when popped. */

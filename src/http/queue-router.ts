@@ -13,7 +13,7 @@ import { bearerToken, requestHost } from './auth.js';
 import type { ServerContext } from './context.js';
 import { ClientGone, HttpError, NoSuchItem, NotFound, Rejected, sendError, sendRawJson, type FieldError } from './errors.js';
 import { closeUnlessBodyRead, wantBody } from './unread-body.js';
-import { arrayElements, jsonString, nestedDeeperThan, objectMembers, pointerPart, unsureForSchema } from '../json-text.js';
+import { arrayElements, jsonString, nestedDeeperThan, objectMembers, ownText, pointerPart, unsureForSchema } from '../json-text.js';
 import { CLAIM_REQUEST_SCHEMA, IDEMPOTENCY_KEY_RULE, isIdempotencyKey, MAX_BATCH, MAX_BATCH_BYTES, type ClaimRequest, type DoneEntry } from '../protocol.js';
 
 /**
@@ -237,7 +237,7 @@ function doneRecordTexts(body: string): Array<string | undefined> {
   return arrayElements(body, done.start).map((entry) => {
     const members = objectMembers(body, entry.start);
     const span = members.get('result') ?? members.get('error');
-    return span ? body.slice(span.start, span.end) : undefined;
+    return span ? ownText(body, span) : undefined;
   });
 }
 
@@ -268,7 +268,7 @@ export function batchItems(body: string): { values: unknown[]; texts: string[] }
   }
   if (!Array.isArray(value)) throw new Rejected([{ path: '', message: 'the batch must be a JSON array of items' }]);
   if (value.length === 0 || value.length > MAX_BATCH) throw new Rejected([{ path: '', message: `the batch must hold 1 to ${MAX_BATCH} items (it holds ${value.length})` }]);
-  return { values: value, texts: arrayElements(body, 0).map(({ start, end }) => body.slice(start, end)) };
+  return { values: value, texts: arrayElements(body, 0).map((span) => ownText(body, span)) };
 }
 
 /** On the queue domain an error body has the shape of the other queue answers: `{ ok: false, error }` (decisions §6). */

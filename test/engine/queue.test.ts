@@ -235,6 +235,30 @@ describe('queue engine (decisions §3)', () => {
   });
 
   describe('time-driven rules', () => {
+    it('purged items are not held by deadlines hours away: the heaps keep entries of items still in the queue, about as many as it holds (decisions §2.2 retainSeconds, timeoutSeconds)', () => {
+      const { q, clock, post } = setup({ timeoutSeconds: 3600, retainSeconds: 0 });
+      for (let n = 0; n < 5000; n++) {
+        const item = post({ n });
+        q.claim('w', undefined, clock.t);
+        q.result(item.id, '{}', clock.t);
+        clock.t += 1;
+        expect(q.tick(clock.t).every((c) => c.purged)).to.equal(true);
+      }
+      expect(q.size).to.equal(0);
+      // Each left a timeout entry an hour away and a lease entry a minute away: without the sweep
+      // all 10,000 would be held; with it, those of at most 1,024 removals since the last sweep.
+      expect(q.deadlineEntries).to.be.at.most(2 * 1024);
+      // Items still here keep every deadline: one posted now still times out.
+      const kept = post({ kept: true });
+      clock.t += 3600 * 1000;
+      // It times out, then (retainSeconds 0) is purged in the same tick.
+      const out = q.tick(clock.t);
+      expect(out.map((c) => [c.item.id, c.events.map((e) => e.event).join(), Boolean(c.purged)])).to.deep.equal([
+        [kept.id, 'timedout', false],
+        [kept.id, 'purged', true],
+      ]);
+    });
+
     it('an expired lease re-queues the item, which keeps its place before younger items (decisions §3.2)', () => {
       const { q, clock, post } = setup({ leaseSeconds: 10, maxAttempts: 3 });
       const old = post();

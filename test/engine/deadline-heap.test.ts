@@ -1,0 +1,42 @@
+import { expect } from 'chai';
+import fc from 'fast-check';
+import { DeadlineHeap } from '../../src/engine/deadline-heap.js';
+
+describe('the deadline heap under the time-driven rules (decisions §3.2)', () => {
+  it('pops what is due earliest first, through pushes, pops and retains in any order, as a sorted list does (fast-check)', () => {
+    const op = fc.oneof(
+      fc.record({ kind: fc.constant('push' as const), at: fc.integer({ min: 0, max: 50 }), value: fc.integer({ min: 0, max: 20 }) }),
+      fc.record({ kind: fc.constant('pop' as const), now: fc.integer({ min: 0, max: 50 }) }),
+      fc.record({ kind: fc.constant('retain' as const), drop: fc.integer({ min: 0, max: 20 }) }),
+    );
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 80 }), (ops) => {
+        const heap = new DeadlineHeap<number>();
+        let model: Array<[number, number]> = [];
+        for (const o of ops) {
+          if (o.kind === 'push') {
+            heap.push(o.at, o.value);
+            model.push([o.at, o.value]);
+          } else if (o.kind === 'retain') {
+            // Drops every entry of one value, as a queue drops those of a removed item.
+            heap.retain((v) => v !== o.drop);
+            model = model.filter(([, v]) => v !== o.drop);
+          } else {
+            const got = heap.popDue(o.now);
+            const earliest = model.reduce((m, e) => Math.min(m, e[0]), Infinity);
+            if (earliest > o.now) expect(got).to.equal(undefined);
+            else {
+              // Which of several entries with the same deadline comes first is not promised.
+              const i = model.findIndex(([at, v]) => at === earliest && v === got);
+              expect(i, `popped ${got} at ${o.now}`).to.not.equal(-1);
+              model.splice(i, 1);
+            }
+          }
+          expect(heap.size).to.equal(model.length);
+          expect(heap.peek()).to.equal(model.length ? Math.min(...model.map((e) => e[0])) : undefined);
+        }
+      }),
+      { numRuns: 1000 },
+    );
+  });
+});
