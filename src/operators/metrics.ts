@@ -98,21 +98,20 @@ export class OperatorMetrics {
   }
 
   /**
-   * The exposition text, with the item gauges of exactly the queues given (the defined ones, read
-   * now) and a counter series for each of them, 0 until its first event.
+   * The exposition text, with the item gauges and a counter series (0 until its first event) of
+   * exactly the queues given: the defined ones, read now. A deleted queue's series leave the
+   * scrape with it (its counts are kept, and go on if it is defined again): where queue names
+   * come and go, a scrape does not grow with every name ever used.
    */
   async exposition(queues: readonly QueueGauges[]): Promise<string> {
     this.items.reset();
     this.oldestAge.reset();
-    for (const q of queues) {
-      for (const status of STATUSES) this.items.set({ host: q.host, queue: q.name, status }, q.counts[status]);
-      this.oldestAge.set({ host: q.host, queue: q.name }, q.oldestPendingAgeSeconds ?? 0);
-      this.totalsOf(`${q.host}/${q.name}`);
-    }
     for (const counter of this.counters) counter.reset();
-    for (const [key, totals] of this.totals) {
-      const slash = key.indexOf('/');
-      const labels = { host: key.slice(0, slash), queue: key.slice(slash + 1) };
+    for (const q of queues) {
+      const labels = { host: q.host, queue: q.name };
+      for (const status of STATUSES) this.items.set({ ...labels, status }, q.counts[status]);
+      this.oldestAge.set(labels, q.oldestPendingAgeSeconds ?? 0);
+      const totals = this.totalsOf(`${q.host}/${q.name}`);
       this.counters.forEach((counter, i) => counter.inc(labels, totals[i]!));
     }
     return this.register.metrics();

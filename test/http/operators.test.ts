@@ -176,14 +176,18 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
     }
   });
 
-  it('a deleted queue definition leaves the list (decisions §2.4, §5.1)', async () => {
+  it('a deleted queue definition leaves the list and the metrics, counters too (decisions §2.4, §5.1)', async () => {
     const gone = await newQueue(server, HOST);
     await gone.post({ x: 1 });
     const listed = async (): Promise<boolean> => ((await api('/api/v2/queues')).json as { queues: QueueEntry[] }).queues.some((e) => e.name === gone.name);
+    const scraped = async (): Promise<string[]> => (await api('/api/v2/metrics')).text.split('\n').filter((l) => l.includes(`queue="${gone.name}"`));
     expect(await listed()).to.equal(true);
+    expect(await scraped()).to.include(`svcq_items_posted_total{host="${HOST}",queue="${gone.name}"} 1`);
     await deleteDef(server, `${HOST}/svc-queues/${gone.name}.json`);
     expect(await listed()).to.equal(false);
     expect((await api(`/api/v2/queues/${HOST}/${gone.name}`)).status).to.equal(404);
+    // Where queue names come and go, a scrape does not grow with every name ever used.
+    expect(await scraped()).to.deep.equal([]);
   });
 
   describe('the wall (decisions §4, §5.1)', () => {
