@@ -19,7 +19,7 @@ export interface QueueRuntime {
 
 interface HostDefinitions {
   queues: Map<string, QueueRuntime>;
-  /** user name → sha256 of the user's token */
+  /** user name → {@link DefinitionRegistry.tokenKey} of the user's token, made once when the definition is read */
   users: Map<string, Buffer>;
   /** {@link DefinitionRegistry.tokenKey} of a user's token (hex) → the user (the first defined, should two share a token), kept with every change */
   byToken: Map<string, string>;
@@ -176,8 +176,8 @@ export class DefinitionRegistry {
     const defs = this.hosts.get(host);
     if (!defs) return undefined;
     const name = defs.byToken.get(key.toString('hex'));
-    const sha = name === undefined ? undefined : defs.users.get(name);
-    return sha !== undefined && timingSafeEqual(this.keyOfDigest(sha), key) ? name : undefined;
+    const kept = name === undefined ? undefined : defs.users.get(name);
+    return kept !== undefined && timingSafeEqual(kept, key) ? name : undefined;
   }
 
   /** Validates, then writes the exact bytes atomically, then makes them live. Throws DefinitionError for a bad body. */
@@ -233,15 +233,15 @@ export class DefinitionRegistry {
 
   /** Forgets a user and its token; another user with the same token (if any) answers to it now. */
   private dropUser(host: HostDefinitions, name: string): void {
-    const sha = host.users.get(name);
-    if (!sha) return;
+    const kept = host.users.get(name);
+    if (!kept) return;
     host.users.delete(name);
-    const key = this.keyOfDigest(sha).toString('hex');
-    if (host.byToken.get(key) !== name) return;
-    host.byToken.delete(key);
-    for (const [other, otherSha] of host.users) {
-      if (otherSha.equals(sha)) {
-        host.byToken.set(key, other);
+    const hex = kept.toString('hex');
+    if (host.byToken.get(hex) !== name) return;
+    host.byToken.delete(hex);
+    for (const [other, otherKey] of host.users) {
+      if (otherKey.equals(kept)) {
+        host.byToken.set(hex, other);
         return;
       }
     }
@@ -252,10 +252,10 @@ export class DefinitionRegistry {
     if (!host) this.hosts.set(at.host, (host = { queues: new Map(), users: new Map(), byToken: new Map() }));
     if (parsed.kind === 'user') {
       this.dropUser(host, at.name);
-      const sha = Buffer.from(parsed.user.tokenSha256, 'hex');
-      host.users.set(at.name, sha);
-      const key = this.keyOfDigest(sha).toString('hex');
-      if (!host.byToken.has(key)) host.byToken.set(key, at.name);
+      const key = this.keyOfDigest(Buffer.from(parsed.user.tokenSha256, 'hex'));
+      host.users.set(at.name, key);
+      const hex = key.toString('hex');
+      if (!host.byToken.has(hex)) host.byToken.set(hex, at.name);
     } else {
       const access: AccessPolicy = parsed.queue.access ?? {};
       host.queues.set(at.name, {
