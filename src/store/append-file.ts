@@ -85,7 +85,8 @@ export class AppendFile {
   /** Starts writing the next stretch of zeros once the data has used half of the last one. */
   private preallocate(): void {
     if (this.zeroing !== undefined || this.closed || this.nextStretch <= 0 || this.allocated - this.size > this.lastStretch / 2) return;
-    const from = Math.max(this.allocated, this.size);
+    // Past the group end the queued data gets when it is written, too.
+    const from = Math.max(this.allocated, this.size + this.endBytes());
     const to = from + this.nextStretch;
     this.zeroFrom = from;
     this.zeroing = writeZeros(this.file, from, to).then(
@@ -154,6 +155,11 @@ export class AppendFile {
     }
   }
 
+  /** The bytes of the group end the queued data gets when it is written (see `groupEnd`). */
+  private endBytes(): number {
+    return this.queuedBytes > 0 ? (this.options.groupEnd?.length ?? 0) : 0;
+  }
+
   private grow(needed: number): void {
     const bigger = Buffer.allocUnsafeSlow(Math.max(needed, 2 * this.queued.length));
     this.queued.copy(bigger, 0, 0, this.queuedBytes);
@@ -162,8 +168,8 @@ export class AppendFile {
 
   private flush(): void {
     if (this.flushing || (this.queuedBytes === 0 && this.waiters.length === 0)) return;
-    // Data never goes where zeros are still being written: it would race them.
-    if (this.zeroing !== undefined && this.size > this.zeroFrom) return;
+    // Data never goes where zeros are still being written: it would race them (its group end included).
+    if (this.zeroing !== undefined && this.size + this.endBytes() > this.zeroFrom) return;
     this.flushing = true;
     // The group's last bytes say it is whole (see `groupEnd`).
     const end = this.options.groupEnd;

@@ -40,6 +40,28 @@ describe('an append file kept zero-filled ahead of its data', () => {
     await f.close();
   });
 
+  it('never writes zeros over a group end: a group that reaches the zeros being written waits for them, its end counted (decisions §6: nothing acknowledged is lost)', async () => {
+    const file = path.join(dir, 'g.jsonl');
+    const end = Buffer.from('["g"]\n');
+    const f = await AppendFile.open(file, { preallocate: 4096, groupEnd: end });
+    const expected: string[] = [];
+    for (let n = 0; n < 40; n++) {
+      // A group, and while it is written a second that takes the data past the zeros written so far:
+      // the stretch of zeros after it starts right where that second group's records end.
+      const first = `["a",${n},"${'x'.repeat(2000 + n)}"]\n`;
+      const second = `["b",${n},"${'y'.repeat(1500)}"]\n`;
+      const a = f.append(first);
+      await new Promise((resolve) => setImmediate(resolve));
+      await Promise.all([a, f.append(second)]);
+      expected.push(first, second);
+    }
+    await f.close();
+    const data = readFileSync(file, 'utf8');
+    expect(data.indexOf('\0'), 'a NUL byte in the data').to.equal(-1);
+    expect(data.endsWith('["g"]\n'), 'the last group end').to.equal(true);
+    expect(data.split('["g"]\n').join('')).to.equal(expected.join(''));
+  });
+
   it('reopened after a crash left zeros behind, goes on right after the last byte of data, not after the zeros', async () => {
     const file = path.join(dir, 'j.jsonl');
     writeFileSync(file, Buffer.concat([Buffer.from('["a"]\n["b"]\n'), Buffer.alloc(100_000)]));
