@@ -2,15 +2,18 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { setMaxListeners } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { DefinitionRegistry } from '../definitions/registry.js';
 import { openStore, parseStoreLocation } from '../store/open-store.js';
 import { openPostgresDefinitions } from '../store/postgres/pg-definition-store.js';
 import { PostgresStore } from '../store/postgres/postgres-store.js';
+import { EmbeddedStore } from '../store/embedded-store.js';
+import type { PayloadKind } from '../store/store.js';
 import { LongPolls } from '../waiting/long-poll.js';
 import { openTools } from '../tools/index.js';
 import { payloadsDir } from '../tools/files.js';
-import { sweepStaged } from '../durable-files.js';
+import { placeStaged, sweepStaged } from '../durable-files.js';
 import { Operators } from '../operators/operators.js';
 import { createApp } from './app.js';
 import type { ServerContext } from './context.js';
@@ -138,7 +141,7 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
   if (opened.outbox) await tools.tasks.start(opened.outbox);
 
   const stopping = new AbortController();
-  const swept = sweepLeftovers(root, home, stopping.signal, warn);
+  const swept = sweepLeftovers(root, home, stopping.signal, warn, store instanceof EmbeddedStore ? store : undefined);
   // Every waiting claim or fetch listens for the stop: there are as many as there are long polls.
   setMaxListeners(0, stopping.signal);
   const ctx: ServerContext = {
@@ -253,14 +256,32 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
  * Removes, in the background, the files a crash left staged under the root and never put in
  * place: archived payloads and definitions are written under a temporary name first (see
  * `stageFile`), and a process killed between the write and the rename leaves that file behind.
- * Only files last changed over 2 s before this start are taken: one staged since is a request's.
+ * Files this process is staging are its requests' and stay. A payload whose change did become
+ * durable (the kill came after the journal write, before the rename: the item holds exactly
+ * these bytes) is put in place instead, so that the archive agrees with the items (decisions §5).
  */
-async function sweepLeftovers(root: string, home: string, stopped: AbortSignal, warn: (line: string) => void): Promise<void> {
-  const options = { before: Date.now() - 2000, stopped: () => stopped.aborted };
+async function sweepLeftovers(root: string, home: string, stopped: AbortSignal, warn: (line: string) => void, store: EmbeddedStore | undefined): Promise<void> {
+  const options = { stopped: () => stopped.aborted };
+  const payloads = payloadsDir(home);
+  const place = async (tmp: string, file: string): Promise<boolean> => {
+    const [host, queue] = path.relative(payloads, path.dirname(file)).split(path.sep);
+    const m = /^([0-9a-f]{16})\.(item|progress|result|error)$/.exec(path.basename(file));
+    if (!store || !host || !queue || !m) return false;
+    const bytes = await readFile(tmp).catch(() => undefined);
+    // Asked and renamed in one turn: a payload a request publishes after this is renamed after it.
+    const text = store.payloadText(host, queue, m[1]!, m[2] as PayloadKind);
+    if (bytes === undefined || text === null || !bytes.equals(Buffer.from(text))) return false;
+    await placeStaged(tmp, file);
+    return true;
+  };
   try {
     // <payloads>/<host>/<queue>/…, and <root>/<host>/svc-queues|svc-users/… (not the server's own home).
-    const removed = (await sweepStaged(payloadsDir(home), { ...options, depth: 2 })) + (await sweepStaged(root, { ...options, depth: 2, skip: (name, depth) => (depth === 2 ? name === path.basename(home) : name !== 'svc-queues' && name !== 'svc-users') }));
+    const fromPayloads = await sweepStaged(payloads, { ...options, depth: 2, place });
+    const fromDefinitions = await sweepStaged(root, { ...options, depth: 2, skip: (name, depth) => (depth === 2 ? name === path.basename(home) : name !== 'svc-queues' && name !== 'svc-users') });
+    const removed = fromPayloads.removed + fromDefinitions.removed;
     if (removed > 0) warn(`removed ${removed} half-written file${removed === 1 ? '' : 's'} a crash left under ${root} (written under a temporary name, never put in place)`);
+    const placed = fromPayloads.placed;
+    if (placed > 0) warn(`archived ${placed} payload${placed === 1 ? '' : 's'} a crash left staged after their change was made durable`);
   } catch (err) {
     warn(`could not look for half-written files under ${root}: ${(err as Error).message}`);
   }

@@ -304,6 +304,16 @@ export class EmbeddedStore implements Store, EventOutbox {
   }
 
   /**
+   * The text an item holds for a payload kind (its body, latest progress, result or latest error),
+   * or null: what its archived payload must be. Start-up asks this of payloads a crash left staged.
+   */
+  payloadText(host: string, queue: string, id: string, kind: PayloadKind): string | null {
+    const item = this.slots.get(`${host}/${queue}`)?.queue.items.get(id);
+    if (!item) return null;
+    return kind === 'item' ? item.body : item[kind];
+  }
+
+  /**
    * A claim's hand-ins (decisions §3.8) on a queue that does not archive payloads: each applied in
    * order exactly as {@link result} or {@link error} applies it (anything due applied first, after
    * the hand-ins before it), and all of them made durable by one commit rather than one each.

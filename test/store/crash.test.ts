@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { existsSync, mkdirSync, utimesSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, renameSync, utimesSync, writeFileSync } from 'node:fs';
 import type http from 'node:http';
 import path from 'node:path';
 import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
@@ -195,7 +195,7 @@ describe('files a crash left staged under the root (decisions §6)', function ()
     cleanupTemp(root);
   });
 
-  it('are removed in the background at start; a file staged since, and files of other names, stay', async () => {
+  it('are removed in the background at start, however recent (a restart follows a crash at once); files of other names stay', async () => {
     const payloads = path.join(root, '_svcq', 'payloads', HOST, 'main');
     const definitions = path.join(root, HOST, 'svc-queues');
     mkdirSync(payloads, { recursive: true });
@@ -206,10 +206,13 @@ describe('files a crash left staged under the root (decisions §6)', function ()
       if (old) utimesSync(file, hourAgo, hourAgo);
       return file;
     };
-    const leftovers = [plant(path.join(payloads, '.0123456789abcdef.item.a1b2c3d4e5f6.tmp'), true), plant(path.join(definitions, '.main.json.00ff00ff00ff.tmp'), true)];
-    const kept = [
-      // Staged a moment ago: a request of the new process could own it.
+    const leftovers = [
+      plant(path.join(payloads, '.0123456789abcdef.item.a1b2c3d4e5f6.tmp'), true),
+      plant(path.join(definitions, '.main.json.00ff00ff00ff.tmp'), true),
+      // Staged a moment before the start: by the process that crashed, not by a request of this one.
       plant(path.join(payloads, '.fedcba9876543210.result.abcdefabcdef.tmp'), false),
+    ];
+    const kept = [
       // Not a name a staged file gets.
       plant(path.join(payloads, '.notes.tmp'), true),
       plant(path.join(definitions, 'main.json.tmp'), true),
@@ -222,6 +225,51 @@ describe('files a crash left staged under the root (decisions §6)', function ()
     expect(leftovers.filter((f) => existsSync(f)), 'left over').to.deep.equal([]);
     expect(kept.filter((f) => !existsSync(f)), 'removed though not left by a crash').to.deep.equal([]);
     await new Promise((r) => setTimeout(r, 200));
-    expect(server.output()).to.match(/removed 2 half-written files a crash left under /);
+    expect(server.output()).to.match(/removed 3 half-written files a crash left under /);
+  });
+
+  it('puts in place an archived payload a crash left staged after its change was made durable, so that the archive agrees with the items (decisions §5, §6)', async () => {
+    const own = tempDir();
+    let s = await startServer({ root: own });
+    try {
+      await defineQueue(s, HOST, 'arch', { access: PUBLIC_ACCESS, leaseSeconds: 600, 'svc-queue-archivePayloads': true });
+      let q = new QueueApi(s, HOST, 'arch');
+      const done = await q.post({ n: 'done', text: 'é😀' });
+      const waiting = await q.post({ n: 'waiting' });
+      expect((await q.claim()).id).to.equal(done);
+      await q.submit(done, 'result', { output: 'kept' });
+      const payloadOf = async (server: TestServer, id: string, kind: string): Promise<string> => (await q.raw('GET', `/api/v2/tasks/payload?host=${HOST}&queue=arch&id=${id}&kind=${kind}`, undefined, { token: server.masterToken, host: new URL(server.url).host })).text;
+      const want = { doneItem: await payloadOf(s, done, 'item'), doneResult: await payloadOf(s, done, 'result'), waitingItem: await payloadOf(s, waiting, 'item') };
+      expect(want.doneItem).to.equal('{"n":"done","text":"é😀"}');
+      expect(want.doneResult).to.equal('{"output":"kept"}');
+      await s.kill9();
+
+      // What kill -9 leaves between a change's journal write and its payload's rename: the change
+      // is durable, its payload still under the temporary name (a batch of 1,000 renames one by one).
+      const dir = path.join(own, '_svcq', 'payloads', HOST, 'arch');
+      renameSync(path.join(dir, `${done}.item`), path.join(dir, `.${done}.item.a1b2c3d4e5f6.tmp`));
+      renameSync(path.join(dir, `${done}.result`), path.join(dir, `.${done}.result.a1b2c3d4e5f7.tmp`));
+      renameSync(path.join(dir, `${waiting}.item`), path.join(dir, `.${waiting}.item.a1b2c3d4e5f8.tmp`));
+      // Staged for changes that never became durable: other bytes than the item holds.
+      writeFileSync(path.join(dir, `.${waiting}.result.a1b2c3d4e5f9.tmp`), '{"never":"written"}');
+      writeFileSync(path.join(dir, `.${done}.error.a1b2c3d4e5fa.tmp`), '{"never":"written"}');
+
+      s = await startServer({ root: own });
+      q = new QueueApi(s, HOST, 'arch');
+      const deadline = Date.now() + 10_000;
+      while (readdirSync(dir).some((f) => f.endsWith('.tmp')) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      expect(readdirSync(dir).filter((f) => f.endsWith('.tmp')), 'left staged').to.deep.equal([]);
+      expect(await payloadOf(s, done, 'item')).to.equal(want.doneItem);
+      expect(await payloadOf(s, done, 'result')).to.equal(want.doneResult);
+      expect(await payloadOf(s, waiting, 'item')).to.equal(want.waitingItem);
+      expect(await payloadOf(s, waiting, 'result'), 'a payload of a change that never was').to.equal('');
+      expect(await payloadOf(s, done, 'error'), 'a payload of a change that never was').to.equal('');
+      await new Promise((r) => setTimeout(r, 200));
+      expect(s.output()).to.match(/archived 3 payloads a crash left staged/);
+      expect(s.output()).to.match(/removed 2 half-written files/);
+    } finally {
+      await s.stop();
+      cleanupTemp(own);
+    }
   });
 });
