@@ -142,8 +142,8 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
   /**
    * Applies a claim's hand-ins in order (each as its endpoint would) and resolves to their answers
    * as JSON texts once all are durable. Every submission is started before any is awaited, so that
-   * they and the claim after them share one durable write; with payloads archived, a submission
-   * stages its payload first, so each waits for the one before it to keep the order.
+   * they and the claim after them share one durable write (on PostgreSQL, one transaction when
+   * they arrive together).
    */
   const handIn = async (queue: QueueRuntime, done: DoneEntry[], texts: ReadonlyArray<string | undefined>): Promise<string[]> => {
     // Each record is stored as it was sent, as the result and error endpoints store their bodies.
@@ -153,8 +153,8 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
       return entry.result !== undefined ? ctx.store.result(queue, entry.id, record(entry, n)) : ctx.store.error(queue, entry.id, record(entry, n));
     };
     let settled: Array<SubmitOutcome | null>;
-    if (!queue.config.archivePayloads && ctx.store instanceof EmbeddedStore) {
-      // The embedded store applies them the same way, in one commit.
+    if (ctx.store instanceof EmbeddedStore) {
+      // The embedded store applies them the same way, in one commit (their payloads staged first, all or none).
       const entries: Array<{ id: string; kind: 'result' | 'error'; body: string }> = [];
       done.forEach((entry, n) => {
         if (ID.test(entry.id)) entries.push({ id: entry.id, kind: entry.result !== undefined ? 'result' : 'error', body: record(entry, n) });
@@ -163,10 +163,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
       let k = 0;
       settled = done.map((entry) => (ID.test(entry.id) ? outcomes[k++]! : null));
     } else {
-      const outcomes: Array<Promise<SubmitOutcome | null>> = [];
-      if (queue.config.archivePayloads) for (const [n, entry] of done.entries()) outcomes.push(Promise.resolve(await apply(entry, n)));
-      else for (const [n, entry] of done.entries()) outcomes.push(apply(entry, n));
-      settled = await Promise.all(outcomes);
+      settled = await Promise.all(done.map(apply));
     }
     return settled.map((o, n) => {
       const id = jsonString(done[n]!.id);

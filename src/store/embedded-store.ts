@@ -179,7 +179,7 @@ export class EmbeddedStore implements Store, EventOutbox {
         return id;
       };
       for (let n = 0; n < inputs.length; n++) ids.push(another());
-      staged = await Promise.all(inputs.map((input, n) => this.stage(slot, ids[n]!, 'item', input.body)));
+      staged = (await this.stageAll(slot, inputs.map((input, n) => ({ id: ids[n]!, kind: 'item', body: input.body })))) as StagedPayload[];
       slot = this.prepare(ref);
       // Other requests ran while the payloads were written: an id taken meanwhile is staged again under a new one.
       for (let n = 0; n < ids.length; n++) {
@@ -195,12 +195,15 @@ export class EmbeddedStore implements Store, EventOutbox {
     const changes: Change[] = [];
     const outcomes: PostOutcome[] = [];
     const keep: StagedPayload[] = [];
+    const drop: StagedPayload[] = [];
+    // No await until the changes are committed: another request must not see (and journal a claim
+    // of) an item posted here before the post itself is journalled.
     for (let n = 0; n < inputs.length; n++) {
       const input = inputs[n]!;
       const earlier = input.idempotencyKey === undefined ? undefined : slot.queue.byIdempotencyKey(input.idempotencyKey);
       if (earlier) {
         outcomes.push({ id: earlier.id, status: earlier.status, created: false });
-        if (staged[n]) await staged[n].discard();
+        if (staged[n]) drop.push(staged[n]);
         continue;
       }
       const change = slot.queue.post({ id: ids[n] ?? this.newId(slot.queue), body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, now);
@@ -208,8 +211,8 @@ export class EmbeddedStore implements Store, EventOutbox {
       if (staged[n]) keep.push(staged[n]);
       outcomes.push({ id: change.item.id, status: change.item.status, created: true });
     }
-    if (changes.length > 0) await this.commit(slot, changes, true, keep);
-    else await this.synced();
+    const durable = changes.length > 0 ? this.commit(slot, changes, true, keep) : this.synced();
+    await Promise.all([durable, discardAll(drop)]);
     return outcomes;
   }
 
@@ -314,27 +317,38 @@ export class EmbeddedStore implements Store, EventOutbox {
   }
 
   /**
-   * A claim's hand-ins (decisions §3.8) on a queue that does not archive payloads: each applied in
-   * order exactly as {@link result} or {@link error} applies it (anything due applied first, after
-   * the hand-ins before it), and all of them made durable by one commit rather than one each.
-   * Resolves to each one's outcome (null: no such item) once everything it reports is durable.
+   * A claim's hand-ins (decisions §3.8): each applied in order exactly as {@link result} or
+   * {@link error} applies it (anything due applied first, after the hand-ins before it), and all of
+   * them made durable by one commit rather than one each. With archiving on, every payload is
+   * staged first: one that cannot be written refuses them all, before any is applied (decisions
+   * §6). Resolves to each one's outcome (null: no such item) once everything it reports is durable.
    */
   async submitMany(ref: QueueRef, entries: ReadonlyArray<{ id: string; kind: 'result' | 'error'; body: string }>): Promise<Array<SubmitOutcome | null>> {
+    let staged: Array<StagedPayload | undefined> = [];
+    if (ref.config.archivePayloads) {
+      const held = this.prepare(ref);
+      staged = await this.stageAll(held, entries.map((e) => (held.queue.items.has(e.id) ? e : undefined)));
+    }
     const outcomes: Array<SubmitOutcome | null> = [];
     let changes: Change[] = [];
+    let keep: StagedPayload[] = [];
+    const drop: StagedPayload[] = [];
     let slot: QueueSlot | undefined;
     let sync = false;
     const durable: Array<Promise<void>> = [];
     // A time-driven change due between two hand-ins is journalled after the hand-ins before it, as it would be one by one.
     const beforeTick = (): void => {
       if (changes.length === 0) return;
-      durable.push(this.commit(slot!, changes));
+      durable.push(this.commit(slot!, changes, false, keep));
       changes = [];
+      keep = [];
     };
-    for (const { id, kind, body } of entries) {
+    for (const [n, { id, kind, body }] of entries.entries()) {
       slot = this.prepare(ref, beforeTick);
       const now = this.now();
       const outcome = kind === 'result' ? slot.queue.result(id, body, now) : slot.queue.error(id, body, now);
+      const payload = staged[n];
+      if (payload) (outcome?.change ? keep : drop).push(payload);
       if (!outcome) {
         outcomes.push(null);
         continue;
@@ -343,8 +357,9 @@ export class EmbeddedStore implements Store, EventOutbox {
       else sync = true;
       outcomes.push({ accepted: outcome.accepted, status: outcome.status });
     }
-    if (changes.length > 0) durable.push(this.commit(slot!, changes));
+    if (changes.length > 0) durable.push(this.commit(slot!, changes, false, keep));
     else if (sync) durable.push(this.synced());
+    if (drop.length > 0) durable.push(discardAll(drop));
     if (durable.length === 1) await durable[0];
     else if (durable.length > 1) await Promise.all(durable);
     return outcomes;
@@ -370,6 +385,19 @@ export class EmbeddedStore implements Store, EventOutbox {
       await this.commit(slot, [outcome.change], false, staged && [staged]);
     }
     return { accepted: outcome.accepted, status: outcome.status };
+  }
+
+  /**
+   * Stages the payloads wanted (undefined: none for that place), all or none: when one cannot be
+   * written, those already staged are discarded (a full disk keeps no leftovers) and it is a 503.
+   */
+  private async stageAll(slot: QueueSlot, wanted: ReadonlyArray<{ id: string; kind: PayloadKind; body: string } | undefined>): Promise<Array<StagedPayload | undefined>> {
+    const settled = await Promise.allSettled(wanted.map((w) => (w ? this.stage(slot, w.id, w.kind, w.body) : Promise.resolve(undefined))));
+    const failed = settled.find((s) => s.status === 'rejected');
+    const staged = settled.map((s) => (s.status === 'fulfilled' ? s.value : undefined));
+    if (!failed) return staged;
+    await discardAll(staged.filter((s) => s !== undefined));
+    throw failed.reason;
   }
 
   /** Stages a payload; a write that fails is a 503, before anything was changed. */
@@ -680,4 +708,9 @@ export class EmbeddedStore implements Store, EventOutbox {
       if (!queue.items.has(id)) return id;
     }
   }
+}
+
+/** Removes staged payloads that will not be published (one that cannot be removed is left to the next start's sweep). */
+async function discardAll(staged: readonly StagedPayload[]): Promise<void> {
+  await Promise.all(staged.map((p) => p.discard().catch(() => undefined)));
 }

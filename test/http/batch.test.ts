@@ -207,6 +207,24 @@ describe('batches and hand-ins over HTTP (decisions §3.8)', function () {
       expect(answer.done).to.deep.equal([{ id, ok: true, accepted: true, status: 'pending' }]);
     });
 
+    it('on a queue that archives payloads, hand-ins are applied in order and each accepted one is archived as sent, a later one for the same item refused (decisions §3.8, §5)', async () => {
+      const q = await newQueue(server, HOST, { maxAttempts: 1, 'svc-queue-archivePayloads': true });
+      const a = await q.post({ n: 'a' });
+      const b = await q.post({ n: 'b' });
+      await q.claim({ max: 2 });
+      const answer = await q.claim({ done: [{ id: a, result: { r: 1 } }, { id: b, error: { e: 1 } }, { id: a, result: { r: 2 } }] });
+      expect(answer.done).to.deep.equal([
+        { id: a, ok: true, accepted: true, status: 'finished' },
+        { id: b, ok: true, accepted: true, status: 'failed' },
+        { id: a, ok: true, accepted: false, status: 'finished' },
+      ]);
+      const payload = async (id: string, kind: string): Promise<string> =>
+        (await q.raw('GET', `/api/v2/tasks/payload?host=${HOST}&queue=${q.name}&id=${id}&kind=${kind}`, undefined, { token: server.masterToken, host: new URL(server.url).host })).text;
+      expect(await payload(a, 'result')).to.equal('{"r":1}');
+      expect(await payload(b, 'error')).to.equal('{"e":1}');
+      expect(await q.fetch(a)).to.deep.include({ result: { r: 1 } });
+    });
+
     it('reports unknown, terminal and foreign items per entry, and still claims (decisions §3.8, §3.7)', async () => {
       const q = await newQueue(server, HOST);
       const other = await newQueue(server, HOST);

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { expect } from 'chai';
 import { resolveQueue } from '../../src/engine/config.js';
 import { EmbeddedStore } from '../../src/store/embedded-store.js';
-import { StoreUnavailable, type QueueRef } from '../../src/store/store.js';
+import { StoreUnavailable, type PayloadKind, type QueueRef, type StagedPayload } from '../../src/store/store.js';
 import type { WriteFn } from '../../src/store/append-file.js';
 import { openTools, type Tools } from '../../src/tools/index.js';
 import { LongPolls } from '../../src/waiting/long-poll.js';
@@ -52,10 +52,21 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
   let waits: LongPolls;
   const warnings: string[] = [];
 
+  /** Payload stagings that fail (ENOSPC), by the body staged; and a hold on discards, while set. */
+  const failStaging = new Set<string>();
+  let holdDiscards: Promise<void> | undefined;
+
   async function open(): Promise<void> {
     tools = await openTools({ home, statsInterval: 0, warn: (l) => warnings.push(l) });
     const notifier = new InProcessNotifier();
-    store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks: tools.hooks, configFor: () => undefined, warn: (l) => warnings.push(l), write: disk.write, notifier });
+    const hooks = {
+      stage: async (host: string, queue: string, id: string, kind: PayloadKind, body: string): Promise<StagedPayload> => {
+        if (failStaging.has(body)) throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
+        const staged = await tools.hooks.stage(host, queue, id, kind, body);
+        return { publish: () => staged.publish(), discard: async () => (await holdDiscards, await staged.discard()) };
+      },
+    };
+    store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks, configFor: () => undefined, warn: (l) => warnings.push(l), write: disk.write, notifier });
     await store.open();
     waits = new LongPolls(store, notifier);
     await tools.tasks.start(store);
@@ -73,6 +84,8 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
   }
 
   beforeEach(async () => {
+    failStaging.clear();
+    holdDiscards = undefined;
     home = tempDir();
     disk = new FaultyDisk();
     warnings.length = 0;
@@ -205,6 +218,76 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
     await store.result(q, posted.id, '{"output":"kept"}');
     expect(files().sort()).to.deep.equal([`${posted.id}.item`, `${posted.id}.result`]);
     expect(readFileSync(path.join(dir, `${posted.id}.result`), 'utf8')).to.equal('{"output":"kept"}');
+  });
+
+  it('a batch whose payload cannot be staged is refused whole and leaves no staged file behind (§3.8, §6)', async () => {
+    const q = ref('archived-batch', true);
+    failStaging.add('{"n":"refused"}');
+    const inputs = ['{"n":1}', '{"n":2}', '{"n":"refused"}', '{"n":4}'].map((body) => ({ body, postedBy: 'public' }));
+    expect(await rejection(store.postMany(q, inputs))).to.be.instanceOf(StoreUnavailable);
+    // Stagings still under way when the refusal came would leave their files a moment later.
+    await new Promise((r) => setTimeout(r, 200));
+    const dir = path.join(home, 'payloads', HOST, 'archived-batch');
+    expect(existsSync(dir) ? readdirSync(dir) : []).to.deep.equal([]);
+    expect(await store.claim(q, { worker: 'w' })).to.equal(null);
+  });
+
+  it('hand-ins whose payloads cannot all be staged are refused whole: none applied, none archived, then or after a restart (§3.8, §6)', async () => {
+    const q = ref('archived-handin', true);
+    const ids: string[] = [];
+    for (let n = 0; n < 3; n++) ids.push((await store.post(q, { body: `{"n":${n}}`, postedBy: 'public' })).id);
+    for (let n = 0; n < 3; n++) await store.claim(q, { worker: 'w' });
+    failStaging.add('{"output":"refused"}');
+    const entries = [
+      { id: ids[0]!, kind: 'result' as const, body: '{"output":"first"}' },
+      { id: ids[1]!, kind: 'error' as const, body: '{"reason":"second"}' },
+      { id: ids[2]!, kind: 'result' as const, body: '{"output":"refused"}' },
+    ];
+    expect(await rejection(store.submitMany(q, entries))).to.be.instanceOf(StoreUnavailable);
+    const dir = path.join(home, 'payloads', HOST, 'archived-handin');
+    const payloads = (): string[] => readdirSync(dir).filter((f) => !f.endsWith('.item')).sort();
+    expect(payloads()).to.deep.equal([]);
+    const statuses = async (): Promise<string[]> => Promise.all(ids.map(async (id) => (await store.get(q, id))!.status));
+    expect(await statuses()).to.deep.equal(['claimed', 'claimed', 'claimed']);
+    await close();
+    await open();
+    expect(await statuses()).to.deep.equal(['claimed', 'claimed', 'claimed']);
+
+    // Once every payload can be written, all are applied in one go and archived.
+    failStaging.clear();
+    const outcomes = await store.submitMany(q, entries);
+    expect(outcomes.map((o) => o?.accepted)).to.deep.equal([true, true, true]);
+    expect(payloads()).to.deep.equal([`${ids[0]}.result`, `${ids[1]}.error`, `${ids[2]}.result`].sort());
+    expect(readFileSync(path.join(dir, `${ids[2]}.result`), 'utf8')).to.equal('{"output":"refused"}');
+  });
+
+  it('a batch that finds an item already posted under its key journals its new items before another request can claim them (§3.5, §6)', async () => {
+    const q = ref('archived-keys', true);
+    await store.postMany(q, [{ body: '{"n":0}', postedBy: 'public', idempotencyKey: 'K:0' }]);
+    expect((await store.claim(q, { worker: 'first' }))?.item).to.equal('{"n":0}');
+    // The batch is sent again with one more item; the staged payload of the one already posted is
+    // discarded, and that discard is held while another request asks for an item.
+    let release: () => void = () => {};
+    holdDiscards = new Promise((resolve) => (release = resolve));
+    const again = store.postMany(q, [
+      { body: '{"n":0}', postedBy: 'public', idempotencyKey: 'K:0' },
+      { body: '{"n":1}', postedBy: 'public', idempotencyKey: 'K:1' },
+    ]);
+    let claimed: Awaited<ReturnType<EmbeddedStore['claim']>> = null;
+    for (let i = 0; i < 50 && !claimed; i++) {
+      await new Promise((r) => setTimeout(r, 2));
+      claimed = await store.claim(q, { worker: 'second' });
+    }
+    release();
+    const outcomes = await again;
+    expect(outcomes.map((o) => o.created)).to.deep.equal([false, true]);
+    expect(claimed?.id).to.equal(outcomes[1]!.id);
+    // After a restart, the claim acknowledged above is still there: its record came after the post's.
+    await close();
+    await open();
+    const record = await store.get(q, outcomes[1]!.id);
+    expect(record?.status).to.equal('claimed');
+    expect(record?.attempts).to.equal(1);
   });
 
   it('time-driven changes that cannot be written are taken back and tried again, not in a loop (§3.2, §6)', async () => {
