@@ -1,4 +1,6 @@
 import { execFileSync, spawnSync } from 'node:child_process';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { expect } from 'chai';
 import { runCli } from '../support/cli.js';
 import { request } from '../support/http.js';
@@ -129,6 +131,34 @@ describe('svcq top (decisions §5.1: operators see their queues live)', () => {
       await until(() => /^top gave \d+$/m.test(screen()), 'svcq top to exit', screen);
       expect(screen()).to.match(/^svcq: not found \(wrong token, host or queue\?\)\ntop gave 1$/m);
       expect(display('#{alternate_on}')).to.equal('0');
+    });
+
+    it('q quits at once while the server has stopped answering, not when the request in flight times out', async () => {
+      // A server that answers like svcq until told to stop answering, then holds every request.
+      let answering = true;
+      const queue = { host: HOST, name: 'stalled', counts: { pending: 1, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 }, oldestPendingAgeMs: 5, rates: { posted: 0, claimed: 0, finished: 0, failed: 0 } };
+      const stalled = http.createServer((req, res) => {
+        if (!answering) return;
+        const body = req.url === '/api/v2/queues' ? { queues: [queue] } : req.url?.startsWith('/api/v2/queues/') ? { ...queue, oldest: [], leases: [] } : null;
+        res.writeHead(body ? 200 : 404, { 'content-type': 'application/json' }).end(JSON.stringify(body ?? { error: 'not found' }));
+      });
+      await new Promise<void>((resolve) => stalled.listen(0, '127.0.0.1', resolve));
+      try {
+        await clearScreen();
+        const url = `http://127.0.0.1:${(stalled.address() as AddressInfo).port}`;
+        tmux('send-keys', '-t', session, `${process.execPath} ${BIN} top --url ${url} --token ${server.masterToken}; echo "top stopped with $?"`, 'Enter');
+        await until(() => display('#{alternate_on}') === '1' && screen().includes('stalled'), 'the live view', screen);
+        answering = false;
+        // The next refresh is now waiting for an answer that will not come (for 10 s).
+        await new Promise((r) => setTimeout(r, 1500));
+        tmux('send-keys', '-t', session, 'q');
+        await until(() => /^top stopped with \d+$/m.test(screen()), 'svcq top to exit', screen, 3000);
+        expect(screen()).to.match(/^top stopped with 0$/m);
+        expect(display('#{alternate_on}')).to.equal('0');
+      } finally {
+        stalled.closeAllConnections();
+        stalled.close();
+      }
     });
 
     it('Ctrl-C quits it too, exit 0, the terminal restored', async () => {

@@ -39,9 +39,12 @@ export function Top({ client, url, intervalMs, keys }: TopProps): ReactElement {
   useEffect(() => {
     let stopped = false;
     let timer: NodeJS.Timeout | undefined;
+    // A server that has stopped answering must not hold the process after q for the rest of the
+    // request's timeout: the view's requests are abandoned when it ends.
+    const abandon = new AbortController();
     const refresh = async (): Promise<void> => {
       try {
-        const fetched = await fetchTop(client, selected.current);
+        const fetched = await fetchTop(client, selected.current, { signal: abandon.signal });
         if (!stopped) setState((s) => advance(s, fetched));
       } catch (err) {
         if (!stopped) setState((s) => ({ ...s, error: (err as Error).message }));
@@ -52,6 +55,7 @@ export function Top({ client, url, intervalMs, keys }: TopProps): ReactElement {
     return () => {
       stopped = true;
       clearTimeout(timer);
+      abandon.abort();
     };
   }, [client, intervalMs]);
 
@@ -61,15 +65,17 @@ export function Top({ client, url, intervalMs, keys }: TopProps): ReactElement {
     const shown = state.fetched?.detail;
     if (key === null || (shown && keyOf(shown) === key)) return;
     let live = true;
+    const abandon = new AbortController();
     const slash = key.indexOf('/');
     client
-      .json<QueueDetail>('GET', queuePath(key.slice(0, slash), key.slice(slash + 1)), { timeoutMs: 10_000 })
+      .json<QueueDetail>('GET', queuePath(key.slice(0, slash), key.slice(slash + 1)), { timeoutMs: 10_000, signal: abandon.signal })
       .then((detail) => {
         if (live) setState((s) => (s.selected === key && s.fetched ? { ...s, fetched: { ...s.fetched, detail } } : s));
       })
       .catch(() => undefined);
     return () => {
       live = false;
+      abandon.abort();
     };
   }, [client, state.selected, state.fetched?.detail]);
 

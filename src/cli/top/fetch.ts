@@ -7,14 +7,16 @@ import { keyOf, selectedAfter, type Fetched } from './model.js';
  * One refresh: the list and the server's health together, then the selected queue's detail (the
  * first queue when the selection is gone; none with `detail: false`). A failure of the list is the refresh's failure; health
  * that cannot be read is shown as unknown, and a queue deleted meanwhile simply has no detail.
+ * `signal` abandons the requests still waiting for their answer (the view has ended).
  */
-export async function fetchTop(client: SvcqClient, selected: string | null, options: { detail?: boolean; now?: () => number } = {}): Promise<Fetched> {
+export async function fetchTop(client: SvcqClient, selected: string | null, options: { detail?: boolean; now?: () => number; signal?: AbortSignal } = {}): Promise<Fetched> {
+  const call = { timeoutMs: 10_000, signal: options.signal };
   const [list, health] = await Promise.all([
-    client.json<QueueList>('GET', QUEUES_PATH, { timeoutMs: 10_000 }),
-    client.json<Snapshot>('GET', '/api/v2/stats/now', { timeoutMs: 10_000 }).catch(() => null),
+    client.json<QueueList>('GET', QUEUES_PATH, call),
+    client.json<Snapshot>('GET', '/api/v2/stats/now', call).catch(() => null),
   ]);
   const key = options.detail === false ? null : selectedAfter(selected, list.queues);
   const entry = key === null ? undefined : list.queues.find((q) => keyOf(q) === key);
-  const detail = entry ? await client.json<QueueDetail>('GET', queuePath(entry.host, entry.name), { timeoutMs: 10_000 }).catch(() => null) : null;
+  const detail = entry ? await client.json<QueueDetail>('GET', queuePath(entry.host, entry.name), call).catch(() => null) : null;
   return { at: (options.now ?? Date.now)(), list, detail, health };
 }
