@@ -65,15 +65,22 @@ export interface ScreenSize {
  * The whole screen as lines (Ink truncates each to the width): the header with the server's
  * health, the queues with the selected one highlighted, the selected queue's leases and oldest
  * pending items, and a footer. It never has more lines than the terminal has rows, less one, so
- * that a redraw never scrolls.
+ * that a redraw never scrolls. A terminal too short for the detail shows the title, the queues and
+ * one line of keys (or the error) only.
  */
 export function screenLines(state: TopState, size: ScreenSize, url: string, now = Date.now()): string[] {
   const lines: string[] = [];
   const f = state.fetched;
-  const budget = Math.max(8, size.rows - 1);
+  const budget = Math.max(1, size.rows - 1);
+  // The detail below needs at least a title and two short lists; the queues get the rest.
+  const footerLines = 2;
+  const detailMin = 9;
+  const compact = budget < 4 + 1 + detailMin + footerLines;
   lines.push(`${chalk.bold.cyan('svcq top')}  ${url}  ${chalk.dim(f ? localTime(f.at).slice(11, 19) : 'connecting…')}`);
-  lines.push(healthLine(f?.health ?? null, state.cpuBusy));
-  lines.push('');
+  if (!compact) {
+    lines.push(healthLine(f?.health ?? null, state.cpuBusy));
+    lines.push('');
+  }
 
   const queues = f?.list.queues ?? [];
   const hostWidth = Math.min(30, Math.max(4, ...queues.map((q) => q.host.length)));
@@ -83,10 +90,7 @@ export function screenLines(state: TopState, size: ScreenSize, url: string, now 
     [cell('HOST', hostWidth, 'left'), cell('QUEUE', nameWidth, 'left'), cell('PENDING', NUMBER, 'right'), cell('IN FLIGHT', NUMBER, 'right'), cell('FINISH/S', NUMBER, 'right'), cell('FAIL/S', NUMBER, 'right'), cell('OLDEST', NUMBER, 'right'), cell('DONE/S, LAST MINUTE', SPARK, 'left')].join(' ');
   lines.push(chalk.bold(header));
 
-  // The detail below needs at least a title and two short lists; the queues get the rest.
-  const footerLines = 2;
-  const detailMin = 9;
-  const queueRows = Math.max(1, Math.min(queues.length, budget - lines.length - detailMin - footerLines));
+  const queueRows = Math.max(1, Math.min(queues.length, budget - lines.length - (compact ? 1 : detailMin + footerLines)));
   const at = Math.max(0, queues.findIndex((q) => keyOf(q) === state.selected));
   const first = Math.min(Math.max(0, at - Math.floor(queueRows / 2)), Math.max(0, queues.length - queueRows));
   if (queues.length === 0) lines.push(chalk.dim(f ? ' no queues defined' : ' waiting for the server…'));
@@ -102,6 +106,14 @@ export function screenLines(state: TopState, size: ScreenSize, url: string, now 
     ].join(' ');
     lines.push(selected ? chalk.inverse(`>${row}`) : ` ${row}`);
   }
+  const keys = chalk.dim('↑/↓ select   q quit   refreshed every second');
+  const error = state.error ? chalk.red(`! ${state.error}`) : null;
+  if (compact) {
+    // One line of keys, or the error, which matters more, ends the screen; on a terminal of a few
+    // rows the title and then the header give way to the selected queue.
+    lines.push(error ?? keys);
+    return lines.slice(-budget);
+  }
   if (queues.length > queueRows) lines.push(chalk.dim(` rows ${first + 1}-${first + queueRows} of ${queues.length}`));
   lines.push('');
 
@@ -109,8 +121,8 @@ export function screenLines(state: TopState, size: ScreenSize, url: string, now 
   lines.push(...detailLines(f?.detail ?? null, state.selected, room, now));
 
   while (lines.length < budget - footerLines) lines.push('');
-  lines.push(state.error ? chalk.red(`! ${state.error}`) : '');
-  lines.push(chalk.dim('↑/↓ select   q quit   refreshed every second'));
+  lines.push(error ?? '');
+  lines.push(keys);
   return lines.slice(0, budget);
 }
 

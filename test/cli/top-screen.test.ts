@@ -1,0 +1,67 @@
+import { expect } from 'chai';
+import chalk from 'chalk';
+import type { QueueDetail, QueueEntry } from '../../src/operators/answers.js';
+import { advance, initialState, type TopState } from '../../src/cli/top/model.js';
+import { screenLines } from '../../src/cli/top/screen.js';
+
+const NOW = 1_800_000_000_000;
+const URL = 'http://127.0.0.1:8080';
+
+function entry(host: string, name: string, pending = 0): QueueEntry {
+  return {
+    host,
+    name,
+    counts: { pending, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 },
+    oldestPendingAgeMs: pending > 0 ? 1500 : null,
+    rates: { posted: 0, claimed: 0, finished: 0, failed: 0 },
+  };
+}
+
+/** The state after one refresh that found `queues`, the first selected, with `detail` for it. */
+function stateWith(queues: QueueEntry[], detail: Partial<QueueDetail> = {}): TopState {
+  const first = queues[0];
+  const shown: QueueDetail | null = first ? { ...first, oldest: [], leases: [], ...detail } : null;
+  return advance(initialState(), { at: NOW, list: { queues }, detail: shown, health: null });
+}
+
+const many = (n: number): QueueEntry[] => Array.from({ length: n }, (_, i) => entry('jobs.test', `q-${String(i).padStart(3, '0')}`, i % 3));
+
+describe('svcq top draws a screen that fits the terminal (decisions §5.1: operators see their queues live)', () => {
+  let level: typeof chalk.level;
+  before(() => {
+    level = chalk.level;
+    chalk.level = 0;
+  });
+  after(() => {
+    chalk.level = level;
+  });
+
+  for (const [columns, rows] of [
+    [20, 3],
+    [20, 5],
+    [40, 10],
+    [80, 12],
+    [80, 24],
+    [120, 40],
+  ] as const) {
+    it(`at ${columns}x${rows} it draws at most ${rows - 1} lines, so that a redraw never scrolls, and keeps the selected queue and the keys`, () => {
+      const state = stateWith(many(200));
+      const lines = screenLines(state, { columns, rows }, URL, NOW);
+      expect(lines.length).to.be.at.most(rows - 1);
+      expect(lines.some((l) => l.startsWith('>') && l.includes('q-000'))).to.equal(true);
+      expect(lines.at(-1)).to.include('q quit');
+    });
+  }
+
+  it('a short terminal gives its lines to the queues: at 40x10 more than one queue is shown', () => {
+    const lines = screenLines(stateWith(many(200)), { columns: 40, rows: 10 }, URL, NOW);
+    expect(lines.filter((l) => /q-\d{3}/.test(l)).length).to.be.greaterThan(3);
+  });
+
+  it('on a short terminal a failed refresh is still said, in place of the keys', () => {
+    const state = { ...stateWith(many(5)), error: 'cannot reach http://127.0.0.1:8080 (connection refused)' };
+    const lines = screenLines(state, { columns: 80, rows: 6 }, URL, NOW);
+    expect(lines.length).to.be.at.most(5);
+    expect(lines.at(-1)).to.include('cannot reach');
+  });
+});
