@@ -5,7 +5,7 @@ import { advance, initialState, type TopState } from '../../src/cli/top/model.js
 import { screenLines } from '../../src/cli/top/screen.js';
 
 const NOW = 1_800_000_000_000;
-const URL = 'http://127.0.0.1:8080';
+const VIEW = { url: 'http://127.0.0.1:8080', intervalMs: 1000 };
 
 function entry(host: string, name: string, pending = 0): QueueEntry {
   return {
@@ -46,7 +46,7 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
   ] as const) {
     it(`at ${columns}x${rows} it draws at most ${rows - 1} lines, so that a redraw never scrolls, and keeps the selected queue and the keys`, () => {
       const state = stateWith(many(200));
-      const lines = screenLines(state, { columns, rows }, URL, NOW);
+      const lines = screenLines(state, { columns, rows }, VIEW, NOW);
       expect(lines.length).to.be.at.most(rows - 1);
       expect(lines.some((l) => l.startsWith('>') && l.includes('q-000'))).to.equal(true);
       expect(lines.at(-1)).to.include('q quit');
@@ -54,14 +54,20 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
   }
 
   it('a short terminal gives its lines to the queues: at 40x10 more than one queue is shown', () => {
-    const lines = screenLines(stateWith(many(200)), { columns: 40, rows: 10 }, URL, NOW);
+    const lines = screenLines(stateWith(many(200)), { columns: 40, rows: 10 }, VIEW, NOW);
     expect(lines.filter((l) => /q-\d{3}/.test(l)).length).to.be.greaterThan(3);
   });
 
   it('on a short terminal a failed refresh is still said, in place of the keys', () => {
     const state = { ...stateWith(many(5)), error: 'cannot reach http://127.0.0.1:8080 (connection refused)' };
-    const lines = screenLines(state, { columns: 80, rows: 6 }, URL, NOW);
+    const lines = screenLines(state, { columns: 80, rows: 6 }, VIEW, NOW);
     expect(lines.length).to.be.at.most(5);
     expect(lines.at(-1)).to.include('cannot reach');
+  });
+
+  it('the keys line says how often the view is refreshed: every second by default, every N s with --interval N', () => {
+    const state = stateWith(many(3));
+    expect(screenLines(state, { columns: 120, rows: 30 }, VIEW, NOW).at(-1)).to.include('refreshed every second');
+    expect(screenLines(state, { columns: 120, rows: 30 }, { ...VIEW, intervalMs: 5000 }, NOW).at(-1)).to.include('refreshed every 5 s');
   });
 });

@@ -88,7 +88,7 @@ export function Top({ client, url, intervalMs, keys }: TopProps): ReactElement {
     { isActive: keys },
   );
 
-  const lines = screenLines(state, size, url);
+  const lines = screenLines(state, size, { url, intervalMs });
   return h(
     Box,
     { flexDirection: 'column', width: size.columns },

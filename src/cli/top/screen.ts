@@ -61,6 +61,12 @@ export interface ScreenSize {
   rows: number;
 }
 
+/** What the screen says about the view itself: the server's URL and the time between refreshes. */
+export interface ViewOptions {
+  url: string;
+  intervalMs: number;
+}
+
 /**
  * The whole screen as lines (Ink truncates each to the width): the header with the server's
  * health, the queues with the selected one highlighted, the selected queue's leases and oldest
@@ -68,7 +74,7 @@ export interface ScreenSize {
  * that a redraw never scrolls. A terminal too short for the detail shows the title, the queues and
  * one line of keys (or the error) only.
  */
-export function screenLines(state: TopState, size: ScreenSize, url: string, now = Date.now()): string[] {
+export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions, now = Date.now()): string[] {
   const lines: string[] = [];
   const f = state.fetched;
   const budget = Math.max(1, size.rows - 1);
@@ -76,7 +82,7 @@ export function screenLines(state: TopState, size: ScreenSize, url: string, now 
   const footerLines = 2;
   const detailMin = 9;
   const compact = budget < 4 + 1 + detailMin + footerLines;
-  lines.push(`${chalk.bold.cyan('svcq top')}  ${url}  ${chalk.dim(f ? localTime(f.at).slice(11, 19) : 'connecting…')}`);
+  lines.push(`${chalk.bold.cyan('svcq top')}  ${view.url}  ${chalk.dim(f ? localTime(f.at).slice(11, 19) : 'connecting…')}`);
   if (!compact) {
     lines.push(healthLine(f?.health ?? null, state.cpuBusy));
     lines.push('');
@@ -106,7 +112,8 @@ export function screenLines(state: TopState, size: ScreenSize, url: string, now 
     ].join(' ');
     lines.push(selected ? chalk.inverse(`>${row}`) : ` ${row}`);
   }
-  const keys = chalk.dim('↑/↓ select   q quit   refreshed every second');
+  const every = view.intervalMs === 1000 ? 'second' : `${view.intervalMs / 1000} s`;
+  const keys = chalk.dim(`↑/↓ select   q quit   refreshed every ${every}`);
   const error = state.error ? chalk.red(`! ${state.error}`) : null;
   if (compact) {
     // One line of keys, or the error, which matters more, ends the screen; on a terminal of a few
