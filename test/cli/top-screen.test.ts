@@ -70,4 +70,21 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     expect(screenLines(state, { columns: 120, rows: 30 }, VIEW, NOW).at(-1)).to.include('refreshed every second');
     expect(screenLines(state, { columns: 120, rows: 30 }, { ...VIEW, intervalMs: 5000 }, NOW).at(-1)).to.include('refreshed every 5 s');
   });
+
+  it('the sparkline spans the last minute, as its heading says: work done 45 s ago still shows, work done 61 s ago does not', () => {
+    const queues = many(1);
+    const spark = (series: number[], intervalMs: number): string => {
+      const state = { ...stateWith(queues), throughput: new Map([[`${queues[0]!.host}/${queues[0]!.name}`, series]]) };
+      const row = screenLines(state, { columns: 200, rows: 30 }, { ...VIEW, intervalMs }, NOW).find((l) => l.startsWith('>'))!;
+      return row.slice(row.lastIndexOf(' ') + 1);
+    };
+    // One sample a second: 10 items done a second for the first 15 s of the minute, then none.
+    const quietSince45s = [...Array<number>(15).fill(10), ...Array<number>(45).fill(0)];
+    expect(spark(quietSince45s, 1000)).to.match(/[▂-█]/);
+    expect(spark([10, ...Array<number>(60).fill(0)], 1000)).to.match(/^▁+$/);
+    // One sample every 5 s: the 12 of the last minute, spread over the same width.
+    const every5s = [10, 10, 10, ...Array<number>(9).fill(0)];
+    expect(spark(every5s, 5000)).to.match(/^[▂-█]+▁+$/);
+    expect(spark(every5s, 5000).length).to.equal(spark(quietSince45s, 1000).length);
+  });
 });

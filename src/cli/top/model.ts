@@ -90,10 +90,27 @@ export function busyBetween(before: CoreTimes[], after: CoreTimes[]): number | n
 
 const BLOCKS = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
-/** The last `width` values as block characters scaled to their maximum; blanks stand for no sample yet. */
-export function sparkline(values: readonly number[], width: number): string {
-  const shown = values.slice(-width);
+/**
+ * The last `span` values (a minute's worth of samples) as `width` block characters scaled to their
+ * maximum: each character stands for an equal share of the span, the mean of its samples when
+ * there are more samples than characters, a sample drawn wider when there are fewer. Blanks stand
+ * for no sample yet.
+ */
+export function sparkline(values: readonly number[], width: number, span = width): string {
+  const shown = values.slice(-span);
+  // The window's samples, oldest first, with the part of the span before the first sample empty.
+  const slots: Array<number | undefined> = [...Array<undefined>(span - shown.length).fill(undefined), ...shown];
   const max = Math.max(0, ...shown);
-  const line = shown.map((v) => (max <= 0 ? BLOCKS[0] : BLOCKS[Math.min(BLOCKS.length - 1, Math.round((v / max) * (BLOCKS.length - 1)))])).join('');
-  return line.padStart(width, ' ');
+  let line = '';
+  for (let c = 0; c < width; c++) {
+    const from = Math.floor((c * span) / width);
+    const bucket = slots.slice(from, Math.max(from + 1, Math.floor(((c + 1) * span) / width))).filter((v): v is number => v !== undefined);
+    if (bucket.length === 0) {
+      line += ' ';
+      continue;
+    }
+    const v = bucket.reduce((sum, x) => sum + x, 0) / bucket.length;
+    line += max <= 0 ? BLOCKS[0] : BLOCKS[Math.min(BLOCKS.length - 1, Math.round((v / max) * (BLOCKS.length - 1)))];
+  }
+  return line;
 }

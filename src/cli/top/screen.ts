@@ -4,7 +4,7 @@ import type { Snapshot } from '../../tools/stats.js';
 import { localTime, table } from '../view/format.js';
 import { bar, diskSummary, memorySummary } from '../view/panel.js';
 import { agePaint, humanAge, humanRate, leaseLeftText, paintAge } from '../view/queues.js';
-import { keyOf, sparkline, type TopState } from './model.js';
+import { HISTORY, keyOf, sparkline, type TopState } from './model.js';
 
 type Align = 'left' | 'right';
 
@@ -98,6 +98,8 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
 
   const queueRows = Math.max(1, Math.min(queues.length, budget - lines.length - (compact ? 1 : detailMin + footerLines)));
   const at = Math.max(0, queues.findIndex((q) => keyOf(q) === state.selected));
+  // One sample per refresh: the sparkline's heading says it spans the last minute.
+  const perMinute = Math.max(1, Math.min(HISTORY, Math.round(60_000 / view.intervalMs)));
   const first = Math.min(Math.max(0, at - Math.floor(queueRows / 2)), Math.max(0, queues.length - queueRows));
   if (queues.length === 0) lines.push(chalk.dim(f ? ' no queues defined' : ' waiting for the server…'));
   for (const q of queues.slice(first, first + queueRows)) {
@@ -108,7 +110,7 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
       cell(q.name, nameWidth, 'left', chalk.bold),
       ...queueCells(q).map((c) => cell(c.text, NUMBER, 'right', c.paint)),
       cell(humanAge(q.oldestPendingAgeMs), NUMBER, 'right', agePaint(q.oldestPendingAgeMs)),
-      chalk.green(sparkline(series, SPARK)),
+      chalk.green(sparkline(series, SPARK, perMinute)),
     ].join(' ');
     lines.push(selected ? chalk.inverse(`>${row}`) : ` ${row}`);
   }
