@@ -87,4 +87,15 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     expect(spark(every5s, 5000)).to.match(/^[▂-█]+▁+$/);
     expect(spark(every5s, 5000).length).to.equal(spark(quietSince45s, 1000).length);
   });
+
+  it('a worker name is shown as text: its control characters (escape sequences, line breaks) cannot redraw or break the screen', () => {
+    // Any queue user names the worker in its claim (up to 200 characters of its choosing).
+    const worker = 'bad\u001b[2J\u001b[31mred\nnext\u009b2J';
+    const queues = [entry('jobs.test', 'evil', 1)];
+    const lease = { id: '72181742e04e844e', worker, until: NOW + 60_000, attempts: 1 };
+    const lines = screenLines(stateWith(queues, { leases: [lease] }), { columns: 120, rows: 30 }, VIEW, NOW);
+    // eslint-disable-next-line no-control-regex -- looking for control characters
+    for (const line of lines) expect(line).not.to.match(/[\u0000-\u001f\u007f-\u009f]/);
+    expect(lines.find((l) => l.includes(lease.id))).to.include('bad?[2J?[31mred?next?2J');
+  });
 });

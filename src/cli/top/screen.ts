@@ -1,15 +1,19 @@
 import chalk from 'chalk';
 import type { QueueDetail, QueueEntry } from '../../operators/answers.js';
 import type { Snapshot } from '../../tools/stats.js';
-import { localTime, table } from '../view/format.js';
+import { localTime, printable, table } from '../view/format.js';
 import { bar, diskSummary, memorySummary } from '../view/panel.js';
 import { agePaint, humanAge, humanRate, leaseLeftText, paintAge } from '../view/queues.js';
 import { HISTORY, keyOf, sparkline, type TopState } from './model.js';
 
 type Align = 'left' | 'right';
 
-/** A cell padded on its plain text, then painted, so that colour codes never upset the columns. */
-function cell(text: string, width: number, align: Align, paint?: (s: string) => string): string {
+/**
+ * A cell padded on its plain text, then painted, so that colour codes never upset the columns.
+ * The text is made printable first: a worker names itself, and its name is shown to the operator.
+ */
+function cell(raw: string, width: number, align: Align, paint?: (s: string) => string): string {
+  const text = printable(raw);
   const clipped = text.length > width ? `${text.slice(0, Math.max(0, width - 1))}…` : text;
   const padded = align === 'left' ? clipped.padEnd(width) : clipped.padStart(width);
   return paint ? paint(padded) : padded;

@@ -65,6 +65,16 @@ export function humanDuration(seconds: number): string {
   return `${m}m ${Math.floor(seconds % 60)}s`;
 }
 
+/**
+ * Text that came from a client (a worker's name, say) as it may be written to a terminal: each
+ * control character, C0, DEL or C1, becomes `?`, so that the text cannot move the cursor, clear
+ * or colour the screen, or break a line.
+ */
+export function printable(text: string): string {
+  // eslint-disable-next-line no-control-regex -- control characters are exactly what is being replaced
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, '?');
+}
+
 /** A ms timestamp as local `YYYY-MM-DD HH:MM:SS.mmm`. */
 export function localTime(ms: number): string {
   const d = new Date(ms);
