@@ -94,6 +94,21 @@ describe('svcq queues and svcq queue HOST/NAME (decisions §1.2, §5.1, §7)', (
     expect(run.stdout).to.match(/per second over the last 60 s: posted 0\.05, claimed 0\.02, finished 0, failed 0/);
   });
 
+  it('svcq queue HOST/NAME shows a worker\'s name with its control characters as ?: a name cannot write to the terminal or break a row', async () => {
+    const named = queueName('named');
+    await defineQueue(server, named);
+    const id = await postItem(server, named, { n: 1 });
+    // Any queue user names the worker in its claim.
+    const claim = await request(server.url, `/${named}/claim`, { method: 'POST', host: HOST, body: JSON.stringify({ worker: 'bad\u001b]0;title\u0007\u001b[31mred\nnext' }) });
+    expect(claim.status, claim.text).to.equal(200);
+    const run = await cli(['queue', `${HOST}/${named}`]);
+    expect(run.code, run.stderr).to.equal(0);
+    expect(run.stdout).not.to.match(ANSI);
+    // eslint-disable-next-line no-control-regex -- looking for control characters
+    expect(run.stdout).not.to.match(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
+    expect(run.stdout.split('\n').find((l) => l.includes(id))).to.include('bad?]0;title??[31mred?next');
+  });
+
   it('an unknown queue is one clear sentence and exit 1; with --json, { error }, on stderr too (decisions §1.2)', async () => {
     const run = await cli(['queue', `${HOST}/no-such-queue`]);
     expect(run.code).to.equal(1);

@@ -1,6 +1,6 @@
 import chalk, { type ChalkInstance } from 'chalk';
 import type { TaskEvent } from '../../engine/item.js';
-import { localTime, parseJsonLines } from './format.js';
+import { localTime, parseJsonLines, printable } from './format.js';
 
 const PAINT: Record<string, ChalkInstance> = {
   posted: chalk.cyan,
@@ -20,7 +20,7 @@ export function eventLine(event: TaskEvent): string {
   const paint = PAINT[event.event] ?? chalk.white;
   const extra = [
     event.attempts !== undefined ? `attempt ${event.attempts}` : '',
-    event.worker !== undefined ? `worker ${event.worker}` : '',
+    event.worker !== undefined ? `worker ${printable(event.worker)}` : '',
     event.status !== undefined ? `status ${event.status}` : '',
   ].filter(Boolean);
   return [chalk.dim(localTime(event.ts)), paint(event.event.padEnd(9)), `${event.host}/${event.queue}`, chalk.bold(event.id), ...extra].join('  ');

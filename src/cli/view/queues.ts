@@ -1,6 +1,6 @@
 import chalk from 'chalk';
 import type { QueueDetail, QueueEntry, QueueList } from '../../operators/answers.js';
-import { localTime, table } from './format.js';
+import { localTime, printable, table } from './format.js';
 
 /** `1234` ms → `1.2s`, `75000` → `1m 15s`, `5400000` → `1h 30m`, `null` → `-` (nothing pending). */
 export function humanAge(ms: number | null): string {
@@ -104,7 +104,7 @@ export function queueDetailView(q: QueueDetail, now = Date.now()): string {
     lines.push(
       table(
         ['id', 'worker', 'ends in', 'attempts'],
-        q.leases.map((l) => [l.id, l.worker, leaseLeft(l.until - now), String(l.attempts)]),
+        q.leases.map((l) => [l.id, printable(l.worker), leaseLeft(l.until - now), String(l.attempts)]),
         ['left', 'left', 'right', 'right'],
       ),
     );
