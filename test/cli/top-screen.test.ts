@@ -98,4 +98,16 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     for (const line of lines) expect(line).not.to.match(/[\u0000-\u001f\u007f-\u009f]/);
     expect(lines.find((l) => l.includes(lease.id))).to.include('bad?[2J?[31mred?next?2J');
   });
+
+  it('a wide terminal shows long host and queue names whole; a narrower one cuts them at 30 characters as before', () => {
+    const host = 'very-long-host-name-for-an-audit.subdomain.example-organisation.internal';
+    const name = 'a-really-long-queue-name-that-goes-on-and-on-for-sixty-four-char';
+    const state = stateWith([entry(host, name, 1), entry('jobs.test', 'short', 0)]);
+    const wide = screenLines(state, { columns: 250, rows: 30 }, VIEW, NOW);
+    const row = wide.find((l) => l.startsWith('>'))!;
+    expect(row).to.include(`${host} ${name} `);
+    for (const line of wide) expect(line.length, line).to.be.at.most(250);
+    const narrow = screenLines(state, { columns: 120, rows: 30 }, VIEW, NOW).find((l) => l.startsWith('>'))!;
+    expect(narrow).to.include(`${host.slice(0, 29)}… ${name.slice(0, 29)}… `);
+  });
 });

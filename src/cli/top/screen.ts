@@ -93,8 +93,7 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
   }
 
   const queues = f?.list.queues ?? [];
-  const hostWidth = Math.min(30, Math.max(4, ...queues.map((q) => q.host.length)));
-  const nameWidth = Math.min(30, Math.max(5, ...queues.map((q) => q.name.length)));
+  const { hostWidth, nameWidth } = nameWidths(queues, size.columns);
   const header =
     ' ' +
     [cell('HOST', hostWidth, 'left'), cell('QUEUE', nameWidth, 'left'), cell('PENDING', NUMBER, 'right'), cell('IN FLIGHT', NUMBER, 'right'), cell('FINISH/S', NUMBER, 'right'), cell('FAIL/S', NUMBER, 'right'), cell('OLDEST', NUMBER, 'right'), cell('DONE/S, LAST MINUTE', SPARK, 'left')].join(' ');
@@ -137,6 +136,25 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
   lines.push(error ?? '');
   lines.push(keys);
   return lines.slice(0, budget);
+}
+
+/**
+ * The widths of the host and queue columns: the longest name, cut at 30 characters, and on a
+ * terminal wide enough for more, longer, up to the whole name, the queue's name first.
+ */
+function nameWidths(queues: QueueEntry[], columns: number): { hostWidth: number; nameWidth: number } {
+  const hostWhole = Math.max(4, ...queues.map((q) => q.host.length));
+  const nameWhole = Math.max(5, ...queues.map((q) => q.name.length));
+  let hostWidth = Math.min(30, hostWhole);
+  let nameWidth = Math.min(30, nameWhole);
+  // The selection mark, the separators, the figures and the sparkline take the rest of a row.
+  let spare = columns - (1 + 2 + 5 * (NUMBER + 1) + SPARK) - hostWidth - nameWidth;
+  if (spare <= 0) return { hostWidth, nameWidth };
+  const nameGrows = Math.min(nameWhole - nameWidth, Math.max(Math.ceil(spare / 2), spare - (hostWhole - hostWidth)));
+  nameWidth += nameGrows;
+  spare -= nameGrows;
+  hostWidth += Math.min(hostWhole - hostWidth, spare);
+  return { hostWidth, nameWidth };
 }
 
 /** The selected queue's leases (soonest end first) and oldest pending items, within `room` lines. */
