@@ -110,4 +110,17 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     const narrow = screenLines(state, { columns: 120, rows: 30 }, VIEW, NOW).find((l) => l.startsWith('>'))!;
     expect(narrow).to.include(`${host.slice(0, 29)}… ${name.slice(0, 29)}… `);
   });
+
+  it('the detail gives its rows to whichever list has more to show: leases when nothing is pending, pending items when nothing is leased', () => {
+    const queues = [entry('jobs.test', 'busy', 0)];
+    const leases = Array.from({ length: 100 }, (_, i) => ({ id: `lease${String(i).padStart(11, '0')}`, worker: 'w', until: NOW + 60_000, attempts: 1 }));
+    const leased = screenLines(stateWith(queues, { leases }), { columns: 120, rows: 80 }, VIEW, NOW);
+    expect(leased).to.have.length(79);
+    // Every line is used: 6 above the detail (title, health, a blank, the header, the queue, a blank),
+    // 5 of the detail's own (its title, each list's title, the leases' header, the other's "none"), 2 below.
+    expect(leased.filter((l) => l.includes('lease0'))).to.have.length(79 - 6 - 5 - 2);
+    const oldest = Array.from({ length: 20 }, (_, i) => ({ id: `item${String(i).padStart(12, '0')}`, postedAt: NOW - 60_000 + i, attempts: 0 }));
+    const waiting = screenLines(stateWith([{ ...queues[0]!, counts: { ...queues[0]!.counts, pending: 20 } }], { oldest }), { columns: 120, rows: 30 }, VIEW, NOW);
+    expect(waiting.filter((l) => l.includes('item0'))).to.have.length(29 - 6 - 5 - 2);
+  });
 });

@@ -166,10 +166,11 @@ function detailLines(detail: QueueDetail | null, selected: string | null, room: 
   lines.push(
     `${chalk.bold.cyan(selected)}  ${chalk.dim('finished')} ${c.finished}  ${chalk.dim('failed')} ${c.failed}  ${chalk.dim('timedout')} ${c.timedout}  ${chalk.dim('cancelled')} ${c.cancelled}  ${chalk.dim('posted/s')} ${humanRate(detail.rates.posted)}  ${chalk.dim('claimed/s')} ${humanRate(detail.rates.claimed)}`,
   );
-  // Two lists, each a title and its header; what rows are left are shared, leases first.
+  // Two lists, each a title and its header (or "none"); what rows are left are shared, leases
+  // first, and what one list does not need the other has.
   const rows = Math.max(0, room - lines.length - 4);
-  const leaseRows = Math.min(detail.leases.length, Math.max(1, Math.ceil(rows / 2)), rows);
-  const oldestRows = Math.min(detail.oldest.length, Math.max(0, rows - Math.max(1, leaseRows)));
+  const leaseRows = Math.min(detail.leases.length, Math.max(Math.ceil(rows / 2), rows - detail.oldest.length));
+  const oldestRows = Math.min(detail.oldest.length, rows - leaseRows);
 
   lines.push(chalk.bold(` leases (${detail.leases.length}${detail.leases.length === 100 ? '+' : ''})`) + chalk.dim('  soonest end first'));
   if (detail.leases.length === 0) lines.push(chalk.dim('   none'));
