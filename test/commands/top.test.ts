@@ -60,6 +60,23 @@ describe('svcq top (decisions §5.1: operators see their queues live)', () => {
     expect(run.stderr).to.equal('svcq: not found (wrong token, host or queue?)\n');
   });
 
+  it('a --url that is some other web server (200 with a page) is one sentence and exit 1, not a TypeError', async () => {
+    const other = http.createServer((_req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<html>welcome</html>'));
+    await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
+      for (const json of [[], ['--json']]) {
+        const run = await runCli(['top', ...json, '--url', url, '--token', server.masterToken]);
+        expect(run.code).to.equal(1);
+        expect(run.stdout).to.equal('');
+        const sentence = json.length ? (JSON.parse(run.stderr) as { error: string }).error : run.stderr;
+        expect(sentence).to.match(new RegExp(`^(svcq: )?${url} did not answer as svcq does \\(GET /api/v2/queues gave no list of queues\\): is --url right\\?\n?$`));
+      }
+    } finally {
+      other.close();
+    }
+  });
+
   describe('on a real terminal (tmux)', function () {
     const socket = `svcq-top-test-${process.pid}`;
     const session = 'top';

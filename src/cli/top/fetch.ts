@@ -1,4 +1,4 @@
-import type { SvcqClient } from '../../client/client.js';
+import { ClientError, type SvcqClient } from '../../client/client.js';
 import { QUEUES_PATH, queuePath, type QueueDetail, type QueueList } from '../../operators/answers.js';
 import type { Snapshot } from '../../tools/stats.js';
 import { keyOf, selectedAfter, type Fetched } from './model.js';
@@ -15,6 +15,10 @@ export async function fetchTop(client: SvcqClient, selected: string | null, opti
     client.json<QueueList>('GET', QUEUES_PATH, call),
     client.json<Snapshot>('GET', '/api/v2/stats/now', call).catch(() => null),
   ]);
+  // A --url that names some other web server may well answer 200, with a page.
+  if (!Array.isArray((list as Partial<QueueList> | null)?.queues)) {
+    throw new ClientError(`${client.options.url} did not answer as svcq does (GET ${QUEUES_PATH} gave no list of queues): is --url right?`, 'http');
+  }
   const key = options.detail === false ? null : selectedAfter(selected, list.queues);
   const entry = key === null ? undefined : list.queues.find((q) => keyOf(q) === key);
   const detail = entry ? await client.json<QueueDetail>('GET', queuePath(entry.host, entry.name), call).catch(() => null) : null;
