@@ -1,6 +1,7 @@
 import { BaseCommand } from '../src/cli/base-command.js';
 import { queueListTable } from '../src/cli/view/queues.js';
-import { QUEUES_PATH, type QueueList } from '../src/operators/answers.js';
+import { fetchQueueList } from '../src/cli/top/fetch.js';
+import type { QueueList } from '../src/operators/answers.js';
 
 export default class Queues extends BaseCommand<typeof Queues> {
   static override summary = 'List every defined queue with its counts, oldest pending age and rates.';
@@ -8,7 +9,7 @@ export default class Queues extends BaseCommand<typeof Queues> {
   static override examples = ['<%= config.bin %> queues --token $SVCQ_TOKEN', '<%= config.bin %> queues --json'];
 
   async run(): Promise<QueueList> {
-    const list = await this.client().json<QueueList>('GET', QUEUES_PATH);
+    const list = await fetchQueueList(this.client());
     this.log(queueListTable(list));
     return list;
   }

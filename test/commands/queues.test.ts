@@ -1,3 +1,5 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { expect } from 'chai';
 import { runCli, type CliResult } from '../support/cli.js';
 import { request } from '../support/http.js';
@@ -38,6 +40,22 @@ describe('svcq queues and svcq queue HOST/NAME (decisions §1.2, §5.1, §7)', (
     expect(mine.counts).to.deep.equal({ pending: 2, claimed: 1, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 });
     expect(mine.rates).to.deep.equal({ posted: 3 / 60, claimed: 1 / 60, finished: 0, failed: 0 });
     expect(printed.queues.find((q) => q.name === idle)!.oldestPendingAgeMs).to.equal(null);
+  });
+
+  it('svcq queues against some other web server (200 with a page, or JSON of another shape) is one sentence and exit 1, not a TypeError', async () => {
+    for (const [type, body] of [['text/html', '<html>welcome</html>'], ['application/json', '{"status":"ok"}']] as const) {
+      const other = http.createServer((_req, res) => res.writeHead(200, { 'content-type': type }).end(body));
+      await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve));
+      try {
+        const url = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
+        const run = await runCli(['queues', '--url', url, '--token', server.masterToken]);
+        expect(run.code, run.stderr).to.equal(1);
+        expect(run.stdout).to.equal('');
+        expect(run.stderr).to.equal(`svcq: ${url} did not answer as svcq does (GET /api/v2/queues gave no list of queues): is --url right?\n`);
+      } finally {
+        other.close();
+      }
+    }
   });
 
   it('svcq queues prints a table: host, queue, the counts, the oldest pending age and the rates (decisions §5.1)', async () => {

@@ -1,4 +1,4 @@
-import { ClientError, type SvcqClient } from '../../client/client.js';
+import { ClientError, type CallOptions, type SvcqClient } from '../../client/client.js';
 import { QUEUES_PATH, queuePath, type QueueDetail, type QueueList } from '../../operators/answers.js';
 import type { Snapshot } from '../../tools/stats.js';
 import { keyOf, selectedAfter, type Fetched } from './model.js';
@@ -11,16 +11,18 @@ import { keyOf, selectedAfter, type Fetched } from './model.js';
  */
 export async function fetchTop(client: SvcqClient, selected: string | null, options: { detail?: boolean; now?: () => number; signal?: AbortSignal } = {}): Promise<Fetched> {
   const call = { timeoutMs: 10_000, signal: options.signal };
-  const [list, health] = await Promise.all([
-    client.json<QueueList>('GET', QUEUES_PATH, call),
-    client.json<Snapshot>('GET', '/api/v2/stats/now', call).catch(() => null),
-  ]);
-  // A --url that names some other web server may well answer 200, with a page.
-  if (!Array.isArray((list as Partial<QueueList> | null)?.queues)) {
-    throw new ClientError(`${client.options.url} did not answer as svcq does (GET ${QUEUES_PATH} gave no list of queues): is --url right?`, 'http');
-  }
+  const [list, health] = await Promise.all([fetchQueueList(client, call), client.json<Snapshot>('GET', '/api/v2/stats/now', call).catch(() => null)]);
   const key = options.detail === false ? null : selectedAfter(selected, list.queues);
   const entry = key === null ? undefined : list.queues.find((q) => keyOf(q) === key);
   const detail = entry ? await client.json<QueueDetail>('GET', queuePath(entry.host, entry.name), call).catch(() => null) : null;
   return { at: (options.now ?? Date.now)(), list, detail, health };
+}
+
+/** GET /api/v2/queues, refused in one sentence when what answered is not svcq (a --url that names some other web server may well answer 200, with a page). */
+export async function fetchQueueList(client: SvcqClient, call: CallOptions = {}): Promise<QueueList> {
+  const list = await client.json<QueueList>('GET', QUEUES_PATH, call);
+  if (!Array.isArray((list as Partial<QueueList> | null)?.queues)) {
+    throw new ClientError(`${client.options.url} did not answer as svcq does (GET ${QUEUES_PATH} gave no list of queues): is --url right?`, 'http');
+  }
+  return list;
 }
