@@ -129,6 +129,12 @@ describe('svcq top (decisions §5.1: operators see their queues live)', () => {
       await until(() => /^>.*top-b/m.test(screen()) && screen().includes('top-worker'), 'the second queue selected with its lease', screen);
       tmux('send-keys', '-t', session, 'Up');
       await until(() => /^>.*top-a/m.test(screen()) && screen().includes(ids[0]!), 'the first queue selected again', screen);
+      // End and Home go to the last and the first queue, PgDn and PgUp ten at a time (as far as there are).
+      for (const [keyName, selected] of [['End', 'top-b'], ['Home', 'top-a'], ['NPage', 'top-b'], ['PPage', 'top-a']] as const) {
+        tmux('send-keys', '-t', session, keyName);
+        await until(() => new RegExp(`^>.*${selected}`, 'm').test(screen()), `${keyName} to select ${selected}`, screen);
+      }
+      expect(screen()).to.include('↑/↓ PgUp/PgDn Home/End select');
 
       tmux('send-keys', '-t', session, 'q');
       await until(() => /^top exited with \d+$/m.test(screen()), 'svcq top to exit', screen);

@@ -6,6 +6,9 @@ import { fetchTop } from './fetch.js';
 import { advance, initialState, keyOf, move, type TopState } from './model.js';
 import { screenLines } from './screen.js';
 
+/** Queues PgUp and PgDn move the selection by. */
+const PAGE = 10;
+
 export interface TopProps {
   client: SvcqClient;
   /** The server URL, shown in the header. */
@@ -18,7 +21,8 @@ export interface TopProps {
 /**
  * The live view: refreshes every `intervalMs` (the next refresh starts when the last one has
  * answered, so a slow server is never asked twice at once), moves the selection with the arrow
- * keys (fetching the newly selected queue at once), and quits on `q` or Ctrl-C.
+ * keys, PgUp/PgDn (ten queues) and Home/End (fetching the newly selected queue at once), and quits
+ * on `q` or Ctrl-C.
  */
 export function Top({ client, url, intervalMs, keys }: TopProps): ReactElement {
   const { exit } = useApp();
@@ -84,6 +88,10 @@ export function Top({ client, url, intervalMs, keys }: TopProps): ReactElement {
       if (input === 'q' || (key.ctrl && input === 'c')) exit();
       else if (key.upArrow) setState((s) => move(s, -1));
       else if (key.downArrow) setState((s) => move(s, 1));
+      else if (key.pageUp) setState((s) => move(s, -PAGE));
+      else if (key.pageDown) setState((s) => move(s, PAGE));
+      else if (key.home) setState((s) => move(s, -Infinity));
+      else if (key.end) setState((s) => move(s, Infinity));
     },
     { isActive: keys },
   );

@@ -118,7 +118,7 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
     lines.push(selected ? chalk.inverse(`>${row}`) : ` ${row}`);
   }
   const every = view.intervalMs === 1000 ? 'second' : `${view.intervalMs / 1000} s`;
-  const keys = chalk.dim(`↑/↓ select   q quit   refreshed every ${every}`);
+  const keys = chalk.dim(`↑/↓ PgUp/PgDn Home/End select   q quit   refreshed every ${every}`);
   const error = state.error ? chalk.red(`! ${state.error}`) : null;
   if (compact) {
     // One line of keys, or the error, which matters more, ends the screen; on a terminal of a few
