@@ -9,6 +9,7 @@ export const TOOLS_DEFAULTS = {
   logMaxBytes: 16 * 1024 * 1024,
   logKeep: 20,
   statsInterval: 15_000,
+  historyDays: 0,
 } as const;
 
 export interface ToolsOptions {
@@ -24,6 +25,8 @@ export interface ToolsOptions {
    * store's whole life. `snapshot` still works, starting the thread when first asked.
    */
   statsInterval?: number;
+  /** Task-history day-files of days more than this many days past are removed (default 0: every one kept). */
+  historyDays?: number;
   warn?: (line: string) => void;
 }
 
@@ -50,7 +53,7 @@ export async function openTools(options: ToolsOptions): Promise<Tools> {
     keep: options.logKeep ?? TOOLS_DEFAULTS.logKeep,
     warn,
   });
-  const tasks = new TaskEventLog(tasksDir(options.home));
+  const tasks = new TaskEventLog(tasksDir(options.home), { keepDays: options.historyDays ?? TOOLS_DEFAULTS.historyDays, warn });
   const payloads = new PayloadArchive(payloadsDir(options.home));
   // Off the thread that answers requests: some probes block theirs (see takeSnapshot).
   const stats = new StatsThread();

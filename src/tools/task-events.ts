@@ -8,7 +8,8 @@ import { parseTaskFile, taskFileName, utcDay } from './files.js';
 
 /**
  * The task history (decisions §5): one JSON line per event in `tasks-YYYY-MM-DD.log` under
- * `<root>/_svcq/tasks/`. It is never pruned: it outlives retention.
+ * `<root>/_svcq/tasks/`. It outlives retention; it is pruned only when `keepDays` says so (day-files
+ * of days more than that many days past, by UTC date, removed at start and once an hour).
  *
  * It is a projection of the store's outbox: the store writes a change's events in the same durable
  * step as the change, and this takes them from there, appends them to the day-files, syncs them,
@@ -17,6 +18,15 @@ import { parseTaskFile, taskFileName, utcDay } from './files.js';
  * history back to that position and takes the rest from the outbox again, so the history holds
  * every event exactly once, and the store knows nothing of files.
  */
+
+/** How often day-files past `keepDays` are looked for. */
+const PRUNE_EVERY_MS = 3_600_000;
+
+export interface TaskEventLogOptions {
+  /** Day-files of days more than this many days before today (UTC) are removed; 0 keeps every one. */
+  keepDays?: number;
+  warn?: (line: string) => void;
+}
 
 /** How long events gather in the outbox before they are written and synced together. */
 const BATCH_MS = 100;
@@ -63,7 +73,13 @@ export class TaskEventLog {
   /** Flushes told when a write fails (they answer 503 rather than wait for the disk). */
   private failureWaiters = new Set<(err: Error) => void>();
 
-  constructor(readonly dir: string) {}
+  private pruneTimer: NodeJS.Timeout | undefined;
+  private pruning: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    readonly dir: string,
+    private readonly options: TaskEventLogOptions = {},
+  ) {}
 
   private dayFrom = 0;
   private dayTo = 0;
@@ -114,6 +130,31 @@ export class TaskEventLog {
     this.outbox = outbox;
     outbox.onEvents(() => this.schedule());
     this.schedule();
+    if ((this.options.keepDays ?? 0) > 0) {
+      const prune = (): void => {
+        this.pruning = this.prune().catch((err: Error) => this.options.warn?.(`could not remove old task-history files: ${err.message}`));
+      };
+      prune();
+      this.pruneTimer = setInterval(prune, PRUNE_EVERY_MS).unref();
+    }
+  }
+
+  /**
+   * Removes the day-files of days more than `keepDays` before `now`'s UTC day (never the day-file
+   * the history writes to, nor a later one); the names removed.
+   */
+  async prune(now = Date.now()): Promise<string[]> {
+    const keepDays = this.options.keepDays ?? 0;
+    if (keepDays <= 0) return [];
+    const oldestKept = utcDay(now - keepDays * 86_400_000);
+    const removed: string[] = [];
+    for (const name of (await readdir(this.dir)).sort()) {
+      const day = parseTaskFile(name)?.date;
+      if (day === undefined || day >= oldestKept || day >= this.latestDay || this.closing) continue;
+      await rm(path.join(this.dir, name), { force: true });
+      removed.push(name);
+    }
+    return removed;
   }
 
   private async readPosition(): Promise<Position | null> {
@@ -239,6 +280,7 @@ export class TaskEventLog {
   async close(): Promise<void> {
     clearTimeout(this.timer);
     this.timer = undefined;
+    clearInterval(this.pruneTimer);
     // A last write; one that fails is not tried again.
     this.closing = true;
     await this.drain(true);
@@ -248,5 +290,6 @@ export class TaskEventLog {
     this.positionFile = undefined;
     this.file = undefined;
     this.day = '';
+    await this.pruning;
   }
 }

@@ -1,4 +1,4 @@
-import { readdirSync, statSync } from 'node:fs';
+import { readdirSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import Serve from '../../commands/serve.js';
@@ -30,6 +30,30 @@ describe('svcq serve flags (decisions §1.1)', () => {
     const bad = await runCli(['serve', '--root', root], { env: { SVCQ_LOG_KEEP: 'many' } });
     expect(bad.code).to.not.equal(0);
     expect(bad.stderr).to.match(/log-keep/);
+  });
+});
+
+describe('svcq serve --history-days (decisions §5: the task history outlives retention unless capped)', () => {
+  it('removes the task-history day-files of days more than N days past at start, and keeps today\'s', async function () {
+    this.timeout(30_000);
+    const root = tempDir();
+    const tasks = path.join(root, '_svcq', 'tasks');
+    let server = await startServer({ root });
+    try {
+      await defineQueue(server, 'history.example.com', 'kept', { access: PUBLIC_ACCESS });
+      expect((await request(server.url, '/kept', { method: 'POST', host: 'history.example.com', body: '{}' })).status).to.equal(200);
+      expect(await server.stop()).to.equal(0);
+      const today = `tasks-${new Date().toISOString().slice(0, 10)}.log`;
+      writeFileSync(path.join(tasks, 'tasks-2020-01-01.log'), '{}\n');
+      writeFileSync(path.join(tasks, 'tasks-2020-01-02.log'), '{}\n');
+      server = await startServer({ root, env: { SVCQ_HISTORY_DAYS: '2' } });
+      const deadline = Date.now() + 10_000;
+      while (readdirSync(tasks).some((n) => n.startsWith('tasks-2020')) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      expect(readdirSync(tasks).filter((n) => n.startsWith('tasks-'))).to.deep.equal([today]);
+    } finally {
+      await server.stop();
+      cleanupTemp(root);
+    }
   });
 });
 

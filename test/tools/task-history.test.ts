@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import type { EventOutbox, OutboxEntry } from '../../src/store/store.js';
@@ -71,6 +71,60 @@ describe('the task history when a write fails (decisions §5, §6)', function ()
       expect(readFileSync(file, 'utf8')).to.equal('{"n":1}\n');
     } finally {
       await again.close();
+    }
+  });
+});
+
+describe('the task history with --history-days (decisions §5: the history outlives retention, and an operator may cap it)', function () {
+  this.timeout(20_000);
+  let dir: string;
+  beforeEach(() => {
+    dir = tempDir('svcq-history-');
+  });
+  afterEach(() => cleanupTemp(dir));
+
+  const day = (d: string): number => Date.parse(`${d}T12:00:00Z`);
+  const names = (): string[] => readdirSync(dir).filter((n) => n.startsWith('tasks-')).sort();
+
+  it('removes the day-files of days more than N days past, at start and when asked again, and keeps the rest', async () => {
+    const outbox = outboxOf([
+      { seq: 1, ts: day('2026-01-01'), lines: ['{"n":1}\n'] },
+      { seq: 2, ts: day('2026-01-05'), lines: ['{"n":2}\n'] },
+      { seq: 3, ts: day('2026-01-08'), lines: ['{"n":3}\n'] },
+      { seq: 4, ts: day('2026-01-09'), lines: ['{"n":4}\n'] },
+    ]);
+    const writer = new TaskEventLog(dir);
+    await writer.start(outbox);
+    await writer.flush();
+    await writer.close();
+    expect(names()).to.deep.equal(['tasks-2026-01-01.log', 'tasks-2026-01-05.log', 'tasks-2026-01-08.log', 'tasks-2026-01-09.log']);
+
+    // Today is far past every one of them: all but the day-file the history writes to go (at start, in the background).
+    const log = new TaskEventLog(dir, { keepDays: 3 });
+    await log.start(outboxOf([]));
+    try {
+      const deadline = Date.now() + 5000;
+      while (names().length > 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      expect(names()).to.deep.equal(['tasks-2026-01-09.log']);
+      expect(readFileSync(path.join(dir, 'tasks-2026-01-09.log'), 'utf8')).to.equal('{"n":4}\n');
+    } finally {
+      await log.close();
+    }
+  });
+
+  it('counts days by UTC date: with N = 3 on 2026-01-09, 2026-01-06 and later stay, 2026-01-05 and earlier go', async () => {
+    for (const d of ['2026-01-04', '2026-01-05', '2026-01-06', '2026-01-07']) writeFileSync(path.join(dir, `tasks-${d}.log`), '{}\n');
+    const outbox = outboxOf([{ seq: 1, ts: day('2026-01-09'), lines: ['{"n":9}\n'] }]);
+    const log = new TaskEventLog(dir, { keepDays: 3 });
+    await log.start(outbox);
+    try {
+      await log.flush();
+      expect(await log.prune(Date.parse('2026-01-09T23:59:59Z'))).to.deep.equal(['tasks-2026-01-04.log', 'tasks-2026-01-05.log']);
+      expect(names()).to.deep.equal(['tasks-2026-01-06.log', 'tasks-2026-01-07.log', 'tasks-2026-01-09.log']);
+      // 0 keeps every one.
+      expect(await new TaskEventLog(dir).prune(Date.parse('2027-01-01T00:00:00Z'))).to.deep.equal([]);
+    } finally {
+      await log.close();
     }
   });
 });
