@@ -60,15 +60,16 @@ export interface PostgresStoreOptions {
   eventPollMs?: number;
   /**
    * Task events older than this (by their `ts`, against the store's clock) are deleted from
-   * `svcq_events` (default 7 days; 0: never). Each node's history keeps its own copy for good; a
-   * node whose history is further behind than this when it starts misses what was purged.
+   * `svcq_events` (default 7 days; 0: never). Each node's history keeps its own copy (as long as
+   * `--history-days` lets it); a node whose history is further behind than this when it starts
+   * misses what was purged.
    */
   eventRetentionMs?: number;
   /** How often old task events are purged, in real milliseconds (default 1 hour; the first purge runs a minute after open). */
   eventPurgeIntervalMs?: number;
 }
 
-/** decisions §5: the database keeps task events a week; each node's history keeps them for good. */
+/** decisions §5: the database keeps task events a week; each node's history keeps them as long as --history-days lets it. */
 const EVENT_RETENTION_MS = 7 * 86_400_000;
 /** Events deleted per statement by the purge. */
 const PURGE_BATCH = 10_000;
