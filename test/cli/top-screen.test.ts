@@ -3,6 +3,7 @@ import chalk from 'chalk';
 import type { QueueDetail, QueueEntry } from '../../src/operators/answers.js';
 import { advance, initialState, type TopState } from '../../src/cli/top/model.js';
 import { screenLines } from '../../src/cli/top/screen.js';
+import { localTime } from '../../src/cli/view/format.js';
 
 const NOW = 1_800_000_000_000;
 const VIEW = { url: 'http://127.0.0.1:8080', intervalMs: 1000 };
@@ -63,6 +64,15 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     const lines = screenLines(state, { columns: 80, rows: 6 }, VIEW, NOW);
     expect(lines.length).to.be.at.most(5);
     expect(lines.at(-1)).to.include('cannot reach');
+  });
+
+  it('a failed refresh says from when the figures shown are, and that it keeps trying', () => {
+    const state = { ...stateWith(many(5)), error: 'cannot reach http://127.0.0.1:8080 (connection refused)' };
+    const shown = localTime(state.fetched!.at).slice(11, 19);
+    const lines = screenLines(state, { columns: 160, rows: 30 }, { ...VIEW, intervalMs: 5000 }, NOW);
+    expect(lines.at(-2)).to.equal(`! cannot reach http://127.0.0.1:8080 (connection refused); showing ${shown}; trying again every 5 s`);
+    const never = screenLines({ ...initialState(), error: 'cannot reach http://127.0.0.1:8080 (connection refused)' }, { columns: 160, rows: 30 }, VIEW, NOW);
+    expect(never.at(-2)).to.equal('! cannot reach http://127.0.0.1:8080 (connection refused); trying again every second');
   });
 
   it('the keys line says how often the view is refreshed: every second by default, every N s with --interval N', () => {

@@ -119,7 +119,9 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
   }
   const every = view.intervalMs === 1000 ? 'second' : `${view.intervalMs / 1000} s`;
   const keys = chalk.dim(`↑/↓ PgUp/PgDn Home/End select   q quit   refreshed every ${every}`);
-  const error = state.error ? chalk.red(`! ${state.error}`) : null;
+  // The figures shown stay those of the last refresh that answered: say from when, and that it goes on trying.
+  const stale = f ? `; showing ${localTime(f.at).slice(11, 19)}` : '';
+  const error = state.error ? chalk.red(`! ${state.error}${stale}; trying again every ${every}`) : null;
   if (compact) {
     // One line of keys, or the error, which matters more, ends the screen; on a terminal of a few
     // rows the title and then the header give way to the selected queue.
