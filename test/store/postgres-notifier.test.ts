@@ -5,6 +5,7 @@ import { PgNotifier } from '../../src/store/postgres/pg-notifier.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
 import type { QueueRef } from '../../src/store/store.js';
 import { LongPolls } from '../../src/waiting/long-poll.js';
+import { faultProxy } from '../support/fault-proxy.js';
 import { freshDatabase, postgresPresent, postgresUnderTest } from './support/stores.js';
 
 /**
@@ -135,6 +136,43 @@ describe('PgNotifier: waking listeners of other nodes (decisions §6.1)', functi
       return onB > before;
     }, 5000);
     expect(warnings.some((w) => w.includes('listening for other nodes again'))).to.equal(true);
+  });
+
+  it('a node whose listening connection stops answering while it sends cuts it, listens again and goes on sending (decisions §6.1: nodes reconnect by themselves)', async () => {
+    // C reaches the database through a proxy that can swallow its NOTIFY statements: the
+    // connection stays open but that statement is never answered, as when the database's host
+    // vanishes or a network drops its packets.
+    const server = new URL(db.url);
+    const proxy = await faultProxy(`http://${server.hostname}:${server.port}`, /pg_notify/);
+    const viaProxy = new URL(urlFor('svcq-notifier-c'));
+    viaProxy.hostname = '127.0.0.1';
+    viaProxy.port = new URL(proxy.url).port;
+    const c = new PgNotifier({ url: viaProxy.toString(), answerTimeoutMs: 500, warn: (l) => warnings.push(l) });
+    try {
+      await c.start();
+      let onA = 0;
+      a.subscribe('claim h/q', () => onA++);
+      await pastOwnLooks();
+      await eventually(() => {
+        c.notify('claim h/q');
+        return onA > 0;
+      });
+      proxy.hold = true;
+      await sleep(30);
+      c.notify('claim h/q');
+      await sleep(100);
+      proxy.hold = false;
+      onA = 0;
+      // Within a few answer timeouts, C's notifications reach A again.
+      await eventually(() => {
+        c.notify('claim h/q');
+        return onA > 0;
+      }, 5000);
+      expect(warnings.some((w) => w.includes('did not answer within 0.5 s'))).to.equal(true);
+    } finally {
+      await c.close();
+      proxy.close();
+    }
   });
 
   it('a topic no other node waits on is not sent once the others have said what they wait on; one they wait on is (decisions §6.1: a NOTIFY is a commit)', async () => {

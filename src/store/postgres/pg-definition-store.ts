@@ -87,6 +87,7 @@ export class PgDefinitionStore implements DefinitionStore {
         channel: store.channel,
         onNotify: () => store.check(),
         onResumed: () => store.check(),
+        answerTimeoutMs: store.answerTimeoutMs,
         warn: store.warn,
       });
       await store.listener.start();

@@ -11,7 +11,7 @@ export const ANSWER_TIMEOUT_MS = 10_000;
  * Cuts a connection at once: its queries fail now, as when the database closes it. (`end()` would
  * send a goodbye and wait for an answer that a silent network never brings.)
  */
-function cut(client: pg.PoolClient, err: Error): void {
+function cut(client: pg.Client, err: Error): void {
   const stream = (client as unknown as { connection?: { stream?: { destroy(err?: Error): void } } }).connection?.stream;
   if (stream) stream.destroy(err);
   else void client.end().catch(() => undefined);
@@ -45,10 +45,10 @@ export async function answered<R extends pg.QueryResultRow>(pool: pg.Pool, timeo
 }
 
 /**
- * Watches a connection checked out for a transaction: after `timeoutMs` it is cut (its pending
- * statements fail at once). `stop()` before releasing it; `broken` says why it failed, if it did.
+ * Watches a connection checked out for a transaction (or a dedicated one while it runs a
+ * statement): after `timeoutMs` it is cut (its pending statements fail at once). `stop()` before releasing it; `broken` says why it failed, if it did.
  */
-export function watch(client: pg.PoolClient, timeoutMs: number): { stop(): void; readonly broken: Error | undefined } {
+export function watch(client: pg.Client, timeoutMs: number): { stop(): void; readonly broken: Error | undefined } {
   let broken: Error | undefined;
   const onError = (err: Error): void => {
     broken ??= err;

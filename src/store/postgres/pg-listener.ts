@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { ANSWER_TIMEOUT_MS, watch } from './pg-guard.js';
 
 export interface PgListenerOptions {
   url: string;
@@ -9,6 +10,11 @@ export interface PgListenerOptions {
   onResumed?: () => void;
   /** What the warnings call the connection (default: "the connection listening on CHANNEL"). */
   name?: string;
+  /**
+   * How long a statement on the connection (its LISTEN, a `run`) may wait for an answer before the
+   * connection is cut and opened again (default 10 s).
+   */
+  answerTimeoutMs?: number;
   warn?: (line: string) => void;
 }
 
@@ -45,13 +51,25 @@ export class PgListener {
 
   /**
    * Runs a statement on the listening connection (one statement at a time: the caller waits for
-   * each). Resolves false, running nothing, while the connection is down.
+   * each). Resolves false, running nothing, while the connection is down. A statement left
+   * without an answer for `answerTimeoutMs` (a database gone silent, a network that drops
+   * packets) cuts the connection: it rejects, and the connection is opened again as after any
+   * failure, rather than holding every later statement behind it until TCP gives up.
    */
   async run(text: string, values: unknown[]): Promise<boolean> {
     const client = this.client;
     if (!client) return false;
-    await client.query(text, values);
+    const watched = watch(client, this.answerTimeoutMs);
+    try {
+      await client.query(text, values);
+    } finally {
+      watched.stop();
+    }
     return true;
+  }
+
+  private get answerTimeoutMs(): number {
+    return this.options.answerTimeoutMs ?? ANSWER_TIMEOUT_MS;
   }
 
   /** Whether the connection is up and listening. */
@@ -79,7 +97,12 @@ export class PgListener {
       });
       try {
         await client.connect();
-        await client.query(`LISTEN ${pg.escapeIdentifier(this.options.channel)}`);
+        const watched = watch(client, this.answerTimeoutMs);
+        try {
+          await client.query(`LISTEN ${pg.escapeIdentifier(this.options.channel)}`);
+        } finally {
+          watched.stop();
+        }
       } catch (err) {
         client.removeAllListeners('end');
         await client.end().catch(() => undefined);

@@ -11,6 +11,8 @@ export interface PgNotifierOptions {
   minIntervalMs?: number;
   /** How often a node tells the others what it waits for (default 2000 ms); they forget it after 2.5 times that. */
   heartbeatMs?: number;
+  /** How long a statement on the listening connection may wait for an answer before the connection is cut and opened again (default 10 s). */
+  answerTimeoutMs?: number;
   warn?: (line: string) => void;
 }
 
@@ -103,6 +105,7 @@ export class PgNotifier implements Notifier {
       url: options.url,
       channel: this.channel,
       name: 'the connection that listens for other nodes',
+      answerTimeoutMs: options.answerTimeoutMs,
       warn: this.warn,
       onNotify: (payload) => {
         const space = payload.indexOf(' ');
