@@ -175,6 +175,36 @@ describe('PgNotifier: waking listeners of other nodes (decisions §6.1)', functi
     }
   });
 
+  it('a node that only listens finds out that its connection stopped answering, listens again and hears the others (decisions §6.1: nodes reconnect by themselves)', async () => {
+    // Nothing is sent on an idle listening connection, so one that died without closing would go
+    // unnoticed until TCP keepalives (hours): a short check finds it. The proxy swallows what C
+    // sends while `hold` is on, as a connection to a vanished host does.
+    const server = new URL(db.url);
+    const proxy = await faultProxy(`http://${server.hostname}:${server.port}`, /SELECT 1/);
+    const viaProxy = new URL(urlFor('svcq-notifier-c'));
+    viaProxy.hostname = '127.0.0.1';
+    viaProxy.port = new URL(proxy.url).port;
+    const c = new PgNotifier({ url: viaProxy.toString(), answerTimeoutMs: 500, pingMs: 200, warn: (l) => warnings.push(l) });
+    try {
+      await c.start();
+      proxy.hold = true;
+      await eventually(() => warnings.some((w) => w.includes('did not answer within 0.5 s')), 5000);
+      proxy.hold = false;
+      await eventually(() => warnings.some((w) => w.includes('listening for other nodes again')), 5000);
+      let onC = 0;
+      c.subscribe('claim h/q', () => onC++);
+      await pastOwnLooks();
+      onC = 0;
+      await eventually(() => {
+        a.notify('claim h/q');
+        return onC > 0;
+      }, 5000);
+    } finally {
+      await c.close();
+      proxy.close();
+    }
+  });
+
   it('a topic no other node waits on is not sent once the others have said what they wait on; one they wait on is (decisions §6.1: a NOTIFY is a commit)', async () => {
     // What arrives on the wire: a plain listener of the same channel.
     const spy = new pg.Client({ connectionString: urlFor('svcq-notifier-spy') });

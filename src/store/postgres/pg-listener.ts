@@ -15,8 +15,18 @@ export interface PgListenerOptions {
    * connection is cut and opened again (default 10 s).
    */
   answerTimeoutMs?: number;
+  /**
+   * After this many milliseconds without a word on the connection (a notification, an answer), a
+   * `SELECT 1` is run on it, under the answer timeout: a connection that died without closing
+   * (its database's host gone) is found and opened again even while it only listens. Default
+   * 5000; 0 for never.
+   */
+  pingMs?: number;
   warn?: (line: string) => void;
 }
+
+/** See {@link PgListenerOptions.pingMs}. */
+const PING_MS = 5000;
 
 /** Reconnection delays after the connection fails, doubling up to the last. */
 const RECONNECT_MS = [100, 200, 400, 800, 1600, 3200, 5000];
@@ -35,6 +45,10 @@ export class PgListener {
   private failures = 0;
   private timer: NodeJS.Timeout | undefined;
   private readonly warn: (line: string) => void;
+  /** When the connection last said something (performance.now()), and the statements under way on it. */
+  private heardAt = 0;
+  private running = 0;
+  private pinger: NodeJS.Timeout | undefined;
 
   constructor(private readonly options: PgListenerOptions) {
     this.warn = options.warn ?? (() => undefined);
@@ -46,7 +60,18 @@ export class PgListener {
 
   /** Connects and LISTENs. A first connection that fails rejects; later failures reconnect. */
   start(): Promise<void> {
+    const pingMs = this.options.pingMs ?? PING_MS;
+    if (pingMs > 0 && !this.pinger) {
+      this.pinger = setInterval(() => this.ping(pingMs), Math.max(10, pingMs / 2));
+      this.pinger.unref();
+    }
     return this.connect();
+  }
+
+  /** A `SELECT 1` on a connection that has said nothing for `pingMs` (see {@link PgListenerOptions.pingMs}). */
+  private ping(pingMs: number): void {
+    if (!this.client || this.running > 0 || performance.now() - this.heardAt < pingMs) return;
+    this.run('SELECT 1', []).catch(() => undefined);
   }
 
   /**
@@ -60,9 +85,12 @@ export class PgListener {
     const client = this.client;
     if (!client) return false;
     const watched = watch(client, this.answerTimeoutMs);
+    this.running++;
     try {
       await client.query(text, values);
+      this.heardAt = performance.now();
     } finally {
+      this.running--;
       watched.stop();
     }
     return true;
@@ -80,6 +108,7 @@ export class PgListener {
   async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.timer);
+    clearInterval(this.pinger);
     await this.connecting?.catch(() => undefined);
     const client = this.client;
     this.client = undefined;
@@ -93,6 +122,7 @@ export class PgListener {
       client.on('error', (err) => this.lost(client, err));
       client.on('end', () => this.lost(client, new Error('the connection ended')));
       client.on('notification', (msg) => {
+        this.heardAt = performance.now();
         if (msg.channel === this.options.channel) this.options.onNotify(msg.payload ?? '');
       });
       try {
@@ -113,6 +143,7 @@ export class PgListener {
         return;
       }
       this.client = client;
+      this.heardAt = performance.now();
       if (this.failures > 0) {
         this.failures = 0;
         this.options.onResumed?.();

@@ -13,6 +13,8 @@ export interface PgNotifierOptions {
   heartbeatMs?: number;
   /** How long a statement on the listening connection may wait for an answer before the connection is cut and opened again (default 10 s). */
   answerTimeoutMs?: number;
+  /** After how long without a word the listening connection is checked with a `SELECT 1` (default 5000 ms). */
+  pingMs?: number;
   warn?: (line: string) => void;
 }
 
@@ -106,6 +108,7 @@ export class PgNotifier implements Notifier {
       channel: this.channel,
       name: 'the connection that listens for other nodes',
       answerTimeoutMs: options.answerTimeoutMs,
+      pingMs: options.pingMs,
       warn: this.warn,
       onNotify: (payload) => {
         const space = payload.indexOf(' ');
