@@ -46,7 +46,8 @@ export async function answered<R extends pg.QueryResultRow>(pool: pg.Pool, timeo
 
 /**
  * Watches a connection checked out for a transaction (or a dedicated one while it runs a
- * statement): after `timeoutMs` it is cut (its pending statements fail at once). `stop()` before releasing it; `broken` says why it failed, if it did.
+ * statement): after `timeoutMs` it is cut (its pending statements fail at once). `stop()` before
+ * releasing it; `broken` says why it failed, if it did.
  */
 export function watch(client: pg.Client, timeoutMs: number): { stop(): void; readonly broken: Error | undefined } {
   let broken: Error | undefined;
