@@ -176,6 +176,30 @@ describe('PostgreSQL store: transactions, events and sweeps', function () {
     }
   });
 
+  it('an error handed in with a claim for an item waiting out a retry delay its queue has since shortened makes it claimable by that claim, as one by one (decisions §3.2, §3.8)', async () => {
+    let rules = resolveQueue({ leaseSeconds: 3, maxAttempts: 3, retryDelaySeconds: 30 });
+    const key = 'tx.example.com/shortened';
+    const ref = (): QueueRef => ({ key, host: 'tx.example.com', name: 'shortened', config: rules });
+    const two = new PostgresStore({ url: db.url, now: clock.now, sweepIntervalMs: 0, configFor: (k) => (k === key ? rules : undefined) });
+    await two.open();
+    try {
+      const [a] = await two.postMany(ref(), [{ body: '{"a":1}', postedBy: 'p' }]);
+      expect((await two.claim(ref(), { worker: 'w1' }))?.id).to.equal(a!.id);
+      // The lease ends: the item waits out the 30 s retry delay.
+      clock.advance(3_500);
+      await two.sweepNow();
+      expect(await two.claim(ref(), { worker: 'w1' })).to.equal(null);
+      // The definition drops the delay; the late error of the first worker re-queues the item, claimable at once.
+      rules = resolveQueue({ leaseSeconds: 3, maxAttempts: 3 });
+      const [errored, claimed] = await Promise.all([two.error(ref(), a!.id, '{"late":true}'), two.claim(ref(), { worker: 'w2' })]);
+      expect(errored).to.deep.equal({ accepted: true, status: 'pending' });
+      expect(claimed?.id).to.equal(a!.id);
+      expect(claimed?.attempts).to.equal(2);
+    } finally {
+      await two.close();
+    }
+  });
+
   it('in a queue where nothing can be due, claims go out without waiting for the submissions before them, yet keep the fold\'s order: they pass by items posted after them, and take an item an error re-queued before them (decisions §3.3, §3.8, §6)', async () => {
     // Every deadline a minute out: after its first sweep the queue is skipped by the sweeps of the
     // transactions that follow (its quiet window), and nothing in it can be due.

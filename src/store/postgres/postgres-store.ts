@@ -220,6 +220,8 @@ interface PendingWrite {
   version: number;
   ctid: string;
   from: ItemStatus;
+  /** When the item was claimable from, as read (0: at once). */
+  fromAvailableAt: number;
   record: ItemRecord;
   purged: boolean;
 }
@@ -301,7 +303,7 @@ class Tx {
     if (earlier) {
       earlier.record = t.record;
       earlier.purged = t.purged === true;
-    } else this.pending.set(slot, { ref, version: loaded.version, ctid: loaded.ctid, from: loaded.record.status, record: t.record, purged: t.purged === true });
+    } else this.pending.set(slot, { ref, version: loaded.version, ctid: loaded.ctid, from: loaded.record.status, fromAvailableAt: loaded.record.availableAt, record: t.record, purged: t.purged === true });
     this.changes.push({ ref, record: t.record, events: t.events, purged: t.purged === true });
   }
 
@@ -331,11 +333,16 @@ class Tx {
   }
 
   /**
-   * Whether a staged change made an item of the queue pending again (an error handed in with a
-   * claim, decisions §3.8): a claim must then see it in the table, so the writes go first.
+   * Whether a staged change made an item of the queue claimable sooner than the table shows (an
+   * error handed in with a claim re-queued it, decisions §3.8; or re-queued an item that was
+   * waiting out a longer retry delay, set before its queue's definition shortened it): a claim
+   * must then see it in the table, so the writes go first.
    */
   requeued(key: string): boolean {
-    for (const w of this.pending.values()) if (w.ref.key === key && !w.purged && w.record.status === 'pending' && w.from !== 'pending') return true;
+    for (const w of this.pending.values()) {
+      if (w.ref.key !== key || w.purged || w.record.status !== 'pending') continue;
+      if (w.from !== 'pending' || sooner(w.record.availableAt, w.fromAvailableAt)) return true;
+    }
     return false;
   }
 
@@ -1627,6 +1634,11 @@ export class PostgresStore implements Store, EventOutbox {
     this.idsAt += 8;
     return id;
   }
+}
+
+/** Whether an item claimable from `a` is claimable before one claimable from `b` (0: at once). */
+function sooner(a: number, b: number): boolean {
+  return b !== 0 && (a === 0 || a < b);
 }
 
 /** A queue's reference from its key ('<host>/<name>') and its current rules. */
