@@ -176,6 +176,35 @@ describe('PostgreSQL store: transactions, events and sweeps', function () {
     }
   });
 
+  it('the periodic sweep passes over a queue where nothing can fall due (its quiet window), at most 30 times in a row, and still applies a lease end once it falls (decisions §3.2, §6.1)', async () => {
+    const calm = resolveQueue({ leaseSeconds: 60, retainSeconds: 600 });
+    const qc: QueueRef = { key: 'tx.example.com/idle', host: 'tx.example.com', name: 'idle', config: calm };
+    const two = new PostgresStore({ url: db.url, now: clock.now, sweepIntervalMs: 0, configFor: (key) => (key === qc.key ? calm : undefined) });
+    await two.open();
+    try {
+      const [a] = await two.postMany(qc, [{ body: '{"a":1}', postedBy: 'p' }]);
+      expect((await two.claim(qc, { worker: 'w' }))?.id).to.equal(a!.id);
+      // The post's transaction swept the queue, its first, and opened its quiet window (50 s: nothing
+      // set from then on can fall due sooner than a lease, 60 s, less 10 s for other nodes).
+      const swept = two.queueSweeps;
+      for (let n = 0; n < 30; n++) await two.sweepNow();
+      expect(two.queueSweeps, '30 periodic sweeps inside the window').to.equal(swept);
+      await two.sweepNow();
+      expect(two.queueSweeps, 'the 31st sweeps it all the same').to.equal(swept + 1);
+      await two.sweepNow();
+      expect(two.queueSweeps).to.equal(swept + 1);
+
+      // Past the lease's end, the next periodic sweep applies it (the row itself, not a read that would apply it too).
+      clock.advance(60_001);
+      await two.sweepNow();
+      expect(two.queueSweeps).to.equal(swept + 2);
+      const row = await admin.query<{ status: string; attempts: number }>('SELECT status, attempts FROM svcq_items WHERE id = $1', [a!.id]);
+      expect(row.rows[0]).to.deep.equal({ status: 'pending', attempts: 1 });
+    } finally {
+      await two.close();
+    }
+  });
+
   it('an error handed in with a claim for an item waiting out a retry delay its queue has since shortened makes it claimable by that claim, as one by one (decisions §3.2, §3.8)', async () => {
     let rules = resolveQueue({ leaseSeconds: 3, maxAttempts: 3, retryDelaySeconds: 30 });
     const key = 'tx.example.com/shortened';

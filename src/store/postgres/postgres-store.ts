@@ -79,6 +79,11 @@ const COMPACT_BATCH = 10_000;
 /** Rows a deadline sweep locks and applies per statement. */
 const SWEEP_BATCH = 500;
 /**
+ * The periodic sweep passes over a queue in its quiet window (nothing in it can fall due for two
+ * more sweeps) this many times in a row at most, then sweeps it anyway.
+ */
+const QUIET_PASSES = 30;
+/**
  * What a quiet window allows for: a transaction of another node that began this much earlier
  * (by its clock) than the sweep that opened the window, and commits a deadline after it.
  */
@@ -544,6 +549,9 @@ export class PostgresStore implements Store, EventOutbox {
    * for: the transactions that run before it skip the sweep of the queue.
    */
   private readonly quietUntil = new Map<string, { rules: string; until: number }>();
+  /** Per queue, the periodic sweeps in a row that passed over it (see {@link QUIET_PASSES}). */
+  private readonly quietPasses = new Map<string, number>();
+  private sweeps = 0;
   private scheduled = false;
   /** When the last transaction started (performance.now()), and the timer that may start a second one. */
   private lastStarted = 0;
@@ -1287,6 +1295,7 @@ export class PostgresStore implements Store, EventOutbox {
             quiet.add(ref.key);
             continue;
           }
+          this.sweeps++;
           const sweeping = this.sweepQueue(tx, ref, periodic);
           tx.send();
           await sweeping;
@@ -1606,8 +1615,12 @@ export class PostgresStore implements Store, EventOutbox {
 
   /**
    * The periodic sweep's work, run now: folds the count deltas, then applies what is due at the
-   * store's time in every queue that ever held an item and that `configFor` knows. Resolves once
-   * done (a test on a fake clock calls it where time would have moved the sweep).
+   * store's time in every queue that ever held an item and that `configFor` knows. A queue in its
+   * quiet window for two more sweep intervals is passed over (nothing in it can fall due before
+   * then, see {@link findQuiet}; a sweep near the window's end sets the wake-up for the deadline
+   * that ends it), but swept at least every {@link QUIET_PASSES} sweeps all the same: idle queues
+   * cost the database next to nothing. Resolves once done (a test on a fake clock calls it where
+   * time would have moved the sweep).
    */
   async sweepNow(): Promise<void> {
     const configFor = this.options.configFor;
@@ -1615,13 +1628,26 @@ export class PostgresStore implements Store, EventOutbox {
     await this.compactCounts().catch((err: Error) => this.warn(`compacting the item counts failed (it runs again in a moment): ${err.message}`));
     const res = await this.read<{ key: string }>('SELECT key FROM svcq_queues');
     const sweeps: Array<Promise<unknown>> = [];
+    const horizon = this.now() + 2 * this.sweepEvery;
     for (const { key } of res.rows) {
       const config = configFor(key);
       if (!config || this.state !== 'open') continue;
+      const ref = refOf(key, config);
+      const passes = this.quietPasses.get(key) ?? 0;
+      if (passes < QUIET_PASSES && this.isQuiet(ref, horizon)) {
+        this.quietPasses.set(key, passes + 1);
+        continue;
+      }
+      this.quietPasses.delete(key);
       // Nothing to run but the sweep that precedes every transaction's calls.
-      sweeps.push(this.submitOp({ ref: refOf(key, config), run: async () => null, sweep: true }));
+      sweeps.push(this.submitOp({ ref, run: async () => null, sweep: true }));
     }
     await Promise.all(sweeps);
+  }
+
+  /** Queue sweeps run so far (each a statement or two on the database): what deadlines and idle queues cost. */
+  get queueSweeps(): number {
+    return this.sweeps;
   }
 
   /** 16 lowercase hex characters, random (decisions §3.5); a collision in the queue is caught by the primary key. */
