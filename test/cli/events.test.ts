@@ -1,16 +1,9 @@
 import { expect } from 'chai';
-import chalk from 'chalk';
 import { eventLine } from '../../src/cli/view/events.js';
+import { withoutColour } from '../support/colour.js';
 
 describe('svcq tasks show prints one line per task event (decisions §5)', () => {
-  let level: typeof chalk.level;
-  before(() => {
-    level = chalk.level;
-    chalk.level = 0;
-  });
-  after(() => {
-    chalk.level = level;
-  });
+  withoutColour();
 
   it("a worker's name is printed with its control characters as ?: a name cannot write to the terminal or break the line", () => {
     // Any queue user names the worker in its claim.

@@ -1,5 +1,4 @@
 import { expect } from 'chai';
-import chalk from 'chalk';
 import type { Snapshot } from '../../src/tools/stats.js';
 import { axisRange, chartOf, renderChart, type StatLine } from '../../src/cli/view/charts.js';
 import { humanBytes } from '../../src/cli/view/format.js';
@@ -7,6 +6,7 @@ import { diskSummary, memorySummary, renderSnapshot } from '../../src/cli/view/p
 import { runCli } from '../support/cli.js';
 import { serverForSuite } from '../support/server.js';
 import { eventually, today, tools } from '../tools/helpers.js';
+import { withoutColour } from '../support/colour.js';
 
 const MiB = 1024 ** 2;
 const GiB = 1024 ** 3;
@@ -34,14 +34,7 @@ function parseBytes(label: string): number {
 }
 
 describe('stats figures and charts are consistent and readable at their scale', () => {
-  let level: typeof chalk.level;
-  before(() => {
-    level = chalk.level;
-    chalk.level = 0;
-  });
-  after(() => {
-    chalk.level = level;
-  });
+  withoutColour();
 
   it('disk percent is used / (used + free) like df, and the root reserve is named so the figures add up', () => {
     const disk = { path: '/', total: 252 * GiB, used: 23 * GiB, free: 79 * GiB };

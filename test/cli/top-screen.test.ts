@@ -1,9 +1,9 @@
 import { expect } from 'chai';
-import chalk from 'chalk';
 import type { QueueDetail, QueueEntry } from '../../src/operators/answers.js';
 import { advance, initialState, type TopState } from '../../src/cli/top/model.js';
 import { screenLines } from '../../src/cli/top/screen.js';
 import { localTime } from '../../src/cli/view/format.js';
+import { withoutColour } from '../support/colour.js';
 
 const NOW = 1_800_000_000_000;
 const VIEW = { url: 'http://127.0.0.1:8080', intervalMs: 1000 };
@@ -28,14 +28,7 @@ function stateWith(queues: QueueEntry[], detail: Partial<QueueDetail> = {}): Top
 const many = (n: number): QueueEntry[] => Array.from({ length: n }, (_, i) => entry('jobs.test', `q-${String(i).padStart(3, '0')}`, i % 3));
 
 describe('svcq top draws a screen that fits the terminal (decisions §5.1: operators see their queues live)', () => {
-  let level: typeof chalk.level;
-  before(() => {
-    level = chalk.level;
-    chalk.level = 0;
-  });
-  after(() => {
-    chalk.level = level;
-  });
+  withoutColour();
 
   for (const [columns, rows] of [
     [20, 3],
