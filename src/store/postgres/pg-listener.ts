@@ -84,16 +84,24 @@ export class PgListener {
   async run(text: string, values: unknown[]): Promise<boolean> {
     const client = this.client;
     if (!client) return false;
-    const watched = watch(client, this.answerTimeoutMs);
     this.running++;
     try {
-      await client.query(text, values);
+      await this.answered(client, text, values);
       this.heardAt = performance.now();
     } finally {
       this.running--;
-      watched.stop();
     }
     return true;
+  }
+
+  /** One statement on `client`, the connection cut if it goes unanswered for the answer timeout. */
+  private async answered(client: pg.Client, text: string, values: unknown[] = []): Promise<void> {
+    const watched = watch(client, this.answerTimeoutMs);
+    try {
+      await client.query(text, values);
+    } finally {
+      watched.stop();
+    }
   }
 
   private get answerTimeoutMs(): number {
@@ -127,12 +135,7 @@ export class PgListener {
       });
       try {
         await client.connect();
-        const watched = watch(client, this.answerTimeoutMs);
-        try {
-          await client.query(`LISTEN ${pg.escapeIdentifier(this.options.channel)}`);
-        } finally {
-          watched.stop();
-        }
+        await this.answered(client, `LISTEN ${pg.escapeIdentifier(this.options.channel)}`);
       } catch (err) {
         client.removeAllListeners('end');
         await client.end().catch(() => undefined);
