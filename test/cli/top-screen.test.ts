@@ -1,6 +1,7 @@
 import { expect } from 'chai';
+import stringWidth from 'string-width';
 import type { QueueDetail, QueueEntry } from '../../src/operators/answers.js';
-import { advance, initialState, type TopState } from '../../src/cli/top/model.js';
+import { advance, initialState, move, type TopState } from '../../src/cli/top/model.js';
 import { screenLines } from '../../src/cli/top/screen.js';
 import { localTime } from '../../src/cli/view/format.js';
 import { withoutColour } from '../support/colour.js';
@@ -125,5 +126,40 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     const oldest = Array.from({ length: 20 }, (_, i) => ({ id: `item${String(i).padStart(12, '0')}`, postedAt: NOW - 60_000 + i, attempts: 0 }));
     const waiting = screenLines(stateWith([{ ...queues[0]!, counts: { ...queues[0]!.counts, pending: 20 } }], { oldest }), { columns: 120, rows: 30 }, VIEW, NOW);
     expect(waiting.filter((l) => l.includes('item0'))).to.have.length(29 - 6 - 5 - 2);
+  });
+  it('columns line up in terminal cells: worker names in CJK characters or with emoji (two cells each) are padded and cut by width', () => {
+    const queues = [entry('jobs.test', 'wide', 0)];
+    const workers = ['plain-worker', '東京の作業者-01', '🚀 rocket', '名前がとても長いワーカーの名前です-東京-大阪-名古屋'];
+    const leases = workers.map((worker, i) => ({ id: `lease${String(i).padStart(11, '0')}`, worker, until: NOW + 60_000, attempts: 1 }));
+    const lines = screenLines(stateWith(queues, { leases }), { columns: 120, rows: 30 }, VIEW, NOW).filter((l) => l.includes('lease0'));
+    expect(lines).to.have.length(4);
+    // The ENDS IN column starts at the same cell on every row: the worker cell is 24 cells wide.
+    const endsAt = lines.map((l) => stringWidth(l.slice(0, l.indexOf('1m 0s'))));
+    expect(new Set(endsAt).size, lines.join('\n')).to.equal(1);
+    expect(new Set(lines.map((l) => stringWidth(l))).size).to.equal(1);
+    // The long name is cut to 23 cells and an ellipsis, between whole characters.
+    expect(lines[3]).to.include('名前がとても長いワーカ…');
+  });
+
+  it('a selected queue deleted meanwhile leaves the selection where it stood (on the queue now in its place), not on the first', () => {
+    const queues = many(10);
+    let state = stateWith(queues);
+    state = move(state, 6);
+    expect(state.selected).to.equal('jobs.test/q-006');
+    const without = queues.filter((q) => q.name !== 'q-006');
+    state = advance(state, { at: NOW + 1000, list: { queues: without }, detail: null, health: null });
+    expect(state.selected).to.equal('jobs.test/q-007');
+    // At the end of the list, the last queue.
+    state = move(state, Infinity);
+    state = advance(state, { at: NOW + 2000, list: { queues: without.slice(0, -1) }, detail: null, health: null });
+    expect(state.selected).to.equal('jobs.test/q-008');
+  });
+
+  it('with stdin not a terminal (no keys read), the footer says Ctrl-C quits instead of listing keys that do nothing', () => {
+    const state = stateWith(many(3));
+    const last = screenLines(state, { columns: 120, rows: 30 }, { ...VIEW, keys: false }, NOW).at(-1)!;
+    expect(last).to.include('Ctrl-C quits');
+    expect(last).not.to.include('q quit');
+    expect(screenLines(state, { columns: 40, rows: 6 }, { ...VIEW, keys: false }, NOW).at(-1)).to.include('Ctrl-C quits');
   });
 });

@@ -1,7 +1,7 @@
 import { createElement as h, useEffect, useRef, useState, type ReactElement } from 'react';
 import { Box, Text, useApp, useInput, useStdout } from 'ink';
 import type { SvcqClient } from '../../client/client.js';
-import { queuePath, type QueueDetail } from '../../operators/answers.js';
+import { queuePath, type QueueDetail, type QueueEntry } from '../../operators/answers.js';
 import { fetchTop } from './fetch.js';
 import { advance, initialState, keyOf, move, type TopState } from './model.js';
 import { screenLines } from './screen.js';
@@ -30,6 +30,8 @@ export function Top({ client, url, intervalMs, keys }: TopProps): ReactElement {
   const [state, setState] = useState<TopState>(initialState);
   const selected = useRef<string | null>(null);
   selected.current = state.selected;
+  const shown = useRef<readonly QueueEntry[]>([]);
+  shown.current = state.fetched?.list.queues ?? [];
   const [size, setSize] = useState({ columns: stdout.columns || 80, rows: stdout.rows || 24 });
 
   useEffect(() => {
@@ -48,7 +50,7 @@ export function Top({ client, url, intervalMs, keys }: TopProps): ReactElement {
     const abandon = new AbortController();
     const refresh = async (): Promise<void> => {
       try {
-        const fetched = await fetchTop(client, selected.current, { signal: abandon.signal });
+        const fetched = await fetchTop(client, selected.current, { shown: shown.current, signal: abandon.signal });
         if (!stopped) setState((s) => advance(s, fetched));
       } catch (err) {
         if (!stopped) setState((s) => ({ ...s, error: (err as Error).message }));
@@ -96,7 +98,7 @@ export function Top({ client, url, intervalMs, keys }: TopProps): ReactElement {
     { isActive: keys },
   );
 
-  const lines = screenLines(state, size, { url, intervalMs });
+  const lines = screenLines(state, size, { url, intervalMs, keys });
   return h(
     Box,
     { flexDirection: 'column', width: size.columns },

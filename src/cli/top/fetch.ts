@@ -1,18 +1,19 @@
 import { ClientError, type CallOptions, type SvcqClient } from '../../client/client.js';
-import { QUEUES_PATH, queuePath, type QueueDetail, type QueueList } from '../../operators/answers.js';
+import { QUEUES_PATH, queuePath, type QueueDetail, type QueueEntry, type QueueList } from '../../operators/answers.js';
 import type { Snapshot } from '../../tools/stats.js';
 import { keyOf, selectedAfter, type Fetched } from './model.js';
 
 /**
- * One refresh: the list and the server's health together, then the selected queue's detail (the
- * first queue when the selection is gone; none with `detail: false`). A failure of the list is the refresh's failure; health
+ * One refresh: the list and the server's health together, then the selected queue's detail (when
+ * the selection is gone, that of the queue now in its place in `shown`, the list on the screen;
+ * none with `detail: false`). A failure of the list is the refresh's failure; health
  * that cannot be read is shown as unknown, and a queue deleted meanwhile simply has no detail.
  * `signal` abandons the requests still waiting for their answer (the view has ended).
  */
-export async function fetchTop(client: SvcqClient, selected: string | null, options: { detail?: boolean; now?: () => number; signal?: AbortSignal } = {}): Promise<Fetched> {
+export async function fetchTop(client: SvcqClient, selected: string | null, options: { detail?: boolean; shown?: readonly QueueEntry[]; now?: () => number; signal?: AbortSignal } = {}): Promise<Fetched> {
   const call = { timeoutMs: 10_000, signal: options.signal };
   const [list, health] = await Promise.all([fetchQueueList(client, call), client.json<Snapshot>('GET', '/api/v2/stats/now', call).catch(() => null)]);
-  const key = options.detail === false ? null : selectedAfter(selected, list.queues);
+  const key = options.detail === false ? null : selectedAfter(selected, list.queues, options.shown);
   const entry = key === null ? undefined : list.queues.find((q) => keyOf(q) === key);
   const detail = entry ? await client.json<QueueDetail>('GET', queuePath(entry.host, entry.name), call).catch(() => null) : null;
   return { at: (options.now ?? Date.now)(), list, detail, health };

@@ -57,13 +57,21 @@ export function advance(state: TopState, fetched: Fetched): TopState {
   }
   const previous = state.fetched?.health;
   const cpuBusy = previous?.cpu && fetched.health?.cpu ? busyBetween(previous.cpu.cores, fetched.health.cpu.cores) ?? state.cpuBusy : state.cpuBusy;
-  return { ...state, fetched, throughput, lastDone, cpuBusy, error: null, selected: selectedAfter(state.selected, fetched.list.queues) };
+  return { ...state, fetched, throughput, lastDone, cpuBusy, error: null, selected: selectedAfter(state.selected, fetched.list.queues, state.fetched?.list.queues) };
 }
 
-/** Keeps the selection on the same queue while it exists; otherwise the first queue. */
-export function selectedAfter(selected: string | null, queues: QueueEntry[]): string | null {
-  if (selected !== null && queues.some((q) => keyOf(q) === selected)) return selected;
-  return queues.length > 0 ? keyOf(queues[0]!) : null;
+/**
+ * Keeps the selection on the same queue while it exists. When it is gone (deleted meanwhile), the
+ * queue that now stands where it stood in `before`, the list shown until now, is selected (the last
+ * one when it stood at the end), so that the operator stays where they were; with nothing to go
+ * by, the first queue.
+ */
+export function selectedAfter(selected: string | null, queues: readonly QueueEntry[], before: readonly QueueEntry[] = []): string | null {
+  if (queues.length === 0) return null;
+  if (selected === null) return keyOf(queues[0]!);
+  if (queues.some((q) => keyOf(q) === selected)) return selected;
+  const stood = before.findIndex((q) => keyOf(q) === selected);
+  return keyOf(queues[Math.min(Math.max(0, stood), queues.length - 1)]!);
 }
 
 /** Moves the selection `by` rows (up is -1), staying within the list. */

@@ -1,4 +1,5 @@
 import chalk from 'chalk';
+import stringWidth from 'string-width';
 import type { QueueDetail, QueueEntry } from '../../operators/answers.js';
 import type { Snapshot } from '../../tools/stats.js';
 import { localTime, printable, table } from '../view/format.js';
@@ -11,12 +12,29 @@ type Align = 'left' | 'right';
 /**
  * A cell padded on its plain text, then painted, so that colour codes never upset the columns.
  * The text is made printable first: a worker names itself, and its name is shown to the operator.
+ * Widths are terminal cells, not characters: a CJK character or an emoji takes two.
  */
 function cell(raw: string, width: number, align: Align, paint?: (s: string) => string): string {
   const text = printable(raw);
-  const clipped = text.length > width ? `${text.slice(0, Math.max(0, width - 1))}…` : text;
-  const padded = align === 'left' ? clipped.padEnd(width) : clipped.padStart(width);
+  const clipped = stringWidth(text) > width ? `${clip(text, Math.max(0, width - 1))}…` : text;
+  const gap = ' '.repeat(Math.max(0, width - stringWidth(clipped)));
+  const padded = align === 'left' ? clipped + gap : gap + clipped;
   return paint ? paint(padded) : padded;
+}
+
+const graphemes = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
+
+/** The longest start of `text` that fits in `cells` terminal cells, cut between whole characters. */
+function clip(text: string, cells: number): string {
+  let out = '';
+  let used = 0;
+  for (const { segment } of graphemes.segment(text)) {
+    const w = stringWidth(segment);
+    if (used + w > cells) break;
+    out += segment;
+    used += w;
+  }
+  return out;
 }
 
 const NUMBER = 9;
@@ -69,6 +87,8 @@ export interface ScreenSize {
 export interface ViewOptions {
   url: string;
   intervalMs: number;
+  /** Whether keys are read (stdin is a terminal); without them the footer says how to quit instead. */
+  keys?: boolean;
 }
 
 /**
@@ -118,7 +138,9 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
     lines.push(selected ? chalk.inverse(`>${row}`) : ` ${row}`);
   }
   const every = view.intervalMs === 1000 ? 'second' : `${view.intervalMs / 1000} s`;
-  const keys = chalk.dim(`↑/↓ PgUp/PgDn Home/End select   q quit   refreshed every ${every}`);
+  const keys = chalk.dim(
+    view.keys === false ? `Ctrl-C quits (stdin is not a terminal: no keys are read)   refreshed every ${every}` : `↑/↓ PgUp/PgDn Home/End select   q quit   refreshed every ${every}`,
+  );
   // The figures shown stay those of the last refresh that answered: say from when, and that it goes on trying.
   const stale = f ? `; showing ${localTime(f.at).slice(11, 19)}` : '';
   const error = state.error ? chalk.red(`! ${state.error}${stale}; trying again every ${every}`) : null;
@@ -141,12 +163,12 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
 }
 
 /**
- * The widths of the host and queue columns: the longest name, cut at 30 characters, and on a
+ * The widths of the host and queue columns, in terminal cells: the longest name, cut at 30, and on a
  * terminal wide enough for more, longer, up to the whole name, the queue's name first.
  */
 function nameWidths(queues: QueueEntry[], columns: number): { hostWidth: number; nameWidth: number } {
-  const hostWhole = Math.max(4, ...queues.map((q) => q.host.length));
-  const nameWhole = Math.max(5, ...queues.map((q) => q.name.length));
+  const hostWhole = Math.max(4, ...queues.map((q) => stringWidth(printable(q.host))));
+  const nameWhole = Math.max(5, ...queues.map((q) => stringWidth(printable(q.name))));
   let hostWidth = Math.min(30, hostWhole);
   let nameWidth = Math.min(30, nameWhole);
   // The selection mark, the separators, the figures and the sparkline take the rest of a row.
