@@ -205,6 +205,31 @@ describe('PostgreSQL store: transactions, events and sweeps', function () {
     }
   });
 
+  it('a lease taken under rules in force between two changes of the queue\'s definition ends on time: a quiet window found under the rules before is cut short by it, and the periodic sweep applies it (decisions §3.2, §6.1)', async () => {
+    const long = resolveQueue({ leaseSeconds: 600, maxAttempts: 3 });
+    const short = resolveQueue({ leaseSeconds: 5, maxAttempts: 3 });
+    let rules = long;
+    const key = 'tx.example.com/reverted';
+    const ref = (): QueueRef => ({ key, host: 'tx.example.com', name: 'reverted', config: rules });
+    const two = new PostgresStore({ url: db.url, now: clock.now, sweepIntervalMs: 0, configFor: (k) => (k === key ? rules : undefined) });
+    await two.open();
+    try {
+      const [a, b] = await two.postMany(ref(), [{ body: '{"a":1}', postedBy: 'p' }, { body: '{"b":2}', postedBy: 'p' }]);
+      // The post's sweep opened the queue's quiet window under leases of 600 s (590 s long).
+      expect((await two.claim(ref(), { worker: 'w1' }))?.id).to.equal(a!.id);
+      // For a moment the definition says 5 s: a claim then takes a lease of 5 s. Then it is put back.
+      rules = short;
+      expect((await two.claim(ref(), { worker: 'w2' }))?.id).to.equal(b!.id);
+      rules = long;
+      clock.advance(5_001);
+      await two.sweepNow();
+      const row = await admin.query<{ status: string; attempts: number }>('SELECT status, attempts FROM svcq_items WHERE id = $1', [b!.id]);
+      expect(row.rows[0], 'the 5 s lease ended at the first sweep after it').to.deep.equal({ status: 'pending', attempts: 1 });
+    } finally {
+      await two.close();
+    }
+  });
+
   it('an error handed in with a claim for an item waiting out a retry delay its queue has since shortened makes it claimable by that claim, as one by one (decisions §3.2, §3.8)', async () => {
     let rules = resolveQueue({ leaseSeconds: 3, maxAttempts: 3, retryDelaySeconds: 30 });
     const key = 'tx.example.com/shortened';

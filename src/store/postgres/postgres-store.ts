@@ -1166,6 +1166,21 @@ export class PostgresStore implements Store, EventOutbox {
     }
   }
 
+  /**
+   * A deadline just committed ends the queue's quiet window by then at the latest, and the window
+   * of a transaction still under way that found one before this commit: a change made under
+   * other rules than the window's (a call that read the definition before it changed, or rules in
+   * force for a moment between two changes of it) can set one sooner than the window allows for.
+   */
+  private endQuietBy(key: string, at: number): void {
+    const quiet = this.quietUntil.get(key);
+    if (quiet && at < quiet.until) this.quietUntil.set(key, { rules: quiet.rules, until: at });
+    for (const other of this.live) {
+      const found = other.quiet.get(key);
+      if (found && at < found.until) other.quiet.set(key, { rules: found.rules, until: at });
+    }
+  }
+
   /** Whether nothing in the queue can be due at `now` (its last sweep's window, under the same rules). */
   private isQuiet(ref: QueueRef, now: number): boolean {
     const quiet = this.quietUntil.get(ref.key);
@@ -1490,12 +1505,12 @@ export class PostgresStore implements Store, EventOutbox {
     for (const key of tx.registered) this.known.add(key);
     for (const [key, quiet] of tx.quiet) this.quietUntil.set(key, quiet);
     if (tx.changes.length === 0) return;
-    if (this.wakesOn()) {
-      for (const c of tx.changes) {
-        if (c.purged) continue;
-        const at = rules.nextDeadline(c.record, c.ref.config);
-        if (at !== null) this.wakeFor(c.ref.key, at);
-      }
+    for (const c of tx.changes) {
+      if (c.purged) continue;
+      const at = rules.nextDeadline(c.record, c.ref.config);
+      if (at === null) continue;
+      this.endQuietBy(c.ref.key, at);
+      if (this.wakesOn()) this.wakeFor(c.ref.key, at);
     }
     if (tx.changes.some((c) => c.events.length > 0)) this.outbox.soon();
     const notifier = this.options.notifier;
