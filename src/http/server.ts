@@ -286,6 +286,8 @@ async function sweepLeftovers(root: string, home: string, stopped: AbortSignal, 
     if (placed > 0) warn(`archived ${placed} payload${placed === 1 ? '' : 's'} a crash left staged after their change was made durable`);
   } catch (err) {
     warn(`could not look for half-written files under ${root}: ${(err as Error).message}`);
+  } finally {
+    store?.stagedLookedAt();
   }
 }
 

@@ -99,6 +99,12 @@ export class EmbeddedStore implements Store, EventOutbox {
   private changeSeq = 0;
   /** Until when time-driven changes wait after a failed write; 0 while writes succeed. */
   private retryAt = 0;
+  /**
+   * Items of archiving queues purged since the store opened, by '<host>/<queue>/<id>', until start-up
+   * has looked at the payloads a crash left staged (see {@link payloadText}, {@link stagedLookedAt}):
+   * retention at start must not make a durable change's payload look like one of a change that never was.
+   */
+  private purgedSinceOpen: Map<string, Item> | undefined = new Map();
 
   constructor(private readonly options: EmbeddedStoreOptions) {
     this.journal = new Journal({ dir: options.dir, warn: options.warn, compactBytes: options.compactBytes, write: options.write, onFailure: (err) => this.takeBack(err), onGroup: options.observer && ((seconds, appends) => options.observer!.committed(seconds, appends)) });
@@ -311,9 +317,14 @@ export class EmbeddedStore implements Store, EventOutbox {
    * or null: what its archived payload must be. Start-up asks this of payloads a crash left staged.
    */
   payloadText(host: string, queue: string, id: string, kind: PayloadKind): string | null {
-    const item = this.slots.get(`${host}/${queue}`)?.queue.items.get(id);
+    const item = this.slots.get(`${host}/${queue}`)?.queue.items.get(id) ?? this.purgedSinceOpen?.get(`${host}/${queue}/${id}`);
     if (!item) return null;
     return kind === 'item' ? item.body : item[kind];
+  }
+
+  /** Start-up has looked at every payload a crash left staged: items purged from now on are forgotten at once. */
+  stagedLookedAt(): void {
+    this.purgedSinceOpen = undefined;
   }
 
   /**
@@ -472,6 +483,9 @@ export class EmbeddedStore implements Store, EventOutbox {
    */
   private commit(slot: QueueSlot, changes: Change[], created = false, staged?: StagedPayload[]): Promise<void> {
     const { pieces, lines, count, ts } = this.describe(slot, changes, created);
+    if (this.purgedSinceOpen && slot.queue.config.archivePayloads) {
+      for (const c of changes) if (c.purged) this.purgedSinceOpen.set(`${slot.key}/${c.item.id}`, c.item);
+    }
     const seq = this.eventSeq;
     const through = (this.changeSeq += changes.length);
     this.unconfirmed.push({ seq: through, slot, changes });

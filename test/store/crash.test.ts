@@ -272,4 +272,38 @@ describe('files a crash left staged under the root (decisions §6)', function ()
       cleanupTemp(own);
     }
   });
+
+  it('puts in place an archived payload a crash left staged after its change was made durable, also when retention purges the item at start, before the payload is looked at (decisions §5: payloads survive retention; §6)', async () => {
+    const own = tempDir();
+    let s = await startServer({ root: own });
+    try {
+      await defineQueue(s, HOST, 'brief', { access: PUBLIC_ACCESS, leaseSeconds: 600, retainSeconds: 1, 'svc-queue-archivePayloads': true });
+      let q = new QueueApi(s, HOST, 'brief');
+      const done = await q.post({ n: 'done' });
+      expect((await q.claim()).id).to.equal(done);
+      await q.submit(done, 'result', { output: 'kept' });
+      const payloadOf = async (server: TestServer, id: string, kind: string): Promise<string> => (await q.raw('GET', `/api/v2/tasks/payload?host=${HOST}&queue=brief&id=${id}&kind=${kind}`, undefined, { token: server.masterToken, host: new URL(server.url).host })).text;
+      const want = { item: await payloadOf(s, done, 'item'), result: await payloadOf(s, done, 'result') };
+      expect(want).to.deep.equal({ item: '{"n":"done"}', result: '{"output":"kept"}' });
+      await s.kill9();
+
+      // kill -9 between the result's journal write and its payload's rename.
+      const dir = path.join(own, '_svcq', 'payloads', HOST, 'brief');
+      renameSync(path.join(dir, `${done}.result`), path.join(dir, `.${done}.result.a1b2c3d4e5f6.tmp`));
+      // The item's second of retention ends while the server is down: the start purges it.
+      await new Promise((r) => setTimeout(r, 1500));
+
+      s = await startServer({ root: own });
+      q = new QueueApi(s, HOST, 'brief');
+      const deadline = Date.now() + 10_000;
+      while (readdirSync(dir).some((f) => f.endsWith('.tmp')) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      expect(readdirSync(dir).filter((f) => f.endsWith('.tmp')), 'left staged').to.deep.equal([]);
+      expect((await q.fetchRaw(done)).status, 'purged by retention').to.equal(404);
+      expect(await payloadOf(s, done, 'item')).to.equal(want.item);
+      expect(await payloadOf(s, done, 'result'), 'the acknowledged result, archived').to.equal(want.result);
+    } finally {
+      await s.stop();
+      cleanupTemp(own);
+    }
+  });
 });
