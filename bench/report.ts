@@ -66,7 +66,7 @@ export interface BenchRun {
    * bench/floor-server.ts under the same post load: node:http alone, and answering after an O_DSYNC
    * group write at the post phase's connections, at the cycle's (twice as many) and at 1 in flight.
    */
-  floor?: { plain: LoadResult; durable: LoadResult; durableCycle: LoadResult; durableLatency: LoadResult };
+  floor?: { plain: LoadResult; durable: LoadResult; durableCycle: LoadResult; durableUndici?: LoadResult; durableLatency: LoadResult };
   backlogs: BacklogRun[];
   profile?: { file: string; cycle: LoadResult; top: string };
 }
@@ -218,6 +218,9 @@ export function rows(run: BenchRun): Row[] {
     out.push({ phase: `floor: bare node:http handler, ${n} in flight`, figure: plain.rate, unit: 'req/s', from: plain });
     out.push({ phase: `floor: the same answering after an O_DSYNC group write, ${n} in flight`, figure: durable.rate, unit: 'req/s', from: durable });
     out.push({ phase: `floor: the same, ${2 * n} in flight (the cycle's connections), ÷ 3 requests per cycle`, figure: durableCycle.rate / 3, unit: 'cycles/s', from: durableCycle });
+    out.push({ phase: `floor: the same, ${2 * n} in flight, ÷ 2 requests per hand-in cycle`, figure: durableCycle.rate / 2, unit: 'cycles/s', from: durableCycle });
+    // What the hand-in cycle with undici could reach on a server that does nothing but answer durably: its ceiling here.
+    if (run.floor.durableUndici) out.push({ phase: `floor: the same, ${2 * n} in flight, undici clients, ÷ 2 requests per hand-in cycle`, figure: run.floor.durableUndici.rate / 2, unit: 'cycles/s', from: run.floor.durableUndici });
     const lat = durableLatency.latency;
     if (lat) out.push({ phase: `floor: the same at 1 in flight, p50 / p99 ${fmt(lat.p50, 2)} / ${fmt(lat.p99, 2)} ms`, figure: lat.p99, unit: 'ms', from: durableLatency });
   }
@@ -276,7 +279,7 @@ export function renderTable(run: BenchRun): string {
     const mark = v.pass === undefined ? chalk.yellow('n/a ') : v.pass ? chalk.green('pass') : chalk.red('FAIL');
     lines.push(`  ${mark}  ${v.target}: ${v.measured}`);
   }
-  const errors = [...(run.floor ? [run.floor.plain, run.floor.durable, run.floor.durableCycle, run.floor.durableLatency] : []), run.empty.post, ...run.empty.cycleRounds, run.empty.loop, run.empty.drain, run.empty.latency, ...run.backlogs.flatMap((b) => [b.prefill, ...b.pairs.flatMap((p) => [p.post.backlog, p.post.empty, p.cycle.backlog, p.cycle.empty])])].filter((r) => r.errors > 0);
+  const errors = [...(run.floor ? [run.floor.plain, run.floor.durable, run.floor.durableCycle, ...(run.floor.durableUndici ? [run.floor.durableUndici] : []), run.floor.durableLatency] : []), run.empty.post, ...run.empty.cycleRounds, run.empty.loop, run.empty.drain, run.empty.latency, ...run.backlogs.flatMap((b) => [b.prefill, ...b.pairs.flatMap((p) => [p.post.backlog, p.post.empty, p.cycle.backlog, p.cycle.empty])])].filter((r) => r.errors > 0);
   for (const r of errors) lines.push(chalk.red(`  ${r.errors} failed requests in a ${r.mode} phase; first: ${r.firstError ?? '?'}`));
   return lines.join('\n');
 }

@@ -330,8 +330,8 @@ async function startBullmq(): Promise<Peer> {
 
 /**
  * The bare node:http handler of bench/floor-server.ts: answering at once, then answering after an
- * O_DSYNC group write at the post phase's connections, at the full cycle's (producers and workers)
- * and at one in flight for latency.
+ * O_DSYNC group write at the post phase's connections, at the full cycle's (producers and workers),
+ * at the full cycle's with undici as the client, and at one in flight for latency.
  */
 async function floorPhases(): Promise<NonNullable<BenchRun['floor']>> {
   const dir = tempRoot('floor');
@@ -347,12 +347,13 @@ async function floorPhases(): Promise<NonNullable<BenchRun['floor']>> {
     }
   };
   const [plain] = await run(false, [[`${inFlight} in flight`, {}]]);
-  const [durable, durableCycle, durableLatency] = await run(true, [
+  const [durable, durableCycle, durableUndici, durableLatency] = await run(true, [
     [`${inFlight} in flight`, {}],
     [`${2 * inFlight} in flight`, { inFlight: 2 * inFlight }],
+    [`${2 * inFlight} in flight, undici clients`, { inFlight: 2 * inFlight, client: 'undici' }],
     ['1 in flight', { inFlight: 1, recordLatency: true }],
   ]);
-  return { plain: plain!, durable: durable!, durableCycle: durableCycle!, durableLatency: durableLatency! };
+  return { plain: plain!, durable: durable!, durableCycle: durableCycle!, durableUndici: durableUndici!, durableLatency: durableLatency! };
 }
 
 async function profilePhase(stamp: string): Promise<NonNullable<BenchRun['profile']>> {
