@@ -23,7 +23,7 @@ One SIGINT or SIGTERM stops it: held long polls are answered at once, requests u
     'log-max-bytes': Flags.integer({ description: 'rotate the access log once it passes this many bytes', env: 'SVCQ_LOG_MAX_BYTES', default: 16 * 1024 * 1024, min: 1 }),
     'log-keep': Flags.integer({ description: 'rotated access logs to keep', env: 'SVCQ_LOG_KEEP', default: 20, min: 0 }),
     'stats-interval': Flags.integer({ description: 'milliseconds between server-health samples', env: 'SVCQ_STATS_INTERVAL', default: 15_000, min: 100, max: 2 ** 31 - 1 }),
-    'history-days': Flags.integer({ description: 'remove task-history day-files of days more than N days past (0 keeps every one)', env: 'SVCQ_HISTORY_DAYS', default: 0, min: 0, max: 1_000_000 }),
+    'history-days': Flags.integer({ description: 'remove task-history day-files of days more than N days past, at start and once an hour (default 0: keep every one)', env: 'SVCQ_HISTORY_DAYS', default: 0, min: 0, max: 1_000_000 }),
     'compact-bytes': Flags.integer({ description: 'journal size in bytes past which the store writes a snapshot (and at least four times the last snapshot)', env: 'SVCQ_COMPACT_BYTES', default: 64 * 1024 * 1024, min: 1024 }),
     store: Flags.string({ description: 'where items live: "embedded" (under --root) or postgres://USER@HOST:PORT/DB, shared by every server started with it and the same master token', env: 'SVCQ_STORE', default: 'embedded' }),
     'shutdown-grace': Flags.integer({ description: 'seconds a connection may take, once a stop begins, to deliver a whole request before it is cut', env: 'SVCQ_SHUTDOWN_GRACE', default: 5, min: 0, max: 3600 }),

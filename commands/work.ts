@@ -36,7 +36,7 @@ On a terminal a status line is shown; on a pipe or with --json each event is one
       max: 100,
     }),
     'hand-in': Flags.boolean({
-      description: 'hand results and errors in with the next claim (one request per job); --no-hand-in submits each on its own',
+      description: 'hand results and errors in with the next claim, one request per job (the default); --no-hand-in submits each on its own',
       default: true,
       allowNo: true,
     }),
