@@ -6,15 +6,16 @@ const STOP_MARGIN_S = 10;
 
 export default class Serve extends Command {
   static override summary = 'Run the svcq server.';
-  static override description = `Serves the queues of every host defined under --root, the management API and the tools API.
-Everything the server keeps lives under --root: definitions in <root>/<host>/svc-*, everything else in <root>/_svcq/.
+  static override description = `Serves the queues of every defined host, the management API and the tools API.
+With the embedded store, everything the server keeps lives under --root: definitions in <root>/<host>/svc-*, everything else in <root>/_svcq/.
+With --store postgres://..., definitions, items, task events and archived payloads live in the database, and --root holds this server's access logs, stats and task-history day-files.
 The master token comes from --master-token, SVCQ_MASTER_TOKEN, or <root>/_svcq/master-token (created with mode 0600 on first start).
 Every flag can also be set in the environment: SVCQ_ and the flag's name in capitals, with _ for - (SVCQ_ROOT, SVCQ_LOG_MAX_BYTES, ...).
 One SIGINT or SIGTERM stops it: held long polls are answered at once, requests under way finish, keep-alive connections close, a connection that has not delivered a whole request within --shutdown-grace is cut, everything is flushed, and it exits 0. A second signal exits at once (130).`;
   static override examples = ['<%= config.bin %> serve --root ./data', '<%= config.bin %> serve --root ./data --port 0 --show-token'];
 
   static override flags = {
-    root: Flags.string({ description: 'folder that holds definitions, items, logs and stats', env: 'SVCQ_ROOT', default: './data' }),
+    root: Flags.string({ description: 'folder that holds definitions, items, logs and stats (with --store postgres://..., only the access logs, stats and task history of this server)', env: 'SVCQ_ROOT', default: './data' }),
     port: Flags.integer({ description: 'TCP port (0 picks a free one)', env: 'SVCQ_PORT', default: 8080, min: 0, max: 65535 }),
     bind: Flags.string({ description: 'address to listen on', env: 'SVCQ_BIND', default: '127.0.0.1' }),
     'master-token': Flags.string({ description: 'master token for /api (default: SVCQ_MASTER_TOKEN, else <root>/_svcq/master-token)', env: 'SVCQ_MASTER_TOKEN' }),
