@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
 import { Queue, type Change, type Item, type Outcome } from '../engine/queue.js';
-import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord } from './journal.js';
+import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord, type HistoryMark } from './journal.js';
 import type { WriteFn } from './append-file.js';
 import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
 import { jsonString } from '../json-text.js';
@@ -85,6 +85,8 @@ export class EmbeddedStore implements Store, EventOutbox {
   /** The task history holds every event through this number (it said so through eventsDelivered). */
   private delivered = 0;
   private markWrittenAt = 0;
+  /** The history's last mark found at start (see {@link recordedHistoryPosition}). */
+  private loadedMark: HistoryMark | null = null;
   /** Durable events the history does not hold yet, oldest first (see EventOutbox). */
   private outbox: OutboxEntry[] = [];
   private readonly eventListeners: Array<() => void> = [];
@@ -116,6 +118,7 @@ export class EmbeddedStore implements Store, EventOutbox {
     // The outbox starts with every durable event the history did not say it holds.
     this.eventSeq = events.lastSeq;
     this.delivered = events.mark?.seq ?? 0;
+    this.loadedMark = events.mark;
     for (const [seq, batch] of events.pending) {
       if (batch.length > 0) this.outbox.push({ seq, ts: batch[0]!.ts, lines: batch.map((e) => `${JSON.stringify(e)}\n`) });
     }
@@ -553,6 +556,11 @@ export class EmbeddedStore implements Store, EventOutbox {
   private commitLater(slot: QueueSlot, changes: Change[]): void {
     // A failed write has already been reported, and its changes taken back (they are tried again when next due).
     this.commit(slot, changes).catch(() => undefined);
+  }
+
+  recordedHistoryPosition(): { seq: number; file: string; size: number } | null {
+    const mark = this.loadedMark;
+    return mark && mark.file !== undefined && mark.size !== undefined ? { seq: mark.seq, file: mark.file, size: mark.size } : null;
   }
 
   readEvents(afterSeq: number, limit: number): OutboxEntry[] {

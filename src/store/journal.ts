@@ -34,6 +34,7 @@ import { jsonString } from '../json-text.js';
 //   ["d", queue, id]                                                          the item is gone (retention)
 //   ["e", seq, [event, ...]]        task events, written with the change they describe; seq numbers the last
 //   ["m", seq]                      the task history holds every event up to seq
+//   ["m", seq, file, size]          the same, as builds before the history kept its own position wrote it: `file` then had `size` bytes
 //   ["g"]                           the end of a group: the records since the one before were written whole, in one write
 //
 // Every group write ends with ["g"], and a journal opened for appending gets one first, so that
@@ -99,9 +100,14 @@ export function markRecord(mark: HistoryMark): string {
 /** Every live item found on disk, by queue. */
 export type LoadedItems = Map<string, Map<string, Item>>;
 
-/** The task history holds every event up to `seq`. */
+/**
+ * The task history holds every event up to `seq`. `file` and `size` come only from stores written
+ * by builds before the history kept its own position: where the history then ended.
+ */
 export interface HistoryMark {
   seq: number;
+  file?: string;
+  size?: number;
 }
 
 /** What start-up found besides items: the history's last known position and the events beyond it. */
@@ -527,7 +533,7 @@ function applyRecord(record: unknown[], body: string | undefined, items: LoadedI
   }
   // ["m", seq], or ["m", seq, file, size] as stores written before kept it (the position is the history's own business now).
   if (record[0] === 'm' && (record.length === 2 || record.length === 4) && typeof record[1] === 'number') {
-    const mark: HistoryMark = { seq: record[1] };
+    const mark: HistoryMark = record.length === 4 && typeof record[2] === 'string' && typeof record[3] === 'number' ? { seq: record[1], file: record[2], size: record[3] } : { seq: record[1] };
     if (mark.seq >= (events.mark?.seq ?? 0)) {
       // Every event up to mark.seq is in the history; later batches may precede this line.
       events.mark = mark;

@@ -149,6 +149,12 @@ export interface EventOutbox {
    * An outbox filled by its own store's writes has nothing to do and need not have it.
    */
   catchUp?(): Promise<void>;
+  /**
+   * Where the history stood by the store's own records, when they come from a build that kept the
+   * history's position there (every event through `seq` in it, `file` then `size` bytes long)
+   * rather than in the history's own folder; null when they say nothing of a file.
+   */
+  recordedHistoryPosition?(): { seq: number; file: string; size: number } | null;
 }
 
 /** What a store calls outside itself: the payload archive (decisions §5, §6). */

@@ -108,6 +108,13 @@ export class TaskEventLog {
   async start(outbox: EventOutbox): Promise<void> {
     await mkdir(this.dir, { recursive: true });
     this.position = await this.readPosition();
+    const recorded = this.position ? null : outbox.recordedHistoryPosition?.();
+    if (recorded && parseTaskFile(recorded.file)) {
+      // A history written by a build that kept its position in the store's records: lines written
+      // after the last of them (a crash came before the next) are handed over again, so they are cut.
+      await this.recordPosition(recorded);
+      this.position = recorded;
+    }
     if (!this.position && !(await readdir(this.dir)).some((name) => parseTaskFile(name))) {
       // A new history records where it starts before its first write: a crash between that
       // write and its position would otherwise leave lines the outbox hands over again.

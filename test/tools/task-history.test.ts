@@ -1,6 +1,7 @@
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
+import { EmbeddedStore } from '../../src/store/embedded-store.js';
 import type { EventOutbox, OutboxEntry } from '../../src/store/store.js';
 import { HistoryUnavailable, TaskEventLog } from '../../src/tools/task-events.js';
 import { cleanupTemp, tempDir } from '../support/server.js';
@@ -71,6 +72,41 @@ describe('the task history when a write fails (decisions §5, §6)', function ()
       expect(readFileSync(file, 'utf8')).to.equal('{"n":1}\n');
     } finally {
       await again.close();
+    }
+  });
+});
+
+describe('the task history of a root written by a build that kept its position in the store\'s journal (decisions §5: every event once)', function () {
+  this.timeout(20_000);
+  let home: string;
+  beforeEach(() => {
+    home = tempDir('svcq-history-');
+  });
+  afterEach(() => cleanupTemp(home));
+
+  it('lines written after the journal\'s last mark ["m", seq, file, size] are cut off and written once from the journal, not twice', async () => {
+    const event = (n: number): string => `{"ts":${Date.parse('2026-01-01T12:00:00Z') + n},"host":"jobs.test","queue":"work","id":"000000000000000${n}","event":"posted","attempts":0,"status":"pending"}\n`;
+    // Journal records of such a build (no group ends): three events, and a mark after the first. The
+    // history had written the second too when the process was killed, before its next mark.
+    const storeDir = path.join(home, 'store');
+    const tasksDir = path.join(home, 'tasks');
+    mkdirSync(storeDir);
+    mkdirSync(tasksDir);
+    const journal = [1, 2, 3].map((n) => `["e",${n},[${event(n).trimEnd()}]]\n`);
+    journal.splice(1, 0, `["m",1,"tasks-2026-01-01.log",${event(1).length}]\n`);
+    writeFileSync(path.join(storeDir, 'journal-0.jsonl'), journal.join(''));
+    writeFileSync(path.join(tasksDir, 'tasks-2026-01-01.log'), event(1) + event(2));
+
+    const store = new EmbeddedStore({ dir: storeDir, hooks: { stage: () => Promise.reject(new Error('no payloads here')) }, configFor: () => undefined, warn: () => undefined });
+    await store.open();
+    const log = new TaskEventLog(tasksDir);
+    await log.start(store);
+    try {
+      await log.flush();
+      expect(readFileSync(path.join(tasksDir, 'tasks-2026-01-01.log'), 'utf8')).to.equal(event(1) + event(2) + event(3));
+    } finally {
+      await log.close();
+      await store.close();
     }
   });
 });
