@@ -90,15 +90,17 @@ export async function postMany(
       const input = items[index]!;
       // One key per item: the same key on every line would collapse them into the first.
       const key = options.idempotencyKey === undefined ? undefined : items.length === 1 ? options.idempotencyKey : `${options.idempotencyKey}:${input.line ?? index + 1}`;
+      // A try that went out and got no answer may have created the item, whatever the tries after it say.
+      let unsure = false;
       try {
-        outcomes[index] = { input, result: await postWithRetry(client, queue, input.json, key) };
+        outcomes[index] = { input, result: await postWithRetry(client, queue, input.json, key, { onFailure: (error) => (unsure ||= !surelyNotApplied(error)) }) };
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
         // Wrong address, token or queue, or no server at all: every other item would fail the same
         // way. The posts under way finish; the rest are not sent.
         if (err instanceof ClientError && (err.code === 'wall' || err.code === 'unreachable' || err.code === 'timeout' || err.code === 'aborted')) {
           stopped ??= message;
-          outcomes[index] = surelyNotApplied(err) ? { input, error: message, notPosted: true } : { input, error: message, unsure: true };
+          outcomes[index] = surelyNotApplied(err) && !unsure ? { input, error: message, notPosted: true } : { input, error: message, unsure: true };
         } else outcomes[index] = { input, error: message };
       }
       options.onDone?.(++count);
@@ -179,9 +181,10 @@ export async function postBatches(client: SvcqClient, queue: string, items: Item
  * it never went out whole, or the server refused it with 503 or 429. One that went out and got no
  * answer may have been created, and a retry could create it twice.
  */
-export function postWithRetry(client: SvcqClient, queue: string, json: string, key: string | undefined): Promise<PostAnswer> {
+export function postWithRetry(client: SvcqClient, queue: string, json: string, key: string | undefined, options: { onFailure?: (error: unknown) => void } = {}): Promise<PostAnswer> {
   return retrying(() => client.post(queue, json, key), {
     retryable: (err, attempt) => isTransient(err) && attempt < 4 && (key !== undefined || !(err as ClientError).sent || (err as ClientError).status === 503 || (err as ClientError).status === 429),
+    onFailure: ({ error }) => options.onFailure?.(error),
   });
 }
 

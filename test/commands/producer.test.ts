@@ -199,6 +199,33 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
     }
   });
 
+  it('with --idempotency-key, a line whose post went out and got no answer, then could not be sent again, is reported as maybe posted, never as not posted (decisions §3.5)', async () => {
+    const queue = queueName('unsure-keyed');
+    await defineQueue(server, queue);
+    const proxy = await faultProxy(server.url, new RegExp(`^POST /${queue} `));
+    try {
+      // The server creates an item and its answer is lost; then the server is gone (connections refused).
+      proxy.dropAnswers = 1;
+      proxy.goneAfterDrop = true;
+      const input = Array.from({ length: 4 }, (_, n) => JSON.stringify({ n })).join('\n');
+      const run = await runCli(['post', queue, '-', '--url', proxy.url, '--host', HOST, '--idempotency-key', 'k', '--json'], { input });
+      expect(run.code).to.equal(1);
+      const outcomes = lines(run.stdout) as Array<{ ok: boolean; source?: string; posted?: boolean | string }>;
+      const notPosted = outcomes.filter((o) => o.posted === false).map((o) => Number(/^line (\d+) /.exec(o.source!)![1]) - 1);
+      const created: number[] = [];
+      for (;;) {
+        const reply = await request(server.url, `/${queue}/claim`, { method: 'POST', host: HOST, body: '{"max":100}' });
+        const items = (reply.json as { items: Array<{ item: { n: number } }> }).items;
+        if (items.length === 0) break;
+        created.push(...items.map((i) => i.item.n));
+      }
+      expect(created.length, 'the lost answer was to a post the server took').to.be.above(0);
+      expect(created.filter((n) => notPosted.includes(n)), 'items reported not posted that the server has').to.deep.equal([]);
+    } finally {
+      proxy.close();
+    }
+  });
+
   it('refuses an empty or too long --idempotency-key before posting anything, exit 2', async () => {
     const queue = queueName('badkey');
     await defineQueue(server, queue);

@@ -18,6 +18,8 @@ export interface FaultProxy {
   matched: number;
   /** While true, matching requests are held: never forwarded, never answered (a server that hangs). */
   hold: boolean;
+  /** When true, the proxy closes as it loses an answer: the server is gone, and later connections are refused. */
+  goneAfterDrop: boolean;
   close(): void;
 }
 
@@ -30,6 +32,7 @@ export async function faultProxy(serverUrl: string, match: RegExp): Promise<Faul
     passOnly: Infinity,
     matched: 0,
     hold: false,
+    goneAfterDrop: false,
     close: () => {
       for (const s of sockets) s.destroy();
       proxy.close();
@@ -64,6 +67,7 @@ export async function faultProxy(serverUrl: string, match: RegExp): Promise<Faul
         dropNext = false;
         client.resetAndDestroy();
         upstream.destroy();
+        if (state.goneAfterDrop) state.close();
         return;
       }
       client.write(chunk);
