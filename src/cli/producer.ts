@@ -96,9 +96,10 @@ export async function postMany(
         outcomes[index] = { input, result: await postWithRetry(client, queue, input.json, key, { onFailure: (error) => (unsure ||= !surelyNotApplied(error)) }) };
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
-        // Wrong address, token or queue, or no server at all: every other item would fail the same
-        // way. The posts under way finish; the rest are not sent.
-        if (err instanceof ClientError && (err.code === 'wall' || err.code === 'unreachable' || err.code === 'timeout' || err.code === 'aborted')) {
+        // Wrong address, token or queue, no server at all, or one that still fails after the retries
+        // (a 503: it cannot save): every other item would fail the same way. The posts under way
+        // finish; the rest are not sent.
+        if (err instanceof ClientError && (err.code === 'wall' || err.code === 'aborted' || isTransient(err))) {
           stopped ??= message;
           outcomes[index] = surelyNotApplied(err) && !unsure ? { input, error: message, notPosted: true } : { input, error: message, unsure: true };
         } else outcomes[index] = { input, error: message };

@@ -1,4 +1,6 @@
 import { spawn } from 'node:child_process';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { expect } from 'chai';
 import { runCli, type CliResult } from '../support/cli.js';
 import { request } from '../support/http.js';
@@ -223,6 +225,31 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
       expect(created.filter((n) => notPosted.includes(n)), 'items reported not posted that the server has').to.deep.equal([]);
     } finally {
       proxy.close();
+    }
+  });
+
+  it('with --idempotency-key, a server that keeps answering 503 (it cannot save) stops the run: the lines not sent are summed up in one line, not retried one by one (decisions §6)', async () => {
+    let posts = 0;
+    const full = http.createServer((req, res) => {
+      posts++;
+      req.resume();
+      res.writeHead(503, { 'content-type': 'application/json' }).end('{"ok":false,"error":"the server could not save the change (its disk is full); nothing was changed, try again later"}');
+    });
+    await new Promise<void>((resolve) => full.listen(0, '127.0.0.1', resolve));
+    try {
+      const input = Array.from({ length: 200 }, (_, n) => JSON.stringify({ n })).join('\n');
+      const started = Date.now();
+      const run = await runCli(['post', 'q', '-', '--url', `http://127.0.0.1:${(full.address() as AddressInfo).port}`, '--host', HOST, '--idempotency-key', 'k'], { input, timeoutMs: 60_000 });
+      expect(run.code).to.equal(1);
+      // A 503 changed nothing (decisions §6): every line is surely not posted.
+      expect(run.stderr).to.equal(
+        'svcq: 200 item(s) not posted (line 1 of stdin to line 200 of stdin): the server could not save the change (its disk is full); nothing was changed, try again later\nsvcq: 200 of 200 item(s) were not posted\n',
+      );
+      // Each of the posts under way when it stopped was tried 5 times; the rest never went out.
+      expect(posts).to.be.at.most(8 * 5);
+      expect(Date.now() - started).to.be.below(15_000);
+    } finally {
+      full.close();
     }
   });
 
