@@ -11,7 +11,8 @@ export default class Post extends BaseCommand<typeof Post> {
 Stdin may hold one object or JSON lines (one object per line): each line is posted as an item, and nothing is posted unless every line parses. JSON lines go in batches of up to 1,000 items per request; a batch whose answer was lost is sent again without creating its items twice.
 With --idempotency-key a repeated post returns the first item instead of creating another; with JSON lines of two or more items, line N uses KEY:N (those lines are posted one request each, so that the keys stay KEY:N), and a single object uses KEY itself.
 Without a key, a single post whose answer was lost is not sent again (it may have been created); with one, it is.
-If the server cannot be reached partway through, the items already posted are printed, the rest are reported as not posted, and the exit code is 1.`;
+If the server cannot be reached partway through, the items already posted are printed, the rest are reported as not posted, and the exit code is 1.
+Ctrl-C (or SIGTERM) partway through sends nothing more: the requests under way finish, and the outcome is reported the same way (a second Ctrl-C ends it at once).`;
   static override examples = [
     `<%= config.bin %> post public-echo '{"text":"hello"}' --host jobs.example.com`,
     `<%= config.bin %> post thumbnails - --host jobs.example.com --token $ALICE_TOKEN < items.jsonl`,
@@ -58,20 +59,29 @@ If the server cannot be reached partway through, the items already posted are pr
         ? new cliProgress.SingleBar({ format: 'posting [{bar}] {value}/{total}', stream: process.stderr, hideCursor: true }, cliProgress.Presets.shades_classic)
         : undefined;
     bar?.start(items.length, 0);
+    // Ctrl-C (or SIGTERM) sends nothing more: the requests under way finish, and what was posted is
+    // printed as usual, the rest reported as not posted. A second signal ends the process at once.
+    const interrupt = new AbortController();
+    const onSignal = (): void => interrupt.abort();
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
     let outcomes;
     try {
       outcomes =
         key === undefined
-          ? await postBatches(client, args.queue, items, { onDone: (n) => bar?.update(n) })
-          : await postMany(client, args.queue, items, { idempotencyKey: key, onDone: (n) => bar?.update(n) });
+          ? await postBatches(client, args.queue, items, { onDone: (n) => bar?.update(n), signal: interrupt.signal })
+          : await postMany(client, args.queue, items, { idempotencyKey: key, onDone: (n) => bar?.update(n), signal: interrupt.signal });
     } finally {
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
       bar?.stop();
     }
 
     let rejected = 0;
     const notPosted: ItemInput[] = [];
     const unsure: ItemInput[] = [];
-    let why = '';
+    // Why each kind was not posted: the last of its outcomes says (the lines not sent after a Ctrl-C, say, differ from those under way).
+    const why = { unsure: '', notPosted: '' };
     for (const outcome of outcomes) {
       if ('result' in outcome) {
         if (json) process.stdout.write(`${JSON.stringify(outcome.result)}\n`);
@@ -81,15 +91,15 @@ If the server cannot be reached partway through, the items already posted are pr
         if (json) process.stdout.write(`${JSON.stringify({ ok: false, source: outcome.input.source, error: outcome.error, ...(outcome.notPosted ? { posted: false } : {}), ...(outcome.unsure ? { posted: 'unknown' } : {}) })}\n`);
         if (outcome.notPosted || outcome.unsure) {
           (outcome.notPosted ? notPosted : unsure).push(outcome.input);
-          why = outcome.error;
+          why[outcome.notPosted ? 'notPosted' : 'unsure'] = outcome.error;
         } else if (!json) process.stderr.write(`svcq: ${outcome.input.source}: ${outcome.error}\n`);
       }
     }
     // Items never sent (the server went away), or whose answer was lost, are summed up in a line each, not one per item
     // (with --json, stdout has a line for each, and stderr only the verdict, in JSON).
     const span = (inputs: ItemInput[]): string => (inputs.length === 1 ? inputs[0]!.source : `${inputs[0]!.source} to ${inputs[inputs.length - 1]!.source}`);
-    if (unsure.length > 0 && !json) process.stderr.write(`svcq: ${unsure.length} item(s) may or may not have been posted (${span(unsure)}): they went out and no answer came back: ${why}\n`);
-    if (notPosted.length > 0 && !json) process.stderr.write(`svcq: ${notPosted.length} item(s) not posted (${span(notPosted)}): ${why}\n`);
+    if (unsure.length > 0 && !json) process.stderr.write(`svcq: ${unsure.length} item(s) may or may not have been posted (${span(unsure)}): they went out and no answer came back: ${why.unsure}\n`);
+    if (notPosted.length > 0 && !json) process.stderr.write(`svcq: ${notPosted.length} item(s) not posted (${span(notPosted)}): ${why.notPosted}\n`);
     if (rejected > 0) {
       // The outcome lines may still be on their way down a pipe: the exit that follows must not cut them (or the summary) off.
       await new Promise<void>((resolve) => process.stdout.write('', () => resolve()));

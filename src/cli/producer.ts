@@ -78,14 +78,14 @@ export async function postMany(
   client: SvcqClient,
   queue: string,
   items: ItemInput[],
-  options: { parallel?: number; idempotencyKey?: string; onDone?: (count: number) => void } = {},
+  options: { parallel?: number; idempotencyKey?: string; onDone?: (count: number) => void; signal?: AbortSignal } = {},
 ): Promise<PostOutcome[]> {
   const outcomes: PostOutcome[] = new Array(items.length);
   let next = 0;
   let count = 0;
   let stopped: string | undefined;
   const lane = async (): Promise<void> => {
-    while (next < items.length && stopped === undefined) {
+    while (next < items.length && stopped === undefined && !options.signal?.aborted) {
       const index = next++;
       const input = items[index]!;
       // One key per item: the same key on every line would collapse them into the first.
@@ -93,14 +93,15 @@ export async function postMany(
       // A try that went out and got no answer may have created the item, whatever the tries after it say.
       let unsure = false;
       try {
-        outcomes[index] = { input, result: await postWithRetry(client, queue, input.json, key, { onFailure: (error) => (unsure ||= !surelyNotApplied(error)) }) };
+        outcomes[index] = { input, result: await postWithRetry(client, queue, input.json, key, { signal: options.signal, onFailure: (error) => (unsure ||= !surelyNotApplied(error)) }) };
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
         // Wrong address, token or queue, no server at all, or one that still fails after the retries
         // (a 503: it cannot save): every other item would fail the same way. The posts under way
         // finish; the rest are not sent.
         if (err instanceof ClientError && (err.code === 'wall' || err.code === 'aborted' || isTransient(err))) {
-          stopped ??= message;
+          // After a signal, the lines not sent were left for it, whatever the last try met.
+          stopped ??= options.signal?.aborted ? INTERRUPTED : message;
           outcomes[index] = surelyNotApplied(err) && !unsure ? { input, error: message, notPosted: true } : { input, error: message, unsure: true };
         } else outcomes[index] = { input, error: message };
       }
@@ -108,7 +109,7 @@ export async function postMany(
     }
   };
   await Promise.all(Array.from({ length: Math.min(options.parallel ?? 8, items.length) }, lane));
-  for (let n = 0; n < items.length; n++) outcomes[n] ??= { input: items[n]!, error: stopped!, notPosted: true };
+  for (let n = 0; n < items.length; n++) outcomes[n] ??= { input: items[n]!, error: stopped ?? INTERRUPTED, notPosted: true };
   return outcomes;
 }
 
@@ -127,7 +128,7 @@ const BATCH_TRIES = 8;
  * the items it already created instead of creating them twice. A batch that still fails stops the
  * ones not yet sent; those in flight finish, and every item not posted has an outcome saying why.
  */
-export async function postBatches(client: SvcqClient, queue: string, items: ItemInput[], options: { parallel?: number; onDone?: (count: number) => void } = {}): Promise<PostOutcome[]> {
+export async function postBatches(client: SvcqClient, queue: string, items: ItemInput[], options: { parallel?: number; onDone?: (count: number) => void; signal?: AbortSignal } = {}): Promise<PostOutcome[]> {
   const batches: Array<{ from: number; to: number }> = [];
   for (let from = 0; from < items.length; ) {
     let to = from;
@@ -144,7 +145,7 @@ export async function postBatches(client: SvcqClient, queue: string, items: Item
   let count = 0;
   let stopped: string | undefined;
   const lane = async (): Promise<void> => {
-    while (next < batches.length && stopped === undefined) {
+    while (next < batches.length && stopped === undefined && !options.signal?.aborted) {
       const b = next++;
       const { from, to } = batches[b]!;
       const slice = items.slice(from, to);
@@ -155,12 +156,15 @@ export async function postBatches(client: SvcqClient, queue: string, items: Item
         answer = await retrying(() => client.postBatch(queue, slice.map((i) => i.json), `svcq-post-${run}-${b}`), {
           retryable: (err, attempt) => isTransient(err) && attempt < BATCH_TRIES - 1,
           onFailure: ({ error }) => (unsure ||= !surelyNotApplied(error)),
+          signal: options.signal,
         });
       } catch (err) {
         // Wrong address, token or queue, or a server that stays away: the batches after it would fail the same way.
-        stopped = err instanceof Error ? err.message : String(err);
+        const message = err instanceof Error ? err.message : String(err);
+        // After a signal, the batches not sent were left for it, whatever this one met.
+        stopped = options.signal?.aborted ? INTERRUPTED : message;
         unsure ||= !surelyNotApplied(err);
-        for (let n = from; n < to; n++) outcomes[n] = unsure ? { input: items[n]!, error: stopped, unsure: true } : { input: items[n]!, error: stopped, notPosted: true };
+        for (let n = from; n < to; n++) outcomes[n] = unsure ? { input: items[n]!, error: message, unsure: true } : { input: items[n]!, error: message, notPosted: true };
         break;
       }
       answer.items.forEach((entry, n) => {
@@ -172,7 +176,7 @@ export async function postBatches(client: SvcqClient, queue: string, items: Item
     }
   };
   await Promise.all(Array.from({ length: Math.min(options.parallel ?? 2, batches.length) }, lane));
-  for (let n = 0; n < items.length; n++) outcomes[n] ??= { input: items[n]!, error: stopped!, notPosted: true };
+  for (let n = 0; n < items.length; n++) outcomes[n] ??= { input: items[n]!, error: stopped ?? INTERRUPTED, notPosted: true };
   return outcomes;
 }
 
@@ -182,12 +186,16 @@ export async function postBatches(client: SvcqClient, queue: string, items: Item
  * it never went out whole, or the server refused it with 503 or 429. One that went out and got no
  * answer may have been created, and a retry could create it twice.
  */
-export function postWithRetry(client: SvcqClient, queue: string, json: string, key: string | undefined, options: { onFailure?: (error: unknown) => void } = {}): Promise<PostAnswer> {
+export function postWithRetry(client: SvcqClient, queue: string, json: string, key: string | undefined, options: { signal?: AbortSignal; onFailure?: (error: unknown) => void } = {}): Promise<PostAnswer> {
   return retrying(() => client.post(queue, json, key), {
     retryable: (err, attempt) => isTransient(err) && attempt < 4 && (key !== undefined || !(err as ClientError).sent || (err as ClientError).status === 503 || (err as ClientError).status === 429),
     onFailure: ({ error }) => options.onFailure?.(error),
+    signal: options.signal,
   });
 }
+
+/** Why the items not yet sent when a signal (Ctrl-C) stopped a run were not posted. */
+export const INTERRUPTED = 'stopped by a signal before they were sent';
 
 /** Statuses after which an item changes no more (decisions §3.1). */
 export const TERMINAL_STATUSES = new Set(['finished', 'failed', 'timedout', 'cancelled']);

@@ -253,6 +253,36 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
     }
   });
 
+  it('Ctrl-C partway through JSON lines sends nothing more, prints what was posted and sums up the rest, exit 1 (decisions §1.2)', async () => {
+    const queue = queueName('interrupted');
+    await defineQueue(server, queue);
+    const proxy = await faultProxy(server.url, new RegExp(`^POST /${queue}/batch `));
+    try {
+      // One batch gets through; the server is then gone, and the post retries the batches under way.
+      proxy.passOnly = 1;
+      const input = Array.from({ length: 5000 }, (_, n) => JSON.stringify({ n })).join('\n');
+      const proc = spawn(process.execPath, [BIN, 'post', queue, '-', '--url', proxy.url, '--host', HOST], { stdio: ['pipe', 'pipe', 'pipe'] });
+      let out = '';
+      let err = '';
+      proc.stdout.on('data', (c: Buffer) => (out += c.toString()));
+      proc.stderr.on('data', (c: Buffer) => (err += c.toString()));
+      const exited = new Promise<number | null>((resolve) => proc.once('exit', resolve));
+      proc.stdin.end(input);
+      for (const until = Date.now() + 20_000; proxy.matched < 3 && Date.now() < until; ) await new Promise((r) => setTimeout(r, 20));
+      expect(proxy.matched, 'the third batch was sent').to.be.at.least(3);
+      const signalled = Date.now();
+      proc.kill('SIGINT');
+      expect(await exited, err).to.equal(1);
+      expect(Date.now() - signalled, 'it stopped retrying').to.be.below(5000);
+      expect(out.trim().split('\n'), 'the batch posted is printed').to.have.length(1000);
+      expect(await pending(queue)).to.equal(1000);
+      expect(err).to.include('svcq: 2000 item(s) not posted (line 3001 of stdin to line 5000 of stdin): stopped by a signal before they were sent\n');
+      expect(err).to.match(/svcq: 4000 of 5000 item\(s\) were not posted\n$/);
+    } finally {
+      proxy.close();
+    }
+  });
+
   it('refuses an empty or too long --idempotency-key before posting anything, exit 2', async () => {
     const queue = queueName('badkey');
     await defineQueue(server, queue);
