@@ -189,7 +189,12 @@ export class SvcqClient {
   /** Sends a request and parses a JSON answer, turning error statuses into ClientErrors. */
   async json<T>(method: string, path: string, opts: Parameters<SvcqClient['request']>[2] & { ok?: number[] } = {}): Promise<T> {
     const res = await this.request(method, path, opts);
-    return this.parse<T>(res, opts.ok ?? [200]);
+    const answer = this.parse<T>(res, opts.ok ?? [200]);
+    // Every answer svcq gives is a JSON object: anything else came from some other server (a --url that names a web page, a proxy).
+    if (typeof answer !== 'object' || answer === null || Array.isArray(answer)) {
+      throw new ClientError(`${this.options.url} did not answer as svcq does (${method} ${path.split('?')[0]} gave no JSON object): is --url right?`, 'http', { status: res.status, body: answer });
+    }
+    return answer;
   }
 
   parse<T>(res: RawResponse, ok: number[] = [200]): T {

@@ -58,6 +58,34 @@ describe('svcq queues and svcq queue HOST/NAME (decisions §1.2, §5.1, §7)', (
     }
   });
 
+  it('svcq queue, tasks, logs, stats, manifest and item against some other web server (200 with a page) are one sentence and exit 1, also with --json, not a TypeError (decisions §1.2)', async () => {
+    const other = http.createServer((_req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<html>welcome</html>'));
+    await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
+      const commands: Array<[string[], string]> = [
+        [['queue', `${HOST}/${queue}`], `GET /api/v2/queues/${HOST}/${queue}`],
+        [['tasks'], 'GET /api/v2/tasks'],
+        [['logs'], 'GET /api/v2/logs'],
+        [['stats'], 'GET /api/v2/stats'],
+        [['manifest'], 'GET /api/v2/manifest'],
+        [['item', queue, '0000000000000000', '--host', HOST], `GET /${queue}/items/0000000000000000`],
+      ];
+      for (const [args, asked] of commands) {
+        const sentence = `${url} did not answer as svcq does (${asked} gave no JSON object): is --url right?`;
+        const run = await runCli([...args, '--url', url, '--token', server.masterToken], { env: { NO_COLOR: '1' } });
+        expect(run.code, run.stderr).to.equal(1);
+        expect(run.stdout, args[0]).to.equal('');
+        expect(run.stderr).to.equal(`svcq: ${sentence}\n`);
+        const json = await runCli([...args, '--json', '--url', url, '--token', server.masterToken]);
+        expect(json.code).to.equal(1);
+        expect(JSON.parse(json.stderr)).to.deep.equal({ error: sentence });
+      }
+    } finally {
+      other.close();
+    }
+  });
+
   it('svcq queues prints a table: host, queue, the counts, the oldest pending age and the rates (decisions §5.1)', async () => {
     const run = await cli(['queues']);
     expect(run.code, run.stderr).to.equal(0);

@@ -21,9 +21,13 @@ export async function fetchTop(client: SvcqClient, selected: string | null, opti
 
 /** GET /api/v2/queues, refused in one sentence when what answered is not svcq (a --url that names some other web server may well answer 200, with a page). */
 export async function fetchQueueList(client: SvcqClient, call: CallOptions = {}): Promise<QueueList> {
-  const list = await client.json<QueueList>('GET', QUEUES_PATH, call);
+  const list = await client.json<QueueList>('GET', QUEUES_PATH, call).catch((err: unknown) => {
+    // An answer that is no JSON object at all is no list either (said the same way below).
+    if (err instanceof ClientError && err.status !== undefined && err.status < 300) return null;
+    throw err;
+  });
   if (!Array.isArray((list as Partial<QueueList> | null)?.queues)) {
     throw new ClientError(`${client.options.url} did not answer as svcq does (GET ${QUEUES_PATH} gave no list of queues): is --url right?`, 'http');
   }
-  return list;
+  return list!;
 }
