@@ -1,6 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { setMaxListeners } from 'node:events';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -20,7 +20,7 @@ import type { ServerContext } from './context.js';
 import { FileMasterTokenStore, resolveMasterToken } from './master-token.js';
 import { createQueueRouter } from './queue-router.js';
 import { sendJson } from './errors.js';
-import { endAfterAnswer, holdContinue, lingering } from './unread-body.js';
+import { endAfterAnswer, holdContinue, lastExchange, lingering } from './unread-body.js';
 
 export interface ServeOptions {
   root: string;
@@ -61,6 +61,12 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
+/** Whether an earlier request's answer on this connection is still to be finished (a request pipelined behind it waits for it). */
+function answering(socket: Socket, res: ServerResponse): boolean {
+  const current = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+  return current !== undefined && current !== null && current !== res && !current.writableFinished;
+}
+
 /** `<root>/_svcq`: everything the server keeps that is not a definition. */
 export function homeOf(root: string): string {
   return path.join(root, '_svcq');
@@ -84,8 +90,13 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
     // (Node checks those timeouts every connectionsCheckingInterval, 30 s by default.)
     { keepAliveTimeout: 65_000, headersTimeout: 20_000, connectionsCheckingInterval: 5_000, requireHostHeader: false },
     (req: IncomingMessage, res: ServerResponse) => {
-      // A request read from a connection whose last answer went out (`connection: close`) is not served (RFC 9112 §9.6).
-      if (lingering(req.socket)) return void req.socket.destroy();
+      // A request read from a connection whose last answer is under way or went out
+      // (`connection: close`) is not served (RFC 9112 §9.6). An answer still to be written is
+      // left to finish (Node ends the connection after it); otherwise the connection ends now.
+      if (lingering(req.socket)) {
+        if (!answering(req.socket, res)) req.socket.destroy();
+        return;
+      }
       if (handle) handle(req, res);
       else void starting.then(() => handle!(req, res));
     },
@@ -164,6 +175,9 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
   const app = createApp(ctx);
   const queues = createQueueRouter(ctx);
 
+  /** Responses not yet logged: at a stop, those whose answer has not gone out yet say it is the connection's last. */
+  const inFlight = new Set<ServerResponse>();
+
   /** Logs the exchange once the response has been handed to the socket (one shared listener: no closure per request). */
   function logFinished(this: LoggedResponse): void {
     log(this, this.statusCode);
@@ -186,8 +200,14 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
     seen.logged = true;
     const url = seen.url;
     const q = url.indexOf('?');
-    // A keep-alive connection whose request was under way when the stop came ends with its answer.
-    if (stopping.signal.aborted && !req.socket.destroyed) req.socket.end();
+    inFlight.delete(res);
+    // A keep-alive connection whose request was under way when the stop came ends with its answer,
+    // and serves nothing read from it later: a request the client sent before it saw our end
+    // would be carried out with no way left to answer it.
+    if (stopping.signal.aborted && !req.socket.destroyed) {
+      lastExchange(req.socket);
+      req.socket.end();
+    }
     const ms = performance.now() - seen.started;
     const path = q === -1 ? url : url.slice(0, q);
     ctx.accessLog.record({
@@ -211,6 +231,7 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
     // host, whatever the Host header says.
     if (url.charCodeAt(0) !== 47 /* / */ && url !== '*') url = takeAbsoluteForm(req, url);
     (res as LoggedResponse)[REQUEST] = new RequestSeen(performance.now(), url, req.socket.bytesWritten, req.socket.remoteAddress ?? '');
+    inFlight.add(res);
     // 'finish' is emitted at most once per response.
     res.on('finish', logFinished);
     res.on('close', logAbandoned);
@@ -239,6 +260,13 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
       (closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         stopping.abort();
+        // Requests under way are finished, and their answers carry `connection: close`, so that
+        // no client sends another request on a connection that is about to end.
+        for (const res of inFlight) {
+          if (res.headersSent) continue;
+          res.shouldKeepAlive = false;
+          lastExchange(res.req.socket);
+        }
         server.closeIdleConnections();
         // server.close() also ends Node's own request timeouts: a connection that never delivers
         // a whole request (silent, half a header block, a body trickling in) is cut here instead.

@@ -41,6 +41,11 @@ export function lingering(socket: Socket): boolean {
   return (socket as Socket & Lingering)[LINGERING] === true;
 }
 
+/** The answer under way is the connection's last: a request read from it after this is not served. */
+export function lastExchange(socket: Socket): void {
+  (socket as Socket & Lingering)[LINGERING] = true;
+}
+
 /**
  * How long a connection closed under a body still on its way goes on reading (and dropping) it
  * after the answer: closed at once, with bytes unread, it would be reset, and a client still

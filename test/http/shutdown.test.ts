@@ -106,6 +106,44 @@ describe('a stop that always ends (decisions §1.1)', function () {
     expect(afterSignal[0]).to.deep.include({ status: 200, body: '{"ok":true,"empty":true}' });
   });
 
+  it('a request under way when the stop comes is answered, with connection: close, and a request sent after that answer on the same connection is not carried out (decisions §1.1: requests under way finish; §6: nothing changes without its answer)', async () => {
+    const server = await startServer({ args: ['--shutdown-grace', '3'] });
+    servers.push(server);
+    await defineQueue(server, HOST, 'q', { access: PUBLIC_ACCESS });
+    const socket = await connect(server);
+    const body = JSON.stringify({ n: 1, pad: 'x'.repeat(200) });
+    const half = Math.floor(body.length / 2);
+    let received = '';
+    const firstAnswer = new Promise<string>((resolve) => {
+      socket.on('data', (c: Buffer) => {
+        received += c.toString();
+        const end = received.indexOf('\r\n\r\n');
+        const length = /content-length: *(\d+)/i.exec(received)?.[1];
+        if (end >= 0 && length !== undefined && received.length >= end + 4 + Number(length)) resolve(received);
+      });
+    });
+    // The first request is under way (its body half sent) when the signal comes.
+    socket.write(`POST /q HTTP/1.1\r\nHost: ${HOST}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body.slice(0, half)}`);
+    await new Promise((r) => setTimeout(r, 300));
+    server.proc.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+    socket.write(body.slice(half));
+    const answer = await firstAnswer;
+    expect(answer).to.match(/^HTTP\/1\.1 200 /);
+    expect(answer.toLowerCase()).to.include('connection: close');
+    // A client that reuses the connection anyway: what it sends now must not be carried out.
+    const second = JSON.stringify({ n: 2 });
+    if (!socket.destroyed) socket.write(`POST /q HTTP/1.1\r\nHost: ${HOST}\r\nContent-Type: application/json\r\nContent-Length: ${second.length}\r\n\r\n${second}`);
+    expect(await exitWithin(server, 6000)).to.equal(0);
+    socket.destroy();
+
+    const again = await startServer({ root: server.root });
+    servers.push(again);
+    const list = await fetch(`${again.url}/api/v2/queues`, { headers: { authorization: `Bearer ${again.masterToken}` } });
+    const queues = (await list.json()) as { queues: Array<{ name: string; counts: { pending: number } }> };
+    expect(queues.queues.find((q) => q.name === 'q')?.counts.pending, 'items on the server after the stop').to.equal(1);
+  });
+
   it('a start that cannot have its port creates nothing under its root (decisions §1.1)', async () => {
     const server = await startServer();
     servers.push(server);
