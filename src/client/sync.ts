@@ -1,5 +1,5 @@
 import { readFile, stat } from 'node:fs/promises';
-import { scanDefinitions, sha256Hex } from '../definitions/manifest.js';
+import { fsReason, scanDefinitions, sha256Hex } from '../definitions/manifest.js';
 import { parseDefinitionPath } from '../definitions/names.js';
 import { parseDefinition } from '../definitions/schemas.js';
 import { ClientError, type SvcqClient } from './client.js';
@@ -51,7 +51,9 @@ export class InvalidDefinitions extends Error {
 export async function loadLocalDefinitions(dir: string): Promise<{ definitions: LocalDefinition[]; invalid: InvalidDefinition[] }> {
   const isDir = await stat(dir).then((s) => s.isDirectory(), () => false);
   if (!isDir) throw new ClientError(`"${dir}" is not a folder`, 'not-a-folder');
-  const { found, skipped } = await scanDefinitions(dir);
+  const { found, skipped, unreadable } = await scanDefinitions(dir).catch((err: unknown) => {
+    throw new ClientError(`cannot read the folder "${dir}" (${fsReason(err)})`, 'not-a-folder');
+  });
   const invalid: InvalidDefinition[] = skipped.map((rel) => {
     const parsed = parseDefinitionPath(rel);
     const error = 'error' in parsed ? parsed.error : `${rel}: not a definition path`;
@@ -59,9 +61,18 @@ export async function loadLocalDefinitions(dir: string): Promise<{ definitions: 
     const problem = [`${rel}: `, `path "${rel}": `].reduce((text, prefix) => (text.startsWith(prefix) ? text.slice(prefix.length) : text), error);
     return { path: rel, error, problems: [problem] };
   });
+  // What cannot be read is unknown: taken for absent, the server's copy would be deleted.
+  for (const u of unreadable) invalid.push({ path: u.path, error: `${u.path}: ${u.problem}`, problems: [u.problem] });
   const definitions: LocalDefinition[] = [];
   for (const def of found) {
-    const bytes = await readFile(def.file);
+    let bytes: Buffer;
+    try {
+      bytes = await readFile(def.file);
+    } catch (err) {
+      const problem = `cannot read the file (${fsReason(err)})`;
+      invalid.push({ path: def.path, error: `${def.path}: ${problem}`, problems: [problem] });
+      continue;
+    }
     const parsed = parseDefinition(def, bytes);
     if ('error' in parsed) invalid.push({ path: def.path, error: parsed.error, problems: parsed.problems });
     else definitions.push({ path: def.path, bytes, sha256: sha256Hex(bytes) });

@@ -137,6 +137,35 @@ describe('svcq sync, manifest and version (CLI against a real server)', () => {
     }
   });
 
+  it('deletes nothing when a definition file, a definition folder or a host folder is a link that leads nowhere: it is named as unreadable and nothing changes (synchronisation flow step 2, decisions §7)', async () => {
+    write(dir, 'a.example.com/svc-queues/kept.json', '{}');
+    write(dir, 'a.example.com/svc-queues/linked.json', '{}');
+    write(dir, 'b.example.com/svc-queues/q.json', '{}');
+    write(dir, 'c.example.com/svc-users/u.json', JSON.stringify({ 'svc-user-name': 'u', tokenSha256: sha256('x') }));
+    expect((await svcq('sync', dir)).code).to.equal(0);
+    const before = await manifest();
+
+    // Links into a checkout or a volume that is not there (yet): what they held is unknown.
+    rmSync(path.join(dir, 'a.example.com/svc-queues/linked.json'));
+    symlinkSync(path.join(dir, 'missing/linked.json'), path.join(dir, 'a.example.com/svc-queues/linked.json'));
+    rmSync(path.join(dir, 'b.example.com/svc-queues'), { recursive: true });
+    symlinkSync(path.join(dir, 'missing/queues'), path.join(dir, 'b.example.com/svc-queues'));
+    rmSync(path.join(dir, 'c.example.com'), { recursive: true });
+    symlinkSync(path.join(dir, 'missing/c.example.com'), path.join(dir, 'c.example.com'));
+    write(dir, 'a.example.com/svc-queues/new.json', '{}');
+
+    for (const args of [['sync', dir], ['sync', dir, '--dry-run']]) {
+      const run = await svcq(...args);
+      expect(run.code, run.stdout).to.equal(1);
+      expect(run.stdout).to.equal('');
+      expect(run.stderr).to.include('a.example.com/svc-queues/linked.json: a symbolic link that leads nowhere');
+      expect(run.stderr).to.include('b.example.com/svc-queues: cannot read the folder (not found)');
+      expect(run.stderr).to.include('c.example.com: a symbolic link that leads nowhere');
+      expect(run.stderr).to.include('nothing uploaded');
+    }
+    expect(await manifest()).to.deep.equal(before);
+  });
+
   it('only syncs <host>/svc-queues/*.json and <host>/svc-users/*.json (synchronisation flow step 1)', async () => {
     write(dir, 'h.example.com/svc-queues/a.json', '{}');
     write(dir, 'h.example.com/svc-queues/notes.txt', 'not a definition');
