@@ -1,7 +1,7 @@
 import { Args, Flags } from '@oclif/core';
 import cliProgress from 'cli-progress';
 import { BaseCommand } from '../src/cli/base-command.js';
-import { InvalidDefinitions, syncDefinitions, type SyncReport } from '../src/client/sync.js';
+import { InvalidDefinitions, SyncIncomplete, syncDefinitions, type SyncReport } from '../src/client/sync.js';
 
 /** Below this many changes a bar would flash by faster than it could be read. */
 const BAR_FROM = 20;
@@ -25,9 +25,20 @@ then puts each file whose sha256 differs from the server's manifest and deletes 
     const dryRun = this.flags['dry-run'];
     let bar: cliProgress.SingleBar | undefined;
     let report: SyncReport;
+    // Ctrl-C or SIGTERM starts nothing more, lets the requests already sent end, and says what
+    // changed (catch below); a second signal leaves at once.
+    const interrupt = new AbortController();
+    const onSignal = (signal: NodeJS.Signals): void => {
+      if (interrupt.signal.aborted) process.exit(signal === 'SIGTERM' ? 143 : 130);
+      this.stoppedBy = signal;
+      interrupt.abort();
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
     try {
       report = await syncDefinitions(this.client(), args.dir, {
         dryRun,
+        signal: interrupt.signal,
         onProgress: (done, total) => {
           if (!bar && total > BAR_FROM && process.stderr.isTTY && !this.jsonEnabled()) {
             bar = new cliProgress.SingleBar({ format: 'syncing [{bar}] {value}/{total}', stream: process.stderr, hideCursor: true }, cliProgress.Presets.shades_classic);
@@ -38,6 +49,8 @@ then puts each file whose sha256 differs from the server's manifest and deletes 
       });
     } finally {
       bar?.stop();
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
     }
 
     const verb = dryRun ? 'would ' : '';
@@ -47,8 +60,23 @@ then puts each file whose sha256 differs from the server's manifest and deletes 
     return report;
   }
 
-  /** Every problem of every bad file on its own line, then the verdict; with --json the same as `{ error, invalid }`, on stderr too. */
+  /** The signal that interrupted the sync, if one did. */
+  private stoppedBy?: NodeJS.Signals;
+
+  /**
+   * Every problem of every bad file on its own line, then the verdict; with --json the same as `{ error, invalid }`, on stderr too.
+   * A sync that stopped part way lists what it did change (stdout, as a finished one does), then says why it stopped and what is left.
+   */
   protected override async catch(err: Error & { exitCode?: number; oclif?: { exit?: number } }): Promise<unknown> {
+    if (err instanceof SyncIncomplete) {
+      if (this.jsonEnabled()) process.stderr.write(`${JSON.stringify({ error: err.message, put: err.put, deleted: err.deleted, notPut: err.notPut, notDeleted: err.notDeleted })}\n`);
+      else {
+        for (const p of err.put) this.log(`put ${p}`);
+        for (const p of err.deleted) this.log(`delete ${p}`);
+        process.stderr.write(`svcq: ${err.message}\n`);
+      }
+      return this.exit(this.stoppedBy === 'SIGTERM' ? 143 : this.stoppedBy ? 130 : 1);
+    }
     if (!(err instanceof InvalidDefinitions)) return super.catch(err);
     if (this.jsonEnabled()) process.stderr.write(`${JSON.stringify({ error: err.message, invalid: err.invalid }, null, 2)}\n`);
     else process.stderr.write(`${err.invalid.flatMap((i) => i.problems.map((p) => `svcq: ${i.path}: ${p}\n`)).join('')}svcq: ${err.message}\n`);

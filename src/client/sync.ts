@@ -34,12 +34,33 @@ export interface SyncOptions {
   onProgress?: (done: number, total: number) => void;
   /** How many requests may be in flight at once. */
   concurrency?: number;
+  /** Starts no further PUT or DELETE once aborted (requests already sent are awaited): the sync ends with {@link SyncIncomplete}. */
+  signal?: AbortSignal;
 }
 
 /** Local validation failed: nothing was sent (interface, synchronisation flow step 2; decisions §7). */
 export class InvalidDefinitions extends Error {
   constructor(readonly invalid: InvalidDefinition[]) {
     super(`nothing uploaded: ${invalid.length} definition${invalid.length === 1 ? '' : 's'} did not validate`);
+  }
+}
+
+/**
+ * A sync that stopped part way (a request failed, or it was interrupted): `put` and `deleted` list
+ * what the server confirmed, `notPut` and `notDeleted` what was left. The message says both, so
+ * that the one sentence printed is the whole truth; running the sync again finishes it.
+ */
+export class SyncIncomplete extends Error {
+  constructor(
+    readonly reason: string,
+    readonly put: string[],
+    readonly deleted: string[],
+    readonly notPut: string[],
+    readonly notDeleted: string[],
+  ) {
+    const done = put.length + deleted.length;
+    const applied = done === 0 ? 'nothing was changed' : `${put.length} put and ${deleted.length} deleted before it stopped`;
+    super(`${reason}; ${applied}, ${notPut.length} still to put and ${notDeleted.length} to delete (run svcq sync again to finish)`);
   }
 }
 
@@ -91,7 +112,12 @@ export async function syncDefinitions(client: SvcqClient, dir: string, options: 
   const { definitions, invalid } = await loadLocalDefinitions(dir);
   if (invalid.length > 0) throw new InvalidDefinitions(invalid);
 
-  const manifest = await client.manifest();
+  const { signal } = options;
+  const interrupted = (): SyncIncomplete => new SyncIncomplete('interrupted', [], [], [], []);
+  if (signal?.aborted) throw interrupted();
+  const manifest = await client.manifest({ signal }).catch((err: unknown) => {
+    throw signal?.aborted ? interrupted() : err;
+  });
   const local = new Set(definitions.map((d) => d.path));
   const toPut = definitions.filter((d) => manifest[d.path] !== d.sha256);
   const toDelete = Object.keys(manifest)
@@ -106,28 +132,51 @@ export async function syncDefinitions(client: SvcqClient, dir: string, options: 
   if (report.dryRun) return report;
 
   const total = toPut.length + toDelete.length;
-  let done = 0;
-  const step = (): void => options.onProgress?.(++done, total);
+  const put = new Set<string>();
+  const deleted = new Set<string>();
+  const step = (): void => options.onProgress?.(put.size + deleted.size, total);
   const concurrency = options.concurrency ?? 8;
-  await inBatches(toPut, concurrency, async (d) => {
-    await client.putDefinition(d.path, d.bytes).catch((err: unknown) => {
-      throw err instanceof ClientError && !err.transient && !err.message.startsWith(d.path) ? new ClientError(`${d.path}: ${err.message}`, err.code, { status: err.status, body: err.body }) : err;
+  // What the server confirmed is said whatever stops the sync: the operator learns what changed.
+  const stopped = (reason: string): SyncIncomplete =>
+    new SyncIncomplete(
+      reason,
+      report.put.filter((p) => put.has(p)),
+      toDelete.filter((p) => deleted.has(p)),
+      report.put.filter((p) => !put.has(p)),
+      toDelete.filter((p) => !deleted.has(p)),
+    );
+  try {
+    await inBatches(toPut, concurrency, signal, async (d) => {
+      await client.putDefinition(d.path, d.bytes).catch((err: unknown) => {
+        throw err instanceof ClientError && !err.message.startsWith(d.path) ? new ClientError(`${d.path}: ${err.message}`, err.code, { status: err.status, body: err.body, transient: err.transient, sent: err.sent }) : err;
+      });
+      put.add(d.path);
+      step();
     });
-    step();
-  });
-  await inBatches(toDelete, concurrency, async (p) => {
-    await client.deleteDefinition(p);
-    step();
-  });
+    await inBatches(toDelete, concurrency, signal, async (p) => {
+      await client.deleteDefinition(p).catch((err: unknown) => {
+        throw err instanceof ClientError && !err.message.startsWith(p) ? new ClientError(`${p}: ${err.message}`, err.code, { status: err.status, body: err.body, transient: err.transient, sent: err.sent }) : err;
+      });
+      deleted.add(p);
+      step();
+    });
+  } catch (err) {
+    if (err instanceof ClientError) throw stopped(err.message);
+    throw err;
+  }
+  if (signal?.aborted && put.size + deleted.size < total) throw stopped('interrupted');
   return report;
 }
 
-/** Runs `work` over `items` with at most `limit` at once; the first failure stops new work and is thrown. */
-async function inBatches<T>(items: T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
+/**
+ * Runs `work` over `items` with at most `limit` at once; the first failure, or `signal`, stops new
+ * work, and the first failure is thrown once the work under way has ended.
+ */
+async function inBatches<T>(items: T[], limit: number, signal: AbortSignal | undefined, work: (item: T) => Promise<void>): Promise<void> {
   let next = 0;
   let failed = false;
   const lane = async (): Promise<void> => {
-    while (!failed && next < items.length) {
+    while (!failed && !signal?.aborted && next < items.length) {
       const item = items[next++]!;
       try {
         await work(item);

@@ -1,12 +1,13 @@
 import { createHash } from 'node:crypto';
 import { mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { expect } from 'chai';
 import { runCli, type CliResult } from '../support/cli.js';
 import { request } from '../support/http.js';
-import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
+import { BIN, cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
 
 /**
  * `svcq sync`, `svcq manifest`, `svcq version` against a spawned server (interface, synchronisation
@@ -164,6 +165,80 @@ describe('svcq sync, manifest and version (CLI against a real server)', () => {
       expect(run.stderr).to.include('nothing uploaded');
     }
     expect(await manifest()).to.deep.equal(before);
+  });
+
+  it('a PUT the server fails part way: says what was put and what is left, deletes nothing, and a second run finishes (decisions §1.2, interface §7)', async () => {
+    write(dir, 'h.example.com/svc-queues/gone.json', '{}');
+    expect((await svcq('sync', dir)).code).to.equal(0);
+    rmSync(path.join(dir, 'h.example.com/svc-queues/gone.json'));
+    for (let n = 0; n < 12; n++) write(dir, `h.example.com/svc-queues/q${n}.json`, '{}');
+    // A folder where the server would write this one's file: its PUT fails with 500, the others go through.
+    write(dir, 'h.example.com/svc-queues/blocked.json', '{}');
+    mkdirSync(path.join(server.root, 'h.example.com/svc-queues/blocked.json'), { recursive: true });
+    try {
+      const [run, json] = [await svcq('sync', dir), await svcq('sync', dir, '--json')];
+      expect(run.code).to.equal(1);
+      const stored = Object.keys(await manifest()).sort();
+      expect(stored).to.include('h.example.com/svc-queues/gone.json');
+      const putLines = run.stdout.split('\n').filter(Boolean);
+      expect(putLines.length).to.be.greaterThan(0);
+      for (const line of putLines) expect(stored).to.include(line.replace(/^put /, ''));
+      expect(run.stderr).to.match(/^svcq: h\.example\.com\/svc-queues\/blocked\.json: the server could not write the definition file; \d+ put and 0 deleted before it stopped, \d+ still to put and 1 to delete \(run svcq sync again to finish\)\n$/);
+      expect(run.stderr).to.include(`; ${putLines.length} put and 0 deleted`);
+      expect(json.code).to.equal(1);
+      expect(json.stdout).to.equal('');
+      const out = JSON.parse(json.stderr) as { error: string; put: string[]; deleted: string[]; notPut: string[]; notDeleted: string[] };
+      expect(out.notPut).to.include('h.example.com/svc-queues/blocked.json');
+      expect(out.notDeleted).to.deep.equal(['h.example.com/svc-queues/gone.json']);
+    } finally {
+      rmSync(path.join(server.root, 'h.example.com/svc-queues/blocked.json'), { recursive: true });
+    }
+    const again = await svcq('sync', dir, '--json');
+    expect(again.code, again.stderr).to.equal(0);
+    expect(Object.keys(await manifest()).sort()).to.deep.equal(readdirSync(path.join(dir, 'h.example.com/svc-queues')).map((f) => `h.example.com/svc-queues/${f}`).sort());
+  });
+
+  it('Ctrl-C part way starts nothing more, says what was put and what is left, and exits 130 (decisions §1.2)', async () => {
+    for (let n = 0; n < 40; n++) write(dir, `h.example.com/svc-queues/q${n}.json`, '{}');
+    // In front of the server: each PUT is answered 100 ms late, so the sync is still going when the signal comes.
+    let answered = 0;
+    const proxy = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c)).on('end', () => {
+        const forward = (): void => {
+          const up = http.request(`${server.url}${req.url}`, { method: req.method, headers: req.headers }, (r) => {
+            res.writeHead(r.statusCode ?? 502, r.headers);
+            r.pipe(res);
+            if (req.method === 'PUT') answered++;
+          });
+          up.end(Buffer.concat(chunks));
+        };
+        if (req.method === 'PUT') setTimeout(forward, 100);
+        else forward();
+      });
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+      const proc = spawn(process.execPath, [BIN, 'sync', dir], { env: { ...process.env, SVCQ_URL: url, SVCQ_TOKEN: server.masterToken } });
+      let stdout = '';
+      let stderr = '';
+      proc.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+      proc.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+      const exited = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
+      while (answered < 8) await new Promise((r) => setTimeout(r, 10));
+      proc.kill('SIGINT');
+      expect(await exited).to.equal(130);
+      const stored = Object.keys(await manifest()).sort();
+      expect(stored.length).to.be.within(8, 39);
+      expect(stdout.split('\n').filter(Boolean).map((l) => l.replace(/^put /, '')).sort()).to.deep.equal(stored);
+      expect(stderr).to.equal(`svcq: interrupted; ${stored.length} put and 0 deleted before it stopped, ${40 - stored.length} still to put and 0 to delete (run svcq sync again to finish)\n`);
+    } finally {
+      proxy.close();
+    }
+    const again = await svcq('sync', dir, '--json');
+    expect(again.code, again.stderr).to.equal(0);
+    expect(Object.keys(await manifest())).to.have.length(40);
   });
 
   it('only syncs <host>/svc-queues/*.json and <host>/svc-users/*.json (synchronisation flow step 1)', async () => {
