@@ -1,7 +1,7 @@
 import { readFile, stat } from 'node:fs/promises';
 import { fsReason, scanDefinitions, sha256Hex } from '../definitions/manifest.js';
 import { parseDefinitionPath } from '../definitions/names.js';
-import { parseDefinition } from '../definitions/schemas.js';
+import { parseIncomingDefinition } from '../definitions/schemas.js';
 import { ClientError, type SvcqClient } from './client.js';
 
 /** One local definition ready to upload. */
@@ -94,7 +94,7 @@ export async function loadLocalDefinitions(dir: string): Promise<{ definitions: 
       invalid.push({ path: def.path, error: `${def.path}: ${problem}`, problems: [problem] });
       continue;
     }
-    const parsed = parseDefinition(def, bytes);
+    const parsed = parseIncomingDefinition(def, bytes);
     if ('error' in parsed) invalid.push({ path: def.path, error: parsed.error, problems: parsed.problems });
     else definitions.push({ path: def.path, bytes, sha256: sha256Hex(bytes) });
   }

@@ -3,7 +3,7 @@ import { mkdir } from 'node:fs/promises';
 import { resolveQueue, type AccessPolicy, type QueueConfig } from '../engine/config.js';
 import { FileDefinitionStore, type DefinitionStore } from './definition-store.js';
 import { sha256Hex, type Manifest } from './manifest.js';
-import { parseDefinition, type ItemValidator, type ParsedDefinition } from './schemas.js';
+import { parseDefinition, parseIncomingDefinition, type ItemValidator, type ParsedDefinition } from './schemas.js';
 import { FOLDER, type DefinitionPath } from './names.js';
 
 /** What the server knows of one queue right now. Replaced whole on every PUT. */
@@ -182,7 +182,7 @@ export class DefinitionRegistry {
 
   /** Validates, then writes the exact bytes atomically, then makes them live. Throws DefinitionError for a bad body. */
   async put(at: DefinitionPath, bytes: Buffer): Promise<void> {
-    const parsed = parseDefinition(at, bytes);
+    const parsed = parseIncomingDefinition(at, bytes);
     if ('error' in parsed) throw new DefinitionError(parsed.error);
     await this.serially(async () => {
       await this.stored.put(at, bytes);

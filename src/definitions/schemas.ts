@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
 import type { DefinitionPath } from './names.js';
@@ -157,6 +158,17 @@ export interface DefinitionProblems {
 
 function refused(file: string, problems: string[]): DefinitionProblems {
   return { error: `${file}: ${problems.join('; ')}`, problems };
+}
+
+/**
+ * {@link parseDefinition} for a definition being written (a PUT, a sync): its bytes must also be
+ * UTF-8 (RFC 8259 §8.1), as every request body must. It is stored exactly as sent and read as
+ * UTF-8, so other bytes would be read with a character replaced. Files already under the root
+ * are read as before.
+ */
+export function parseIncomingDefinition(at: DefinitionPath, bytes: Buffer): ParsedDefinition | DefinitionProblems {
+  if (!isUtf8(bytes)) return refused(at.path, ['not UTF-8 text (JSON text is UTF-8, RFC 8259 §8.1)']);
+  return parseDefinition(at, bytes);
 }
 
 /**

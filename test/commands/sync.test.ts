@@ -16,7 +16,7 @@ import { BIN, cleanupTemp, startServer, tempDir, type TestServer } from '../supp
 
 const sha256 = (text: string): string => createHash('sha256').update(text).digest('hex');
 
-function write(dir: string, rel: string, text: string): void {
+function write(dir: string, rel: string, text: string | Buffer): void {
   mkdirSync(path.dirname(path.join(dir, rel)), { recursive: true });
   writeFileSync(path.join(dir, rel), text);
 }
@@ -276,6 +276,17 @@ describe('svcq sync, manifest and version (CLI against a real server)', () => {
     const out = JSON.parse(json.stderr) as { error: string; invalid: Array<{ path: string; error: string }> };
     expect(out.invalid.map((i) => i.path).sort()).to.deep.equal(['h.example.com/svc-queues/Upper.json', 'h.example.com/svc-queues/typo.json', 'h.example.com/svc-users/bob.json']);
     expect(await manifest()).to.deep.equal(before);
+  });
+
+  it('names a file that is not UTF-8 text as bad and uploads nothing, as the server would refuse it (synchronisation flow step 2, RFC 8259 §8.1)', async () => {
+    const before = await manifest();
+    write(dir, 'h.example.com/svc-queues/fine.json', '{}');
+    write(dir, 'h.example.com/svc-queues/latin1.json', Buffer.from('{"schema":{"type":"object","description":"caf\xe9"}}', 'latin1'));
+    const run = await svcq('sync', dir);
+    expect(run.code).to.equal(1);
+    expect(run.stderr).to.include('h.example.com/svc-queues/latin1.json: not UTF-8 text');
+    expect(await manifest()).to.deep.equal(before);
+    rmSync(path.join(dir, 'h.example.com/svc-queues/latin1.json'));
   });
 
   it('reports every problem of every bad file, one line each with file and field, and uploads nothing (synchronisation flow step 2)', async () => {

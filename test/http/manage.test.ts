@@ -192,7 +192,7 @@ describe('management API: manifest, PUT and DELETE /api/v2/def (black box)', () 
 
   describe('definition validation (interface §4.5 rule 2, §7; decisions §2.2, §2.3)', () => {
     // [what, folder, body, fragments the error must contain]
-    const invalid: Array<[string, 'svc-queues' | 'svc-users', (name: string) => string, string[]]> = [
+    const invalid: Array<[string, 'svc-queues' | 'svc-users', (name: string) => string | Buffer, string[]]> = [
       ['a user whose svc-user-name differs from the file name', 'svc-users', () => userBody('someone-else'), ['svc-user-name', '"someone-else"', 'file name']],
       ['a user without tokenSha256', 'svc-users', (n) => JSON.stringify({ 'svc-user-name': n }), ['missing field "tokenSha256"']],
       ['a user with a tokenSha256 that is not 64 lowercase hex', 'svc-users', (n) => JSON.stringify({ 'svc-user-name': n, tokenSha256: 'A'.repeat(64) }), ['tokenSha256', '64 lowercase hexadecimal']],
@@ -212,6 +212,8 @@ describe('management API: manifest, PUT and DELETE /api/v2/def (black box)', () 
       ['an empty body', 'svc-queues', () => '', ['not valid JSON']],
       ['a JSON array', 'svc-queues', () => '[]', ['must be a JSON object']],
       ['JSON null', 'svc-users', () => 'null', ['must be a JSON object']],
+      // Latin-1 é: read as UTF-8 it would be stored as one thing and read as another (RFC 8259 §8.1).
+      ['bytes that are not UTF-8', 'svc-queues', () => Buffer.from('{"leaseSeconds":30,"schema":{"type":"object","description":"caf\xe9"}}', 'latin1'), ['not UTF-8']],
     ];
 
     for (const [what, folder, body, fragments] of invalid) {
