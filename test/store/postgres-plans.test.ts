@@ -47,6 +47,42 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
     });
   }
 
+  /**
+   * Statistics of a table where nothing is pending (a queue whose workers keep up: each item posted,
+   * claimed and finished), vacuumed and analyzed; then a backlog of 100,000 items builds up before
+   * the next ANALYZE, posted 1,000 at a time (the items of a batch, or of one transaction, share
+   * their posting time: the live index keeps one entry per time, and is much smaller than the
+   * pending index).
+   */
+  async function analyzedWithNothingPending(): Promise<void> {
+    await db.admin.query(
+      `INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, status, updated_at, attempts)
+       SELECT 'h/done', lpad(to_hex(n), 16, '0'), nextval('svcq_item_ord'), '{}', 'p', 0, 'pending', 0, 0 FROM generate_series(1, 5000) AS n`,
+    );
+    await db.admin.query(`UPDATE svcq_items SET status = 'claimed', lease_until = 1, attempts = 1 WHERE status = 'pending'`);
+    await db.admin.query(`UPDATE svcq_items SET status = 'finished', finished_at = 0, lease_until = NULL WHERE status <> 'finished'`);
+    await db.admin.query('VACUUM ANALYZE svcq_items');
+  }
+
+  async function backlog(): Promise<void> {
+    await db.admin.query(
+      `INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, status, updated_at, attempts)
+       SELECT 'h/q', lpad(to_hex(n), 16, '0'), nextval('svcq_item_ord'), '{}', 'p', 1000 + n / 1000, 'pending', 1000 + n / 1000, 0 FROM generate_series(1, 100000) AS n`,
+    );
+  }
+
+  /** The plan the store's connection runs `EXECUTE name(args)` with, run (in a transaction rolled back). */
+  async function planRun(client: pg.PoolClient, name: string, args: string, generic: boolean): Promise<string> {
+    await client.query('BEGIN');
+    try {
+      if (generic) await client.query('SET LOCAL plan_cache_mode = force_generic_plan');
+      const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE ${name}(${args})`);
+      return rows.map((r) => r['QUERY PLAN']).join('\n');
+    } finally {
+      await client.query('ROLLBACK');
+    }
+  }
+
   /** Posts, claims, results, an error that re-queues, and a sweep of ended leases, on an almost empty table. */
   async function workload(): Promise<void> {
     const posted = await store.postMany(q, Array.from({ length: 6 }, (_, i) => ({ body: JSON.stringify({ i }), postedBy: 'p' })));
@@ -121,40 +157,35 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
     if (!postgresPresent(target)) return this.skip();
     await db.admin.query('ALTER TABLE svcq_items SET (autovacuum_enabled = off)');
     await workload();
-    // Statistics of a table where nothing is pending: a queue whose workers keep up (each item
-    // posted, claimed and finished), vacuumed and analyzed.
-    await db.admin.query(
-      `INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, status, updated_at, attempts)
-       SELECT 'h/done', lpad(to_hex(n), 16, '0'), nextval('svcq_item_ord'), '{}', 'p', 0, 'pending', 0, 0 FROM generate_series(1, 5000) AS n`,
-    );
-    await db.admin.query(`UPDATE svcq_items SET status = 'claimed', lease_until = 1, attempts = 1 WHERE status = 'pending'`);
-    await db.admin.query(`UPDATE svcq_items SET status = 'finished', finished_at = 0, lease_until = NULL WHERE status <> 'finished'`);
-    await db.admin.query('VACUUM ANALYZE svcq_items');
-    // Then a backlog builds up before the next ANALYZE, posted 1,000 at a time (the items of a
-    // batch, or of one transaction, share their posting time: the live index keeps one entry per
-    // time, and is much smaller than the pending index).
-    await db.admin.query(
-      `INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, status, updated_at, attempts)
-       SELECT 'h/q', lpad(to_hex(n), 16, '0'), nextval('svcq_item_ord'), '{}', 'p', n / 1000, 'pending', n / 1000, 0 FROM generate_series(1, 100000) AS n`,
-    );
+    await analyzedWithNothingPending();
+    await backlog();
     // The store plans its claim again (ANALYZE ended the plan it kept), from those statistics.
     expect(await store.claim(q, { worker: 'e' })).to.not.equal(null);
     // Held, so that the pool does not close it (and its prepared statements) while idle.
     const client = await connection().connect();
     try {
-      let plan = '';
-      await client.query('BEGIN');
-      try {
-        await client.query('SET LOCAL plan_cache_mode = force_generic_plan');
-        const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE svcq_claim(${KEPT.svcq_claim})`);
-        plan = rows.map((r) => r['QUERY PLAN']).join('\n');
-      } finally {
-        await client.query('ROLLBACK');
-      }
+      const plan = await planRun(client, 'svcq_claim', KEPT.svcq_claim!, true);
       expect(plan, plan).to.match(/Index Scan using svcq_items_pending on svcq_items/);
       expect(plan, plan).to.not.match(/Sort|svcq_items_live/);
       // The ten items claimed, not the 100,000 read.
       expect(plan, plan).to.match(/Index Scan using svcq_items_pending on svcq_items \(actual rows=10 /);
+    } finally {
+      client.release();
+    }
+  });
+  it('the oldest pending item of GET /api/v2/queues is found by reading the live index in posting order, not every live item, when statistics were taken while nothing was pending (plans: the oldest pending item, whatever the statistics)', async function () {
+    if (!postgresPresent(target)) return this.skip();
+    await db.admin.query('ALTER TABLE svcq_items SET (autovacuum_enabled = off)');
+    await workload();
+    await analyzedWithNothingPending();
+    await backlog();
+    const overview = await store.overview(q, { oldest: 0, leases: 0 });
+    expect(overview.oldestPendingAt).to.equal(1000);
+    const client = await connection().connect();
+    try {
+      const plan = await planRun(client, 'svcq_oldest_pending', `'h/q'`, false);
+      expect(plan, plan).to.match(/Index Scan using svcq_items_live on svcq_items \(actual rows=1 /);
+      expect(plan, plan).to.not.match(/Sort|Aggregate|svcq_items_pending/);
     } finally {
       client.release();
     }

@@ -811,7 +811,14 @@ export class PostgresStore implements Store, EventOutbox {
           ),
           [ref.key],
         ),
-        this.read<{ at: number | null }>(`SELECT min(posted_at) AS at FROM svcq_items WHERE queue = $1 AND status = 'pending'`, [ref.key]),
+        // In posting order, not min(): statistics taken while nothing was pending (a queue whose
+        // workers keep up) estimate one pending row, and min() was then planned as a read of every
+        // live item of the queue (60,000 at 40 ms); read in the order of the live index, the first
+        // pending row ends it.
+        this.read<{ at: number | null }>(
+          named('svcq_oldest_pending', `SELECT posted_at AS at FROM svcq_items WHERE queue = $1 AND status = 'pending' ORDER BY posted_at LIMIT 1`),
+          [ref.key],
+        ),
         limits.oldest > 0
           ? this.read<{ id: string; posted_at: number; attempts: number }>(`SELECT id, posted_at, attempts FROM svcq_items WHERE queue = $1 AND status = 'pending' ORDER BY ord LIMIT $2`, [ref.key, limits.oldest])
           : null,
