@@ -190,4 +190,22 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
       client.release();
     }
   });
+  it('the sweep finds items waiting out a retry delay through the (queue, available_at) index, not by reading every pending item, when statistics were taken while nothing was pending (plans: the sweep, whatever the statistics)', async function () {
+    if (!postgresPresent(target)) return this.skip();
+    await db.admin.query('ALTER TABLE svcq_items SET (autovacuum_enabled = off)');
+    await workload();
+    await analyzedWithNothingPending();
+    await backlog();
+    const client = await connection().connect();
+    try {
+      // Planned at each run, with its values: a sweep at the clock's time of a queue without a timeout.
+      const now = clock.now();
+      const plan = await planRun(client, 'svcq_sweep', `'h/q', ${now}, false, 0, true, ${now - config.retainMs}, false`, false);
+      expect(plan, plan).to.match(/Index Scan using svcq_items_retry on svcq_items/);
+      expect(plan, plan).to.not.match(/svcq_items_pending|svcq_items_live|Seq Scan/);
+      expect(plan, plan).to.not.match(/actual rows=[1-9]\d{3,}/);
+    } finally {
+      client.release();
+    }
+  });
 });
