@@ -67,7 +67,7 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
   async function backlog(): Promise<void> {
     await db.admin.query(
       `INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, status, updated_at, attempts)
-       SELECT 'h/q', lpad(to_hex(n), 16, '0'), nextval('svcq_item_ord'), '{}', 'p', 1000 + n / 1000, 'pending', 1000 + n / 1000, 0 FROM generate_series(1, 100000) AS n`,
+       SELECT 'h/q', lpad(to_hex(n), 16, '0'), nextval('svcq_item_ord'), '{"i":1}', 'p', 1000 + n / 1000, 'pending', 1000 + n / 1000, 0 FROM generate_series(1, 100000) AS n`,
     );
   }
 
@@ -207,5 +207,24 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
     } finally {
       client.release();
     }
+  });
+  it('a claim with criteria reads its first page of pending items from the pending index, not the whole backlog, when statistics were taken while nothing was pending (plans: pages of a claim with criteria, whatever the statistics)', async function () {
+    if (!postgresPresent(target)) return this.skip();
+    await db.admin.query('ALTER TABLE svcq_items SET (autovacuum_enabled = off)');
+    await workload();
+    await analyzedWithNothingPending();
+    await backlog();
+    await db.admin.query('SELECT pg_stat_reset()');
+    expect(await store.claim(q, { worker: 'picky', criteria: { i: { gte: 0 } } })).to.not.equal(null);
+    // The store's connection reports what it read at once (at its next idle moment).
+    await connection().query('SELECT pg_stat_force_next_flush()');
+    await connection().query('SELECT 1');
+    const { rows } = await db.admin.query<{ indexrelname: string; read: string }>(
+      `SELECT indexrelname, idx_tup_read::text AS read FROM pg_stat_user_indexes WHERE relname = 'svcq_items'`,
+    );
+    const read = Object.fromEntries(rows.map((r) => [r.indexrelname, Number(r.read)]));
+    // One page of 500 rows (and the item locked), not the 100,000 waiting.
+    expect(read.svcq_items_pending, JSON.stringify(read)).to.be.within(1, 1000);
+    expect(read.svcq_items_live ?? 0, JSON.stringify(read)).to.be.below(1000);
   });
 });
