@@ -1,0 +1,247 @@
+/**
+ * One svcq node on PostgreSQL with a large database against one on an empty database run right
+ * beside it: posts and claims with N items waiting in the queue worked, with N waiting in another
+ * queue of the same database, and with N finished items kept by retention in the queue worked.
+ *
+ *   node --import tsx bench/pg-backlog.ts --store postgres://USER@HOST:PORT/DB [options]
+ *
+ *   --items 1000000   items loaded (batch posts of 1,000, 4 in flight; then drained by claims of
+ *                     100 with hand-ins for the finished stage)
+ *   --rounds 3        paired rounds per phase and stage (the order of the sides alternates)
+ *   --jobs 8000       jobs per full-cycle phase (`cycle`, `handin`; 32 producers and 32 workers)
+ *   --seconds 3       length of the `post` phase (32 in flight)
+ *   --stages same,other,finished
+ *   --prefix svcq_backlog   the two databases are <prefix>_big_<pid> and <prefix>_empty_<pid>,
+ *                     made on the server of --store and dropped at the end
+ *
+ * Each stage ends with a VACUUM ANALYZE of both databases after the bulk load (as autovacuum would
+ * after a bulk load; run it with or without autovacuum on the server). Figures per phase: the rate
+ * of each side, svcq CPU per job (/proc of the node) and database CPU per job (/proc of the
+ * backends serving that database: this machine's PostgreSQL), and the median of the per-round
+ * ratios big / empty. After the phases of a stage it times 200 `GET /api/v2/queues` and 200 status
+ * reads (`GET /<queue>/items/<id>`) on each side, one at a time.
+ */
+import http from 'node:http';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { cpuMsOf, killAll, runLoad, startSvcq, type Svcq } from './procs.js';
+import type { LoadMode, LoadSpec } from './protocol.js';
+
+const { values: opts } = parseArgs({
+  options: {
+    store: { type: 'string' },
+    items: { type: 'string', default: '1000000' },
+    rounds: { type: 'string', default: '3' },
+    jobs: { type: 'string', default: '8000' },
+    seconds: { type: 'string', default: '3' },
+    stages: { type: 'string', default: 'same,other,finished' },
+    prefix: { type: 'string', default: 'svcq_backlog' },
+  },
+  strict: true,
+});
+if (!opts.store || !/^postgres(ql)?:\/\//.test(opts.store)) {
+  console.error('pg-backlog: give --store postgres://USER@HOST:PORT/DB');
+  process.exit(2);
+}
+const ITEMS = Number(opts.items);
+const ROUNDS = Number(opts.rounds);
+const JOBS = Number(opts.jobs);
+const SECONDS = Number(opts.seconds);
+const HOST = 'bench.test';
+const MASTER = 'bench-master-token-0123456789abcdef';
+const QUEUE_DEF = JSON.stringify({ leaseSeconds: 300, access: { post: 'public', fetch: 'public', work: 'public' } });
+
+function dbUrl(name: string): string {
+  const u = new URL(opts.store!);
+  u.pathname = `/${name}`;
+  return u.toString();
+}
+
+async function sql<T = Record<string, unknown>>(database: string, text: string): Promise<T[]> {
+  const c = new pg.Client({ connectionString: dbUrl(database) });
+  await c.connect();
+  try {
+    return (await c.query(text)).rows as T[];
+  } finally {
+    await c.end();
+  }
+}
+
+/** CPU seconds of each backend serving `database`, from /proc. */
+async function backendCpu(database: string): Promise<Map<number, number>> {
+  const rows = await sql<{ pid: number }>('postgres', `SELECT pid FROM pg_stat_activity WHERE datname = '${database}' AND pid <> pg_backend_pid()`);
+  const out = new Map<number, number>();
+  for (const { pid } of rows) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      out.set(pid, (Number(f[11]) + Number(f[12])) * 10);
+    } catch {
+      // ended meanwhile
+    }
+  }
+  return out;
+}
+
+interface Side {
+  name: 'big' | 'empty';
+  database: string;
+  node: Svcq;
+  root: string;
+}
+
+function call(s: Side, method: string, p: string, body: string, auth = false): Promise<{ status: number; body: string }> {
+  const base = new URL(s.node.url);
+  return new Promise((resolve, reject) => {
+    const headers: Record<string, string> = { host: HOST, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) };
+    if (auth) headers.authorization = `Bearer ${MASTER}`;
+    const req = http.request({ host: '127.0.0.1', port: Number(base.port), method, path: p, headers }, (res) => {
+      let out = '';
+      res.on('data', (c: Buffer) => (out += c.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: out }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+async function define(s: Side, queue: string): Promise<void> {
+  const r = await call(s, 'PUT', `/api/v2/def?path=${HOST}/svc-queues/${queue}.json`, QUEUE_DEF, true);
+  if (r.status !== 200) throw new Error(`define ${queue} on ${s.name}: ${r.status} ${r.body}`);
+}
+
+interface Figure {
+  rate: number;
+  svcqUs: number;
+  dbUs: number;
+}
+
+async function phase(s: Side, mode: LoadMode, queue: string, extra: Partial<LoadSpec>): Promise<Figure> {
+  const seen = new Map<number, number>();
+  const first = await backendCpu(s.database);
+  let running = true;
+  const follow = (async () => {
+    while (running) {
+      for (const [pid, cpu] of await backendCpu(s.database).catch(() => new Map<number, number>())) seen.set(pid, cpu);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  })();
+  const cpu0 = cpuMsOf(s.node.pid);
+  const r = await runLoad({ mode, url: s.node.url, host: HOST, queue, inFlight: 32, durationMs: SECONDS * 1000, maxCount: Number.MAX_SAFE_INTEGER, itemBytes: 190, recordLatency: false, ...extra }, 600_000);
+  const svcq = cpuMsOf(s.node.pid) - cpu0;
+  running = false;
+  await follow;
+  for (const [pid, cpu] of await backendCpu(s.database)) seen.set(pid, cpu);
+  let db = 0;
+  for (const [pid, cpu] of seen) db += cpu - (first.get(pid) ?? 0);
+  if (r.errors > 0) throw new Error(`${s.name} ${mode} on ${queue}: ${r.errors} errors, the first: ${r.firstError}`);
+  const n = Math.max(1, r.count);
+  return { rate: r.rate, svcqUs: (svcq * 1000) / n, dbUs: (db * 1000) / n };
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+}
+
+async function timeRequests(s: Side, p: string, auth: boolean, n = 200): Promise<{ p50: number; p99: number }> {
+  const ms: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    const r = await call(s, 'GET', p, '', auth);
+    ms.push(performance.now() - t);
+    if (r.status !== 200) throw new Error(`GET ${p} on ${s.name}: ${r.status} ${r.body}`);
+  }
+  ms.sort((a, b) => a - b);
+  return { p50: ms[Math.floor(n * 0.5)]!, p99: ms[Math.floor(n * 0.99)]! };
+}
+
+async function vacuum(database: string): Promise<number> {
+  const t = performance.now();
+  await sql(database, 'VACUUM ANALYZE');
+  return performance.now() - t;
+}
+
+const stamp = `${process.pid}`;
+const sides: Side[] = [];
+const t00 = performance.now();
+const log = (line: string): void => console.log(`[${((performance.now() - t00) / 1000).toFixed(0).padStart(5)} s] ${line}`);
+try {
+  for (const name of ['big', 'empty'] as const) {
+    const database = `${opts.prefix}_${name}_${stamp}`;
+    await sql('postgres', `CREATE DATABASE ${database}`);
+    const root = mkdtempSync(path.join(os.tmpdir(), 'svcq-pg-backlog-'));
+    process.env.SVCQ_STORE = dbUrl(database);
+    const node = await startSvcq({ root, masterToken: MASTER });
+    delete process.env.SVCQ_STORE;
+    sides.push({ name, database, node, root });
+  }
+  const [big, empty] = sides as [Side, Side];
+  for (const s of sides) {
+    for (const q of ['backlog', 'warm']) await define(s, q);
+    await phase(s, 'handin', 'warm', { maxCount: 2000, durationMs: 120_000 });
+  }
+  log(`svcq on PostgreSQL, ${ITEMS.toLocaleString('en')} items, ${ROUNDS} paired rounds, ${JOBS} jobs per cycle, post ${SECONDS} s, load ${os.loadavg()[0]!.toFixed(2)}`);
+
+  let loaded = false;
+  for (const stage of opts.stages!.split(',')) {
+    if (!loaded) {
+      const t = performance.now();
+      const r = await runLoad({ mode: 'batch-post', url: big.node.url, host: HOST, queue: 'backlog', inFlight: 4, durationMs: 3_600_000, maxCount: Math.ceil(ITEMS / 1000), itemBytes: 190, recordLatency: false }, 3_700_000);
+      if (r.errors > 0) throw new Error(`fill: ${r.errors} errors, the first: ${r.firstError}`);
+      log(`filled 'backlog' on big with ${r.count} items in ${((performance.now() - t) / 1000).toFixed(1)} s (${r.rate.toFixed(0)} items/s)`);
+      loaded = true;
+    }
+    if (stage === 'finished') {
+      for (const s of sides) {
+        const t = performance.now();
+        const r = await runLoad({ mode: 'drain-batch', url: s.node.url, host: HOST, queue: 'backlog', inFlight: 4, durationMs: 3_600_000, maxCount: Number.MAX_SAFE_INTEGER, itemBytes: 190, recordLatency: false }, 3_700_000);
+        log(`drained 'backlog' on ${s.name}: ${r.count} items finished in ${((performance.now() - t) / 1000).toFixed(1)} s`);
+      }
+    }
+    for (const s of sides) log(`VACUUM ANALYZE ${s.name}: ${((await vacuum(s.database)) / 1000).toFixed(1)} s`);
+    const [counts] = await sql<{ pending: string; finished: string; total: string }>(
+      big.database,
+      `SELECT count(*) FILTER (WHERE status = 'pending') AS pending, count(*) FILTER (WHERE status = 'finished') AS finished, count(*) AS total FROM svcq_items`,
+    );
+    log(`stage ${stage}: big database holds ${counts!.total} items (${counts!.pending} pending, ${counts!.finished} finished)`);
+    for (const mode of ['post', 'cycle', 'handin'] as const) {
+      const pairs: Array<[Figure, Figure]> = [];
+      for (let r = 0; r < ROUNDS; r++) {
+        const queue = stage === 'other' ? `o-${mode}-${r}` : 'backlog';
+        if (stage === 'other') for (const s of sides) await define(s, queue);
+        else if (r === 0 && stage === 'same') await define(empty, queue);
+        const order = r % 2 === 0 ? [big, empty] : [empty, big];
+        const got = new Map<string, Figure>();
+        for (const s of order) got.set(s.name, await phase(s, mode, queue, mode === 'post' ? {} : { maxCount: JOBS, durationMs: 300_000 }));
+        const b = got.get('big')!;
+        const e = got.get('empty')!;
+        pairs.push([b, e]);
+        log(`${stage.padEnd(8)} ${mode.padEnd(6)} round ${r + 1}: big ${b.rate.toFixed(0)}/s (svcq ${b.svcqUs.toFixed(0)} µs, db ${b.dbUs.toFixed(0)} µs per job)  empty ${e.rate.toFixed(0)}/s (svcq ${e.svcqUs.toFixed(0)} µs, db ${e.dbUs.toFixed(0)} µs)  ratio ${(b.rate / e.rate).toFixed(3)}`);
+      }
+      log(
+        `${stage.padEnd(8)} ${mode.padEnd(6)} MEDIAN ratio ${median(pairs.map(([b, e]) => b.rate / e.rate)).toFixed(3)} (${pairs.map(([b, e]) => (b.rate / e.rate).toFixed(2)).join(', ')}); ` +
+          `svcq µs/job big ${median(pairs.map(([b]) => b.svcqUs)).toFixed(0)} empty ${median(pairs.map(([, e]) => e.svcqUs)).toFixed(0)}; ` +
+          `db µs/job big ${median(pairs.map(([b]) => b.dbUs)).toFixed(0)} empty ${median(pairs.map(([, e]) => e.dbUs)).toFixed(0)}`,
+      );
+    }
+    for (const s of sides) {
+      const posted = await call(s, 'POST', `/backlog`, '{"probe":true}');
+      const id = (JSON.parse(posted.body) as { id: string }).id;
+      const queues = await timeRequests(s, '/api/v2/queues', true);
+      const status = await timeRequests(s, `/backlog/items/${id}`, false);
+      log(`${stage.padEnd(8)} ${s.name.padEnd(5)} GET /api/v2/queues p50 ${queues.p50.toFixed(2)} ms p99 ${queues.p99.toFixed(2)} ms; status read p50 ${status.p50.toFixed(2)} ms p99 ${status.p99.toFixed(2)} ms`);
+    }
+  }
+} finally {
+  for (const s of sides) {
+    await s.node.stop().catch((err: Error) => console.error(err.message));
+    rmSync(s.root, { recursive: true, force: true });
+  }
+  killAll();
+  for (const s of sides) await sql('postgres', `DROP DATABASE IF EXISTS ${s.database} WITH (FORCE)`).catch((err: Error) => console.error(err.message));
+}
