@@ -61,10 +61,15 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
+/** The answer a connection is writing or will write next (Node's own record of it), if any. */
+function answerOf(socket: Socket): ServerResponse | undefined {
+  return (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage ?? undefined;
+}
+
 /** Whether an earlier request's answer on this connection is still to be finished (a request pipelined behind it waits for it). */
 function answering(socket: Socket, res: ServerResponse): boolean {
-  const current = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
-  return current !== undefined && current !== null && current !== res && !current.writableFinished;
+  const current = answerOf(socket);
+  return current !== undefined && current !== res && !current.writableFinished;
 }
 
 /** `<root>/_svcq`: everything the server keeps that is not a definition. */
@@ -102,12 +107,19 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
     },
   );
   answerProtocolErrors(server);
+  // Open connections: at a stop, each one's answer under way says it is the connection's last.
+  // Kept per connection, not per request, so that a request pays nothing for it.
+  const open = new Set<Socket>();
+  server.on('connection', (socket: Socket) => {
+    open.add(socket);
+    socket.once('close', () => open.delete(socket));
+  });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port, options.bind, () => resolve());
   });
   try {
-    return await serve(server, options, warn, (h) => {
+    return await serve(server, open, options, warn, (h) => {
       handle = h;
       started!();
     });
@@ -118,7 +130,7 @@ export async function startServer(options: ServeOptions): Promise<RunningServer>
   }
 }
 
-async function serve(server: Server, options: ServeOptions, warn: (line: string) => void, ready: (handle: (req: IncomingMessage, res: ServerResponse) => void) => void): Promise<RunningServer> {
+async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOptions, warn: (line: string) => void, ready: (handle: (req: IncomingMessage, res: ServerResponse) => void) => void): Promise<RunningServer> {
   const root = path.resolve(options.root);
   const home = homeOf(root);
   const location = parseStoreLocation(options.store);
@@ -175,8 +187,6 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
   const app = createApp(ctx);
   const queues = createQueueRouter(ctx);
 
-  /** Responses not yet logged: at a stop, those whose answer has not gone out yet say it is the connection's last. */
-  const inFlight = new Set<ServerResponse>();
 
   /** Logs the exchange once the response has been handed to the socket (one shared listener: no closure per request). */
   function logFinished(this: LoggedResponse): void {
@@ -200,7 +210,6 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
     seen.logged = true;
     const url = seen.url;
     const q = url.indexOf('?');
-    inFlight.delete(res);
     // A keep-alive connection whose request was under way when the stop came ends with its answer,
     // and serves nothing read from it later: a request the client sent before it saw our end
     // would be carried out with no way left to answer it.
@@ -231,7 +240,6 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
     // host, whatever the Host header says.
     if (url.charCodeAt(0) !== 47 /* / */ && url !== '*') url = takeAbsoluteForm(req, url);
     (res as LoggedResponse)[REQUEST] = new RequestSeen(performance.now(), url, req.socket.bytesWritten, req.socket.remoteAddress ?? '');
-    inFlight.add(res);
     // 'finish' is emitted at most once per response.
     res.on('finish', logFinished);
     res.on('close', logAbandoned);
@@ -262,10 +270,11 @@ async function serve(server: Server, options: ServeOptions, warn: (line: string)
         stopping.abort();
         // Requests under way are finished, and their answers carry `connection: close`, so that
         // no client sends another request on a connection that is about to end.
-        for (const res of inFlight) {
-          if (res.headersSent) continue;
+        for (const socket of open) {
+          const res = answerOf(socket);
+          if (!res || res.headersSent) continue;
           res.shouldKeepAlive = false;
-          lastExchange(res.req.socket);
+          lastExchange(socket);
         }
         server.closeIdleConnections();
         // server.close() also ends Node's own request timeouts: a connection that never delivers
