@@ -71,6 +71,18 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
     );
   }
 
+  /**
+   * The store's own statements run first (the workload below), then the statistics of a table
+   * with nothing pending are taken, then the backlog builds up; autovacuum stays off throughout,
+   * so that no ANALYZE comes in between.
+   */
+  async function backlogAfterStaleStatistics(): Promise<void> {
+    await db.admin.query('ALTER TABLE svcq_items SET (autovacuum_enabled = off)');
+    await workload();
+    await analyzedWithNothingPending();
+    await backlog();
+  }
+
   /** The plan the store's connection runs `EXECUTE name(args)` with, run (in a transaction rolled back). */
   async function planRun(client: pg.PoolClient, name: string, args: string, generic: boolean): Promise<string> {
     await client.query('BEGIN');
@@ -155,10 +167,7 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
   });
   it('a claim planned from statistics taken while no item was pending still walks the pending index once 100,000 wait, with no sort (plans: claim order read from the pending index, whatever the statistics)', async function () {
     if (!postgresPresent(target)) return this.skip();
-    await db.admin.query('ALTER TABLE svcq_items SET (autovacuum_enabled = off)');
-    await workload();
-    await analyzedWithNothingPending();
-    await backlog();
+    await backlogAfterStaleStatistics();
     // The store plans its claim again (ANALYZE ended the plan it kept), from those statistics.
     expect(await store.claim(q, { worker: 'e' })).to.not.equal(null);
     // Held, so that the pool does not close it (and its prepared statements) while idle.
@@ -175,10 +184,7 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
   });
   it('the oldest pending item of GET /api/v2/queues is found by reading the live index in posting order, not every live item, when statistics were taken while nothing was pending (plans: the oldest pending item, whatever the statistics)', async function () {
     if (!postgresPresent(target)) return this.skip();
-    await db.admin.query('ALTER TABLE svcq_items SET (autovacuum_enabled = off)');
-    await workload();
-    await analyzedWithNothingPending();
-    await backlog();
+    await backlogAfterStaleStatistics();
     const overview = await store.overview(q, { oldest: 0, leases: 0 });
     expect(overview.oldestPendingAt).to.equal(1000);
     const client = await connection().connect();
@@ -192,10 +198,7 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
   });
   it('the sweep finds items waiting out a retry delay through the (queue, available_at) index, not by reading every pending item, when statistics were taken while nothing was pending (plans: the sweep, whatever the statistics)', async function () {
     if (!postgresPresent(target)) return this.skip();
-    await db.admin.query('ALTER TABLE svcq_items SET (autovacuum_enabled = off)');
-    await workload();
-    await analyzedWithNothingPending();
-    await backlog();
+    await backlogAfterStaleStatistics();
     const client = await connection().connect();
     try {
       // Planned at each run, with its values: a sweep at the clock's time of a queue without a timeout.
@@ -210,10 +213,7 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
   });
   it('a claim with criteria reads its first page of pending items from the pending index, not the whole backlog, when statistics were taken while nothing was pending (plans: pages of a claim with criteria, whatever the statistics)', async function () {
     if (!postgresPresent(target)) return this.skip();
-    await db.admin.query('ALTER TABLE svcq_items SET (autovacuum_enabled = off)');
-    await workload();
-    await analyzedWithNothingPending();
-    await backlog();
+    await backlogAfterStaleStatistics();
     await db.admin.query('SELECT pg_stat_reset()');
     expect(await store.claim(q, { worker: 'picky', criteria: { i: { gte: 0 } } })).to.not.equal(null);
     // The store's connection reports what it read at once (at its next idle moment).
