@@ -22,12 +22,12 @@
  * reads (`GET /<queue>/items/<id>`) on each side, one at a time.
  */
 import http from 'node:http';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
+import { backendCpuSeconds, databaseUrl, query } from './pg-admin.js';
 import { cpuMsOf, killAll, runLoad, startSvcq, type Svcq } from './procs.js';
 import type { LoadMode, LoadSpec } from './protocol.js';
 
@@ -55,36 +55,12 @@ const HOST = 'bench.test';
 const MASTER = 'bench-master-token-0123456789abcdef';
 const QUEUE_DEF = JSON.stringify({ leaseSeconds: 300, access: { post: 'public', fetch: 'public', work: 'public' } });
 
-function dbUrl(name: string): string {
-  const u = new URL(opts.store!);
-  u.pathname = `/${name}`;
-  return u.toString();
-}
+const dbUrl = (name: string): string => databaseUrl(opts.store!, name);
+const sql = <T = Record<string, unknown>>(database: string, text: string): Promise<T[]> => query<T>(opts.store!, database, text);
 
-async function sql<T = Record<string, unknown>>(database: string, text: string): Promise<T[]> {
-  const c = new pg.Client({ connectionString: dbUrl(database) });
-  await c.connect();
-  try {
-    return (await c.query(text)).rows as T[];
-  } finally {
-    await c.end();
-  }
-}
-
-/** CPU seconds of each backend serving `database`, from /proc. */
+/** CPU milliseconds of each backend serving `database`. */
 async function backendCpu(database: string): Promise<Map<number, number>> {
-  const rows = await sql<{ pid: number }>('postgres', `SELECT pid FROM pg_stat_activity WHERE datname = '${database}' AND pid <> pg_backend_pid()`);
-  const out = new Map<number, number>();
-  for (const { pid } of rows) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      out.set(pid, (Number(f[11]) + Number(f[12])) * 10);
-    } catch {
-      // ended meanwhile
-    }
-  }
-  return out;
+  return new Map([...(await backendCpuSeconds(opts.store!, database))].map(([pid, s]) => [pid, s * 1000]));
 }
 
 interface Side {

@@ -20,6 +20,7 @@ import pg from 'pg';
 import { resolveQueue } from '../src/engine/config.js';
 import { PostgresStore } from '../src/store/postgres/postgres-store.js';
 import type { QueueRef } from '../src/store/store.js';
+import { databaseUrl, query } from './pg-admin.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -37,21 +38,8 @@ const ITEMS = Number(opts.items);
 const RUNS = Number(opts.runs);
 const RETAIN_MS = 7 * 86_400_000;
 
-function dbUrl(name: string): string {
-  const u = new URL(opts.store!);
-  u.pathname = `/${name}`;
-  return u.toString();
-}
-
-async function admin(text: string): Promise<void> {
-  const c = new pg.Client({ connectionString: dbUrl('postgres') });
-  await c.connect();
-  try {
-    await c.query(text);
-  } finally {
-    await c.end();
-  }
-}
+const dbUrl = (name: string): string => databaseUrl(opts.store!, name);
+const admin = async (text: string): Promise<void> => void (await query(opts.store!, 'postgres', text));
 
 const config = resolveQueue({ leaseSeconds: 300 });
 const q: QueueRef = { key: 'h/q', host: 'h', name: 'q', config };

@@ -18,11 +18,11 @@
  * 200 cross-node wake-ups (a claim waiting on one node, the post sent to another).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
+import { backendCpuSeconds, databaseUrl as urlOf, query } from './pg-admin.js';
 import { request } from 'undici';
 import { performance } from 'node:perf_hooks';
 import { BENCH_DIR, cpuMsOf, REPO } from './procs.js';
@@ -55,21 +55,8 @@ const MASTER = 'bench-master-token-0123456789abcdef';
 const BIN = path.join(REPO, 'bin/run.js');
 const children = new Set<ChildProcess>();
 
-function databaseUrl(database: string): string {
-  const u = new URL(BASE);
-  u.pathname = `/${database}`;
-  return u.toString();
-}
-
-async function admin<T>(sql: string, database = 'postgres'): Promise<T[]> {
-  const client = new pg.Client({ connectionString: databaseUrl(database) });
-  await client.connect();
-  try {
-    return (await client.query(sql)).rows as T[];
-  } finally {
-    await client.end();
-  }
-}
+const databaseUrl = (database: string): string => urlOf(BASE, database);
+const admin = <T>(sql: string, database = 'postgres'): Promise<T[]> => query<T>(BASE, database, sql);
 
 async function freshDatabase(): Promise<{ name: string; url: string; drop: () => Promise<void> }> {
   const name = `svcq_bench_${process.pid}_${Math.random().toString(16).slice(2, 10)}`;
@@ -77,21 +64,7 @@ async function freshDatabase(): Promise<{ name: string; url: string; drop: () =>
   return { name, url: databaseUrl(name), drop: async () => void (await admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)) };
 }
 
-/** CPU seconds used so far by each backend process serving `database` (from /proc: this machine's PostgreSQL). */
-async function backendCpu(database: string): Promise<Map<number, number>> {
-  const rows = await admin<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE datname = '${database}'`);
-  const out = new Map<number, number>();
-  for (const { pid } of rows) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      out.set(pid, (Number(fields[11]) + Number(fields[12])) / 100);
-    } catch {
-      // the backend ended meanwhile
-    }
-  }
-  return out;
-}
+const backendCpu = (database: string): Promise<Map<number, number>> => backendCpuSeconds(BASE, database);
 
 /**
  * Follows the CPU of `database`'s backends through a phase (every 250 ms, keeping each pid's last

@@ -1,0 +1,41 @@
+/**
+ * What the PostgreSQL benches share: the URL of another database on the server `--store` names,
+ * one statement on a connection of its own, and the CPU of the backends serving a database.
+ */
+import { readFileSync } from 'node:fs';
+import pg from 'pg';
+
+/** `base` (a postgres:// URL) with its database replaced by `database`. */
+export function databaseUrl(base: string, database: string): string {
+  const u = new URL(base);
+  u.pathname = `/${database}`;
+  return u.toString();
+}
+
+/** Runs one statement on a connection of its own to `database`, and closes it. */
+export async function query<T = Record<string, unknown>>(base: string, database: string, text: string): Promise<T[]> {
+  const client = new pg.Client({ connectionString: databaseUrl(base, database) });
+  await client.connect();
+  try {
+    return (await client.query(text)).rows as T[];
+  } finally {
+    await client.end();
+  }
+}
+
+/** CPU seconds used so far by each backend process serving `database` (from /proc: this machine's PostgreSQL), the asking one left out. */
+export async function backendCpuSeconds(base: string, database: string): Promise<Map<number, number>> {
+  const rows = await query<{ pid: number }>(base, 'postgres', `SELECT pid FROM pg_stat_activity WHERE datname = '${database}' AND pid <> pg_backend_pid()`);
+  const out = new Map<number, number>();
+  for (const { pid } of rows) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      // utime and stime, in clock ticks of 1/100 s.
+      out.set(pid, (Number(fields[11]) + Number(fields[12])) / 100);
+    } catch {
+      // the backend ended meanwhile
+    }
+  }
+  return out;
+}
