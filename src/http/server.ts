@@ -187,7 +187,6 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
   const app = createApp(ctx);
   const queues = createQueueRouter(ctx);
 
-
   /** Logs the exchange once the response has been handed to the socket (one shared listener: no closure per request). */
   function logFinished(this: LoggedResponse): void {
     log(this, this.statusCode);
