@@ -98,12 +98,15 @@ Ctrl-C (or SIGTERM) partway through sends nothing more: the requests under way f
     // Items never sent (the server went away), or whose answer was lost, are summed up in a line each, not one per item
     // (with --json, stdout has a line for each, and stderr only the verdict, in JSON).
     const span = (inputs: ItemInput[]): string => (inputs.length === 1 ? inputs[0]!.source : `${inputs[0]!.source} to ${inputs[inputs.length - 1]!.source}`);
-    if (unsure.length > 0 && !json) process.stderr.write(`svcq: ${unsure.length} item(s) may or may not have been posted (${span(unsure)}): they went out and no answer came back: ${why.unsure}\n`);
+    if (unsure.length > 0 && !json) process.stderr.write(`svcq: ${unsure.length} item(s) may or may not have been posted (${span(unsure)}): they went out, and no answer said what became of them: ${why.unsure}\n`);
     if (notPosted.length > 0 && !json) process.stderr.write(`svcq: ${notPosted.length} item(s) not posted (${span(notPosted)}): ${why.notPosted}\n`);
     if (rejected > 0) {
       // The outcome lines may still be on their way down a pipe: the exit that follows must not cut them (or the summary) off.
       await new Promise<void>((resolve) => process.stdout.write('', () => resolve()));
-      throw new UserError(`${rejected} of ${items.length} item(s) were not posted`, 1);
+      // Items that may have been posted are not counted as not posted: a re-run without a key could post them twice.
+      const surelyNot = rejected - unsure.length;
+      const verdict = unsure.length === 0 ? `${rejected} of ${items.length} item(s) were not posted` : surelyNot === 0 ? `${unsure.length} of ${items.length} item(s) may not have been posted` : `${surelyNot} of ${items.length} item(s) were not posted, and ${unsure.length} may not have been`;
+      throw new UserError(verdict, 1);
     }
     return undefined;
   }

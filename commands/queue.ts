@@ -19,7 +19,7 @@ export default class Queue extends BaseCommand<typeof Queue> {
     const { host, name } = parseQueueArg(args.queue);
     let detail: QueueDetail;
     try {
-      detail = await this.client().json<QueueDetail>('GET', queuePath(host, name));
+      detail = await this.client().json<QueueDetail>('GET', queuePath(host, name), { shape: 'queueDetail' });
     } catch (err) {
       if (err instanceof ClientError && err.status === 404 && (err.body as { error?: unknown } | undefined)?.error === 'no such queue') {
         throw new ClientError(`no queue "${name}" is defined on host "${host}" (svcq queues lists them)`, 'http', { status: 404, body: err.body });

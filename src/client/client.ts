@@ -1,6 +1,7 @@
 import http from 'node:http';
 import type { Manifest } from '../definitions/manifest.js';
 import { arrayElements, objectMembers } from '../json-text.js';
+import { answerMismatch, type AnswerShape } from './answer-shapes.js';
 import { IDEMPOTENCY_KEY_RULE, isIdempotencyKey, type BatchAnswer, type ClaimAnswer, type ClaimManyAnswer, type ClaimRequest, type PostAnswer, type StatusAnswer, type SubmissionAnswer } from '../protocol.js';
 
 export const CLIENT_API = 2;
@@ -187,14 +188,22 @@ export class SvcqClient {
   }
 
   /** Sends a request and parses a JSON answer, turning error statuses into ClientErrors. */
-  async json<T>(method: string, path: string, opts: Parameters<SvcqClient['request']>[2] & { ok?: number[] } = {}): Promise<T> {
+  async json<T>(method: string, path: string, opts: Parameters<SvcqClient['request']>[2] & { ok?: number[]; shape?: AnswerShape } = {}): Promise<T> {
     const res = await this.request(method, path, opts);
-    const answer = this.parse<T>(res, opts.ok ?? [200]);
-    // Every answer svcq gives is a JSON object: anything else came from some other server (a --url that names a web page, a proxy).
-    if (typeof answer !== 'object' || answer === null || Array.isArray(answer)) {
-      throw new ClientError(`${this.options.url} did not answer as svcq does (${method} ${path.split('?')[0]} gave no JSON object): is --url right?`, 'http', { status: res.status, body: answer });
-    }
-    return answer;
+    return this.checked(this.parse<T>(res, opts.ok ?? [200]), method, path, res.status, opts.shape);
+  }
+
+  /**
+   * Every answer svcq gives is a JSON object, of the shape its endpoint gives (`shape`): anything
+   * else came from some other server (a --url that names a web page, a proxy), and is refused here
+   * rather than read as `undefined` further on.
+   */
+  private checked<T>(answer: T, method: string, path: string, status: number, shape?: AnswerShape): T {
+    const notObject = typeof answer !== 'object' || answer === null || Array.isArray(answer);
+    const mismatch = notObject ? 'gave no JSON object' : shape === undefined ? null : answerMismatch(shape, answer);
+    if (mismatch === null) return answer;
+    const what = `${method} ${path.split('?')[0]}${notObject ? ` ${mismatch}` : `: ${mismatch}`}`;
+    throw new ClientError(`${this.options.url} did not answer as svcq does (${what}): is --url right?`, 'http', { status, body: answer });
   }
 
   parse<T>(res: RawResponse, ok: number[] = [200]): T {
@@ -210,16 +219,16 @@ export class SvcqClient {
 
   // --- management (master token) ---
   version(opts: CallOptions = {}): Promise<{ api: number }> {
-    return this.json('GET', '/api/version', this.limits(opts));
+    return this.json('GET', '/api/version', { shape: 'version', ...this.limits(opts) });
   }
   manifest(opts: CallOptions = {}): Promise<Manifest> {
-    return this.json('GET', `/api/v${CLIENT_API}/manifest`, this.limits(opts));
+    return this.json('GET', `/api/v${CLIENT_API}/manifest`, { shape: 'manifest', ...this.limits(opts) });
   }
   putDefinition(path: string, bytes: Buffer, opts: CallOptions = {}): Promise<{ ok: true }> {
-    return this.json('PUT', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`, { body: bytes, ...this.limits(opts) });
+    return this.json('PUT', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`, { body: bytes, shape: 'put', ...this.limits(opts) });
   }
   deleteDefinition(path: string, opts: CallOptions = {}): Promise<{ deleted: boolean }> {
-    return this.json('DELETE', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`, this.limits(opts));
+    return this.json('DELETE', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`, { shape: 'deleted', ...this.limits(opts) });
   }
 
   /**
@@ -233,8 +242,8 @@ export class SvcqClient {
 
   // --- tools (master token) ---
   /** GET of a tools list or snapshot endpoint, e.g. `logs`, `stats`, `stats/now`, `tasks`. */
-  tool<T>(endpoint: string, opts: CallOptions = {}): Promise<T> {
-    return this.json('GET', `/api/v${CLIENT_API}/${endpoint}`, this.limits(opts));
+  tool<T>(endpoint: 'logs' | 'stats' | 'stats/now' | 'tasks', opts: CallOptions = {}): Promise<T> {
+    return this.json('GET', `/api/v${CLIENT_API}/${endpoint}`, { shape: TOOL_SHAPES[endpoint], ...this.limits(opts) });
   }
   /** Raw bytes of a tools file endpoint from byte `from` on (Range `bytes=N-`). */
   async toolFile(endpoint: string, query: Record<string, string>, from = 0, opts: CallOptions = {}): Promise<Buffer> {
@@ -251,12 +260,12 @@ export class SvcqClient {
    * the same `idempotencyKey` to be sure it is posted once.
    */
   async post(queue: string, item: JsonObjectOrText, idempotencyKey?: string, opts: CallOptions = {}): Promise<PostAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}`, { body: jsonText(item, 'the item'), queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, POST_TIMEOUT_MS) });
+    return this.json('POST', `/${encodeURIComponent(queue)}`, { body: jsonText(item, 'the item'), shape: 'post', queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, POST_TIMEOUT_MS) });
   }
   /** An item's status record; with `waitSeconds` (up to 30), held until the item is terminal or the time is up. */
   item(queue: string, id: string, waitSeconds = 0, opts: CallOptions = {}): Promise<StatusAnswer> {
     const wait = waitSeconds > 0 ? `?wait=${waitSeconds}` : '';
-    return this.json('GET', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}${wait}`, { queueHost: true, ...this.limits(opts, waitSeconds * 1000) });
+    return this.json('GET', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}${wait}`, { shape: 'status', queueHost: true, ...this.limits(opts, waitSeconds * 1000) });
   }
 
   /**
@@ -270,7 +279,7 @@ export class SvcqClient {
   claim(queue: string, body: ClaimRequest, opts?: ClaimOptions): Promise<ClaimAnswer | ClaimManyAnswer>;
   async claim(queue: string, body: ClaimRequest, opts: ClaimOptions = {}): Promise<ClaimAnswer | ClaimManyAnswer> {
     const res = await this.request('POST', `/${encodeURIComponent(queue)}/claim`, { body: claimBody(body, opts.handIns), queueHost: true, ...this.limits(opts, (body.wait ?? 0) * 1000) });
-    const answer = this.parse<ClaimAnswer | ClaimManyAnswer>(res);
+    const answer = this.checked(this.parse<ClaimAnswer | ClaimManyAnswer>(res), 'POST', `/${queue}/claim`, res.status, 'claim');
     answer.clockOffsetMs = clockOffset(res.headers.date);
     // Each item also as the exact text the server sent (interface §2.1).
     const texts = claimedItemTexts(res.body.toString('utf8'));
@@ -285,16 +294,19 @@ export class SvcqClient {
    */
   async postBatch(queue: string, items: readonly JsonObjectOrText[], idempotencyKey?: string, opts: CallOptions = {}): Promise<BatchAnswer> {
     const texts = items.map((item, n) => jsonText(item, `item ${n}`));
-    return this.json('POST', `/${encodeURIComponent(queue)}/batch`, { body: `[${texts.join(',')}]`, queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, 2 * POST_TIMEOUT_MS) });
+    return this.json('POST', `/${encodeURIComponent(queue)}/batch`, { body: `[${texts.join(',')}]`, shape: 'batch', queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, 2 * POST_TIMEOUT_MS) });
   }
   /** Reports progress, or submits the result or the error of an item (`accepted: false` once it is terminal). */
   async submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: JsonObjectOrText, opts: CallOptions = {}): Promise<SubmissionAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/${kind}`, { body: jsonText(record, `the ${kind}`), queueHost: true, ...this.limits(opts) });
+    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/${kind}`, { body: jsonText(record, `the ${kind}`), shape: 'submission', queueHost: true, ...this.limits(opts) });
   }
   cancel(queue: string, id: string, opts: CallOptions = {}): Promise<SubmissionAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/cancel`, { queueHost: true, ...this.limits(opts) });
+    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/cancel`, { shape: 'submission', queueHost: true, ...this.limits(opts) });
   }
 }
+
+/** The shape of each tools list or snapshot answer. */
+const TOOL_SHAPES = { logs: 'logs', stats: 'stats', 'stats/now': 'snapshot', tasks: 'tasks' } as const satisfies Record<string, AnswerShape>;
 
 /** Text to send as a JSON body: given as text, as it is; an object, as JSON.stringify makes it. */
 function jsonText(value: JsonObjectOrText, what: string): string {

@@ -43,7 +43,7 @@ describe('svcq queues and svcq queue HOST/NAME (decisions §1.2, §5.1, §7)', (
   });
 
   it('svcq queues against some other web server (200 with a page, or JSON of another shape) is one sentence and exit 1, not a TypeError', async () => {
-    for (const [type, body] of [['text/html', '<html>welcome</html>'], ['application/json', '{"status":"ok"}']] as const) {
+    for (const [type, body, why] of [['text/html', '<html>welcome</html>', ' gave no JSON object'], ['application/json', '{"status":"ok"}', ': "queues" is missing']] as const) {
       const other = http.createServer((_req, res) => res.writeHead(200, { 'content-type': type }).end(body));
       await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve));
       try {
@@ -51,7 +51,7 @@ describe('svcq queues and svcq queue HOST/NAME (decisions §1.2, §5.1, §7)', (
         const run = await runCli(['queues', '--url', url, '--token', server.masterToken]);
         expect(run.code, run.stderr).to.equal(1);
         expect(run.stdout).to.equal('');
-        expect(run.stderr).to.equal(`svcq: ${url} did not answer as svcq does (GET /api/v2/queues gave no list of queues): is --url right?\n`);
+        expect(run.stderr).to.equal(`svcq: ${url} did not answer as svcq does (GET /api/v2/queues${why}): is --url right?\n`);
       } finally {
         other.close();
       }

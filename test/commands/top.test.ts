@@ -70,7 +70,7 @@ describe('svcq top (decisions §5.1: operators see their queues live)', () => {
         expect(run.code).to.equal(1);
         expect(run.stdout).to.equal('');
         const sentence = json.length ? (JSON.parse(run.stderr) as { error: string }).error : run.stderr;
-        expect(sentence).to.match(new RegExp(`^(svcq: )?${url} did not answer as svcq does \\(GET /api/v2/queues gave no list of queues\\): is --url right\\?\n?$`));
+        expect(sentence).to.match(new RegExp(`^(svcq: )?${url} did not answer as svcq does \\(GET /api/v2/queues gave no JSON object\\): is --url right\\?\n?$`));
       }
     } finally {
       other.close();

@@ -74,7 +74,7 @@ export function Top({ client, url, intervalMs, keys }: TopProps): ReactElement {
     const abandon = new AbortController();
     const slash = key.indexOf('/');
     client
-      .json<QueueDetail>('GET', queuePath(key.slice(0, slash), key.slice(slash + 1)), { timeoutMs: 10_000, signal: abandon.signal })
+      .json<QueueDetail>('GET', queuePath(key.slice(0, slash), key.slice(slash + 1)), { shape: 'queueDetail', timeoutMs: 10_000, signal: abandon.signal })
       .then((detail) => {
         if (live) setState((s) => (s.selected === key && s.fetched ? { ...s, fetched: { ...s.fetched, detail } } : s));
       })

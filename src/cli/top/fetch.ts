@@ -1,4 +1,4 @@
-import { ClientError, type CallOptions, type SvcqClient } from '../../client/client.js';
+import type { CallOptions, SvcqClient } from '../../client/client.js';
 import { QUEUES_PATH, queuePath, type QueueDetail, type QueueEntry, type QueueList } from '../../operators/answers.js';
 import type { Snapshot } from '../../tools/stats.js';
 import { keyOf, selectedAfter, type Fetched } from './model.js';
@@ -12,22 +12,14 @@ import { keyOf, selectedAfter, type Fetched } from './model.js';
  */
 export async function fetchTop(client: SvcqClient, selected: string | null, options: { detail?: boolean; shown?: readonly QueueEntry[]; now?: () => number; signal?: AbortSignal } = {}): Promise<Fetched> {
   const call = { timeoutMs: 10_000, signal: options.signal };
-  const [list, health] = await Promise.all([fetchQueueList(client, call), client.json<Snapshot>('GET', '/api/v2/stats/now', call).catch(() => null)]);
+  const [list, health] = await Promise.all([fetchQueueList(client, call), client.tool<Snapshot>('stats/now', call).catch(() => null)]);
   const key = options.detail === false ? null : selectedAfter(selected, list.queues, options.shown);
   const entry = key === null ? undefined : list.queues.find((q) => keyOf(q) === key);
-  const detail = entry ? await client.json<QueueDetail>('GET', queuePath(entry.host, entry.name), call).catch(() => null) : null;
+  const detail = entry ? await client.json<QueueDetail>('GET', queuePath(entry.host, entry.name), { shape: 'queueDetail', ...call }).catch(() => null) : null;
   return { at: (options.now ?? Date.now)(), list, detail, health };
 }
 
 /** GET /api/v2/queues, refused in one sentence when what answered is not svcq (a --url that names some other web server may well answer 200, with a page). */
-export async function fetchQueueList(client: SvcqClient, call: CallOptions = {}): Promise<QueueList> {
-  const list = await client.json<QueueList>('GET', QUEUES_PATH, call).catch((err: unknown) => {
-    // An answer that is no JSON object at all is no list either (said the same way below).
-    if (err instanceof ClientError && err.status !== undefined && err.status < 300) return null;
-    throw err;
-  });
-  if (!Array.isArray((list as Partial<QueueList> | null)?.queues)) {
-    throw new ClientError(`${client.options.url} did not answer as svcq does (GET ${QUEUES_PATH} gave no list of queues): is --url right?`, 'http');
-  }
-  return list!;
+export function fetchQueueList(client: SvcqClient, call: CallOptions = {}): Promise<QueueList> {
+  return client.json<QueueList>('GET', QUEUES_PATH, { shape: 'queueList', ...call });
 }
