@@ -5,16 +5,30 @@ import { suggestCommand } from './suggest.js';
 /**
  * A command that does not exist: one sentence on stderr (`{ "error" }` with --json) with the nearest command, exit 127 (the
  * shell's "command not found"). Only on a terminal, where someone can answer, does it offer to run
- * the suggestion; in a script it never waits for an answer.
+ * the suggestion; in a script it never waits for an answer. A command given arguments it does
+ * not take is a usage error (exit 2), in one sentence too.
  */
 const hook: Hook<'command_not_found'> = async function (opts) {
   const { config } = opts;
   const words = [...opts.id.split(':'), ...(opts.argv ?? [])];
   const ids = config.commands.filter((c) => !c.hidden).map((c) => c.id);
+  const json = words.includes('--json');
   const guess = suggestCommand(words, ids);
+  // `svcq logs show access.log`: a command that takes no arguments, given one (oclif reads the
+  // word as part of the command's name). Said as such, unless the word is near a command under it
+  // (`svcq logs shwo`: "logs" takes none either, but "logs show" was meant).
+  const parts = opts.id.split(':');
+  for (let n = parts.length - 1; n > 0; n--) {
+    const command = parts.slice(0, n).join(':');
+    if (!ids.includes(command)) continue;
+    if (guess.id !== undefined && guess.id !== command) break;
+    const name = command.replaceAll(':', ' ');
+    const sentence = `${name} takes no arguments (${parts.slice(n).map((w) => `"${w}"`).join(' ')} given): see "${config.bin} ${name} --help"`;
+    process.stderr.write(json ? `${JSON.stringify({ error: sentence })}\n` : `${config.bin}: ${sentence}\n`);
+    return this.exit(2);
+  }
   const meant = guess.id?.replaceAll(':', ' ');
   const sentence = `"${guess.typed}" is not a ${config.bin} command.${meant ? ` Did you mean "${meant}"?` : ` Run "${config.bin} help" for the list.`}`;
-  const json = words.includes('--json');
   process.stderr.write(json ? `${JSON.stringify({ error: sentence })}\n` : `${config.bin}: ${sentence}\n`);
   if (guess.id && !json && process.stdin.isTTY && process.stderr.isTTY && (await confirm(`Run "${config.bin} ${[meant, ...guess.rest].join(' ')}"? [y/N] `))) {
     return config.runCommand(guess.id, guess.rest);

@@ -27,6 +27,24 @@ describe('a mistyped command: one sentence suggesting from the command word alon
     });
   }
 
+  // oclif reads a word after a command that takes no arguments as part of the command's name.
+  const extra: Array<[string[], string]> = [
+    [['logs', 'show', 'access.log'], 'logs show takes no arguments ("access.log" given): see "svcq logs show --help"'],
+    [['payload', 'jobs.test/q', '0123456789abcdef'], 'payload takes no arguments ("jobs.test/q" "0123456789abcdef" given): see "svcq payload --help"'],
+    [['queues', 'x'], 'queues takes no arguments ("x" given): see "svcq queues --help"'],
+  ];
+  for (const [args, sentence] of extra) {
+    it(`a command given arguments it does not take is a usage error, not an unknown command: svcq ${args.join(' ')} says: ${sentence} (exit 2)`, async () => {
+      const run = await runCli(args);
+      expect(run.code).to.equal(2);
+      expect(run.stderr).to.equal(`svcq: ${sentence}\n`);
+      expect(run.stdout).to.equal('');
+      const json = await runCli([...args, '--json']);
+      expect(json.code).to.equal(2);
+      expect(JSON.parse(json.stderr)).to.deep.equal({ error: sentence });
+    });
+  }
+
   it('off a TTY it does not wait for an answer, even with stdin left open', async () => {
     const proc = spawn(process.execPath, [BIN, 'wokr', 'thumbnails'], { stdio: ['pipe', 'pipe', 'pipe'] });
     const code = await new Promise<number | null>((resolve, reject) => {
