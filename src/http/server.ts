@@ -335,21 +335,15 @@ async function sweepLeftovers(root: string, home: string, stopped: AbortSignal, 
  */
 function answerProtocolErrors(server: Server): void {
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
-    const s = socket as Duplex & { _httpMessage?: ServerResponse | null };
-    // Nothing may be written into an answer already under way; a reset connection hears nothing.
-    if (s.writable && !s._httpMessage?.headersSent && err.code !== 'ECONNRESET') {
-      const [status, reason, error] =
-        err.code === 'HPE_HEADER_OVERFLOW'
-          ? [431, 'Request Header Fields Too Large', 'the request line and headers are larger than 16 KiB']
-          : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-            ? [408, 'Request Timeout', 'the request did not arrive whole in time']
-            : err.code === 'HPE_CHUNK_EXTENSIONS_OVERFLOW'
-              ? [413, 'Payload Too Large', 'the request body\'s chunk extensions are too large']
-              : [400, 'Bad Request', `the request is not valid HTTP/1.1 (${err.code ?? err.message})`];
-      const body = JSON.stringify({ error });
-      s.write(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\naccess-control-allow-origin: *\r\nconnection: close\r\n\r\n${body}`);
-    }
-    s.destroy();
+    const s = socket as Carrying & { [REFUSED]?: true };
+    // Node's parser stays broken and reports it again for every later packet: answered once.
+    if (s[REFUSED]) return;
+    s[REFUSED] = true;
+    afterEarlierAnswers(s, () => {
+      // Nothing may be written into an answer already under way; a reset connection hears nothing.
+      if (s.writable && !s._httpMessage?.headersSent && err.code !== 'ECONNRESET') s.write(refusal(err));
+      s.destroy();
+    });
   });
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
     holdContinue(req, res);
@@ -359,6 +353,36 @@ function answerProtocolErrors(server: Server): void {
     endAfterAnswer(res);
     sendJson(res, 417, { error: 'the only expectation this server meets is 100-continue' });
   });
+}
+
+const REFUSED = Symbol('svcq.refused');
+
+type Carrying = Duplex & { _httpMessage?: ServerResponse | null };
+
+/**
+ * Runs `then` once the answers to the requests before this one on the connection are written, each
+ * whole (RFC 9112 §9.3.2: answers go in the order of the requests), for a request that Node's
+ * parser refused. An answer stays the connection's until Node has seen it finish, and closes
+ * after that.
+ */
+function afterEarlierAnswers(socket: Carrying, then: () => void): void {
+  const earlier = socket._httpMessage;
+  if (earlier && earlier.req.complete && !socket.destroyed) earlier.once('close', () => afterEarlierAnswers(socket, then));
+  else then();
+}
+
+/** The answer, in JSON, to a request Node's parser refused. */
+function refusal(err: NodeJS.ErrnoException): string {
+  const [status, reason, error] =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'Request Header Fields Too Large', 'the request line and headers are larger than 16 KiB']
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'Request Timeout', 'the request did not arrive whole in time']
+        : err.code === 'HPE_CHUNK_EXTENSIONS_OVERFLOW'
+          ? [413, 'Payload Too Large', 'the request body\'s chunk extensions are too large']
+          : [400, 'Bad Request', `the request is not valid HTTP/1.1 (${err.code ?? err.message})`];
+  const body = JSON.stringify({ error });
+  return `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\naccess-control-allow-origin: *\r\nconnection: close\r\n\r\n${body}`;
 }
 
 /** What the router and the access log see of a target that is neither a path nor an absolute http URL: the wall, and no credentials logged. */

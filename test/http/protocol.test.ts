@@ -120,6 +120,24 @@ describe('HTTP framing and clients that misbehave (decisions §1.1, §3.5, §4)'
     expect(await small(HOST, '/closed')).to.equal(await small('nope.example.com', '/zz'));
   });
 
+  it('a request Node refuses, pipelined behind one still being answered, is answered after it: the earlier answer is not lost or preceded by the refusal (RFC 9112 §9.3.2)', async () => {
+    const claim = '{"wait":1,"criteria":{"nothing":"matches"}}';
+    const first = `POST /open/claim HTTP/1.1\r\nHost: ${HOST}\r\nContent-Length: ${claim.length}\r\n\r\n${claim}`;
+    for (const [broken, status] of [
+      [`POST /open HTTP/1.1\r\nHost: ${HOST}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n`, 400],
+    ] as const) {
+      const got = await exchange(port(), first + broken, { untilClosed: true, waitMs: 5000 });
+      expect(statusOf(got.text), got.text).to.equal(200);
+      const second = got.text.indexOf('HTTP/1.1 ', 1);
+      expect(got.text.slice(0, second === -1 ? undefined : second), got.text).to.match(/\r\n\r\n\{"ok":true,"empty":true\}$/);
+      expect(second, got.text).to.be.above(0);
+      expect(statusOf(got.text.slice(second)), got.text).to.equal(status);
+      expect(got.closed).to.equal(true);
+    }
+    // And the server is still there.
+    expect((await request(server.url, '/open/claim', { method: 'POST', host: HOST, body: '{}' })).status).to.equal(200);
+  });
+
   it('a request sent behind an answer that ends the connection is not served, in the same packet or later (RFC 9112 §9.6)', async () => {
     const big = `{"pad":"${'x'.repeat(70_000)}"}`;
     const first = `POST /closed HTTP/1.1\r\nHost: ${HOST}\r\nContent-Type: application/json\r\nContent-Length: ${big.length}\r\n\r\n${big}`;
