@@ -1,4 +1,4 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, ServerResponse, type IncomingMessage, type Server } from 'node:http';
 import { setMaxListeners } from 'node:events';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -349,6 +349,23 @@ function answerProtocolErrors(server: Server): void {
     holdContinue(req, res);
     server.emit('request', req, res);
   });
+  // CONNECT is a method no table lists: the wall, like any other (decisions §4). Node hands such a
+  // request over as a bare socket, and with nobody listening cuts it without a word; here it gets
+  // an answer of its own and is routed like every request. The parser is gone, so the answer is
+  // the connection's last.
+  server.on('connect', (req: IncomingMessage, socket: Socket) => {
+    afterEarlierAnswers(socket, () => {
+      if (socket.destroyed) return;
+      const res = new ServerResponse(req);
+      res.shouldKeepAlive = false;
+      res.assignSocket(socket);
+      res.once('finish', () => {
+        res.detachSocket(socket);
+        socket.destroySoon();
+      });
+      server.emit('request', req, res);
+    });
+  });
   server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
     endAfterAnswer(res);
     sendJson(res, 417, { error: 'the only expectation this server meets is 100-continue' });
@@ -362,8 +379,8 @@ type Carrying = Duplex & { _httpMessage?: ServerResponse | null };
 /**
  * Runs `then` once the answers to the requests before this one on the connection are written, each
  * whole (RFC 9112 §9.3.2: answers go in the order of the requests), for a request that Node's
- * parser refused. An answer stays the connection's until Node has seen it finish, and closes
- * after that.
+ * parser does not hand over as usual (a refused one, a CONNECT). An answer stays the connection's
+ * until Node has seen it finish, and closes after that.
  */
 function afterEarlierAnswers(socket: Carrying, then: () => void): void {
   const earlier = socket._httpMessage;

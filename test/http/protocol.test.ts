@@ -120,11 +120,28 @@ describe('HTTP framing and clients that misbehave (decisions §1.1, §3.5, §4)'
     expect(await small(HOST, '/closed')).to.equal(await small('nope.example.com', '/zz'));
   });
 
-  it('a request Node refuses, pipelined behind one still being answered, is answered after it: the earlier answer is not lost or preceded by the refusal (RFC 9112 §9.3.2)', async () => {
+  it('CONNECT, a method no table lists, gets the wall and then the connection ends, rather than a connection cut without an answer (interface §5.3, decisions §4)', async () => {
+    const mask = (t: string): string => t.replace(/\r\ndate: [^\r]*/i, '\r\ndate: -');
+    // The wall of a connection's last answer, to compare with byte for byte.
+    const wall = await exchange(port(), `GET /zz HTTP/1.1\r\nHost: nope.example.com\r\nConnection: close\r\n\r\n`, { untilClosed: true });
+    expect(statusOf(wall.text)).to.equal(404);
+    for (const head of [
+      `CONNECT ${HOST}:443 HTTP/1.1\r\nHost: ${HOST}:443\r\n\r\n`,
+      `CONNECT /open HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`,
+      `CONNECT /api/v2/manifest HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${server.masterToken}\r\n\r\n`,
+    ]) {
+      const got = await exchange(port(), head, { untilClosed: true });
+      expect(got.closed, head).to.equal(true);
+      expect(mask(got.text), head).to.equal(mask(wall.text));
+    }
+  });
+
+  it('a request Node refuses or hands over bare (CONNECT), pipelined behind one still being answered, is answered after it: the earlier answer is neither lost nor preceded (RFC 9112 §9.3.2)', async () => {
     const claim = '{"wait":1,"criteria":{"nothing":"matches"}}';
     const first = `POST /open/claim HTTP/1.1\r\nHost: ${HOST}\r\nContent-Length: ${claim.length}\r\n\r\n${claim}`;
     for (const [broken, status] of [
       [`POST /open HTTP/1.1\r\nHost: ${HOST}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n`, 400],
+      [`CONNECT /open HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`, 404],
     ] as const) {
       const got = await exchange(port(), first + broken, { untilClosed: true, waitMs: 5000 });
       expect(statusOf(got.text), got.text).to.equal(200);
