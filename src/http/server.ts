@@ -20,6 +20,7 @@ import type { ServerContext } from './context.js';
 import { FileMasterTokenStore, resolveMasterToken } from './master-token.js';
 import { createQueueRouter } from './queue-router.js';
 import { sendJson } from './errors.js';
+import { wallAndClose } from './wall.js';
 import { endAfterAnswer, holdContinue, lastExchange, lingering } from './unread-body.js';
 
 export interface ServeOptions {
@@ -330,7 +331,8 @@ async function sweepLeftovers(root: string, home: string, stopped: AbortSignal, 
 /**
  * What Node answers by itself, answered in JSON like everything else: a request that is not HTTP
  * (400), headers past 16 KiB (431), a request that did not arrive whole in time (408), an
- * expectation other than `100-continue` (417). `100 Continue` is held back until a handler wants
+ * expectation other than `100-continue` (417); a method its parser does not know gets the wall, as
+ * any method no table lists does. `100 Continue` is held back until a handler wants
  * the body (see `holdContinue`): a request answered without it (the wall) is never invited to send it.
  */
 function answerProtocolErrors(server: Server): void {
@@ -341,7 +343,7 @@ function answerProtocolErrors(server: Server): void {
     s[REFUSED] = true;
     afterEarlierAnswers(s, () => {
       // Nothing may be written into an answer already under way; a reset connection hears nothing.
-      if (s.writable && !s._httpMessage?.headersSent && err.code !== 'ECONNRESET') s.write(refusal(err));
+      if (s.writable && !s._httpMessage?.headersSent && err.code !== 'ECONNRESET') s.write(unknownMethod(err) ? wallAndClose() : refusal(err));
       s.destroy();
     });
   });
@@ -400,6 +402,24 @@ function refusal(err: NodeJS.ErrnoException): string {
           : [400, 'Bad Request', `the request is not valid HTTP/1.1 (${err.code ?? err.message})`];
   const body = JSON.stringify({ error });
   return `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\naccess-control-allow-origin: *\r\nconnection: close\r\n\r\n${body}`;
+}
+
+/** The characters of a token (RFC 9110 §5.6.2), of which a method is made. */
+const TCHAR = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]$/;
+
+/**
+ * Whether Node refused a request for its method alone: a token its parser does not know (`FOO`,
+ * `get`: methods are case-sensitive). Such a request is well-formed HTTP with a method no table
+ * lists, so it gets the wall (decisions §4), not a 400 that calls it something other than HTTP.
+ * The parser stops at the first character no method it knows goes on with: a token character,
+ * or the space after a method that is only the beginning of one it knows (`GE`).
+ */
+function unknownMethod(err: NodeJS.ErrnoException): boolean {
+  const { rawPacket, bytesParsed } = err as NodeJS.ErrnoException & { rawPacket?: Buffer; bytesParsed?: number };
+  if (err.code !== 'HPE_INVALID_METHOD' || rawPacket === undefined || bytesParsed === undefined || bytesParsed >= rawPacket.length) return false;
+  const at = String.fromCharCode(rawPacket[bytesParsed]!);
+  if (TCHAR.test(at)) return true;
+  return at === ' ' && bytesParsed > 0 && TCHAR.test(String.fromCharCode(rawPacket[bytesParsed - 1]!));
 }
 
 /** What the router and the access log see of a target that is neither a path nor an absolute http URL: the wall, and no credentials logged. */

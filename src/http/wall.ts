@@ -23,3 +23,13 @@ export function sendWall(res: ServerResponse): void {
   res.writeHead(404, HEADERS);
   res.end(BODY);
 }
+
+/**
+ * The wall as the raw bytes {@link sendWall} writes for a connection's last answer, for a request
+ * Node's parser gave up on before there was a response to write it into.
+ */
+export function wallAndClose(): string {
+  let head = 'HTTP/1.1 404 Not Found\r\n';
+  for (const [name, value] of Object.entries(HEADERS)) head += `${name}: ${value}\r\n`;
+  return `${head}Date: ${new Date().toUTCString()}\r\nConnection: close\r\n\r\n${BODY.toString('latin1')}`;
+}

@@ -136,10 +136,31 @@ describe('HTTP framing and clients that misbehave (decisions §1.1, §3.5, §4)'
     }
   });
 
+  it('a method Node\'s parser does not know (FOO, get: methods are case-sensitive) gets the wall, not a 400 that calls the request something other than HTTP; bytes that are no method still get the 400 (decisions §4)', async () => {
+    const mask = (t: string): string => t.replace(/\r\ndate: [^\r]*/i, '\r\ndate: -');
+    const wall = await exchange(port(), `GET /zz HTTP/1.1\r\nHost: nope.example.com\r\nConnection: close\r\n\r\n`, { untilClosed: true });
+    for (const head of [
+      `FOO /open HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`,
+      `get /open/items/0123456789abcdef HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`,
+      // The beginning of a method Node knows (GET), and no more.
+      `GE /open HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`,
+      `FOO /api/v2/manifest HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${server.masterToken}\r\n\r\n`,
+    ]) {
+      const got = await exchange(port(), head, { untilClosed: true });
+      expect(got.closed, head).to.equal(true);
+      expect(mask(got.text), head).to.equal(mask(wall.text));
+    }
+    for (const head of ['\u0000\u0001 /open HTTP/1.1\r\n\r\n', `F(O /open HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`]) {
+      const got = await exchange(port(), head, { untilClosed: true });
+      expect(statusOf(got.text), JSON.stringify(head)).to.equal(400);
+    }
+  });
+
   it('a request Node refuses or hands over bare (CONNECT), pipelined behind one still being answered, is answered after it: the earlier answer is neither lost nor preceded (RFC 9112 §9.3.2)', async () => {
     const claim = '{"wait":1,"criteria":{"nothing":"matches"}}';
     const first = `POST /open/claim HTTP/1.1\r\nHost: ${HOST}\r\nContent-Length: ${claim.length}\r\n\r\n${claim}`;
     for (const [broken, status] of [
+      [`FOO /open HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`, 404],
       [`POST /open HTTP/1.1\r\nHost: ${HOST}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n`, 400],
       [`CONNECT /open HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`, 404],
     ] as const) {
