@@ -75,6 +75,8 @@ export class Job {
   private timedOut = false;
   /** The outcome is settled: CMD's group is no longer ours to signal. */
   private finished = false;
+  /** Settles the outcome once the SIGKILL due after a stop has gone out (see {@link terminate}). */
+  private afterKill?: () => void;
 
   constructor(spec: JobSpec) {
     // `sh -c CMD`, after a first shell writes one byte to fd 3 (and closes it) and then becomes that
@@ -161,7 +163,10 @@ export class Job {
         }, 1000);
         this.child.once('close', () => {
           clearTimeout(grace);
-          finish();
+          // Stopped by us, with something CMD started still in its group (ignoring SIGTERM, say): the
+          // job ends when the SIGKILL due after the grace has reached it, not left running.
+          if (this.killTimer && this.groupAlive()) this.afterKill = finish;
+          else finish();
         });
       });
     });
@@ -178,13 +183,28 @@ export class Job {
 
   /**
    * SIGTERM to CMD's process group; SIGKILL if it is still there after {@link KILL_GRACE_MS}. Also
-   * after `sh` itself has exited, while something it started still holds its output open: the
-   * group lives as long as any member, so its id cannot have been reused.
+   * after `sh` itself has exited, while something it started is still in the group (holding its
+   * output open or not): the group lives as long as any member, so its id cannot have been reused.
    */
   terminate(): void {
     if (this.finished || this.killTimer) return;
     this.signalGroup('SIGTERM');
-    this.killTimer = setTimeout(() => this.signalGroup('SIGKILL'), KILL_GRACE_MS);
+    this.killTimer = setTimeout(() => {
+      this.signalGroup('SIGKILL');
+      this.afterKill?.();
+    }, KILL_GRACE_MS);
+  }
+
+  /** Some process of CMD's group is still there. */
+  private groupAlive(): boolean {
+    const pid = this.child.pid;
+    if (pid === undefined) return false;
+    try {
+      process.kill(-pid, 0);
+      return true;
+    } catch (err) {
+      return (err as NodeJS.ErrnoException).code === 'EPERM';
+    }
   }
 
   private signalGroup(signal: NodeJS.Signals): void {

@@ -1,5 +1,6 @@
+import { existsSync, readFileSync } from 'node:fs';
 import { expect } from 'chai';
-import { execsAsItself } from '../../src/worker/job.js';
+import { Job, KILL_GRACE_MS, execsAsItself } from '../../src/worker/job.js';
 
 describe('running CMD as itself (decisions §1.3: a signal is reported as a signal)', () => {
   const PATH = process.env.PATH ?? '/usr/bin:/bin';
@@ -13,6 +14,51 @@ describe('running CMD as itself (decisions §1.3: a signal is reported as a sign
   it('runs anything else as it is: lists, pipes, background, subshells, command substitution, assignments, builtins, reserved words, unknown programs', () => {
     for (const cmd of ['cat; echo done', 'cat | sort', 'cat && true', 'cat &', '(cat)', 'cat $(echo x)', 'cat `echo x`', 'cat "$(echo x)"', 'X=1 cat', 'echo hi', 'exit 3', 'cd /tmp', 'if true; then cat; fi', 'no-such-program-here x', 'cat 2>&1', 'cat\nls', '"cat" x', 'cat "unclosed']) {
       expect(execsAsItself(cmd, PATH), JSON.stringify(cmd)).to.equal(false);
+    }
+  });
+});
+
+describe('stopping CMD (decisions §1.3: --timeout, a cancel, a second signal)', function () {
+  this.timeout(20_000);
+
+  /** True while `pid` is a live process (a zombie waiting to be reaped counts as gone). */
+  const alive = (pid: number): boolean => {
+    try {
+      return !/^\S+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+    } catch {
+      return false;
+    }
+  };
+
+  it('a command stopped with SIGTERM is stopped whole: what it started and left behind ignoring SIGTERM gets SIGKILL after the grace, also once sh has exited, and the job ends only then', async function () {
+    if (!existsSync(`/proc/${process.pid}/stat`)) this.skip();
+    let inner: number | undefined;
+    // sh exits at SIGTERM; the shell it started ignores it (and so does its sleep), holding the output open.
+    const job = new Job({
+      command: `sh -c 'trap "" TERM; echo $$ >&2; sleep 30'; true`,
+      input: '',
+      env: {},
+      onProgress: () => {},
+      onStderrLine: (line) => (inner = Number(line)),
+      onWarning: () => {},
+    });
+    try {
+      while (inner === undefined) await new Promise((r) => setTimeout(r, 20));
+      const stoppedAt = Date.now();
+      job.terminate();
+      const outcome = await job.done;
+      expect(outcome.signal).to.equal('SIGTERM');
+      // SIGKILL reaches a process at once; its end is seen a moment later.
+      const deadline = Date.now() + 1000;
+      while (alive(inner) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      expect(alive(inner), 'the process left behind is still running').to.equal(false);
+      expect(Date.now() - stoppedAt).to.be.at.least(KILL_GRACE_MS - 100);
+    } finally {
+      try {
+        process.kill(-job.pid!, 'SIGKILL');
+      } catch {
+        // gone, as it should be
+      }
     }
   });
 });
