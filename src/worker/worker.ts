@@ -133,6 +133,8 @@ export class Worker {
   private readonly ready: ClaimedItem[] = [];
   /** Results and errors waiting for the next claim to carry them. */
   private handIns: HandIn[] = [];
+  /** Hand-ins that waited too long, being submitted on their own: a stop waits for them. */
+  private readonly flushes = new Set<Promise<void>>();
   /** How long a job takes, smoothed; 0 until one has ended. */
   private jobMs = 0;
   /** The lease a claim gave, in ms (for how far ahead to claim). */
@@ -163,7 +165,10 @@ export class Worker {
     this.sink.event({ event: 'started', queue, worker, concurrency });
     // Hand-ins that no claim carried within HAND_IN_MAX_WAIT_MS (every slot busy with long jobs) go on their own.
     const flusher = setInterval(() => {
-      if (this.handIns.length > 0 && Date.now() - this.handIns[0]!.queuedAt >= HAND_IN_MAX_WAIT_MS) void this.flushHandIns();
+      if (this.handIns.length > 0 && Date.now() - this.handIns[0]!.queuedAt >= HAND_IN_MAX_WAIT_MS) {
+        const flush = this.flushHandIns().finally(() => this.flushes.delete(flush));
+        this.flushes.add(flush);
+      }
     }, HAND_IN_MAX_WAIT_MS / 2);
     flusher.unref();
     try {
@@ -173,8 +178,8 @@ export class Worker {
     }
     // Items a last claim brought ahead of a stop are not started either.
     this.leaveReady('the worker is stopping');
-    // Whatever was not handed in goes now, on its own.
-    await this.flushHandIns();
+    // Whatever was not handed in goes now, on its own; what went on its own before is awaited too.
+    await Promise.all([this.flushHandIns(), ...this.flushes]);
     this.sink.event({ event: 'stopped', done: this.done, failed: this.failed, cancelled: this.cancelled });
     this.sink.close();
     return this.exitCode;

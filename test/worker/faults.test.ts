@@ -117,6 +117,33 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
     }
   });
 
+  it('a stop waits for a result already submitted on its own (no claim came to carry it) and counts it before saying it stopped (decisions §1.3: running commands finish and deliver, then it exits)', async () => {
+    const queue = queueName('stop-flush');
+    await defineQueue(server, queue, { leaseSeconds: 60 });
+    // A first short job sets the pace, so that the next claim takes the others ahead.
+    const ids = [await postItem(server, queue, { n: 0, s: 0 })];
+    for (let n = 1; n <= 3; n++) ids.push(await postItem(server, queue, { n, s: 1 }));
+    // The second item's result finds no claim to carry it (the slot runs an item claimed ahead), so it goes on its own, and is lost on the way until the proxy lets it through.
+    const proxy = await faultProxy(server.url, new RegExp(`^POST /${queue}/items/${ids[1]}/result `));
+    proxy.passOnly = 0;
+    try {
+      worker = startWorker({ url: proxy.url }, queue, ['--exec', 'item=$(cat); case "$item" in *\'"s":0\'*) ;; *) sleep 1.5 ;; esac; echo "$item"', '--prefetch', '5']);
+      const w = worker;
+      await w.waitEvent((e) => e.event === 'retry' && e.what === 'result' && e.id === ids[1], 'the second result retried');
+      w.proc.kill('SIGINT');
+      await w.waitEvent((e) => e.event === 'finished' && e.id === ids[2], 'the running job delivered');
+      await new Promise((r) => setTimeout(r, 500));
+      proxy.passOnly = Infinity;
+      expect(await w.exited).to.equal(0);
+      const order = w.events.filter((e) => e.event === 'stopped' || (e.event === 'finished' && e.id === ids[1])).map((e) => e.event);
+      expect(order, w.stderr()).to.deep.equal(['finished', 'stopped']);
+      expect(w.events.find((e) => e.event === 'stopped')).to.include({ done: 3 });
+      expect((await getItem(server, queue, ids[1])).status).to.equal('finished');
+    } finally {
+      proxy.close();
+    }
+  });
+
   it('--once gives up on a server that cannot be reached once its wait is over: exit 1 with one sentence (decisions §7)', async () => {
     const started = Date.now();
     const run = await runCli(['work', 'anything', '--url', 'http://127.0.0.1:1', '--host', HOST, '--once', '--wait', '2', '--exec', 'cat']);
