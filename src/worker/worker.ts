@@ -133,6 +133,8 @@ export class Worker {
   private readonly ready: ClaimedItem[] = [];
   /** Results and errors waiting for the next claim to carry them. */
   private handIns: HandIn[] = [];
+  /** Items whose result or error from a run here is not yet delivered, and how many such runs each has. */
+  private readonly held = new Map<string, number>();
   /** Hand-ins that waited too long, being submitted on their own: a stop waits for them. */
   private readonly flushes = new Set<Promise<void>>();
   /** How long a job takes, smoothed; 0 until one has ended. */
@@ -341,7 +343,15 @@ export class Worker {
       if (items.length > 0) this.leaseMs = leaseLeft(items[0]!);
       // An item that arrives after the first signal is run all the same: it is ours now.
       if (items.length === 0) return this.stopping ? 'stop' : wait < waitSeconds ? 'empty' : Date.now() - sentAt < waitSeconds * 500 || waitSeconds === 0 ? 'empty-early' : 'empty';
-      return items;
+      // An item whose lease ran out while its outcome from a run here was still on its way (the
+      // server was away longer than the lease) comes back to the first claim that gets through:
+      // that outcome, when it arrives, settles it, so it is not run again.
+      const fresh = items.filter((item) => {
+        if (!this.held.has(item.id)) return true;
+        this.sink.event({ event: 'warning', id: item.id, message: 'claimed again while the outcome of its last run here is still being delivered; not run again' });
+        return false;
+      });
+      return fresh.length > 0 ? fresh : 'empty-early';
     } catch (err) {
       if (!surelyNotApplied(err)) this.dropUnknownErrors(carried, err);
       // The claim did not go through: what it carried goes on its own.
@@ -426,7 +436,14 @@ export class Worker {
    * small record waits for the next claim to carry it (one request per job); otherwise, or for
    * `--once`, it is submitted now and awaited.
    */
-  private async handInOrDeliver(kind: 'result' | 'error', id: string, record: string, report: (answer: SubmissionAnswer | undefined) => void): Promise<void> {
+  private async handInOrDeliver(kind: 'result' | 'error', id: string, record: string, reported: (answer: SubmissionAnswer | undefined) => void): Promise<void> {
+    this.held.set(id, (this.held.get(id) ?? 0) + 1);
+    const report = (answer: SubmissionAnswer | undefined): void => {
+      const n = this.held.get(id)! - 1;
+      if (n > 0) this.held.set(id, n);
+      else this.held.delete(id);
+      reported(answer);
+    };
     const bytes = Buffer.byteLength(record);
     if (!this.options.once && !this.stopping && this.options.handIns !== false && bytes <= HAND_IN_MAX_BYTES && !nestedDeeperThan(record, HAND_IN_MAX_DEPTH)) {
       this.handIns.push({ id, kind, record, bytes, queuedAt: Date.now(), settle: report });

@@ -1,8 +1,10 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { expect } from 'chai';
 import { runCli } from '../support/cli.js';
 import { faultProxy } from '../support/fault-proxy.js';
 import { request } from '../support/http.js';
-import { serverForSuite } from '../support/server.js';
+import { cleanupTemp, serverForSuite, tempDir } from '../support/server.js';
 import { silentServer } from '../support/silent-server.js';
 import { defineQueue, getItem, HOST, killWorker, postItem, queueName, startWorker, until, waitTerminal, type WorkerProcess } from './support.js';
 
@@ -16,9 +18,14 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
   this.timeout(60_000);
   const server = serverForSuite();
   let worker: WorkerProcess | undefined;
+  let dir: string;
+  beforeEach(() => {
+    dir = tempDir('svcq-faults-');
+  });
   afterEach(async () => {
     await killWorker(worker);
     worker = undefined;
+    cleanupTemp(dir);
   });
 
   it('an error record whose answer was lost is not sent again: applied twice it would fail the next worker\'s attempt (decisions §3.2)', async () => {
@@ -139,6 +146,31 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
       expect(order, w.stderr()).to.deep.equal(['finished', 'stopped']);
       expect(w.events.find((e) => e.event === 'stopped')).to.include({ done: 3 });
       expect((await getItem(server, queue, ids[1])).status).to.equal('finished');
+    } finally {
+      proxy.close();
+    }
+  });
+
+  it('an item claimed again while this worker still holds the result of its last run is not run again: that result, once through, finishes it (decisions §3.2: a late result is accepted)', async () => {
+    const queue = queueName('held');
+    await defineQueue(server, queue, { leaseSeconds: 1, maxAttempts: 3 });
+    const id = await postItem(server, queue, { n: 1 });
+    const runs = path.join(dir, 'runs');
+    // The result is lost on the way until the proxy lets it through; meanwhile the lease ends, and the other slot's long poll takes the item again.
+    const proxy = await faultProxy(server.url, new RegExp(`^POST /${queue}/items/${id}/result `));
+    proxy.passOnly = 0;
+    try {
+      worker = startWorker({ url: proxy.url }, queue, ['--exec', `echo "$SVCQ_ATTEMPT" >> ${runs}; echo '{"ok":true}'`, '--concurrency', '2', '--no-hand-in', '--wait', '10']);
+      const w = worker;
+      await w.waitEvent((e) => e.event === 'retry' && e.what === 'result' && e.id === id, 'the result retried');
+      await until(async () => (await getItem(server, queue, id)).attempts === 2, 'the item claimed again');
+      await new Promise((r) => setTimeout(r, 500));
+      proxy.passOnly = Infinity;
+      const item = await waitTerminal(server, queue, id);
+      expect(item).to.include({ status: 'finished', attempts: 2 });
+      expect(item.result).to.deep.equal({ ok: true });
+      expect(readFileSync(runs, 'utf8'), 'runs of the command').to.equal('1\n');
+      expect(w.events.some((e) => e.event === 'warning' && e.id === id && /not run again/.test(String(e.message)))).to.equal(true);
     } finally {
       proxy.close();
     }
