@@ -1,5 +1,6 @@
 import { Command, Flags } from '@oclif/core';
 import { startServerThread } from '../src/http/server-thread.js';
+import { keepOutputErrorsQuiet, stderrLine } from '../src/server-output.js';
 
 /** What a stop may take beyond the grace period, to flush the store and the tools. */
 const STOP_MARGIN_S = 10;
@@ -50,13 +51,15 @@ One SIGINT or SIGTERM stops it: held long polls are answered at once, requests u
     process.umask(0o077);
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
+    // A log that cannot be written (stderr on a disk that filled, a reader gone) does not end the server.
+    keepOutputErrorsQuiet();
     let server;
     try {
       server = await startServerThread(
         { root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'], historyDays: flags['history-days'], compactBytes: flags['compact-bytes'], shutdownGraceMs: graceMs, store: flags.store },
         (err) => {
           // The server stopped on its own (a bug): say why, with the stack, and end the process as an uncaught error would.
-          process.stderr.write(`svcq: the server stopped: ${err.stack ?? err.message}\n`);
+          stderrLine(`svcq: the server stopped: ${err.stack ?? err.message}`);
           process.exit(1);
         },
       );
@@ -75,7 +78,7 @@ One SIGINT or SIGTERM stops it: held long polls are answered at once, requests u
     // Clients cannot hold the stop past the grace period; this is for a store that cannot finish
     // (a disk that hangs): the stop still ends, and says so.
     setTimeout(() => {
-      process.stderr.write(`svcq: the server did not finish stopping within ${flags['shutdown-grace'] + STOP_MARGIN_S} s; exiting without it\n`);
+      stderrLine(`svcq: the server did not finish stopping within ${flags['shutdown-grace'] + STOP_MARGIN_S} s; exiting without it`);
       process.exit(1);
     }, graceMs + STOP_MARGIN_S * 1000).unref();
     await server.close();

@@ -3,6 +3,7 @@ import { DefinitionError } from '../definitions/registry.js';
 import { StoreUnavailable } from '../store/store.js';
 import { closeUnlessBodyRead } from './unread-body.js';
 import { sendWall } from './wall.js';
+import { stderrLine } from '../server-output.js';
 
 /**
  * What kind of {@link HttpError} it is: `wall` (a denied or unknown request), `rejected` (fields
@@ -99,6 +100,6 @@ export function sendError(res: ServerResponse, err: unknown): void {
   if (typeof status === 'number' && status >= 400 && status < 500 && exposed.expose === true && exposed.type !== undefined) {
     return sendJson(res, status, { error: `request body could not be read: ${String(exposed.message)}` });
   }
-  process.stderr.write(`svcq: internal error: ${(err as Error)?.stack ?? String(err)}\n`);
+  stderrLine(`svcq: internal error: ${(err as Error)?.stack ?? String(err)}`);
   sendJson(res, 500, { error: 'internal server error' });
 }

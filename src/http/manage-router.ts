@@ -4,6 +4,7 @@ import type { ServerContext } from './context.js';
 import { DefinitionError } from '../definitions/registry.js';
 import { BadRequest, HttpError, sendJson } from './errors.js';
 import { wantBody } from './unread-body.js';
+import { stderrLine } from '../server-output.js';
 
 /** Definition sync (interface §4.5): the manifest, and one definition put or deleted at a time. */
 export function manageRouter(ctx: ServerContext): Router {
@@ -32,7 +33,7 @@ export function manageRouter(ctx: ServerContext): Router {
     } catch (err) {
       if (err instanceof DefinitionError) throw err;
       // The definition was valid; the disk refused it. The old file, if any, is still whole.
-      process.stderr.write(`svcq: cannot write ${at.path}: ${(err as Error).message}\n`);
+      stderrLine(`svcq: cannot write ${at.path}: ${(err as Error).message}`);
       throw new HttpError(500, { error: `${at.path}: the server could not write the definition file` });
     }
     sendJson(res, 200, { ok: true });

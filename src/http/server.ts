@@ -22,6 +22,7 @@ import { createQueueRouter } from './queue-router.js';
 import { sendJson } from './errors.js';
 import { wallAndClose } from './wall.js';
 import { endAfterAnswer, holdContinue, lastExchange, lingering } from './unread-body.js';
+import { stderrLine } from '../server-output.js';
 
 export interface ServeOptions {
   root: string;
@@ -86,7 +87,7 @@ export function homeOf(root: string): string {
  * it has created anything under the root; a request that arrives meanwhile waits for the start.
  */
 export async function startServer(options: ServeOptions): Promise<RunningServer> {
-  const warn = options.warn ?? ((line: string) => process.stderr.write(`svcq: warning: ${line}\n`));
+  const warn = options.warn ?? ((line: string) => stderrLine(`svcq: warning: ${line}`));
   let handle: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
   let started: (() => void) | undefined;
   const starting = new Promise<void>((resolve) => (started = resolve));

@@ -4,6 +4,7 @@ import { logsDir, payloadsDir, statsDir, tasksDir } from './files.js';
 import { PayloadArchive } from './payload-archive.js';
 import { StatsSampler, StatsThread, type Snapshot } from './stats.js';
 import { TaskEventLog } from './task-events.js';
+import { stderrLine } from '../server-output.js';
 
 export const TOOLS_DEFAULTS = {
   logMaxBytes: 16 * 1024 * 1024,
@@ -46,7 +47,7 @@ export interface Tools {
  * the first sample is taken at start), task history and payload archive.
  */
 export async function openTools(options: ToolsOptions): Promise<Tools> {
-  const warn = options.warn ?? ((line: string) => process.stderr.write(`svcq: warning: ${line}\n`));
+  const warn = options.warn ?? ((line: string) => stderrLine(`svcq: warning: ${line}`));
   const accessLog = await AccessLog.open({
     dir: logsDir(options.home),
     maxBytes: options.logMaxBytes ?? TOOLS_DEFAULTS.logMaxBytes,

@@ -1,8 +1,8 @@
-import { execFileSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { closeSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { expect } from 'chai';
 import { request } from '../support/http.js';
-import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
+import { BIN, cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
 import { defineQueue, PUBLIC_ACCESS } from '../http/queue-api.js';
 
 const HOST = 'full.example.com';
@@ -15,6 +15,22 @@ function mountTmpfs(dir: string, size: string): string | undefined {
   } catch (err) {
     return ((err as { stderr?: Buffer }).stderr?.toString().trim() || (err as Error).message).split('\n')[0];
   }
+}
+
+/**
+ * Unmounts `dir`, trying again for a while while it is busy (a process killed a moment ago may
+ * still hold a file there), and lazily at last, so that no test leaves a mount behind.
+ */
+async function unmount(dir: string): Promise<void> {
+  for (let tries = 0; tries < 20; tries++) {
+    try {
+      execFileSync('umount', [dir], { stdio: 'pipe' });
+      return;
+    } catch {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  execFileSync('umount', ['-l', dir], { stdio: 'pipe' });
 }
 
 /**
@@ -35,7 +51,7 @@ function smallDisk(): { mountPoint: string; server?: TestServer } {
   });
   after(async () => {
     await disk.server?.kill9();
-    if (mounted) execFileSync('umount', [disk.mountPoint]);
+    if (mounted) await unmount(disk.mountPoint);
     cleanupTemp(disk.mountPoint);
   });
   return disk;
@@ -186,5 +202,58 @@ describe('a full disk under hand-ins and batches (decisions §3.8, §6)', functi
     }
     expect(claimed.sort()).to.deep.equal(acked.filter((id) => id !== leased.id).sort());
     expect((await call('GET', `/hand/items/${leased.id}`)).json).to.deep.include({ status: 'claimed', attempts: 1 });
+  });
+});
+
+describe('a server whose own stderr is on the disk that fills (decisions §6: it keeps serving)', function () {
+  this.timeout(60_000);
+  const disk = smallDisk();
+
+  it('a warning it cannot write does not end it: it answers while the disk is full, serves again once space is back, and stops cleanly', async () => {
+    const { mountPoint } = disk;
+    const masterToken = 'master-test-token-0123456789abcdef';
+    // `svcq serve > out.log 2> err.log` with both files on the disk that fills.
+    const out = openSync(`${mountPoint}/out.log`, 'a');
+    const err = openSync(`${mountPoint}/err.log`, 'a');
+    const proc = spawn(process.execPath, [BIN, 'serve', '--root', `${mountPoint}/root`, '--port', '0', '--master-token', masterToken, '--stats-interval', '3600000'], { stdio: ['ignore', out, err] });
+    closeSync(out);
+    closeSync(err);
+    const exited = new Promise<number | null>((resolve) => proc.once('exit', resolve));
+    try {
+      let url = '';
+      for (const until = Date.now() + 20_000; url === '' && proc.exitCode === null && Date.now() < until; await new Promise((r) => setTimeout(r, 50))) {
+        url = /listening on (http:\/\/\S+)/.exec(readFileSync(`${mountPoint}/out.log`, 'utf8'))?.[1] ?? '';
+      }
+      expect(url, 'the server did not start').to.not.equal('');
+      const server = { url, masterToken } as TestServer;
+      await defineQueue(server, HOST, 'q', { access: PUBLIC_ACCESS });
+      const post = (n: number) => request(url, '/q', { method: 'POST', host: HOST, body: JSON.stringify({ n, pad: 'p'.repeat(4000) }) });
+
+      // Fill what is left; the posts that follow fill the journal's zeros ahead, then get 503s, and
+      // the access log's next write fails: each of these is a warning for stderr, which cannot take it.
+      const filler = `${mountPoint}/filler`;
+      try {
+        execFileSync('dd', ['if=/dev/zero', `of=${filler}`, 'bs=64k'], { stdio: 'ignore' });
+      } catch {
+        // dd stops at the full disk with an error: that is the point.
+      }
+      const statuses = new Set<number>();
+      for (let n = 0; n < 400 && !statuses.has(503); n++) statuses.add((await post(n)).status);
+      expect([...statuses], 'the disk never filled').to.include(503);
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(proc.exitCode, 'the server ended on a warning it could not write').to.equal(null);
+      expect((await request(url, '/api/version', { token: masterToken })).status).to.equal(200);
+
+      rmSync(filler);
+      const after = await post(1000);
+      expect(after.status, after.text).to.equal(200);
+      proc.kill('SIGTERM');
+      expect(await exited).to.equal(0);
+    } finally {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill('SIGKILL');
+        await exited;
+      }
+    }
   });
 });
