@@ -3,6 +3,7 @@ import { Args, Flags } from '@oclif/core';
 import { BaseCommand, UserError, hostFlag } from '../src/cli/base-command.js';
 import { ConsoleSink } from '../src/worker/console-sink.js';
 import { Worker } from '../src/worker/worker.js';
+import { keepOutputErrorsQuiet, stderrLine } from '../src/server-output.js';
 
 export default class Work extends BaseCommand<typeof Work> {
   static override summary = 'Run a command for each item of a queue (the generic worker).';
@@ -84,10 +85,24 @@ On a terminal a status line is shown; on a pipe or with --json each event is one
     process.on('SIGTERM', onSignal);
     process.on('SIGHUP', onSignal);
     process.on('exit', killAll);
+    // Output that can no longer be written (stdout or stderr on a disk that filled, a reader that
+    // went away) stops the worker as Ctrl-C does: what runs finishes and is handed in, and it exits
+    // 1. Unheard, the failed write would end the process mid-job, and the results with it.
+    let outputFailed: Error | undefined;
+    const onOutputError = (err: Error): void => {
+      if (outputFailed) return;
+      outputFailed = err;
+      worker.stop();
+    };
+    keepOutputErrorsQuiet(onOutputError);
     const code = await worker.run();
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
     process.off('SIGHUP', onSignal);
+    if (outputFailed) {
+      stderrLine(`svcq: the worker stopped: its output could not be written (${outputFailed.message})`);
+      this.exit(code === 0 ? 1 : code);
+    }
     if (code !== 0) this.exit(code);
   }
 }

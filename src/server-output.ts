@@ -19,8 +19,12 @@ export function stderrLine(text: string): void {
 
 /**
  * A failed write to stdout or stderr (ENOSPC, EPIPE) is an `error` event, which ends the process
- * when nothing listens for it. `svcq serve` listens, and carries on.
+ * when nothing listens for it, and oclif listens on stdout only to throw it again (all but EPIPE).
+ * From here on `onError` hears of it instead (once per stream), and the process carries on.
  */
-export function keepOutputErrorsQuiet(): void {
-  for (const stream of [process.stdout, process.stderr]) stream.on('error', () => undefined);
+export function keepOutputErrorsQuiet(onError: (err: Error) => void = () => undefined): void {
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.removeAllListeners('error');
+    stream.on('error', onError);
+  }
 }

@@ -1,5 +1,5 @@
 import { execFileSync, spawn } from 'node:child_process';
-import { closeSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { appendFileSync, closeSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { expect } from 'chai';
 import { request } from '../support/http.js';
 import { BIN, cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
@@ -249,6 +249,62 @@ describe('a server whose own stderr is on the disk that fills (decisions §6: it
       expect(after.status, after.text).to.equal(200);
       proc.kill('SIGTERM');
       expect(await exited).to.equal(0);
+    } finally {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill('SIGKILL');
+        await exited;
+      }
+    }
+  });
+});
+
+describe('svcq work whose stdout is on the disk that fills (decisions §1.3: nothing it finished is lost)', function () {
+  this.timeout(60_000);
+  const disk = smallDisk();
+  let server: TestServer | undefined;
+  after(async () => {
+    await server?.stop();
+    if (server) cleanupTemp(server.root);
+  });
+
+  it('stops as on Ctrl-C: the job under way finishes and is handed in, nothing more is started, one sentence on stderr, exit 1', async () => {
+    const { mountPoint } = disk;
+    server = await startServer({ args: ['--stats-interval', '3600000'] });
+    await defineQueue(server, HOST, 'w', { access: PUBLIC_ACCESS, leaseSeconds: 300 });
+    const url = server.url;
+    const ids: string[] = [];
+    for (let n = 0; n < 5; n++) ids.push(((await request(url, '/w', { method: 'POST', host: HOST, body: JSON.stringify({ n }) })).json as { id: string }).id);
+    const status = async (id: string) => ((await request(url, `/w/items/${id}`, { host: HOST })).json as { status: string }).status;
+
+    // `svcq work … >> out.log`, out.log on the disk that fills.
+    const outFile = `${mountPoint}/out.log`;
+    const out = openSync(outFile, 'a');
+    const proc = spawn(process.execPath, [BIN, 'work', 'w', '--host', HOST, '--url', url, '--exec', 'sleep 1; cat'], { stdio: ['ignore', out, 'pipe'] });
+    closeSync(out);
+    let stderr = '';
+    proc.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
+    const exited = new Promise<number | null>((resolve) => proc.once('exit', resolve));
+    try {
+      for (const until = Date.now() + 10_000; (await status(ids[0]!)) !== 'claimed' && Date.now() < until; ) await new Promise((r) => setTimeout(r, 50));
+      expect(await status(ids[0]!), 'the worker never claimed the first item').to.equal('claimed');
+      try {
+        execFileSync('dd', ['if=/dev/zero', `of=${mountPoint}/filler`, 'bs=64k'], { stdio: 'ignore' });
+      } catch {
+        // dd stops at the full disk with an error: that is the point.
+      }
+      // The last page of out.log too: the worker's next line has nowhere to go.
+      try {
+        for (;;) appendFileSync(outFile, ' '.repeat(512));
+      } catch {
+        // full
+      }
+      expect(await exited, stderr).to.equal(1);
+      expect(stderr).to.match(/svcq: the worker stopped: its output could not be written \(ENOSPC/);
+      expect(stderr).to.not.match(/\s+at .*:\d+:\d+/);
+      const after = await Promise.all(ids.map(status));
+      expect(after[0], 'the job under way was handed in').to.equal('finished');
+      expect(after.filter((s) => s === 'claimed'), 'no item is left leased to the stopped worker').to.deep.equal([]);
+      expect(after.filter((s) => s === 'pending').length, 'nothing more was started').to.be.at.least(2);
     } finally {
       if (proc.exitCode === null && proc.signalCode === null) {
         proc.kill('SIGKILL');
