@@ -15,7 +15,11 @@ export interface EmbeddedStoreOptions {
   /** `<root>/_svcq/store` */
   dir: string;
   hooks: StoreHooks;
-  /** A queue's current rules, for time-driven changes made outside any request (undefined: keep the last known). */
+  /**
+   * A queue's current rules, for time-driven changes made outside any request. Undefined: the
+   * queue has no definition now, and it is kept as it is (decisions §2.4): nothing time-driven
+   * applies to it until its definition is put back, and then under the rules put back.
+   */
   configFor: (key: string) => QueueConfig | undefined;
   warn: (line: string) => void;
   /** Journal bytes past which a snapshot is taken (default 64 MiB). */
@@ -127,8 +131,9 @@ export class EmbeddedStore implements Store, EventOutbox {
       const slot = this.slotFor(key, this.options.configFor(key) ?? DEFAULT_CONFIG);
       for (const item of items.values()) slot.queue.restore(item);
     }
-    // Leases that ended while the server was down are re-queued (or failed) by the usual rule.
-    for (const slot of this.slots.values()) this.runTick(slot);
+    // Leases that ended while the server was down are re-queued (or failed) by the usual rule; a
+    // queue without a definition waits for it, and its rules (see configFor).
+    for (const slot of this.slots.values()) if (this.options.configFor(slot.key)) this.runTick(slot);
   }
 
   async close(): Promise<void> {
@@ -712,7 +717,9 @@ export class EmbeddedStore implements Store, EventOutbox {
       slot.timer = undefined;
       slot.timerAt = Infinity;
       const config = this.options.configFor(slot.key);
-      if (config && config !== slot.queue.config) slot.queue.reconfigure(config);
+      // A deleted queue is kept as it is; putting it back files its timer again (rulesChanged).
+      if (!config) return;
+      if (config !== slot.queue.config) slot.queue.reconfigure(config);
       this.runTick(slot);
     }, Math.min(Math.max(0, next - this.now()), MAX_TIMER_MS));
     slot.timer.unref();

@@ -729,6 +729,33 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         await post(q);
         expect((await s().claim(q, { worker: 'w' }))?.lease.until).to.equal(now() + 5000);
       });
+
+      it('a deleted queue keeps its items as they are, across a restart too; put back, what is due applies under the rules put back (decisions §2.4)', async () => {
+        // Deleted with a finished item whose retention of 1 s falls while it is deleted (a timer
+        // set for it fires meanwhile), and a leased item on its last attempt whose lease ends
+        // while it is deleted and the store restarts.
+        let retained = queue({ retainSeconds: 1 });
+        const done = await post(retained);
+        await s().result(retained, done, '{}');
+        let leased = queue({ leaseSeconds: 100, maxAttempts: 1 });
+        const last = await post(leased);
+        await claimId(leased);
+        for (const q of [retained, leased]) {
+          configs.delete(q.key);
+          s().rulesChanged?.(q.key);
+        }
+        advance(5_000);
+        await sleep(1_200);
+        await h.settle?.();
+        advance(200_000);
+        await h.reopen();
+        await h.settle?.();
+        retained = redefine(retained, { retainSeconds: 3600 });
+        leased = redefine(leased, { leaseSeconds: 100, maxAttempts: 1 });
+        for (const q of [retained, leased]) s().rulesChanged?.(q.key);
+        expect(await s().get(retained, done)).to.deep.include({ status: 'finished', finishedAt: START });
+        expect(await s().get(leased, last)).to.deep.include({ status: 'failed', attempts: 1, error: LEASE_EXPIRED, finishedAt: now() });
+      });
     });
 
     describe('waiting', () => {

@@ -2,7 +2,7 @@ import { readdirSync, readFileSync, existsSync } from 'node:fs';
 import { write } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
-import { resolveQueue } from '../../src/engine/config.js';
+import { resolveQueue, type QueueConfig } from '../../src/engine/config.js';
 import { EmbeddedStore } from '../../src/store/embedded-store.js';
 import { StoreUnavailable, type PayloadKind, type QueueRef, type StagedPayload } from '../../src/store/store.js';
 import type { WriteFn } from '../../src/store/append-file.js';
@@ -51,6 +51,8 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
   let disk: FaultyDisk;
   let waits: LongPolls;
   const warnings: string[] = [];
+  /** The definitions the store knows, for what it applies on its own time (a queue without one is kept as it is). */
+  const defined = new Map<string, QueueConfig>();
 
   /** Payload stagings that fail (ENOSPC), by the body staged; and a hold on discards, while set. */
   const failStaging = new Set<string>();
@@ -66,7 +68,7 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
         return { publish: () => staged.publish(), discard: async () => (await holdDiscards, await staged.discard()) };
       },
     };
-    store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks, configFor: () => undefined, warn: (l) => warnings.push(l), write: disk.write, notifier });
+    store = new EmbeddedStore({ dir: path.join(home, 'store'), hooks, configFor: (key) => defined.get(key), warn: (l) => warnings.push(l), write: disk.write, notifier });
     await store.open();
     waits = new LongPolls(store, notifier);
     await tools.tasks.start(store);
@@ -292,6 +294,7 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
 
   it('time-driven changes that cannot be written are taken back and tried again, not in a loop (§3.2, §6)', async () => {
     const q: QueueRef = { ...ref('lease'), config: resolveQueue({ leaseSeconds: 1, maxAttempts: 3 }) };
+    defined.set(q.key, q.config);
     const a = await store.post(q, { body: '{"n":1}', postedBy: 'public' });
     await store.claim(q, { worker: 'w' });
     disk.failing = true;
