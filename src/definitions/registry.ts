@@ -52,6 +52,9 @@ export class DefinitionRegistry {
   /** Told the key (`host/name`) of every queue definition made live or dropped. */
   private readonly queueListeners: Array<(key: string) => void> = [];
 
+  /** Told the host of every definition, queue or user, made live or dropped. */
+  private readonly hostListeners: Array<(host: string) => void> = [];
+
   private constructor(
     private readonly stored: DefinitionStore,
     private readonly warn: (line: string) => void,
@@ -129,6 +132,18 @@ export class DefinitionRegistry {
   private queueChanged(host: string, name: string): void {
     const key = `${host}/${name}`;
     for (const listener of this.queueListeners) listener(key);
+  }
+
+  /**
+   * Calls `listener` with a host after any of its definitions (a queue or a user) is put, re-read
+   * or dropped, here or by another node: who may do what on its queues may have changed.
+   */
+  onHostChange(listener: (host: string) => void): void {
+    this.hostListeners.push(listener);
+  }
+
+  private hostChanged(host: string): void {
+    for (const listener of this.hostListeners) listener(host);
   }
 
   manifest(): Manifest {
@@ -215,6 +230,7 @@ export class DefinitionRegistry {
     if (host && host.queues.size === 0 && host.users.size === 0) this.hosts.delete(at.host);
     this.hashes.delete(at.path);
     if (dropped) this.queueChanged(at.host, at.name);
+    if (host) this.hostChanged(at.host);
   }
 
   /**
@@ -269,5 +285,6 @@ export class DefinitionRegistry {
     }
     this.hashes.set(at.path, sha256Hex(bytes));
     if (parsed.kind === 'queue') this.queueChanged(at.host, at.name);
+    this.hostChanged(at.host);
   }
 }

@@ -8,6 +8,7 @@ import type { Operation } from '../definitions/schemas.js';
 import type { QueueRuntime } from '../definitions/registry.js';
 import { allows } from '../engine/config.js';
 import { EmbeddedStore } from '../store/embedded-store.js';
+import { QueueWithdrawn } from '../waiting/long-poll.js';
 import { StoreUnavailable, type Claimed, type PostInput, type StatusRecord, type SubmitOutcome } from '../store/store.js';
 import { bearerToken, requestHost } from './auth.js';
 import type { ServerContext } from './context.js';
@@ -43,8 +44,12 @@ const preflight = cors({
   maxAge: 600,
 });
 
-/** A queue endpoint, called once access is granted; `user` is the caller's user name, or "public". */
-type QueueHandler = (req: IncomingMessage, res: ServerResponse, queue: QueueRuntime, params: Record<string, string | undefined>, query: Record<string, string>, user: string) => Promise<void>;
+/**
+ * A queue endpoint, called once access is granted; `user` is the caller's user name, or "public".
+ * `current` decides again, for a request that waits: the queue as it is now, or undefined once
+ * its definition is gone or the caller may no longer do this (decisions §2.4).
+ */
+type QueueHandler = (req: IncomingMessage, res: ServerResponse, queue: QueueRuntime, params: Record<string, string | undefined>, query: Record<string, string>, user: string, current: () => QueueRuntime | undefined) => Promise<void>;
 
 export type RequestListener = (req: IncomingMessage, res: ServerResponse) => void;
 
@@ -75,7 +80,12 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
         user = found;
       }
       if (!allows(queue.access, op, user)) return sendError(res, new NotFound());
-      handler(req, res, queue, params, query, user ?? 'public').catch((err: unknown) => sendError(res, queueError(err)));
+      const current = (): QueueRuntime | undefined => {
+        const now = ctx.registry.queue(queue.host, queue.name);
+        if (!now || (key !== undefined && ctx.registry.userForKey(now.host, key) !== user)) return undefined;
+        return allows(now.access, op, user) ? now : undefined;
+      };
+      handler(req, res, queue, params, query, user ?? 'public', current).catch((err: unknown) => sendError(res, queueError(err)));
     });
   };
 
@@ -88,16 +98,16 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     sendRawJson(res, 200, `{"ok":true,"id":"${out.id}","status":"${out.status}"}`);
   });
 
-  route('GET', '/:queue/items/:id', 'fetch', async (req, res, queue, params, query) => {
+  route('GET', '/:queue/items/:id', 'fetch', async (req, res, queue, params, query, _user, current) => {
     const id = params.id ?? '';
     const waitMs = waitParam(query.wait);
     if (!ID.test(id)) throw new NoSuchItem();
-    const record = await ctx.waits.get(queue, id, waitMs, waitMs > 0 ? closeSignal(req, res, ctx) : undefined);
+    const record = await ctx.waits.get(queue, id, waitMs, waitMs > 0 ? closeSignal(req, res, ctx) : undefined, current);
     if (!record) throw new NoSuchItem();
     sendRawJson(res, 200, statusJson(record));
   });
 
-  route('POST', '/:queue/claim', 'work', async (req, res, queue) => {
+  route('POST', '/:queue/claim', 'work', async (req, res, queue, _params, _query, _user, current) => {
     // A wait counts from here: the first look and the hand-ins take from it (decisions §3.3).
     const arrived = Date.now();
     const body = await readBody(req, ctx.maxBody);
@@ -130,7 +140,12 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     // An item at hand is claimed without waiting; only a claim that has to wait gets the hang-up
     // signal, which costs listeners on the request, the socket and the server.
     if (claimed.length === 0 && wait && !lookFailed) {
-      claimed = await ctx.waits.claimMany(queue, { worker, criteria, waitMs: wait * 1000, since: arrived, max, signal: closeSignal(req, res, ctx) });
+      // A wait follows the queue's definition as it changes, and ends with the wall once the
+      // caller may no longer claim: unless hand-ins were applied, which the answer then reports.
+      claimed = await ctx.waits.claimMany(queue, { worker, criteria, waitMs: wait * 1000, since: arrived, max, signal: closeSignal(req, res, ctx), current }).catch((err: unknown) => {
+        if (err instanceof QueueWithdrawn && doneTexts !== undefined) return [];
+        throw err;
+      });
     }
     const doneJson = doneTexts === undefined ? '' : `,"done":[${doneTexts.join(',')}]`;
     if (max !== undefined) return sendRawJson(res, 200, `{"ok":true,"items":[${claimed.map(claimedJson).join(',')}]${doneJson}}`);
@@ -268,8 +283,9 @@ export function batchItems(body: string): { values: unknown[]; texts: string[] }
   return { values: value, texts: arrayElements(body, 0).map((span) => ownText(body, span)) };
 }
 
-/** On the queue domain an error body has the shape of the other queue answers: `{ ok: false, error }` (decisions §6). */
+/** On the queue domain an error body has the shape of the other queue answers: `{ ok: false, error }` (decisions §6); a wait whose queue was withdrawn gets the wall. */
 function queueError(err: unknown): unknown {
+  if (err instanceof QueueWithdrawn) return new NotFound();
   return err instanceof StoreUnavailable ? new HttpError(503, { ok: false, error: err.message }) : err;
 }
 

@@ -186,6 +186,8 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
     operators,
     payloads: store instanceof PostgresStore ? { read: (host, queue, id, kind) => store.readPayload(host, queue, id, kind) } : undefined,
   };
+  // A held claim or fetch whose queue is deleted, or whose caller loses the access, gets the wall at once (decisions §2.4).
+  registry.onHostChange((host) => ctx.waits.definitionsChanged(host));
   const app = createApp(ctx);
   const queues = createQueueRouter(ctx);
 

@@ -3,6 +3,21 @@ import type { Claimed, QueueRef, StatusRecord, Store } from '../store/store.js';
 import type { Criteria } from '../engine/criteria.js';
 import { claimTopic, itemTopic, type Notifier } from './notifier.js';
 
+/**
+ * The queue as a held request may still use it: its definition as it stands now, or undefined
+ * once the definition is deleted or the caller may no longer do what it asked (decisions §2.4: a
+ * PUT or DELETE takes effect for the next request, and each look at the store after a wait is one).
+ */
+export type QueueLookup = () => QueueRef | undefined;
+
+/** A held claim or fetch whose queue was deleted, or whose caller lost the access, while it waited: it gets the wall. */
+export class QueueWithdrawn extends Error {
+  readonly code = 'queue-withdrawn';
+  constructor() {
+    super('the queue was deleted, or the caller lost access to it, while the request waited');
+  }
+}
+
 export interface WaitingClaim {
   worker: string;
   criteria?: Criteria;
@@ -17,6 +32,12 @@ export interface WaitingClaim {
   signal?: AbortSignal;
   /** Up to this many items at once (decisions §3.8 `max`); absent: one, through the store's single claim. */
   max?: number;
+  /**
+   * Looked up before each look at the store and whenever a definition of the queue's host changes:
+   * the claim goes on under the queue's rules as they are then, or ends with {@link QueueWithdrawn}.
+   * Absent: the queue given is used throughout.
+   */
+  current?: QueueLookup;
 }
 
 interface ClaimWaiter {
@@ -53,6 +74,8 @@ interface QueueWaiters {
  */
 export class LongPolls {
   private readonly queues = new Map<string, QueueWaiters>();
+  /** Fetches held with a {@link QueueLookup}: each looks its queue up again when a definition of its host changes. */
+  private readonly fetches = new Set<{ key: string; recheck: () => void }>();
 
   constructor(
     private readonly store: Store,
@@ -89,21 +112,26 @@ export class LongPolls {
       // Items were announced while the store looked: look again rather than wait for the next.
       if (queue.version === version) break;
     }
+    // A definition may have changed while the store looked; from here on, definitionsChanged sees this claim.
+    if (claim.current && !claim.current()) throw new QueueWithdrawn();
     return new Promise<Claimed[]>((resolve, reject) => {
+      const leave = (): void => {
+        clearTimeout(timer);
+        claim.signal?.removeEventListener('abort', giveUp);
+        const i = queue.waiters.indexOf(waiter);
+        if (i !== -1) queue.waiters.splice(i, 1);
+      };
       const waiter: ClaimWaiter = {
         ref,
         claim,
         busy: false,
         over: false,
         settle: (claimed) => {
-          clearTimeout(timer);
-          claim.signal?.removeEventListener('abort', giveUp);
-          const i = queue.waiters.indexOf(waiter);
-          if (i !== -1) queue.waiters.splice(i, 1);
+          leave();
           resolve(claimed);
         },
         fail: (err) => {
-          waiter.settle([]);
+          leave();
           reject(err);
         },
       };
@@ -121,7 +149,7 @@ export class LongPolls {
    * The item's status record, held up to `waitMs` until the item is terminal (or gone). The store
    * stamps the first fetch that returns it terminal.
    */
-  async get(ref: QueueRef, id: string, waitMs: number, signal?: AbortSignal): Promise<StatusRecord | null> {
+  async get(ref: QueueRef, id: string, waitMs: number, signal?: AbortSignal, current?: QueueLookup): Promise<StatusRecord | null> {
     if (waitMs <= 0 || signal?.aborted) return this.store.get(ref, id);
     let wake: () => void = () => {};
     let changed = false;
@@ -130,10 +158,22 @@ export class LongPolls {
       changed = true;
       wake();
     });
+    // Woken when the queue is withdrawn from the caller (see definitionsChanged), to end with the wall.
+    const held = current && {
+      key: ref.key,
+      recheck: (): void => {
+        if (current()) return;
+        changed = true;
+        wake();
+      },
+    };
+    if (held) this.fetches.add(held);
     try {
       const deadline = Date.now() + waitMs;
       for (;;) {
-        const record = await this.store.get(ref, id);
+        const at = current ? current() : ref;
+        if (!at) throw new QueueWithdrawn();
+        const record = await this.store.get(at, id);
         if (!record || isTerminal(record.status) || signal?.aborted || Date.now() >= deadline) return record;
         if (changed) {
           // It changed while the store looked: look again.
@@ -153,14 +193,36 @@ export class LongPolls {
       }
     } finally {
       unsubscribe();
+      if (held) this.fetches.delete(held);
     }
   }
 
-  /** One look at the store: its single claim, or its claim of up to `max`. */
+  /**
+   * A definition of `host` (a queue or a user) was put or deleted, here or on another node: every
+   * claim and fetch held on its queues with a {@link QueueLookup} looks its queue up again, and one
+   * that may no longer use it ends now with {@link QueueWithdrawn} rather than wait out its time.
+   * The others go on, under the queue's rules as they are at their next look.
+   */
+  definitionsChanged(host: string): void {
+    const prefix = `${host}/`;
+    for (const queue of this.queues.values()) {
+      if (queue.waiters.length === 0 || !queue.key.startsWith(prefix)) continue;
+      for (const waiter of [...queue.waiters]) {
+        // A claim under way is looked at when it comes back (see attempt).
+        if (waiter.busy || waiter.over || !waiter.claim.current || waiter.claim.current()) continue;
+        waiter.fail(new QueueWithdrawn());
+      }
+    }
+    for (const held of this.fetches) if (held.key.startsWith(prefix)) held.recheck();
+  }
+
+  /** One look at the store: its single claim, or its claim of up to `max`, on the queue as it is now. */
   private async ask(ref: QueueRef, claim: WaitingClaim): Promise<Claimed[]> {
+    const at = claim.current ? claim.current() : ref;
+    if (!at) throw new QueueWithdrawn();
     const input = { worker: claim.worker, criteria: claim.criteria, signal: claim.signal };
-    if (claim.max !== undefined) return this.store.claimMany(ref, input, claim.max);
-    const claimed = await this.store.claim(ref, input);
+    if (claim.max !== undefined) return this.store.claimMany(at, input, claim.max);
+    const claimed = await this.store.claim(at, input);
     return claimed ? [claimed] : [];
   }
 
@@ -205,6 +267,8 @@ export class LongPolls {
       (claimed) => {
         waiter.busy = false;
         if (claimed.length > 0 || waiter.over) return waiter.settle(claimed);
+        // Its queue was withdrawn while it asked.
+        if (waiter.claim.current && !waiter.claim.current()) return waiter.fail(new QueueWithdrawn());
         // Announced while it asked (and so skipped): it asks again.
         if (queue.version !== version) this.attempt(queue, waiter);
       },

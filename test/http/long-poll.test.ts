@@ -1,10 +1,16 @@
 import http from 'node:http';
 import { expect } from 'chai';
 import { cleanupTemp, startServer, serverForSuite } from '../support/server.js';
-import { agentRequest, keepAliveAgent, newQueue, type Json } from './queue-api.js';
+import type { Reply } from '../support/http.js';
+import { agentRequest, defineQueue, defineUser, deleteDef, keepAliveAgent, newQueue, PUBLIC_ACCESS, uniqueName, type Json } from './queue-api.js';
 
 const HOST = 'poll.example.com';
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+function expectWall(reply: Reply, what: string): void {
+  expect(reply.status, what).to.equal(404);
+  expect(reply.text, what).to.equal('{"error":"not found"}');
+}
 
 /** Runs `work` and reports how long it took. */
 async function timed<T>(work: Promise<T>, since = Date.now()): Promise<{ value: T; ms: number }> {
@@ -186,6 +192,70 @@ describe('long polls over HTTP', function () {
       expect(reply.status, wait).to.equal(400);
       expect((reply.json as Json).ok, wait).to.equal(false);
     }
+  });
+
+  it('a claim held over a definition PUT leases for the leaseSeconds put, not those of when it came (decisions §2.2, §2.4, §3.3)', async () => {
+    const q = await newQueue(server, HOST, { leaseSeconds: 300 });
+    const waiting = q.claim({ wait: 5 });
+    await sleep(300);
+    await defineQueue(server, HOST, q.name, { leaseSeconds: 5, access: PUBLIC_ACCESS });
+    const id = await q.post({ n: 1 });
+    const claim = await waiting;
+    expect(claim).to.include({ id, attempts: 1 });
+    expect(((claim.lease as Json).until as number) - Date.now()).to.be.within(3000, 5000);
+  });
+
+  it('a claim or fetch held when its queue is deleted gets the wall at once and claims nothing later; one that handed in first reports its hand-ins (decisions §2.4, §3.8)', async () => {
+    const q = await newQueue(server, HOST, { leaseSeconds: 1, maxAttempts: 3 });
+    const leased = await q.post({ n: 1 });
+    await q.claim();
+    const handed = await q.post({ n: 2 });
+    await q.claim();
+    const start = Date.now();
+    const claim = timed(q.claimRaw({ wait: 5 }), start);
+    const fetched = timed(q.fetchRaw(leased, '?wait=5'), start);
+    const handIn = timed(q.claimRaw({ wait: 5, done: [{ id: handed, result: { output: 'done' } }] }), start);
+    await sleep(300);
+    await deleteDef(server, `${HOST}/svc-queues/${q.name}.json`);
+    for (const [what, held] of [['claim', await claim], ['fetch', await fetched]] as const) {
+      expectWall(held.value, what);
+      expect(held.ms, what).to.be.below(1500);
+    }
+    const { value: reply, ms } = await handIn;
+    expect(reply.status).to.equal(200);
+    expect(reply.json).to.deep.equal({ ok: true, empty: true, done: [{ id: handed, ok: true, accepted: true, status: 'finished' }] });
+    expect(ms).to.be.below(1500);
+    // The lease ends while the queue is deleted: the claim that was held is not handed the item.
+    await sleep(1500);
+    await defineQueue(server, HOST, q.name, { leaseSeconds: 1, maxAttempts: 3, access: PUBLIC_ACCESS });
+    expect(await q.fetch(leased)).to.include({ status: 'pending', attempts: 1 });
+    expect(await q.fetch(handed)).to.include({ status: 'finished', attempts: 1 });
+  });
+
+  it('a claim or fetch held when its caller loses the access gets the wall at once: its user deleted, or its operation no longer public (decisions §2.4, §5)', async () => {
+    const worker = uniqueName('worker');
+    const token = `${worker}-token`;
+    await defineUser(server, HOST, worker, token);
+    const access = { post: 'public', fetch: 'public', work: [worker] };
+    const q = await newQueue(server, HOST, { access });
+    const id = await q.post({ n: 1 });
+    const start = Date.now();
+    const claim = timed(q.claimRaw({ wait: 5, criteria: { n: 2 } }, { token }), start);
+    const fetched = timed(q.fetchRaw(id, '?wait=5'), start);
+    await sleep(300);
+    await deleteDef(server, `${HOST}/svc-users/${worker}.json`);
+    const lost = await claim;
+    expectWall(lost.value, 'claim of a deleted user');
+    expect(lost.ms).to.be.below(1500);
+    await defineQueue(server, HOST, q.name, { access: { ...access, fetch: [worker] } });
+    const hidden = await fetched;
+    expectWall(hidden.value, 'public fetch no longer public');
+    expect(hidden.ms).to.be.below(1500);
+    // The claim that was held is gone: an item it would have matched stays pending.
+    await defineQueue(server, HOST, q.name, { access: PUBLIC_ACCESS });
+    const later = await q.post({ n: 2 });
+    await sleep(100);
+    expect(await q.fetch(later)).to.include({ status: 'pending', attempts: 0 });
   });
 
   it('answers waiting claims and fetches promptly on SIGTERM, then exits 0 (decisions §1.1, issue 3 §3)', async () => {

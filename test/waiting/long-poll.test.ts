@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { resolveQueue } from '../../src/engine/config.js';
 import { ModelStore, newModelDisk } from '../../src/store/model-store.js';
-import type { Store } from '../../src/store/store.js';
+import { StoreUnavailable, type Store } from '../../src/store/store.js';
 import { LongPolls } from '../../src/waiting/long-poll.js';
 import { InProcessNotifier } from '../../src/waiting/notifier.js';
 
@@ -35,6 +35,29 @@ describe('long polls above the store (decisions §3.3 wait)', function () {
     // 500 ms were left of the wait; the look made inside it takes 300 of them. Counted from after
     // that look, it would end 800 ms later: 1,100 ms.
     expect(took).to.be.at.least(450).and.below(900);
+    await model.close();
+  });
+
+  it('a held claim whose look after a wake-up cannot be written gets that failure (a 503), not an empty answer (decisions §6)', async () => {
+    const notifier = new InProcessNotifier();
+    const model = new ModelStore(newModelDisk(), { notifier });
+    await model.open();
+    let looks = 0;
+    const failing = new Proxy(model, {
+      get(target, key, receiver) {
+        const value = Reflect.get(target, key, receiver) as unknown;
+        if (key === 'claim') return () => (++looks > 1 ? Promise.reject(new StoreUnavailable(new Error('disk full'))) : Promise.resolve(null));
+        return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+      },
+    }) as unknown as Store;
+    const waits = new LongPolls(failing, notifier);
+    const held = waits.claim(ref, { worker: 'w', waitMs: 2000 }).then(
+      () => 'answered',
+      (err: unknown) => err,
+    );
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    await model.post(ref, { body: '{}', postedBy: 'p' });
+    expect(await held).to.be.instanceOf(StoreUnavailable);
     await model.close();
   });
 
