@@ -3,7 +3,7 @@ import type { DefinitionChangeListener, DefinitionStore, StoredDefinition } from
 import { parseDefinitionPath, type DefinitionPath } from '../../definitions/names.js';
 import { PgListener } from './pg-listener.js';
 import { migrate } from './schema.js';
-import { ANSWER_TIMEOUT_MS, answered, watch as watchConnection } from './pg-guard.js';
+import { ANSWER_TIMEOUT_MS, answered, keepConnectionErrors, watch as watchConnection } from './pg-guard.js';
 import { FailureStreak } from '../failure-streak.js';
 import { StoreUnavailable } from '../store.js';
 
@@ -73,6 +73,7 @@ export class PgDefinitionStore implements DefinitionStore {
     // A new connection waits no longer than a statement would (5 s at most).
     const pool = new pg.Pool({ connectionString: options.url, max: POOL_SIZE, connectionTimeoutMillis: Math.min(5000, options.answerTimeoutMs ?? ANSWER_TIMEOUT_MS), keepAlive: true });
     pool.on('error', (err) => options.warn?.(`a PostgreSQL connection of the definitions failed while idle: ${err.message}`));
+    keepConnectionErrors(pool);
     const store = new PgDefinitionStore(pool, options);
     try {
       const client = await pool.connect();

@@ -45,6 +45,18 @@ export async function answered<R extends pg.QueryResultRow>(pool: pg.Pool, timeo
 }
 
 /**
+ * Gives every connection of `pool` a listener for 'error' for as long as it lives. pg-pool takes
+ * its own listener off a connection as it hands it out, and the caller can attach one only when
+ * its `await pool.connect()` resumes: an error read in the same chunk as the connection's ready
+ * answer (the database ending it as it opens, pg_terminate_backend) is emitted in between, and an
+ * 'error' event nobody listens to ends the process. The failure still reaches whoever uses the
+ * connection: its next statement fails (the connection is then not queryable).
+ */
+export function keepConnectionErrors(pool: pg.Pool): void {
+  pool.on('connect', (client) => client.on('error', () => undefined));
+}
+
+/**
  * Watches a connection checked out for a transaction (or a dedicated one while it runs a
  * statement): after `timeoutMs` it is cut (its pending statements fail at once). `stop()` before
  * releasing it; `broken` says why it failed, if it did.

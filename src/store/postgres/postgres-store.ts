@@ -11,7 +11,7 @@ import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type C
 import { PREFILTER_SQL, prefilterOf } from './pg-criteria.js';
 import { FailureStreak } from '../failure-streak.js';
 import { failureKind, StaleWrite } from './pg-errors.js';
-import { ANSWER_TIMEOUT_MS, answered, watch } from './pg-guard.js';
+import { ANSWER_TIMEOUT_MS, answered, keepConnectionErrors, watch } from './pg-guard.js';
 import { PgEventOutbox } from './pg-event-outbox.js';
 import { readPayload, writePayloads, type Payload } from './pg-payloads.js';
 import { migrate } from './schema.js';
@@ -616,6 +616,7 @@ export class PostgresStore implements Store, EventOutbox {
     });
     // An idle connection that breaks is dropped by the pool; the next checkout opens a new one.
     pool.on('error', (err) => this.warn(`a PostgreSQL connection failed while idle: ${err.message}`));
+    keepConnectionErrors(pool);
     let client: pg.PoolClient;
     try {
       client = await pool.connect();
