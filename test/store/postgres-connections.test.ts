@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import pg from 'pg';
 import { resolveQueue } from '../../src/engine/config.js';
+import { openStore } from '../../src/store/open-store.js';
 import { PgDefinitionStore } from '../../src/store/postgres/pg-definition-store.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
 import { StoreUnavailable, type QueueRef } from '../../src/store/store.js';
@@ -85,4 +86,17 @@ describe('PostgreSQL store: connections the database ends (decisions §6, §6.1)
     }
   });
 
+  it('a node whose first look at the database\'s clock has its connection ended as it opens fails to open its store with an error, and stops nothing else (decisions §6.1: nodes keep the database\'s time)', async () => {
+    const ended = endNextConnectionAsItOpens();
+    const failed = await openStore({ location: { kind: 'postgres', url: proxy.url }, home: '/nonexistent', hooks: { stage: () => Promise.reject(new Error('no payloads here')) }, configFor: () => undefined, observer: { committed: () => undefined, events: () => undefined }, warn: () => undefined }).then(
+      async (opened) => {
+        await opened.close();
+        return null;
+      },
+      (err: unknown) => err,
+    );
+    await ended;
+    expect(failed).to.be.instanceOf(Error);
+    expect((failed as Error).message).to.match(/cannot reach the PostgreSQL store/);
+  });
 });
