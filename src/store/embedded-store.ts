@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
-import { Queue, type Change, type Item, type Outcome } from '../engine/queue.js';
+import { Queue, type Change, type Item, type Outcome, type SavedState } from '../engine/queue.js';
 import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord, type HistoryMark } from './journal.js';
 import type { WriteFn } from './append-file.js';
 import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
@@ -628,8 +628,14 @@ export class EmbeddedStore implements Store, EventOutbox {
     let lineText = '';
     let count = 0;
     const ts = this.now();
-    for (const change of changes) {
+    // A commit may change one item more than once (a claim's hand-ins naming it twice): each
+    // change's events carry the state that change left, not the state the last one left.
+    const after = changes.length > 1 && !created ? statesAfter(changes) : undefined;
+    for (const [n, change] of changes.entries()) {
       const item = change.item;
+      const left = after?.[n];
+      const status = left ? left.status : item.status;
+      const attempts = left ? (left.work?.attempts ?? 0) : item.attempts;
       records += change.purged ? deleteRecord(slot.keyJson, item.id) : created ? itemRecord(slot.keyJson, item) : updateRecord(slot.keyJson, item);
       if (records.length >= TEXT_PIECE) {
         pieces.push(records);
@@ -638,7 +644,7 @@ export class EmbeddedStore implements Store, EventOutbox {
       for (const e of change.events) {
         const worker = e.worker === undefined ? '' : `,"worker":${jsonString(e.worker)}`;
         // Field order as in TaskEvent (decisions §5): ts, host, queue, id, event, attempts, worker (when there is one), status.
-        const event = `{"ts":${ts},${slot.eventPrefix},"id":"${item.id}","event":"${e.event}","attempts":${item.attempts}${worker},"status":"${item.status}"}`;
+        const event = `{"ts":${ts},${slot.eventPrefix},"id":"${item.id}","event":"${e.event}","attempts":${attempts}${worker},"status":"${status}"}`;
         // Made flat here, once: it is written twice (journal, history), and a string built of
         // pieces is copied whole at each write (charCodeAt makes V8 flatten it in place).
         event.charCodeAt(0);
@@ -737,6 +743,21 @@ export class EmbeddedStore implements Store, EventOutbox {
       if (!queue.items.has(id)) return id;
     }
   }
+}
+
+/**
+ * For each change followed, in the same commit, by another change of its item: the state it left,
+ * which is the later change's `before`. Undefined for the last change of each item (its state is the item's).
+ */
+function statesAfter(changes: readonly Change[]): Array<SavedState | undefined> {
+  const out = new Array<SavedState | undefined>(changes.length);
+  const next = new Map<Item, SavedState>();
+  for (let n = changes.length - 1; n >= 0; n--) {
+    const { item, before } = changes[n]!;
+    out[n] = next.get(item);
+    if (before) next.set(item, before);
+  }
+  return out;
 }
 
 /** Removes staged payloads that will not be published (one that cannot be removed is left to the next start's sweep). */
