@@ -2,7 +2,7 @@ import { close, constants, fdatasync, fstat, ftruncate, open, write, type PathLi
 import { mkdir, open as openHandle } from 'node:fs/promises';
 import path from 'node:path';
 
-type Waiter = { resolve: () => void; reject: (err: Error) => void };
+export type Waiter = { resolve: () => void; reject: (err: Error) => void };
 
 /**
  * An append-only file with group commit. `append` queues text; whatever was queued while the
@@ -112,6 +112,16 @@ export class AppendFile {
       this.enqueue(text);
       this.waiters.push({ resolve, reject });
     });
+  }
+
+  /**
+   * Queues text for callers who are already waiting (a journal's appends held at a switch): they
+   * are settled with the group that carries it, in their order and before anyone who appends
+   * after this, exactly as if each had called `append` here.
+   */
+  appendFor(text: string, waiters: readonly Waiter[]): void {
+    this.enqueue(text);
+    for (const w of waiters) this.waiters.push(w);
   }
 
   /** Queues text (or its pieces, in order) without waiting for it; it is written with the next group. */

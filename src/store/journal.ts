@@ -330,12 +330,9 @@ export class Journal {
     this.held = undefined;
     // A failed last group has already failed what was held with it; what is held now came after.
     if (closed && this.failures === failuresBefore) this.options.warn(`the previous journal did not close cleanly: ${closed.message}`);
-    if (held.text !== '' || held.waiters.length > 0) {
-      file.append(held.text).then(
-        () => held.waiters.forEach((w) => w.resolve()),
-        (err: Error) => held.waiters.forEach((w) => w.reject(err)),
-      );
-    }
+    // Their waiters join the new journal's own, ahead of any append made from now on: appends
+    // resolve in the order they were made (the store's outbox of task events relies on it).
+    if (held.text !== '' || held.waiters.length > 0) file.appendFor(held.text, held.waiters);
     const mark = await historyMark();
 
     const tmp = path.join(dir, `snapshot-${next}.jsonl.tmp`);
