@@ -631,7 +631,8 @@ export class EmbeddedStore implements Store, EventOutbox {
     // A commit may change one item more than once (a claim's hand-ins naming it twice): each
     // change's events carry the state that change left, not the state the last one left.
     const after = changes.length > 1 && !created ? statesAfter(changes) : undefined;
-    for (const [n, change] of changes.entries()) {
+    for (let n = 0; n < changes.length; n++) {
+      const change = changes[n]!;
       const item = change.item;
       const left = after?.[n];
       const status = left ? left.status : item.status;
@@ -747,9 +748,12 @@ export class EmbeddedStore implements Store, EventOutbox {
 
 /**
  * For each change followed, in the same commit, by another change of its item: the state it left,
- * which is the later change's `before`. Undefined for the last change of each item (its state is the item's).
+ * which is the later change's `before`. Undefined for the last change of each item (its state is the
+ * item's), and undefined as a whole when no item changes twice, as nearly every commit (found
+ * without allocating for a claim with one hand-in, the commit of every job in a hand-in cycle).
  */
-function statesAfter(changes: readonly Change[]): Array<SavedState | undefined> {
+function statesAfter(changes: readonly Change[]): Array<SavedState | undefined> | undefined {
+  if (changes.length === 2 ? changes[0]!.item !== changes[1]!.item : new Set(changes.map((c) => c.item)).size === changes.length) return undefined;
   const out = new Array<SavedState | undefined>(changes.length);
   const next = new Map<Item, SavedState>();
   for (let n = changes.length - 1; n >= 0; n--) {
