@@ -1,4 +1,5 @@
 import net from 'node:net';
+import { listenInPlaceOf } from './proxy-address.js';
 
 /**
  * A TCP proxy to a database that can go silent: while `silent` is on it stops passing bytes either
@@ -22,15 +23,5 @@ export async function silentProxy(databaseUrl: string): Promise<{ url: string; s
       s.on('error', () => undefined).on('close', () => (sockets.delete(s), inbound.destroy(), outbound.destroy()));
     }
   });
-  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-  const url = new URL(databaseUrl);
-  url.host = `127.0.0.1:${(proxy.address() as net.AddressInfo).port}`;
-  return {
-    url: url.toString(),
-    silent,
-    close: () => {
-      for (const s of sockets) s.destroy();
-      proxy.close();
-    },
-  };
+  return { ...(await listenInPlaceOf(proxy, sockets, databaseUrl)), silent };
 }

@@ -1,4 +1,5 @@
 import net from 'node:net';
+import { listenInPlaceOf } from './proxy-address.js';
 
 /**
  * A TCP proxy to a database that can hand a new connection its ready answer and its end in one
@@ -51,17 +52,10 @@ export async function startupProxy(databaseUrl: string): Promise<{ url: string; 
       s.on('error', () => undefined).on('close', () => (sockets.delete(s), inbound.end(), outbound.destroy()));
     }
   });
-  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-  const url = new URL(databaseUrl);
-  url.host = `127.0.0.1:${(proxy.address() as net.AddressInfo).port}`;
   return {
-    url: url.toString(),
+    ...(await listenInPlaceOf(proxy, sockets, databaseUrl)),
     armNext: (onReady) => {
       armed = onReady;
-    },
-    close: () => {
-      for (const s of sockets) s.destroy();
-      proxy.close();
     },
   };
 }
