@@ -4,7 +4,8 @@
  *   node --import tsx bench/profile-phase.ts <dir> <handin|cycle|batch|drain|post> [topN] [jobs|seconds]
  *
  * `dir` is a checkout with a built `dist/`. The server runs on the store SVCQ_STORE names (the
- * embedded one without it); with SVCQ_NODES=N (and SVCQ_STORE), N servers on that database, the
+ * embedded one without it; on a fresh database of that server, dropped at the end); with
+ * SVCQ_NODES=N (and SVCQ_STORE), N servers on that database, the
  * load generator's connections spread over them, the first one profiled and the CPU of all
  * counted. The server runs under `node --cpu-prof`; after a
  * warm-up of the same phase, the window of the measured phase is summarised by
@@ -17,6 +18,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { databaseUrl, query } from './pg-admin.js';
 import { BENCH_DIR, cpuMsOf, runLoad } from './procs.js';
 import { summariseProfile } from './profile-summary.js';
 import type { LoadMode, LoadSpec } from './protocol.js';
@@ -32,6 +34,15 @@ const size = Number(process.argv[5] ?? (which === 'handin' || which === 'cycle' 
 
 const nodes = Number(process.env.SVCQ_NODES ?? 1);
 if (nodes > 1 && !process.env.SVCQ_STORE) throw new Error('SVCQ_NODES needs SVCQ_STORE: several nodes share one PostgreSQL database');
+
+// A database of its own, dropped at the end: items and task events left by an earlier run would
+// be read again (each new node's history catches up on every event in the table) and measured.
+const baseStore = process.env.SVCQ_STORE;
+const database = `zz_prof_${process.pid}`;
+if (baseStore) {
+  await query(baseStore, 'postgres', `CREATE DATABASE ${database}`);
+  process.env.SVCQ_STORE = databaseUrl(baseStore, database);
+}
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'svcq-prof-'));
 const t0 = performance.now();
@@ -111,6 +122,7 @@ for (const p of procs) {
   p.kill('SIGTERM');
   await new Promise((resolve) => p.once('exit', resolve));
 }
+if (baseStore) await query(baseStore, 'postgres', `DROP DATABASE ${database} WITH (FORCE)`);
 console.log(`${which}: ${r.rate.toFixed(0)}/s, ${r.count} items, server CPU ${((r.cpuMs * 1000) / r.count).toFixed(1)} µs/item${nodes > 1 ? ` (${nodes} nodes together; the profile is the first node's)` : ''}`);
 const profDir = path.join(tmp, 'prof0');
 const file = readdirSync(profDir)
