@@ -3,9 +3,9 @@ import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import { ClientError, SvcqClient } from '../../src/client/index.js';
-import { markedBlocks, normalise, runBlocks } from '../docs/doc-blocks.js';
+import { markedBlocks, normalise, runBlocks, type Block } from '../docs/doc-blocks.js';
 import { defineQueue, defineUser } from '../http/queue-api.js';
-import { cleanupTemp, REPO, startServer, tempDir, type TestServer } from '../support/server.js';
+import { BIN, cleanupTemp, REPO, startServer, tempDir, type TestServer } from '../support/server.js';
 import { silentServer } from '../support/silent-server.js';
 
 const HOST = 'jobs.example.com';
@@ -37,12 +37,25 @@ describe('the client library, imported as svcq/client (issue: "the client librar
     cleanupTemp(project);
   });
 
-  it('the producer and the worker of docs/client.md run as shown, from a project that installed svcq', async () => {
+  it('the set-up, the producer and the worker of docs/client.md run as shown, from a project that installed svcq, against a server of their own', async () => {
     const blocks = markedBlocks(readFileSync(path.join(REPO, 'docs/client.md'), 'utf8'), 'client');
-    expect(blocks.map((b) => b.kind)).to.deep.equal(['node', 'node']);
-    const run = await runBlocks(blocks, { cwd: project, env: { ...process.env, SVCQ_URL: server.url, SVCQ_TOKEN: TOKEN }, dir: project, name: 'client' });
-    expect(run.code, run.stderr).to.equal(0);
-    blocks.forEach((b, i) => expect(normalise(run.perBlock[i]!), b.code).to.equal(normalise(b.prints!)));
+    expect(blocks.map((b) => b.kind)).to.deep.equal(['run', 'node', 'node']);
+    // The server the README starts, with its master token in its file: nothing defined yet.
+    const own = await startServer();
+    try {
+      const tokenFile = path.join(project, 'master-token');
+      writeFileSync(tokenFile, `${own.masterToken}\n`);
+      // The only changes to what a reader pastes: the built binary for `npx svcq`, and the token file's place.
+      const adapted = blocks.map((b): Block => ({ ...b, code: b.code.replaceAll('npx svcq', `"${process.execPath}" "${BIN}"`).replaceAll('/path/to/svcq/data/_svcq/master-token', tokenFile) }));
+      const env: NodeJS.ProcessEnv = { ...process.env, SVCQ_URL: own.url };
+      delete env.SVCQ_TOKEN;
+      const run = await runBlocks(adapted, { cwd: project, env, dir: project, name: 'client' });
+      expect(run.code, run.stderr).to.equal(0);
+      blocks.forEach((b, i) => expect(normalise(run.perBlock[i]!), b.code).to.equal(normalise(b.prints!)));
+    } finally {
+      await own.stop();
+      cleanupTemp(own.root);
+    }
   });
 
   it('type-checks a TypeScript program against the declarations it ships, and refuses one that misuses them', () => {
