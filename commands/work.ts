@@ -14,7 +14,7 @@ On a terminal a status line is shown; on a pipe or with --json each event is one
   static override examples = [
     '<%= config.bin %> work thumbnails --host jobs.example.com --exec "node examples/jobs/progress.mjs"',
     '<%= config.bin %> work public-echo --host jobs.example.com --exec "sh examples/jobs/echo.sh" --concurrency 4',
-    `<%= config.bin %> work thumbnails --host jobs.example.com --exec ./resize.sh --criteria '{"size":{"lt":1000}}' --once`,
+    `<%= config.bin %> work thumbnails --host jobs.example.com --exec ./resize.sh --criteria '{"width":{"lt":1000}}' --once`,
   ];
 
   static override args = {
