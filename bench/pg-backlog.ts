@@ -1,7 +1,8 @@
 /**
- * One svcq node on PostgreSQL with a large database against one on an empty database run right
- * beside it: posts and claims with N items waiting in the queue worked, with N waiting in another
- * queue of the same database, and with N finished items kept by retention in the queue worked.
+ * One svcq node (or `--nodes N` on one database) on PostgreSQL with a large database against the
+ * same on an empty database run right beside it: posts and claims with N items waiting in the
+ * queue worked, with N waiting in another queue of the same database, and with N finished items
+ * kept by retention in the queue worked.
  *
  *   node --import tsx bench/pg-backlog.ts --store postgres://USER@HOST:PORT/DB [options]
  *
@@ -11,6 +12,8 @@
  *   --jobs 8000       jobs per full-cycle phase (`cycle`, `handin`; 32 producers and 32 workers)
  *   --seconds 3       length of the `post` phase (32 in flight)
  *   --stages same,other,finished
+ *   --nodes 1         svcq nodes per side, on that side's database: the load generator's
+ *                     connections spread over them, and the svcq CPU per job is theirs together
  *   --prefix svcq_backlog   the two databases are <prefix>_big_<pid> and <prefix>_empty_<pid>,
  *                     made on the server of --store and dropped at the end
  *
@@ -40,6 +43,7 @@ const { values: opts } = parseArgs({
     seconds: { type: 'string', default: '3' },
     stages: { type: 'string', default: 'same,other,finished' },
     prefix: { type: 'string', default: 'svcq_backlog' },
+    nodes: { type: 'string', default: '1' },
   },
   strict: true,
 });
@@ -51,6 +55,11 @@ const ITEMS = Number(opts.items);
 const ROUNDS = Number(opts.rounds);
 const JOBS = Number(opts.jobs);
 const SECONDS = Number(opts.seconds);
+const NODES = Number(opts.nodes);
+if (!Number.isInteger(NODES) || NODES < 1) {
+  console.error('pg-backlog: --nodes takes a whole number of 1 or more');
+  process.exit(2);
+}
 const HOST = 'bench.test';
 const MASTER = 'bench-master-token-0123456789abcdef';
 const QUEUE_DEF = JSON.stringify({ leaseSeconds: 300, access: { post: 'public', fetch: 'public', work: 'public' } });
@@ -66,12 +75,13 @@ async function backendCpu(database: string): Promise<Map<number, number>> {
 interface Side {
   name: 'big' | 'empty';
   database: string;
-  node: Svcq;
-  root: string;
+  /** The side's nodes; requests other than the load go to the first. */
+  nodes: Svcq[];
+  roots: string[];
 }
 
 function call(s: Side, method: string, p: string, body: string, auth = false): Promise<{ status: number; body: string }> {
-  const base = new URL(s.node.url);
+  const base = new URL(s.nodes[0]!.url);
   return new Promise((resolve, reject) => {
     const headers: Record<string, string> = { host: HOST, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) };
     if (auth) headers.authorization = `Bearer ${MASTER}`;
@@ -88,6 +98,8 @@ function call(s: Side, method: string, p: string, body: string, auth = false): P
 async function define(s: Side, queue: string): Promise<void> {
   const r = await call(s, 'PUT', `/api/v2/def?path=${HOST}/svc-queues/${queue}.json`, QUEUE_DEF, true);
   if (r.status !== 200) throw new Error(`define ${queue} on ${s.name}: ${r.status} ${r.body}`);
+  // A definition is live on every node within 1 s (decisions §6.1).
+  if (s.nodes.length > 1) await new Promise((resolve) => setTimeout(resolve, 1200));
 }
 
 interface Figure {
@@ -106,9 +118,11 @@ async function phase(s: Side, mode: LoadMode, queue: string, extra: Partial<Load
       await new Promise((r) => setTimeout(r, 250));
     }
   })();
-  const cpu0 = cpuMsOf(s.node.pid);
-  const r = await runLoad({ mode, url: s.node.url, host: HOST, queue, inFlight: 32, durationMs: SECONDS * 1000, maxCount: Number.MAX_SAFE_INTEGER, itemBytes: 190, recordLatency: false, ...extra }, 600_000);
-  const svcq = cpuMsOf(s.node.pid) - cpu0;
+  const nodesCpu = (): number => s.nodes.reduce((sum, n) => sum + cpuMsOf(n.pid), 0);
+  const cpu0 = nodesCpu();
+  const urls = s.nodes.map((n) => n.url);
+  const r = await runLoad({ mode, url: urls[0]!, urls: urls.length > 1 ? urls : undefined, host: HOST, queue, inFlight: 32, durationMs: SECONDS * 1000, maxCount: Number.MAX_SAFE_INTEGER, itemBytes: 190, recordLatency: false, ...extra }, 600_000);
+  const svcq = nodesCpu() - cpu0;
   running = false;
   await follow;
   for (const [pid, cpu] of await backendCpu(s.database)) seen.set(pid, cpu);
@@ -150,24 +164,29 @@ try {
   for (const name of ['big', 'empty'] as const) {
     const database = `${opts.prefix}_${name}_${stamp}`;
     await sql('postgres', `CREATE DATABASE ${database}`);
-    const root = mkdtempSync(path.join(os.tmpdir(), 'svcq-pg-backlog-'));
+    const side: Side = { name, database, nodes: [], roots: [] };
+    sides.push(side);
     process.env.SVCQ_STORE = dbUrl(database);
-    const node = await startSvcq({ root, masterToken: MASTER });
+    // One after the other: the first creates the schema.
+    for (let n = 0; n < NODES; n++) {
+      const root = mkdtempSync(path.join(os.tmpdir(), 'svcq-pg-backlog-'));
+      side.roots.push(root);
+      side.nodes.push(await startSvcq({ root, masterToken: MASTER }));
+    }
     delete process.env.SVCQ_STORE;
-    sides.push({ name, database, node, root });
   }
   const [big, empty] = sides as [Side, Side];
   for (const s of sides) {
     for (const q of ['backlog', 'warm']) await define(s, q);
     await phase(s, 'handin', 'warm', { maxCount: 2000, durationMs: 120_000 });
   }
-  log(`svcq on PostgreSQL, ${ITEMS.toLocaleString('en')} items, ${ROUNDS} paired rounds, ${JOBS} jobs per cycle, post ${SECONDS} s, load ${os.loadavg()[0]!.toFixed(2)}`);
+  log(`svcq on PostgreSQL${NODES > 1 ? `, ${NODES} nodes per database` : ''}, ${ITEMS.toLocaleString('en')} items, ${ROUNDS} paired rounds, ${JOBS} jobs per cycle, post ${SECONDS} s, load ${os.loadavg()[0]!.toFixed(2)}`);
 
   let loaded = false;
   for (const stage of opts.stages!.split(',')) {
     if (!loaded) {
       const t = performance.now();
-      const r = await runLoad({ mode: 'batch-post', url: big.node.url, host: HOST, queue: 'backlog', inFlight: 4, durationMs: 3_600_000, maxCount: Math.ceil(ITEMS / 1000), itemBytes: 190, recordLatency: false }, 3_700_000);
+      const r = await runLoad({ mode: 'batch-post', url: big.nodes[0]!.url, host: HOST, queue: 'backlog', inFlight: 4, durationMs: 3_600_000, maxCount: Math.ceil(ITEMS / 1000), itemBytes: 190, recordLatency: false }, 3_700_000);
       if (r.errors > 0) throw new Error(`fill: ${r.errors} errors, the first: ${r.firstError}`);
       log(`filled 'backlog' on big with ${r.count} items in ${((performance.now() - t) / 1000).toFixed(1)} s (${r.rate.toFixed(0)} items/s)`);
       loaded = true;
@@ -175,7 +194,7 @@ try {
     if (stage === 'finished') {
       for (const s of sides) {
         const t = performance.now();
-        const r = await runLoad({ mode: 'drain-batch', url: s.node.url, host: HOST, queue: 'backlog', inFlight: 4, durationMs: 3_600_000, maxCount: Number.MAX_SAFE_INTEGER, itemBytes: 190, recordLatency: false }, 3_700_000);
+        const r = await runLoad({ mode: 'drain-batch', url: s.nodes[0]!.url, host: HOST, queue: 'backlog', inFlight: 4, durationMs: 3_600_000, maxCount: Number.MAX_SAFE_INTEGER, itemBytes: 190, recordLatency: false }, 3_700_000);
         log(`drained 'backlog' on ${s.name}: ${r.count} items finished in ${((performance.now() - t) / 1000).toFixed(1)} s`);
       }
     }
@@ -215,8 +234,8 @@ try {
   }
 } finally {
   for (const s of sides) {
-    await s.node.stop().catch((err: Error) => console.error(err.message));
-    rmSync(s.root, { recursive: true, force: true });
+    for (const node of s.nodes) await node.stop().catch((err: Error) => console.error(err.message));
+    for (const root of s.roots) rmSync(root, { recursive: true, force: true });
   }
   killAll();
   for (const s of sides) await sql('postgres', `DROP DATABASE IF EXISTS ${s.database} WITH (FORCE)`).catch((err: Error) => console.error(err.message));
