@@ -8,8 +8,8 @@ export default class Payload extends BaseCommand<typeof Payload> {
   static override examples = ['<%= config.bin %> payload --host jobs.example.com --queue resize --id 0123456789abcdef --kind result'];
 
   static override flags = {
-    // Not the queue-domain Host header of the queue commands: here the host is a parameter of the tools endpoint.
-    host: Flags.string({ description: 'queue host (domain) the item belongs to', required: true }),
+    // Sent as a parameter of the tools endpoint, not as the Host header; read from the same env as the queue commands' --host.
+    host: Flags.string({ description: 'queue host (domain) the item belongs to', env: 'SVCQ_HOST', required: true }),
     queue: Flags.string({ description: 'queue name', required: true }),
     id: Flags.string({ description: 'item id (16 hex characters)', required: true }),
     kind: Flags.string({ description: 'which body', options: [...PAYLOAD_KINDS], required: true }),

@@ -109,6 +109,10 @@ describe('svcq logs, stats, tasks and payload (decisions §1.2)', () => {
     const none = await runCli(['payload', '--host', HOST, '--queue', 'clijobs', '--id', id, '--kind', 'result'], { env });
     expect(none.code).to.equal(1);
     expect(none.stderr).to.include('no archived result');
+    // The queue domain exported as for the queue commands (decisions §1.2) names the item's host here too.
+    const fromEnv = await runCli(['payload', '--queue', 'clijobs', '--id', id, '--kind', 'item'], { env: { ...env, SVCQ_HOST: HOST } });
+    expect(fromEnv.code, fromEnv.stderr).to.equal(0);
+    expect(fromEnv.stdout).to.equal(item);
   });
 
   it('serve samples every 15000 ms unless --stats-interval says otherwise (interface §8)', async () => {
