@@ -1,5 +1,6 @@
 import { Args, Flags } from '@oclif/core';
 import { BaseCommand, hostFlag } from '../src/cli/base-command.js';
+import { exactAnswer, exactJson } from '../src/cli/exact-json.js';
 import { waitForItem } from '../src/cli/producer.js';
 import type { StatusAnswer } from '../src/protocol.js';
 
@@ -26,15 +27,17 @@ When the server cannot be reached (or answers 5xx) it says so on stderr at once 
     const record = this.flags.wait
       ? await waitForItem(client, args.queue, args.id, { giveUpMs: this.flags['give-up'] * 1000, report: (line) => this.logToStderr(`svcq: ${line}`) })
       : await client.item(args.queue, args.id);
-    this.log(summary(record));
-    return record;
+    // Bodies as their sender wrote them: 12345678901234567890 is not rounded, 1.0 stays 1.0.
+    const exact = exactAnswer(record);
+    this.log(summary(exact));
+    return exact;
   }
 }
 
 /** The status record as a person reads it: one field a line, bodies as compact JSON. */
 function summary(r: StatusAnswer): string {
   const time = (ms: number | null): string => (ms === null ? '-' : new Date(ms).toISOString());
-  const body = (v: unknown): string => (v === null || v === undefined ? '-' : JSON.stringify(v));
+  const body = (v: unknown): string => (v === null || v === undefined ? '-' : (exactJson(v) ?? '-'));
   const took = r.finishedAt === null ? '' : ` (${((r.finishedAt - r.postedAt) / 1000).toFixed(1)} s after posting)`;
   return [
     `id        ${r.id}`,

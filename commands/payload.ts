@@ -1,5 +1,6 @@
 import { Flags } from '@oclif/core';
 import { BaseCommand, UserError } from '../src/cli/base-command.js';
+import { parseExact } from '../src/cli/exact-json.js';
 import { PAYLOAD_KINDS } from '../src/tools/files.js';
 
 export default class Payload extends BaseCommand<typeof Payload> {
@@ -22,7 +23,8 @@ export default class Payload extends BaseCommand<typeof Payload> {
     if (bytes.length === 0) throw new UserError(`no archived ${kind} for item ${id} on ${host}/${queue} (is "svc-queue-archivePayloads" on for that queue?)`, 1);
     if (this.jsonEnabled()) {
       try {
-        return JSON.parse(bytes.toString('utf8')) as unknown;
+        // Numbers as stored, not rounded by JSON.parse.
+        return parseExact(bytes.toString('utf8'));
       } catch {
         return bytes.toString('utf8');
       }

@@ -1,5 +1,6 @@
-import { Command, Flags, type Interfaces } from '@oclif/core';
+import { Command, Flags, ux, type Interfaces } from '@oclif/core';
 import { ClientError, SvcqClient } from '../client/client.js';
+import { exactJson } from './exact-json.js';
 import { jsonErrorLine } from './json-error.js';
 
 export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>;
@@ -32,6 +33,11 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
       if (err instanceof ClientError && err.code === 'invalid-url') throw new ClientError(`--url: ${err.message}`, err.code);
       throw err;
     }
+  }
+
+  /** --json output, numbers read with `exactAnswer` printed as the server sent them (oclif's own would round them). */
+  override logJson(json: unknown): void {
+    ux.stdout(ux.colorizeJson(exactJson(json, 2) ?? 'null', { pretty: false, theme: this.config.theme?.json }));
   }
 
   /** One sentence on stderr (with --json, `{ "error": sentence }` there), never a stack trace; stdout stays empty (decisions §1.2). */

@@ -108,6 +108,18 @@ const NETWORK_ERRORS: Record<string, string> = {
 // into a connection the other end is closing, which would leave its fate unknown.
 const agent = new http.Agent({ keepAlive: true, timeout: 4000 });
 
+/** The text each parsed answer was read from (see {@link answerText}). */
+const answerTexts = new WeakMap<object, string>();
+
+/**
+ * The JSON text an answer of this client was parsed from, exactly as the server sent it: an item,
+ * a result or an error holds what its sender wrote, and `JSON.parse` rounds a number such as
+ * 12345678901234567890 and reads `1.0` as `1`. Undefined for an object this client did not parse.
+ */
+export function answerText(answer: object): string | undefined {
+  return answerTexts.get(answer);
+}
+
 /**
  * The HTTP client of svcq's API, the one every command uses (`import { SvcqClient } from
  * 'svcq/client'`; docs/client.md). It pins `/api/v2` for management and tools, sends the queue
@@ -208,11 +220,13 @@ export class SvcqClient {
 
   parse<T>(res: RawResponse, ok: number[] = [200]): T {
     let body: unknown;
+    const text = res.body.toString('utf8');
     try {
-      body = res.body.length ? JSON.parse(res.body.toString('utf8')) : undefined;
+      body = res.body.length ? JSON.parse(text) : undefined;
     } catch {
-      body = res.body.toString('utf8');
+      body = text;
     }
+    if (typeof body === 'object' && body !== null) answerTexts.set(body, text);
     if (ok.includes(res.status)) return body as T;
     throw explain(res.status, body, Boolean(this.options.token), this.options.tokenHint);
   }

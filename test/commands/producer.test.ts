@@ -327,6 +327,28 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
     expect(missing.stderr).to.equal('svcq: no such item\n');
   });
 
+  it('item prints the result exactly as it was handed in: a number JSON.parse would round, 1.0, 1e400 (interface §3, decisions §7)', async () => {
+    const queue = queueName('exact');
+    await defineQueue(server, queue);
+    const id = await postItem(server, queue, { n: 1 });
+    const claim = await request(server.url, `/${queue}/claim`, { method: 'POST', host: HOST, body: '{}' });
+    expect(claim.status, claim.text).to.equal(200);
+    const result = '{"big":12345678901234567890,"one":1.0,"huge":1e400,"list":[-0.10,9007199254740993]}';
+    const handed = await request(server.url, `/${queue}/items/${id}/result`, { method: 'POST', host: HOST, body: result });
+    expect(handed.status, handed.text).to.equal(200);
+    const exact = '{"big":12345678901234567890,"one":1.0,"huge":1e400,"list":[-0.10,9007199254740993]}';
+    const shown = await cli(['item', queue, id]);
+    expect(shown.code, shown.stderr).to.equal(0);
+    expect(shown.stdout).to.include(`\nresult    ${exact}\n`);
+    const json = await cli(['item', queue, id, '--json']);
+    expect(json.code, json.stderr).to.equal(0);
+    expect(json.stdout).to.include('"big": 12345678901234567890').and.include('"one": 1.0').and.include('"huge": 1e400').and.include('-0.10').and.include('9007199254740993');
+    // Everything else of the record as the server gave it.
+    const record = (await request(server.url, `/${queue}/items/${id}`, { host: HOST })).json as Record<string, unknown>;
+    const printed = JSON.parse(json.stdout) as Record<string, unknown>;
+    expect({ ...printed, result: null }).to.deep.equal({ ...record, result: null });
+  });
+
   it('cancel makes a pending item cancelled, and says so when it is already terminal (decisions §3.6)', async () => {
     const queue = queueName('cancel');
     await defineQueue(server, queue);

@@ -113,6 +113,11 @@ describe('svcq logs, stats, tasks and payload (decisions §1.2)', () => {
     const fromEnv = await runCli(['payload', '--queue', 'clijobs', '--id', id, '--kind', 'item'], { env: { ...env, SVCQ_HOST: HOST } });
     expect(fromEnv.code, fromEnv.stderr).to.equal(0);
     expect(fromEnv.stdout).to.equal(item);
+    // --json parses the body, its numbers as stored (JSON.parse would print 12345678901234567000 and 1).
+    const big = await request(server.url, '/clijobs', { method: 'POST', host: HOST, body: '{"size":12345678901234567890,"ratio":1.0}' });
+    const parsed = await runCli(['payload', '--host', HOST, '--queue', 'clijobs', '--id', (big.json as { id: string }).id, '--kind', 'item', '--json'], { env });
+    expect(parsed.code, parsed.stderr).to.equal(0);
+    expect(parsed.stdout).to.equal('{\n  "size": 12345678901234567890,\n  "ratio": 1.0\n}\n');
   });
 
   it('serve samples every 15000 ms unless --stats-interval says otherwise (interface §8)', async () => {
