@@ -115,6 +115,35 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     expect(narrow).to.include(`${host.slice(0, 29)}… ${name.slice(0, 29)}… `);
   });
 
+  it('on a terminal narrower than a whole row (80 columns) every figure and the latest of the sparkline still show: names shrink and the sparkline narrows, nothing runs off the edge', () => {
+    // Ink cuts a line at the terminal's edge: what lies past it is lost, the sparkline's latest samples first.
+    const recent = [...Array<number>(55).fill(0), 4, 8, 12, 16, 20];
+    const withSpark = (queues: QueueEntry[]): TopState => ({ ...stateWith(queues), throughput: new Map(queues.map((q) => [`${q.host}/${q.name}`, recent])) });
+    const longHost = 'a-very-long-host-name-for-queues.internal.example.com';
+    const longName = 'queue-with-a-rather-long-descriptive-name-01';
+    // Where the sparkline fits, even narrowed, it shows; where only the figures fit, they do.
+    for (const [queues, columns, spark] of [
+      [[entry('jobs.example.com', 'emails', 5)], 80, true],
+      [[entry('jobs.example.com', 'emails', 5)], 100, true],
+      [[entry(longHost, longName, 5)], 80, false],
+      [[entry(longHost, longName, 5)], 100, false],
+      [[entry(longHost, longName, 5)], 120, true],
+    ] as const) {
+      const lines = screenLines(withSpark([...queues]), { columns, rows: 30 }, VIEW, NOW);
+      const table = lines.filter((l) => l.includes('PENDING') || l.includes(' 5 '));
+      expect(table).to.have.length(2);
+      for (const line of table) expect(stringWidth(line), `${columns} columns: ${line}`).to.be.at.most(columns);
+      const [header, row] = table as [string, string];
+      // pending, in flight, finished/s, failed/s, oldest; then the sparkline, its latest samples the highest.
+      expect(row, `${columns} columns`).to.match(spark ? / +5 +0 +0 +0 +1\.5s ▁*[▂-█]+$/ : / +5 +0 +0 +0 +1\.5s$/);
+      expect(header, `${columns} columns`).to.match(spark ? / OLDEST DONE/ : / OLDEST$/);
+    }
+    // Short names on a wide terminal: the whole sparkline, as before.
+    const wide = screenLines(withSpark([entry('jobs.example.com', 'emails', 5)]), { columns: 120, rows: 30 }, VIEW, NOW);
+    expect(wide.find((l) => l.startsWith('>'))!.split(' ').pop()).to.have.length(30);
+    expect(wide.find((l) => l.includes('PENDING'))).to.include('DONE/S, LAST MINUTE');
+  });
+
   it('the detail gives its rows to whichever list has more to show: leases when nothing is pending, pending items when nothing is leased', () => {
     const queues = [entry('jobs.test', 'busy', 0)];
     const leases = Array.from({ length: 100 }, (_, i) => ({ id: `lease${String(i).padStart(11, '0')}`, worker: 'w', until: NOW + 60_000, attempts: 1 }));

@@ -38,7 +38,18 @@ function clip(text: string, cells: number): string {
 }
 
 const NUMBER = 9;
+/** The figure columns: pending, in flight, finished/s, failed/s, oldest. */
+const FIGURES = 5;
 const SPARK = 30;
+/** Fewer cells than this make no sparkline worth showing. */
+const SPARK_LEAST = 4;
+/** The sparkline's heading, the first that fits its width. */
+const SPARK_HEADINGS = ['DONE/S, LAST MINUTE', 'DONE/S', 'DONE'];
+/** Where names are cut, unless the terminal is wide enough for more (or too narrow for this much). */
+const NAME_CUT = 30;
+/** What a narrow terminal still gives the host and the queue's name before it cuts the figures. */
+const HOST_LEAST = 12;
+const NAME_LEAST = 12;
 
 /** Just the columns `svcq top` shows, for the live screen and for the snapshot off a terminal. */
 function queueCells(q: QueueEntry): Array<{ text: string; paint?: (s: string) => string }> {
@@ -113,10 +124,20 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
   }
 
   const queues = f?.list.queues ?? [];
-  const { hostWidth, nameWidth } = nameWidths(queues, size.columns);
+  const { hostWidth, nameWidth, sparkWidth } = rowWidths(queues, size.columns);
+  const sparkHeading = SPARK_HEADINGS.find((h) => h.length <= sparkWidth);
   const header =
     ' ' +
-    [cell('HOST', hostWidth, 'left'), cell('QUEUE', nameWidth, 'left'), cell('PENDING', NUMBER, 'right'), cell('IN FLIGHT', NUMBER, 'right'), cell('FINISH/S', NUMBER, 'right'), cell('FAIL/S', NUMBER, 'right'), cell('OLDEST', NUMBER, 'right'), cell('DONE/S, LAST MINUTE', SPARK, 'left')].join(' ');
+    [
+      cell('HOST', hostWidth, 'left'),
+      cell('QUEUE', nameWidth, 'left'),
+      cell('PENDING', NUMBER, 'right'),
+      cell('IN FLIGHT', NUMBER, 'right'),
+      cell('FINISH/S', NUMBER, 'right'),
+      cell('FAIL/S', NUMBER, 'right'),
+      cell('OLDEST', NUMBER, 'right'),
+      ...(sparkWidth > 0 ? [cell(sparkHeading ?? '', sparkWidth, 'left')] : []),
+    ].join(' ');
   lines.push(chalk.bold(header));
 
   const queueRows = Math.max(1, Math.min(queues.length, budget - lines.length - (compact ? 1 : detailMin + footerLines)));
@@ -133,7 +154,7 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
       cell(q.name, nameWidth, 'left', chalk.bold),
       ...queueCells(q).map((c) => cell(c.text, NUMBER, 'right', c.paint)),
       cell(humanAge(q.oldestPendingAgeMs), NUMBER, 'right', agePaint(q.oldestPendingAgeMs)),
-      chalk.green(sparkline(series, SPARK, perMinute)),
+      ...(sparkWidth > 0 ? [chalk.green(sparkline(series, sparkWidth, perMinute))] : []),
     ].join(' ');
     lines.push(selected ? chalk.inverse(`>${row}`) : ` ${row}`);
   }
@@ -163,22 +184,38 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
 }
 
 /**
- * The widths of the host and queue columns, in terminal cells: the longest name, cut at 30, and on a
- * terminal wide enough for more, longer, up to the whole name, the queue's name first.
+ * The widths of a queue row's host, queue and sparkline columns, in terminal cells, so that the row
+ * fits the terminal. The figures come first: they are what the view is for, and a row cut at the
+ * terminal's edge loses them (and the sparkline's latest samples, which are on its right). The
+ * names come next, each cut at 30 cells (on a terminal too narrow even for that, the host shrinks
+ * to 12 cells first, then the queue's name); the sparkline takes what is left, up to 30 cells, its
+ * minute spread over fewer characters, and is left out with less than 4. On a terminal wide enough
+ * for all that, the names grow, up to whole, the queue's name first.
  */
-function nameWidths(queues: QueueEntry[], columns: number): { hostWidth: number; nameWidth: number } {
+function rowWidths(queues: QueueEntry[], columns: number): { hostWidth: number; nameWidth: number; sparkWidth: number } {
   const hostWhole = Math.max(4, ...queues.map((q) => stringWidth(printable(q.host))));
   const nameWhole = Math.max(5, ...queues.map((q) => stringWidth(printable(q.name))));
-  let hostWidth = Math.min(30, hostWhole);
-  let nameWidth = Math.min(30, nameWhole);
-  // The selection mark, the separators, the figures and the sparkline take the rest of a row.
-  let spare = columns - (1 + 2 + 5 * (NUMBER + 1) + SPARK) - hostWidth - nameWidth;
-  if (spare <= 0) return { hostWidth, nameWidth };
+  let hostWidth = Math.min(NAME_CUT, hostWhole);
+  let nameWidth = Math.min(NAME_CUT, nameWhole);
+  // What the names (and the sparkline) may have: the row less the selection mark, the names'
+  // separators and the figures with theirs.
+  let room = columns - (1 + 2 + FIGURES * NUMBER + (FIGURES - 1));
+  const over = hostWidth + nameWidth - room;
+  if (over > 0) {
+    const hostGives = Math.min(over, Math.max(0, hostWidth - HOST_LEAST));
+    hostWidth -= hostGives;
+    nameWidth -= Math.min(over - hostGives, Math.max(0, nameWidth - NAME_LEAST));
+  }
+  room -= hostWidth + nameWidth;
+  // The sparkline's separator, then the sparkline.
+  const sparkWidth = room - 1 >= SPARK_LEAST ? Math.min(SPARK, room - 1) : 0;
+  let spare = room - (sparkWidth > 0 ? 1 + sparkWidth : 0);
+  if (sparkWidth < SPARK || spare <= 0) return { hostWidth, nameWidth, sparkWidth };
   const nameGrows = Math.min(nameWhole - nameWidth, Math.max(Math.ceil(spare / 2), spare - (hostWhole - hostWidth)));
   nameWidth += nameGrows;
   spare -= nameGrows;
   hostWidth += Math.min(hostWhole - hostWidth, spare);
-  return { hostWidth, nameWidth };
+  return { hostWidth, nameWidth, sparkWidth };
 }
 
 /** The selected queue's leases (soonest end first) and oldest pending items, within `room` lines. */
