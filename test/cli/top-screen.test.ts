@@ -103,7 +103,7 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     expect(lines.find((l) => l.includes(lease.id))).to.include('bad?[2J?[31mred?next?2J');
   });
 
-  it('a wide terminal shows long host and queue names whole; a narrower one cuts them at 30 characters as before', () => {
+  it('a wide terminal shows long host and queue names whole; a narrower one cuts them at 30 characters, in their middle', () => {
     const host = 'very-long-host-name-for-an-audit.subdomain.example-organisation.internal';
     const name = 'a-really-long-queue-name-that-goes-on-and-on-for-sixty-four-char';
     const state = stateWith([entry(host, name, 1), entry('jobs.test', 'short', 0)]);
@@ -112,7 +112,23 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     expect(row).to.include(`${host} ${name} `);
     for (const line of wide) expect(line.length, line).to.be.at.most(250);
     const narrow = screenLines(state, { columns: 120, rows: 30 }, VIEW, NOW).find((l) => l.startsWith('>'))!;
-    expect(narrow).to.include(`${host.slice(0, 29)}… ${name.slice(0, 29)}… `);
+    expect(narrow).to.include(`${host.slice(0, 14)}…${host.slice(-15)} ${name.slice(0, 14)}…${name.slice(-15)} `);
+  });
+
+  it('queues named alike but for their end are told apart where their names are cut: in the rows and in the detail\'s title', () => {
+    const host = 'a-very-long-host-name-for-queues.internal.example.com';
+    const queues = ['eu', 'us', 'ap'].map((region) => entry(host, `resize-uploaded-images-for-the-gallery-${region}`, 1));
+    for (const columns of [80, 100, 120]) {
+      const lines = screenLines(stateWith(queues), { columns, rows: 30 }, VIEW, NOW);
+      const rows = lines.filter((l) => l.includes(' 1 '));
+      expect(rows, `${columns} columns`).to.have.length(3);
+      rows.forEach((row, i) => expect(row, `${columns} columns`).to.match(new RegExp(`-${['eu', 'us', 'ap'][i]!} `)));
+      // The hosts keep their end too: the domain's last labels say as much as its first.
+      expect(rows[0], `${columns} columns`).to.match(/^>a-ver\S*…\S*\.com /);
+      // A line longer than the terminal is cut as Ink cuts it: its first cells less one, and an ellipsis.
+      const title = lines.find((l) => l.includes('finished 0'))!;
+      expect(title.slice(0, columns - 1), `${columns} columns`).to.include('gallery-eu');
+    }
   });
 
   it('on a terminal narrower than a whole row (80 columns) every figure and the latest of the sparkline still show: names shrink and the sparkline narrows, nothing runs off the edge', () => {

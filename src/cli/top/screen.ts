@@ -12,11 +12,14 @@ type Align = 'left' | 'right';
 /**
  * A cell padded on its plain text, then painted, so that colour codes never upset the columns.
  * The text is made printable first: a worker names itself, and its name is shown to the operator.
- * Widths are terminal cells, not characters: a CJK character or an emoji takes two.
+ * Widths are terminal cells, not characters: a CJK character or an emoji takes two. Text too long
+ * is cut at its end, or with `cut: 'middle'` in its middle, keeping its start and its end: queues
+ * are often named alike but for their end (`resize-images-eu`, `resize-images-us`), and hosts
+ * differ as often by their start as by their end.
  */
-function cell(raw: string, width: number, align: Align, paint?: (s: string) => string): string {
+function cell(raw: string, width: number, align: Align, paint?: (s: string) => string, cut: 'end' | 'middle' = 'end'): string {
   const text = printable(raw);
-  const clipped = stringWidth(text) > width ? `${clip(text, Math.max(0, width - 1))}…` : text;
+  const clipped = stringWidth(text) <= width ? text : cut === 'middle' ? clipMiddle(text, Math.max(0, width - 1)) : `${clip(text, Math.max(0, width - 1))}…`;
   const gap = ' '.repeat(Math.max(0, width - stringWidth(clipped)));
   const padded = align === 'left' ? clipped + gap : gap + clipped;
   return paint ? paint(padded) : padded;
@@ -35,6 +38,20 @@ function clip(text: string, cells: number): string {
     used += w;
   }
   return out;
+}
+
+/** `text` cut to `cells` terminal cells and an ellipsis in its middle, its start and its end kept (the end given any odd cell). */
+function clipMiddle(text: string, cells: number): string {
+  const parts = Array.from(graphemes.segment(text), ({ segment }) => segment);
+  let end = '';
+  let used = 0;
+  for (let i = parts.length - 1; i >= 0; i--) {
+    const w = stringWidth(parts[i]!);
+    if (used + w > Math.ceil(cells / 2)) break;
+    end = parts[i] + end;
+    used += w;
+  }
+  return `${clip(text, cells - used)}…${end}`;
 }
 
 const NUMBER = 9;
@@ -150,8 +167,8 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
     const selected = keyOf(q) === state.selected;
     const series = state.throughput.get(keyOf(q)) ?? [];
     const row = [
-      cell(q.host, hostWidth, 'left'),
-      cell(q.name, nameWidth, 'left', chalk.bold),
+      cell(q.host, hostWidth, 'left', undefined, 'middle'),
+      cell(q.name, nameWidth, 'left', chalk.bold, 'middle'),
       ...queueCells(q).map((c) => cell(c.text, NUMBER, 'right', c.paint)),
       cell(humanAge(q.oldestPendingAgeMs), NUMBER, 'right', agePaint(q.oldestPendingAgeMs)),
       ...(sparkWidth > 0 ? [chalk.green(sparkline(series, sparkWidth, perMinute))] : []),
@@ -175,7 +192,7 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
   lines.push('');
 
   const room = budget - lines.length - footerLines;
-  lines.push(...detailLines(f?.detail ?? null, state.selected, room, now));
+  lines.push(...detailLines(f?.detail ?? null, state.selected, room, size.columns, now));
 
   while (lines.length < budget - footerLines) lines.push('');
   lines.push(error ?? '');
@@ -218,14 +235,20 @@ function rowWidths(queues: QueueEntry[], columns: number): { hostWidth: number; 
   return { hostWidth, nameWidth, sparkWidth };
 }
 
-/** The selected queue's leases (soonest end first) and oldest pending items, within `room` lines. */
-function detailLines(detail: QueueDetail | null, selected: string | null, room: number, now: number): string[] {
+/**
+ * The selected queue's leases (soonest end first) and oldest pending items, within `room` lines.
+ * Its title names the queue whole, or cut in its middle where `columns` are too few for that.
+ */
+function detailLines(detail: QueueDetail | null, selected: string | null, room: number, columns: number, now: number): string[] {
   if (!selected) return [];
   const lines: string[] = [];
-  if (!detail || keyOf(detail) !== selected) return [chalk.bold(`${selected}`), chalk.dim(' loading…')];
+  // The counts follow on the same line: where they do not fit, the terminal's edge cuts the line
+  // at its last cell (the last but one for the title, then, and the ellipsis).
+  const title = cell(selected, Math.min(stringWidth(selected), columns - 1), 'left', undefined, 'middle');
+  if (!detail || keyOf(detail) !== selected) return [chalk.bold(title), chalk.dim(' loading…')];
   const c = detail.counts;
   lines.push(
-    `${chalk.bold.cyan(selected)}  ${chalk.dim('finished')} ${c.finished}  ${chalk.dim('failed')} ${c.failed}  ${chalk.dim('timedout')} ${c.timedout}  ${chalk.dim('cancelled')} ${c.cancelled}  ${chalk.dim('posted/s')} ${humanRate(detail.rates.posted)}  ${chalk.dim('claimed/s')} ${humanRate(detail.rates.claimed)}`,
+    `${chalk.bold.cyan(title)}  ${chalk.dim('finished')} ${c.finished}  ${chalk.dim('failed')} ${c.failed}  ${chalk.dim('timedout')} ${c.timedout}  ${chalk.dim('cancelled')} ${c.cancelled}  ${chalk.dim('posted/s')} ${humanRate(detail.rates.posted)}  ${chalk.dim('claimed/s')} ${humanRate(detail.rates.claimed)}`,
   );
   // Two lists, each a title and its header (or "none"); what rows are left are shared, leases
   // first, and what one list does not need the other has.
