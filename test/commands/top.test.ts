@@ -184,6 +184,17 @@ describe('svcq top (decisions §5.1: operators see their queues live)', () => {
       }
     });
 
+    it('on a dumb terminal (TERM=dumb, an Emacs shell buffer) it prints one snapshot and exits 0, as off a terminal, rather than redrawing with cursor movements it cannot make', async () => {
+      await clearScreen();
+      tmux('send-keys', '-t', session, `TERM=dumb ${process.execPath} ${BIN} top --url ${server.url} --token ${server.masterToken}; echo "dumb top gave $?"`, 'Enter');
+      await until(() => /^dumb top gave \d+$/m.test(screen()), 'svcq top to exit', screen);
+      const shown = screen();
+      expect(shown).to.match(/^dumb top gave 0$/m);
+      expect(shown).to.match(/│ host +│ queue +│ pending │ in flight │/);
+      expect(shown.split('\n').find((l) => l.includes(first))).to.match(new RegExp(`│ ${HOST} +│ ${first} +│ +3 │`));
+      expect(display('#{alternate_on}')).to.equal('0');
+    });
+
     it('Ctrl-C quits it too, exit 0, the terminal restored', async () => {
       await clearScreen();
       tmux('send-keys', '-t', session, `${process.execPath} ${BIN} top --url ${server.url} --token ${server.masterToken}; echo "top ended with $?"`, 'Enter');
