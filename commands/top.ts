@@ -20,8 +20,8 @@ When stdout is not a terminal (a pipe, a file), or is one that cannot move its c
     // A dumb terminal shows the cursor movements a redraw is made of as text, every second.
     if (process.stdout.isTTY && process.env.TERM !== 'dumb' && !this.jsonEnabled()) {
       // A wrong token or an unreachable server is one sentence on the shell's screen, not a full
-      // screen that can only show the error.
-      await fetchTop(client, null, { detail: false });
+      // screen that can only show the error. What it fetched is the view's first screen.
+      const first = await fetchTop(client, null, { detail: false });
       // Ink draws nothing but the last frame, at exit, where it believes it runs in CI: it reads
       // CI and CONTINUOUS_INTEGRATION once, when it is loaded. On a terminal the view is asked
       // for, so those two are put aside before it loads; this process starts no other program.
@@ -29,7 +29,7 @@ When stdout is not a terminal (a pipe, a file), or is one that cannot move its c
       delete process.env.CONTINUOUS_INTEGRATION;
       // The view is loaded only when it is shown: a snapshot needs neither React nor Ink.
       const { runTop } = await import('../src/cli/top/run.js');
-      await runTop(client, { url: this.flags.url, intervalMs: this.flags.interval * 1000 });
+      await runTop(client, { url: this.flags.url, intervalMs: this.flags.interval * 1000, first });
       return;
     }
     const { list, health } = await fetchTop(client, null, { detail: false });

@@ -195,6 +195,38 @@ describe('svcq top (decisions §5.1: operators see their queues live)', () => {
       expect(display('#{alternate_on}')).to.equal('0');
     });
 
+    it('its first screen shows what the check before it fetched: a slow server is not asked the same again before anything shows', async () => {
+      // A server that answers like svcq, each answer a second late, and counts what it is asked.
+      const asked: string[] = [];
+      const queue = { host: HOST, name: 'slow', counts: { pending: 2, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 }, oldestPendingAgeMs: 5, rates: { posted: 0, claimed: 0, finished: 0, failed: 0 } };
+      const slow = http.createServer((req, res) => {
+        asked.push(req.url ?? '');
+        const body = req.url === '/api/v2/queues' ? { queues: [queue] } : req.url?.startsWith('/api/v2/queues/') ? { ...queue, oldest: [{ id: 'a1b2c3d4e5f60718', postedAt: Date.now(), attempts: 0 }], leases: [] } : null;
+        setTimeout(() => res.writeHead(body ? 200 : 404, { 'content-type': 'application/json' }).end(JSON.stringify(body ?? { error: 'not found' })), 1000);
+      });
+      await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
+      try {
+        await clearScreen();
+        const url = `http://127.0.0.1:${(slow.address() as AddressInfo).port}`;
+        tmux('send-keys', '-t', session, `${process.execPath} ${BIN} top --interval 60 --url ${url} --token ${server.masterToken}; echo "slow top gave $?"`, 'Enter');
+        await until(() => display('#{alternate_on}') === '1' && /^>.*slow/m.test(screen()), 'the queue on the live view', screen);
+        expect(asked.filter((u) => u === '/api/v2/queues')).to.have.length(1);
+        // The selected queue's detail follows at once, not at the next refresh a minute later.
+        await until(() => screen().includes('a1b2c3d4e5f60718'), 'the selected queue\'s oldest item', screen, 5000);
+        tmux('send-keys', '-t', session, 'q');
+        await until(() => /^slow top gave \d+$/m.test(screen()), 'svcq top to exit', screen);
+        expect(screen()).to.match(/^slow top gave 0$/m);
+      } finally {
+        // A view left running would stand in the next test's way.
+        if (display('#{alternate_on}') === '1') {
+          tmux('send-keys', '-t', session, 'q');
+          await until(() => /^slow top gave \d+$/m.test(screen()), 'svcq top to exit', screen);
+        }
+        slow.closeAllConnections();
+        slow.close();
+      }
+    });
+
     it('Ctrl-C quits it too, exit 0, the terminal restored', async () => {
       await clearScreen();
       tmux('send-keys', '-t', session, `${process.execPath} ${BIN} top --url ${server.url} --token ${server.masterToken}; echo "top ended with $?"`, 'Enter');

@@ -3,7 +3,7 @@ import { Box, Text, useApp, useInput, useStdout } from 'ink';
 import type { SvcqClient } from '../../client/client.js';
 import { queuePath, type QueueDetail, type QueueEntry } from '../../operators/answers.js';
 import { fetchTop } from './fetch.js';
-import { advance, initialState, keyOf, move, type TopState } from './model.js';
+import { advance, initialState, keyOf, move, type Fetched, type TopState } from './model.js';
 import { screenLines } from './screen.js';
 
 /** Queues PgUp and PgDn move the selection by. */
@@ -16,6 +16,8 @@ export interface TopProps {
   intervalMs: number;
   /** Whether keys can be read (stdin is a terminal); without them only a signal ends the view. */
   keys: boolean;
+  /** A refresh made just before (without detail): shown at once, the next one `intervalMs` later. */
+  first?: Fetched;
 }
 
 /**
@@ -24,10 +26,12 @@ export interface TopProps {
  * keys, PgUp/PgDn (ten queues) and Home/End (fetching the newly selected queue at once), and quits
  * on `q` or Ctrl-C.
  */
-export function Top({ client, url, intervalMs, keys }: TopProps): ReactElement {
+export function Top({ client, url, intervalMs, keys, first }: TopProps): ReactElement {
   const { exit } = useApp();
   const { stdout } = useStdout();
-  const [state, setState] = useState<TopState>(initialState);
+  const [state, setState] = useState<TopState>(() => (first ? advance(initialState(), first) : initialState()));
+  // With a refresh made before the view, the view's own first one waits its interval.
+  const startedWith = useRef(first);
   const selected = useRef<string | null>(null);
   selected.current = state.selected;
   const shown = useRef<readonly QueueEntry[]>([]);
@@ -57,7 +61,8 @@ export function Top({ client, url, intervalMs, keys }: TopProps): ReactElement {
       }
       if (!stopped) timer = setTimeout(() => void refresh(), intervalMs);
     };
-    void refresh();
+    if (startedWith.current) timer = setTimeout(() => void refresh(), intervalMs);
+    else void refresh();
     return () => {
       stopped = true;
       clearTimeout(timer);

@@ -2,6 +2,7 @@ import { createElement as h } from 'react';
 import { render } from 'ink';
 import type { SvcqClient } from '../../client/client.js';
 import { Top } from './app.js';
+import type { Fetched } from './model.js';
 
 /** Switch to the terminal's alternate screen and clear it; and back, with the cursor shown again. */
 const ENTER_ALTERNATE_SCREEN = '\x1b[?1049h\x1b[2J\x1b[H';
@@ -12,7 +13,7 @@ const LEAVE_ALTERNATE_SCREEN = '\x1b[?25h\x1b[?1049l';
  * terminal back as it was: the alternate screen is left (the shell's screen returns untouched),
  * the cursor is shown, stdin leaves raw mode.
  */
-export async function runTop(client: SvcqClient, options: { url: string; intervalMs: number }): Promise<void> {
+export async function runTop(client: SvcqClient, options: { url: string; intervalMs: number; first?: Fetched }): Promise<void> {
   const stdout = process.stdout;
   const keys = Boolean(process.stdin.isTTY);
   let restored = false;
@@ -24,7 +25,7 @@ export async function runTop(client: SvcqClient, options: { url: string; interva
   // Should anything end the process before the view unmounts, the terminal still comes back.
   process.once('exit', restore);
   stdout.write(ENTER_ALTERNATE_SCREEN);
-  const instance = render(h(Top, { client, url: options.url, intervalMs: options.intervalMs, keys }), { exitOnCtrlC: false, patchConsole: false });
+  const instance = render(h(Top, { client, url: options.url, intervalMs: options.intervalMs, keys, first: options.first }), { exitOnCtrlC: false, patchConsole: false });
   const stop = (): void => instance.unmount();
   const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
   for (const signal of signals) process.on(signal, stop);
