@@ -45,6 +45,9 @@ interface ClaimedItem {
 }
 
 /** A result or error waiting to go out with the next claim. */
+/** The server's answer to an outcome handed in; `asError` when a refused result went in as an error. */
+type Delivered = SubmissionAnswer & { asError?: true };
+
 interface HandIn {
   id: string;
   kind: 'result' | 'error';
@@ -436,9 +439,9 @@ export class Worker {
    * small record waits for the next claim to carry it (one request per job); otherwise, or for
    * `--once`, it is submitted now and awaited.
    */
-  private async handInOrDeliver(kind: 'result' | 'error', id: string, record: string, reported: (answer: SubmissionAnswer | undefined) => void): Promise<void> {
+  private async handInOrDeliver(kind: 'result' | 'error', id: string, record: string, reported: (answer: Delivered | undefined) => void): Promise<void> {
     this.held.set(id, (this.held.get(id) ?? 0) + 1);
-    const report = (answer: SubmissionAnswer | undefined): void => {
+    const report = (answer: Delivered | undefined): void => {
       const n = this.held.get(id)! - 1;
       if (n > 0) this.held.set(id, n);
       else this.held.delete(id);
@@ -535,7 +538,9 @@ export class Worker {
       this.ended({ event: 'cancelled', id, status: state.terminal });
     } else if (outcome.exitCode === 0 && !outcome.timedOut && !outcome.stdoutOverflow) {
       await this.handInOrDeliver('result', id, resultRecord(outcome.stdout), (answer) => {
-        if (answer) {
+        // The result was refused (too large, say) and an error went in its place: the item failed this attempt.
+        if (answer?.asError) this.ended({ event: 'failed', id, attempts, ms, exitCode: 0, signal: null, timedOut: false, accepted: answer.accepted, status: answer.status });
+        else if (answer) {
           ok = true;
           this.ended({ event: 'finished', id, attempts, ms, accepted: answer.accepted, status: answer.status });
         } else this.failed++;
@@ -613,14 +618,14 @@ export class Worker {
     state.job?.terminate();
   }
 
-  /** Delivers a result; a result the server rejects (too large, say) becomes an error record instead. */
-  private async deliverResult(id: string, record: string): Promise<SubmissionAnswer | undefined> {
+  /** Delivers a result; a result the server rejects (too large, say) becomes an error record instead (its answer marked `asError`). */
+  private async deliverResult(id: string, record: string): Promise<Delivered | undefined> {
     try {
       return await this.deliver('result', id, record, true);
     } catch (err) {
       this.sink.event({ event: 'error', id, message: `result rejected (${errorMessage(err)}); reporting an error instead` });
-      await this.deliver('error', id, JSON.stringify({ exitCode: 0, signal: null, stderr: '', reason: `result rejected: ${errorMessage(err)}` }));
-      return undefined;
+      const answer = await this.deliver('error', id, JSON.stringify({ exitCode: 0, signal: null, stderr: '', reason: `result rejected: ${errorMessage(err)}` }));
+      return answer && { ...answer, asError: true };
     }
   }
 

@@ -354,6 +354,22 @@ describe('svcq work (decisions §1.3)', function () {
     expect((item.error as { reason?: string }).reason).to.match(/^output larger than \d+ characters$/);
   });
 
+  it('a result the server refuses as too large goes in as an error record, and the item is reported failed, as the closing count says (decisions §1.3)', async () => {
+    const queue = queueName('refused');
+    await defineQueue(server, queue, { maxAttempts: 1 });
+    const id = await postItem(server, queue, {});
+    // 2,000,000 characters: kept by the worker, past the server's 1 MiB body limit.
+    const run = await work([queue, '--exec', "head -c 2000000 /dev/zero | tr '\\0' a", '--once', '--json']);
+    expect(run.code, run.stderr).to.equal(1);
+    const item = await getItem(server, queue, id);
+    expect(item.status).to.equal('failed');
+    expect((item.error as { reason?: string }).reason).to.match(/^result rejected: /);
+    const events = run.stdout.trim().split('\n').map((l) => JSON.parse(l) as { event: string; id?: string; status?: string; accepted?: boolean; exitCode?: number | null; failed?: number });
+    expect(events.map((e) => e.event)).to.deep.equal(['started', 'claimed', 'error', 'failed', 'stopped']);
+    expect(events[3]).to.deep.include({ id, status: 'failed', accepted: true, exitCode: 0 });
+    expect(events[4]).to.deep.include({ failed: 1 });
+  });
+
   it('keeps the lease alive with {} when the server refuses a progress record, so the job is claimed once (decisions §3.2)', async () => {
     const queue = queueName('badprogress');
     await defineQueue(server, queue, { leaseSeconds: 1 });
