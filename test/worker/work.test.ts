@@ -192,6 +192,19 @@ describe('svcq work (decisions §1.3)', function () {
     expect(item.result).to.equal(null);
   });
 
+  it('with --once, an item cancelled while its command runs ends the worker with exit 1: nothing was done (README: svcq work)', async () => {
+    const queue = queueName('once-cancel');
+    await defineQueue(server, queue, { leaseSeconds: 1 });
+    const id = await postItem(server, queue, {});
+    const cmd = script('job.sh', `touch ${dir}/started\nsleep 10\necho ok\n`);
+    worker = startWorker(server, queue, ['--exec', cmd, '--once']);
+    await until(() => existsSync(path.join(dir, 'started')), 'the job to start');
+    const cancel = await runCli(['cancel', queue, id, '--url', server.url, '--host', HOST]);
+    expect(cancel.code, cancel.stderr).to.equal(0);
+    expect(await worker.exited).to.equal(1);
+    expect((await getItem(server, queue, id)).status).to.equal('cancelled');
+  });
+
   it('counts a cancelled item as cancelled, not failed: "stopped: N done, M failed, K cancelled" (decisions §3.6)', async () => {
     const queue = queueName('counts');
     // A short lease: the worker hears of the cancel at the next heartbeat.
