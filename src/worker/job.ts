@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants, statSync } from 'node:fs';
+import { accessSync, constants, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 
@@ -195,16 +195,20 @@ export class Job {
     }, KILL_GRACE_MS);
   }
 
-  /** Some process of CMD's group is still there. */
+  /**
+   * Some process of CMD's group is still running. A member that has exited and waits to be reaped
+   * (a zombie) does not count: an orphan goes to process 1, which in a container is often not an
+   * init that reaps, and the group's id would answer a signal for as long as it stays.
+   */
   private groupAlive(): boolean {
     const pid = this.child.pid;
     if (pid === undefined) return false;
     try {
       process.kill(-pid, 0);
-      return true;
     } catch (err) {
       return (err as NodeJS.ErrnoException).code === 'EPERM';
     }
+    return runningInGroup(pid);
   }
 
   private signalGroup(signal: NodeJS.Signals): void {
@@ -351,4 +355,30 @@ export function execsAsItself(command: string, pathVar: string): boolean {
       return false;
     }
   });
+}
+
+/**
+ * Whether a process of group `pgid` is running (not a zombie), from /proc. Where /proc cannot be
+ * read (not Linux), the group answering a signal is all there is to go by: true.
+ */
+function runningInGroup(pgid: number): boolean {
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return true;
+  }
+  for (const entry of entries) {
+    if (entry.charCodeAt(0) < 48 || entry.charCodeAt(0) > 57) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, 'latin1');
+    } catch {
+      continue;
+    }
+    // pid (comm) state ppid pgrp …: the command name may hold spaces and parentheses.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(fields[2]) === pgid && fields[0] !== 'Z' && fields[0] !== 'X') return true;
+  }
+  return false;
 }

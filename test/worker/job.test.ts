@@ -30,6 +30,29 @@ describe('stopping CMD (decisions §1.3: --timeout, a cancel, a second signal)',
     }
   };
 
+  it('a command whose processes all end at SIGTERM ends at once, not after the grace: what it started and is dead is not waited for, also where nobody reaps it (decisions §1.3)', async function () {
+    if (!existsSync(`/proc/${process.pid}/stat`)) this.skip();
+    let started = false;
+    // sh runs sleep in the foreground; both end at SIGTERM. sh is reaped by the worker, the sleep,
+    // orphaned, by whatever process 1 is: in a container often nobody, and it stays a zombie.
+    const job = new Job({ command: 'echo up >&2; sleep 30; echo never', input: '', env: {}, onProgress: () => {}, onStderrLine: () => (started = true), onWarning: () => {} });
+    try {
+      while (!started) await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, 100));
+      const stoppedAt = Date.now();
+      job.terminate();
+      const outcome = await job.done;
+      expect(outcome.signal).to.equal('SIGTERM');
+      expect(Date.now() - stoppedAt, 'the job waited for the grace').to.be.below(KILL_GRACE_MS - 1000);
+    } finally {
+      try {
+        process.kill(-job.pid!, 'SIGKILL');
+      } catch {
+        // gone, as it should be
+      }
+    }
+  });
+
   it('a command stopped with SIGTERM is stopped whole: what it started and left behind ignoring SIGTERM gets SIGKILL after the grace, also once sh has exited, and the job ends only then', async function () {
     if (!existsSync(`/proc/${process.pid}/stat`)) this.skip();
     let inner: number | undefined;
