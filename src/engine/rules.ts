@@ -38,6 +38,13 @@ export type ItemState = Pick<ItemRecord, 'status' | 'updatedAt' | 'finishedAt' |
 export interface EventDraft {
   event: TaskEventKind;
   worker?: string;
+  /**
+   * The status and attempts this event's own rule left, where one transition applies several
+   * rules ({@link due}): a lease end that re-queued the item before its timeout says `pending`, not
+   * the `timedout` the whole transition leaves. Absent: the transition's record says them.
+   */
+  status?: ItemStatus;
+  attempts?: number;
 }
 
 /** What a rule did to one item. */
@@ -258,7 +265,7 @@ export function due(r: ItemRecord, config: QueueConfig, now: number): Transition
     const t = rule(record, config, now);
     if (!t) continue;
     record = t.record;
-    events.push(...t.events);
+    for (const e of t.events) events.push({ ...e, status: record.status, attempts: record.attempts });
     changed = true;
   }
   const purge = retentionEnded(record, config, now);

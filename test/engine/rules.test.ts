@@ -113,13 +113,17 @@ describe('queue rules as pure functions (decisions §3)', () => {
     const claimed = rules.claim(posted(), once, 'w', T0).record;
     const late = rules.due(claimed, once, T0 + 40_000)!;
     expect(late.record).to.include({ status: 'timedout', finishedAt: T0 + 40_000, error: null });
-    expect(late.events).to.deep.equal([{ event: 'timedout' }]);
+    expect(late.events).to.deep.equal([{ event: 'timedout', status: 'timedout', attempts: 1 }]);
     const tie = resolveQueue({ leaseSeconds: 10, maxAttempts: 1, timeoutSeconds: 10 });
-    expect(rules.due(rules.claim(posted(), tie, 'w', T0).record, tie, T0 + 10_000)!.events).to.deep.equal([{ event: 'timedout' }]);
-    // The lease first: it ends (re-queued while attempts remain), and then the timeout.
+    expect(rules.due(rules.claim(posted(), tie, 'w', T0).record, tie, T0 + 10_000)!.events).to.deep.equal([{ event: 'timedout', status: 'timedout', attempts: 1 }]);
+    // The lease first: it ends (re-queued while attempts remain), and then the timeout. Each
+    // event says the status its own rule left, as a store that applies them one by one writes it.
     const twice = resolveQueue({ leaseSeconds: 5, maxAttempts: 2, timeoutSeconds: 10 });
     const t = rules.due(rules.claim(posted(), twice, 'w', T0).record, twice, T0 + 40_000)!;
-    expect(t.events).to.deep.equal([{ event: 'requeued', worker: 'w' }, { event: 'timedout' }]);
+    expect(t.events).to.deep.equal([
+      { event: 'requeued', worker: 'w', status: 'pending', attempts: 1 },
+      { event: 'timedout', status: 'timedout', attempts: 1 },
+    ]);
     expect(t.record.status).to.equal('timedout');
   });
 });

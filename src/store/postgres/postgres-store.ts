@@ -1488,8 +1488,8 @@ export class PostgresStore implements Store, EventOutbox {
         names.push(c.ref.name);
         ids.push(c.record.id);
         kinds.push(e.event);
-        attempts.push(c.record.attempts);
-        statuses.push(c.record.status);
+        attempts.push(e.attempts ?? c.record.attempts);
+        statuses.push(e.status ?? c.record.status);
         workers.push(e.worker ?? null);
       }
     }
