@@ -119,7 +119,13 @@ export class TaskEventLog {
       // A new history records where it starts before its first write: a crash between that
       // write and its position would otherwise leave lines the outbox hands over again.
       // Named for the day of the first event waiting in the outbox (today if none): the history never goes back a day.
-      const first = outbox.readEvents(0, 1)[0];
+      // An outbox filled from a shared database holds nothing before its first read: a node that
+      // joins with no history waits for it, or it would file every earlier day's events under today.
+      let first = outbox.readEvents(0, 1)[0];
+      if (!first && outbox.catchUp) {
+        await outbox.catchUp().catch(() => undefined);
+        first = outbox.readEvents(0, 1)[0];
+      }
       const start: Position = { seq: 0, file: taskFileName(utcDay(first?.ts ?? Date.now())), size: 0 };
       await this.recordPosition(start);
       this.position = start;

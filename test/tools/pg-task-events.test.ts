@@ -158,6 +158,33 @@ describe('task history from PostgreSQL, on every node (decisions §5, §6.1)', f
     await converged([a, late]);
   });
 
+  it('a node that starts with no history files the events of earlier days under their own days, as a node that saw them live does (decisions §6.1, interface §4.6)', async () => {
+    const files = (node: Node): string[] => readdirSync(path.join(node.dir, 'tasks')).filter((f) => f.startsWith('tasks-')).sort();
+    const dayFile = (ms: number): string => `tasks-${new Date(ms).toISOString().slice(0, 10)}.log`;
+    const day1 = dayFile(clock.now());
+    // The first day's events come from a node without a history here (the store alone).
+    const writer = new PostgresStore({ url: db.url, now: clock.now, warn: (l) => warnings.push(l) });
+    await writer.open();
+    try {
+      await work(writer, ref('day1'), 'd1');
+    } finally {
+      await writer.close();
+    }
+    const a = await start();
+    await converged([a]);
+    clock.advance(86_400_000);
+    await work(a.store, ref('day2'), 'd2');
+    await converged([a]);
+    expect(files(a)).to.deep.equal([day1, dayFile(clock.now())]);
+    // A node added later takes the same events into the same day-files, not all into one.
+    const late = await start();
+    await converged([a, late]);
+    expect(files(late)).to.deep.equal(files(a));
+    for (const name of files(a)) {
+      expect(readFileSync(path.join(late.dir, 'tasks', name), 'utf8'), name).to.equal(readFileSync(path.join(a.dir, 'tasks', name), 'utf8'));
+    }
+  });
+
   it('transactions committing out of their events’ seq order on three nodes at once lose no event and double none (decisions §5, §6.1)', async () => {
     const list = [await start(), await start(), await start()];
     const queues = ['c1', 'c2', 'c3', 'c4'].map(ref);
