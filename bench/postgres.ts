@@ -16,6 +16,10 @@
  * Each round also runs the full cycle on three nodes on one database (the load generator's
  * connections spread over them in turn), with the svcq processes' CPU per job; after the rounds,
  * 200 cross-node wake-ups (a claim waiting on one node, the post sent to another).
+ *
+ * Beside them, each round runs the floor under a node on PostgreSQL (bench/floor-pg-server.ts:
+ * answering posts after a shared COMMIT, no queue work) as one process and as three on one
+ * database: how three processes fare against one on this machine before any queue work is done.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -241,6 +245,47 @@ async function wakePhase(samples: number): Promise<{ p50: number; p99: number; m
   }
 }
 
+/**
+ * `nodes` floor servers (bench/floor-pg-server.ts) on a fresh database, posted to at twice the
+ * in-flight count (the connections of a full cycle's producers and workers together).
+ */
+async function floorPhase(nodes: number): Promise<Phase> {
+  const db = await freshDatabase();
+  const servers: Array<{ url: string; pid: number; stop: () => Promise<void> }> = [];
+  try {
+    await admin('CREATE TABLE floor_rows (id bigserial PRIMARY KEY, body text NOT NULL)', db.name);
+    for (let n = 0; n < nodes; n++) {
+      const proc = spawnTracked(['--import', 'tsx', path.join(BENCH_DIR, 'floor-pg-server.ts'), JSON.stringify({ url: db.url })]);
+      let out = '';
+      const url = await new Promise<string>((resolve, reject) => {
+        proc.stdout!.on('data', (c: Buffer) => {
+          out += c.toString();
+          const m = /listening on (http:\/\/\S+)/.exec(out);
+          if (m) resolve(m[1]!);
+        });
+        proc.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+        proc.once('exit', (code) => reject(new Error(`the floor server exited with ${code}:\n${out}`)));
+      });
+      servers.push({ url, pid: proc.pid!, stop: async () => void (proc.kill('SIGTERM'), await new Promise((r) => (proc.exitCode !== null ? r(null) : proc.once('exit', r)))) });
+    }
+    const urls = servers.map((s) => s.url);
+    const spec: LoadSpec = { mode: 'post', url: urls[0]!, urls: nodes > 1 ? urls : undefined, host: HOST, queue: 'q', inFlight: 2 * IN_FLIGHT, durationMs: 300_000, maxCount: 3 * JOBS, itemBytes: 190, recordLatency: false };
+    if (WARM_UP > 0) await runChild<LoadResult>('load.ts', { ...spec, maxCount: 3 * WARM_UP }, 360_000);
+    const before = await dbFigures(db.name);
+    const cpu = followCpu(db.name);
+    const nodeCpu = (): number => servers.reduce((sum, s) => sum + cpuMsOf(s.pid), 0);
+    const nodeCpuBefore = nodeCpu();
+    const r = await runChild<LoadResult>('load.ts', spec, 360_000);
+    if (r.errors > 0) throw new Error(`floor: ${r.errors} errors, the first: ${r.firstError}`);
+    const nodeCpuMsPerJob = (nodeCpu() - nodeCpuBefore) / r.count;
+    const after = { ...(await dbFigures(db.name)), cpu: await cpu.stop() };
+    return { label: `floor: answering posts after a shared COMMIT, ${nodes === 1 ? 'one process' : `${nodes} processes`} (per post, not per job)`, rate: r.rate, jobs: r.count, db: perJob(before, after, r.count), nodeCpuMsPerJob };
+  } finally {
+    for (const server of servers) await server.stop();
+    await db.drop();
+  }
+}
+
 async function pgbossPhase(): Promise<Phase> {
   const db = await freshDatabase();
   try {
@@ -275,6 +320,8 @@ async function main(): Promise<void> {
     { key: 'pg-cycle-3', run: () => svcqPhase('cycle', true, 3) },
     { key: 'embedded-cycle', run: () => svcqPhase('cycle', false) },
     { key: 'pgboss', run: () => pgbossPhase() },
+    { key: 'floor-1', run: () => floorPhase(1) },
+    { key: 'floor-3', run: () => floorPhase(3) },
   ];
   const rounds: Array<Record<string, Phase>> = [];
   for (let r = 0; r < ROUNDS; r++) {
@@ -290,7 +337,7 @@ async function main(): Promise<void> {
   const ratio = (a: string, b: string): number[] => rounds.map((r) => r[a]!.rate / r[b]!.rate);
   console.log('');
   console.log(`svcq on PostgreSQL, ${ROUNDS} paired rounds, ${IN_FLIGHT} in flight, ${fmt(JOBS)} jobs per svcq phase${WARM_UP > 0 ? ` after ${fmt(WARM_UP)} to warm up` : ', none to warm up'} (${os.cpus().length} cores, node ${process.version})`);
-  for (const key of ['pg-cycle', 'pg-handin', 'pg-cycle-3', 'embedded-cycle', 'pgboss']) {
+  for (const key of ['pg-cycle', 'pg-handin', 'pg-cycle-3', 'embedded-cycle', 'pgboss', 'floor-1', 'floor-3']) {
     const list = rounds.map((r) => r[key]!);
     const m = list.find((p) => p.rate === median(list.map((x) => x.rate)))!;
     const db = m.db ? `; per job: ${fmt(m.db.commitsPerJob, 3)} commits, ${fmt(m.db.walBytesPerJob)} WAL bytes, ${fmt(m.db.cpuMsPerJob, 3)} ms database CPU${m.nodeCpuMsPerJob !== undefined ? `, ${fmt(m.nodeCpuMsPerJob, 3)} ms svcq CPU (all nodes)` : ''}` : '';
@@ -305,6 +352,8 @@ async function main(): Promise<void> {
     const m = median(list);
     console.log(`  ${m >= goal ? 'pass' : 'FAIL'}  ${label}: median of ${list.map((x) => fmt(x, 2)).join(', ')} = ${fmt(m, 2)}×`);
   }
+  const floor = ratio('floor-3', 'floor-1');
+  console.log(`  (the floor: three processes / one process, posts answered after a shared COMMIT: median of ${floor.map((x) => fmt(x, 2)).join(', ')} = ${fmt(median(floor), 2)}×)`);
   const wake = await wakePhase(WAKE_SAMPLES);
   console.log(`  ${wake.p99 <= 50 ? 'pass' : 'FAIL'}  cross-node wake p99 ≤ 50 ms (a claim waiting on one node, the post sent to another; ${WAKE_SAMPLES} samples): p50 ${fmt(wake.p50, 1)} ms, p99 ${fmt(wake.p99, 1)} ms, max ${fmt(wake.max, 1)} ms`);
 }
