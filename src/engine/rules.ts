@@ -150,7 +150,9 @@ export function result(r: ItemRecord, body: string, now: number): Submission {
 export function error(r: ItemRecord, config: QueueConfig, body: string, now: number): Submission {
   if (isTerminal(r.status)) return { accepted: false, status: r.status };
   const after = requeueOrFail(next(r, { error: body }), config, now);
-  const events: EventDraft[] = [{ event: 'error', worker: r.leaseWorker ?? undefined }, { event: after.status === 'failed' ? 'failed' : 'requeued' }];
+  // Both events name the worker whose error it was, as a lease that ends names the lease's worker.
+  const worker = r.leaseWorker ?? undefined;
+  const events: EventDraft[] = [{ event: 'error', worker }, { event: after.status === 'failed' ? 'failed' : 'requeued', worker }];
   return { accepted: true, status: after.status, transition: { record: after, events } };
 }
 

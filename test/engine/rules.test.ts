@@ -47,15 +47,15 @@ describe('queue rules as pure functions (decisions §3)', () => {
     expect(rules.result(cancelled, '{}', T0 + 2)).to.deep.equal({ accepted: false, status: 'cancelled' });
   });
 
-  it('error: re-queued with the retry delay while attempts remain, then failed with the submitted record (decisions §3.4, §7)', () => {
+  it('error: re-queued with the retry delay while attempts remain, then failed with the submitted record; both events name the worker (decisions §3.4, §5, §7)', () => {
     const first = rules.claim(posted(), config, 'w', T0).record;
     const e1 = rules.error(first, config, '{"why":1}', T0 + 1);
     expect(e1.status).to.equal('pending');
-    expect(e1.transition!.events.map((e) => e.event)).to.deep.equal(['error', 'requeued']);
-    const second = rules.claim(e1.transition!.record, config, 'w', T0 + 10_000).record;
+    expect(e1.transition!.events).to.deep.equal([{ event: 'error', worker: 'w' }, { event: 'requeued', worker: 'w' }]);
+    const second = rules.claim(e1.transition!.record, config, 'w2', T0 + 10_000).record;
     const e2 = rules.error(second, config, '{"why":2}', T0 + 10_001);
     expect(e2.transition!.record).to.include({ status: 'failed', error: '{"why":2}', finishedAt: T0 + 10_001 });
-    expect(e2.transition!.events.map((e) => e.event)).to.deep.equal(['error', 'failed']);
+    expect(e2.transition!.events).to.deep.equal([{ event: 'error', worker: 'w2' }, { event: 'failed', worker: 'w2' }]);
   });
 
   it('claimable: pending and past its retry delay, not a millisecond early (decisions §2.2)', () => {
