@@ -161,7 +161,8 @@ export class SvcqClient {
       // Set once the whole request was handed to the connection: from then on the server may act on it.
       let sent = false;
       const req = http.request(
-        { protocol: 'http:', hostname: this.base.hostname, port: this.base.port || 80, method, path: `${this.base.pathname.replace(/\/$/, '')}${path}`, headers, agent },
+        // A URL writes an IPv6 address in brackets ([::1]): passed on with them, it would be looked up as a name.
+        { protocol: 'http:', hostname: this.base.hostname.replace(/^\[(.*)\]$/, '$1'), port: this.base.port || 80, method, path: `${this.base.pathname.replace(/\/$/, '')}${path}`, headers, agent },
         (res) => {
           signal?.removeEventListener('abort', onAbort);
           const chunks: Buffer[] = [];
