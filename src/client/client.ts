@@ -144,10 +144,12 @@ export class SvcqClient {
    * item, say) is read to its end, since the server has acted on the request by then. A claim
    * abandoned a moment before that may still have leased an item nobody receives: it is handed
    * out again when its lease ends, and that attempt counts. `timeoutMs` (default: the client's) of
-   * 0 waits for ever.
+   * 0 waits for ever. `connectTimeoutMs` (default `timeoutMs`) bounds the setting up of a new
+   * connection, before anything is sent: no wait asked of the server has begun then.
    */
-  request(method: string, path: string, opts: { body?: string | Buffer; headers?: Record<string, string>; queueHost?: boolean; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<RawResponse> {
+  request(method: string, path: string, opts: { body?: string | Buffer; headers?: Record<string, string>; queueHost?: boolean; timeoutMs?: number; connectTimeoutMs?: number; signal?: AbortSignal } = {}): Promise<RawResponse> {
     const timeoutMs = opts.timeoutMs ?? this.options.timeoutMs ?? CALL_TIMEOUT_MS;
+    const connectTimeoutMs = timeoutMs === 0 ? 0 : (opts.connectTimeoutMs ?? timeoutMs);
     const headers: Record<string, string> = { ...opts.headers };
     if (this.options.token) headers.authorization = `Bearer ${this.options.token}`;
     if (opts.queueHost && this.options.host) headers.host = this.options.host;
@@ -176,9 +178,18 @@ export class SvcqClient {
         req.destroy(Object.assign(new Error('The operation was aborted'), { name: 'AbortError', code: 'ABORT_ERR' }));
       };
       if (timeoutMs > 0) {
+        let connected = true;
         req.setTimeout(timeoutMs, () => {
           why = 'timeout';
-          req.destroy(new Error(`no answer within ${Math.round(timeoutMs / 1000)} s`));
+          req.destroy(new Error(connected ? `no answer within ${duration(timeoutMs)}` : `no connection within ${duration(connectTimeoutMs)}`));
+        });
+        // Node starts that clock only once connected: until then a new connection would wait on the
+        // agent's idle time (4 s), whatever the time allowed.
+        req.once('socket', (socket) => {
+          if (!socket.connecting) return;
+          connected = false;
+          socket.setTimeout(connectTimeoutMs);
+          socket.once('connect', () => (connected = true));
         });
       }
       req.on('finish', () => (sent = true));
@@ -248,11 +259,12 @@ export class SvcqClient {
 
   /**
    * A call's signal and the time it may wait for its answer: its own `timeoutMs` or the client's,
-   * else `fallbackMs`, past the `waitMs` it asked the server to hold it (0: for ever).
+   * else `fallbackMs`, past the `waitMs` it asked the server to hold it (0: for ever); for a
+   * connection to be set up, that time without the wait.
    */
-  private limits(opts: CallOptions, waitMs = 0, fallbackMs = CALL_TIMEOUT_MS): { signal?: AbortSignal; timeoutMs: number } {
+  private limits(opts: CallOptions, waitMs = 0, fallbackMs = CALL_TIMEOUT_MS): { signal?: AbortSignal; timeoutMs: number; connectTimeoutMs: number } {
     const limit = opts.timeoutMs ?? this.options.timeoutMs ?? fallbackMs;
-    return { signal: opts.signal, timeoutMs: limit === 0 ? 0 : limit + Math.max(0, waitMs) };
+    return { signal: opts.signal, timeoutMs: limit === 0 ? 0 : limit + Math.max(0, waitMs), connectTimeoutMs: limit };
   }
 
   // --- tools (master token) ---
@@ -408,6 +420,11 @@ function explain(status: number, body: unknown, tokenGiven: boolean, tokenHint?:
   }
   if (typeof record.error === 'string') return new ClientError(record.error, 'http', { status, body, transient: status >= 500 });
   return new ClientError(`the server answered HTTP ${status}`, 'http', { status, body, transient: status >= 500 });
+}
+
+/** A time allowed, as a person reads it: `300 ms`, `30 s`. */
+function duration(ms: number): string {
+  return ms < 1000 ? `${ms} ms` : `${Math.round(ms / 1000)} s`;
 }
 
 function describe(body: unknown): string {
