@@ -16,6 +16,8 @@ export interface FaultProxy {
   passOnly: number;
   /** Requests matching `match` seen so far. */
   matched: number;
+  /** The distinct `Idempotency-Key` values of the matching requests seen so far (a retry repeats its key). */
+  keys: Set<string>;
   /** While true, matching requests are held: never forwarded, never answered (a server that hangs). */
   hold: boolean;
   /** When true, the proxy closes as it loses an answer: the server is gone, and later connections are refused. */
@@ -31,6 +33,7 @@ export async function faultProxy(serverUrl: string, match: RegExp): Promise<Faul
     dropAnswers: 0,
     passOnly: Infinity,
     matched: 0,
+    keys: new Set(),
     hold: false,
     goneAfterDrop: false,
     close: () => {
@@ -46,9 +49,12 @@ export async function faultProxy(serverUrl: string, match: RegExp): Promise<Faul
       s.on('error', () => undefined).on('close', () => (sockets.delete(s), client.destroy(), upstream.destroy()));
     }
     client.on('data', (chunk: Buffer) => {
-      const line = chunk.subarray(0, Math.min(chunk.length, 300)).toString('latin1').split('\r\n')[0]!;
+      const head = chunk.subarray(0, Math.min(chunk.length, 4096)).toString('latin1');
+      const line = head.split('\r\n')[0]!;
       if (match.test(line)) {
         state.matched++;
+        const key = /\r\nidempotency-key: *([^\r]*)/i.exec(head);
+        if (key) state.keys.add(key[1]!);
         if (state.hold) return;
         if (state.matched > state.passOnly) {
           client.resetAndDestroy();
