@@ -77,6 +77,7 @@ export class ClientError extends Error {
     details: { status?: number; body?: unknown; transient?: boolean; sent?: boolean } = {},
   ) {
     super(message);
+    this.name = 'ClientError';
     this.status = details.status;
     this.body = details.body;
     this.transient = details.transient ?? false;

@@ -15,6 +15,8 @@ async function failure(call: Promise<unknown>): Promise<ClientError> {
     (e: unknown) => e,
   );
   expect(err).to.be.instanceOf(ClientError);
+  // Printed or logged, it says what it is (`ClientError: …`), not a bare `Error: …`.
+  expect((err as Error).name).to.equal('ClientError');
   return err as ClientError;
 }
 
