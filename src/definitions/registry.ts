@@ -1,6 +1,6 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
-import { resolveQueue, type AccessPolicy, type QueueConfig } from '../engine/config.js';
+import { accessPolicy, resolveQueue, type AccessPolicy, type QueueConfig } from '../engine/config.js';
 import { FileDefinitionStore, type DefinitionStore } from './definition-store.js';
 import { sha256Hex, type Manifest } from './manifest.js';
 import { parseDefinition, parseIncomingDefinition, type ItemValidator, type ParsedDefinition } from './schemas.js';
@@ -273,13 +273,12 @@ export class DefinitionRegistry {
       const hex = key.toString('hex');
       if (!host.byToken.has(hex)) host.byToken.set(hex, at.name);
     } else {
-      const access: AccessPolicy = parsed.queue.access ?? {};
       host.queues.set(at.name, {
         host: at.host,
         name: at.name,
         key: `${at.host}/${at.name}`,
         config: resolveQueue(parsed.queue),
-        access,
+        access: accessPolicy(parsed.queue.access),
         validator: parsed.validator,
       });
     }

@@ -11,7 +11,22 @@ export interface QueueConfig {
   archivePayloads: boolean;
 }
 
-export type AccessPolicy = Partial<Record<Operation, 'public' | readonly string[]>>;
+/**
+ * Who may do what on a queue: `"public"`, or the set of user names listed. A set, not the list as
+ * written: deciding costs the same however many users are listed, so that a caller the list leaves
+ * out is answered as soon as one whose queue does not exist (decisions §4).
+ */
+export type AccessPolicy = Partial<Record<Operation, 'public' | ReadonlySet<string>>>;
+
+/** A queue definition's `access` as an {@link AccessPolicy}. */
+export function accessPolicy(access: QueueDefinition['access']): AccessPolicy {
+  const policy: AccessPolicy = {};
+  for (const op of ['post', 'fetch', 'work'] as const) {
+    const rule = access?.[op];
+    if (rule !== undefined) policy[op] = rule === 'public' ? 'public' : new Set(rule);
+  }
+  return policy;
+}
 
 export function resolveQueue(def: QueueDefinition): QueueConfig {
   return {
@@ -34,5 +49,5 @@ export function allows(policy: AccessPolicy, op: Operation, user: string | null)
   const rule = policy[op];
   if (rule === undefined) return false;
   if (rule === 'public') return true;
-  return user !== null && rule.includes(user);
+  return user !== null && rule.has(user);
 }

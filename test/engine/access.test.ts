@@ -1,21 +1,21 @@
 import { expect } from 'chai';
-import { allows, resolveQueue } from '../../src/engine/config.js';
+import { accessPolicy, allows, resolveQueue } from '../../src/engine/config.js';
 
 describe('access decisions (interface §5, decisions §2.2)', () => {
   it('"public" allows anyone, with or without a user', () => {
-    expect(allows({ post: 'public' }, 'post', null)).to.equal(true);
-    expect(allows({ post: 'public' }, 'post', 'alice')).to.equal(true);
+    expect(allows(accessPolicy({ post: 'public' }), 'post', null)).to.equal(true);
+    expect(allows(accessPolicy({ post: 'public' }), 'post', 'alice')).to.equal(true);
   });
 
   it('a list allows only the users it names', () => {
-    expect(allows({ work: ['alice'] }, 'work', 'alice')).to.equal(true);
-    expect(allows({ work: ['alice'] }, 'work', 'bob')).to.equal(false);
-    expect(allows({ work: ['alice'] }, 'work', null)).to.equal(false);
+    expect(allows(accessPolicy({ work: ['alice'] }), 'work', 'alice')).to.equal(true);
+    expect(allows(accessPolicy({ work: ['alice'] }), 'work', 'bob')).to.equal(false);
+    expect(allows(accessPolicy({ work: ['alice'] }), 'work', null)).to.equal(false);
   });
 
   it('an operation not listed is allowed to nobody', () => {
-    expect(allows({ post: 'public' }, 'fetch', null)).to.equal(false);
-    expect(allows({}, 'work', 'alice')).to.equal(false);
+    expect(allows(accessPolicy({ post: 'public' }), 'fetch', null)).to.equal(false);
+    expect(allows(accessPolicy({}), 'work', 'alice')).to.equal(false);
   });
 });
 
