@@ -25,6 +25,9 @@ interface HostDefinitions {
   byToken: Map<string, string>;
 }
 
+/** What {@link DefinitionRegistry.userForKey} looks in for a host that has no definitions. */
+const NO_DEFINITIONS: HostDefinitions = { queues: new Map(), users: new Map(), byToken: new Map() };
+
 /** A definition the server refuses (`message` names the file, then every problem): answered 400. */
 export class DefinitionError extends Error {
   readonly code = 'invalid-definition';
@@ -40,6 +43,8 @@ export class DefinitionRegistry {
   private readonly hashes = new Map<string, string>();
   /** The key of {@link tokenKey}: this process's own, never stored. */
   private readonly lookupSecret = randomBytes(32);
+  /** What a token no user holds is compared with (see {@link userForKey}). */
+  private readonly unknownKey = randomBytes(32);
   /**
    * Writes and deletes run one at a time, so that the file on disk and the definition in memory
    * always come from the same request, even when two PUTs of one path race.
@@ -188,11 +193,13 @@ export class DefinitionRegistry {
    * lookup compares is keyed by a secret, so its time says nothing of any user's token either.
    */
   userForKey(host: string, key: Buffer): string | undefined {
-    const defs = this.hosts.get(host);
-    if (!defs) return undefined;
+    // The same steps for a host, a token or a user that does not exist: the answer's time says
+    // nothing of which of them does.
+    const defs = this.hosts.get(host) ?? NO_DEFINITIONS;
     const name = defs.byToken.get(key.toString('hex'));
     const kept = name === undefined ? undefined : defs.users.get(name);
-    return kept !== undefined && timingSafeEqual(kept, key) ? name : undefined;
+    const same = timingSafeEqual(kept ?? this.unknownKey, key);
+    return kept !== undefined && same ? name : undefined;
   }
 
   /** Validates, then writes the exact bytes atomically, then makes them live. Throws DefinitionError for a bad body. */

@@ -6,7 +6,7 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import type { ErrorObject } from 'ajv';
 import type { Operation } from '../definitions/schemas.js';
 import type { QueueRuntime } from '../definitions/registry.js';
-import { allows } from '../engine/config.js';
+import { allows, type AccessPolicy } from '../engine/config.js';
 import { EmbeddedStore } from '../store/embedded-store.js';
 import { QueueWithdrawn } from '../waiting/long-poll.js';
 import { StoreUnavailable, type Claimed, type PostInput, type StatusRecord, type SubmitOutcome } from '../store/store.js';
@@ -25,6 +25,9 @@ import { CLAIM_REQUEST_SCHEMA, IDEMPOTENCY_KEY_RULE, isIdempotencyKey, MAX_BATCH
  */
 
 const ID = /^[0-9a-f]{16}$/;
+
+/** The access of a queue that does not exist: decided like any other, allowing nobody. */
+const NOBODY: AccessPolicy = {};
 
 /**
  * How deep a claim body may nest. Criteria name top-level fields and compare values, so a few
@@ -68,18 +71,17 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
   /** Resolves host, queue, token and access; anything short of allowed is the wall. */
   const route = (method: 'GET' | 'POST', path: string, op: Operation, handler: QueueHandler): void => {
     router.on(method, path, (req, res, params, _store, query) => {
-      // A token is hashed before the queue is looked up: a missing queue costs what a present one does.
+      // The caller is looked up and the access decided whether the queue exists or not, in the
+      // same steps: a missing queue costs what a present one does.
+      const host = requestHost(req);
       const token = bearerToken(req);
       const key = typeof token === 'string' ? ctx.registry.tokenKey(token) : undefined;
-      const queue = ctx.registry.queue(requestHost(req), params.queue ?? '');
-      if (!queue) return sendError(res, new NotFound());
-      let user: string | null = null;
-      if (token !== undefined) {
-        const found = key === undefined ? undefined : ctx.registry.userForKey(queue.host, key);
-        if (found === undefined) return sendError(res, new NotFound());
-        user = found;
-      }
-      if (!allows(queue.access, op, user)) return sendError(res, new NotFound());
+      // null: no token; undefined: a token no user of the host holds, or a malformed header.
+      const found = key === undefined ? undefined : ctx.registry.userForKey(host, key);
+      const user = token === undefined ? null : found;
+      const queue = ctx.registry.queue(host, params.queue ?? '');
+      const allowed = allows(queue?.access ?? NOBODY, op, user ?? null);
+      if (!queue || user === undefined || !allowed) return sendError(res, new NotFound());
       const current = (): QueueRuntime | undefined => {
         const now = ctx.registry.queue(queue.host, queue.name);
         if (!now || (key !== undefined && ctx.registry.userForKey(now.host, key) !== user)) return undefined;
