@@ -89,8 +89,8 @@ describe('the wall takes the same time whatever exists (decisions §4)', functio
         times[second].push(b);
       }
       const gap = median(times.present) - median(times.missing);
-      // Scanning 100,000 names made it about 200 µs later here; medians of one request agree within a few µs.
-      expect(gap, `median ${median(times.present).toFixed(1)} µs on the queue, ${median(times.missing).toFixed(1)} µs without it`).to.be.below(40);
+      // Scanning 100,000 names made it 200–360 µs later here; medians of one request agree within a few µs, and a loaded machine adds some.
+      expect(gap, `median ${median(times.present).toFixed(1)} µs on the queue, ${median(times.missing).toFixed(1)} µs without it`).to.be.below(80);
     } finally {
       present.close();
       missing.close();
