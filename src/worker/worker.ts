@@ -136,7 +136,11 @@ export class Worker {
   private readonly ready: ClaimedItem[] = [];
   /** Results and errors waiting for the next claim to carry them. */
   private handIns: HandIn[] = [];
-  /** Items whose result or error from a run here is not yet delivered, and how many such runs each has. */
+  /**
+   * Items whose result from a run here is not yet delivered, and how many such runs each has. Not
+   * errors: an error re-queues its item (or fails it), it never settles a later attempt, and one
+   * handed in with a claim may re-queue its item for another slot's claim of the same moment.
+   */
   private readonly held = new Map<string, number>();
   /** Hand-ins that waited too long, being submitted on their own: a stop waits for them. */
   private readonly flushes = new Set<Promise<void>>();
@@ -346,9 +350,11 @@ export class Worker {
       if (items.length > 0) this.leaseMs = leaseLeft(items[0]!);
       // An item that arrives after the first signal is run all the same: it is ours now.
       if (items.length === 0) return this.stopping ? 'stop' : wait < waitSeconds ? 'empty' : Date.now() - sentAt < waitSeconds * 500 || waitSeconds === 0 ? 'empty-early' : 'empty';
-      // An item whose lease ran out while its outcome from a run here was still on its way (the
+      // An item whose lease ran out while its result from a run here was still on its way (the
       // server was away longer than the lease) comes back to the first claim that gets through:
-      // that outcome, when it arrives, settles it, so it is not run again.
+      // that result, when it arrives, finishes it, so it is not run again. An item that comes back
+      // while an error of its last run here is on its way is run: that error re-queued it (handed
+      // in with another slot's claim answered later), or re-queues or fails it when it arrives.
       const fresh = items.filter((item) => {
         if (!this.held.has(item.id)) return true;
         this.sink.event({ event: 'warning', id: item.id, message: 'claimed again while the outcome of its last run here is still being delivered; not run again' });
@@ -440,11 +446,14 @@ export class Worker {
    * `--once`, it is submitted now and awaited.
    */
   private async handInOrDeliver(kind: 'result' | 'error', id: string, record: string, reported: (answer: Delivered | undefined) => void): Promise<void> {
-    this.held.set(id, (this.held.get(id) ?? 0) + 1);
+    const holds = kind === 'result';
+    if (holds) this.held.set(id, (this.held.get(id) ?? 0) + 1);
     const report = (answer: Delivered | undefined): void => {
-      const n = this.held.get(id)! - 1;
-      if (n > 0) this.held.set(id, n);
-      else this.held.delete(id);
+      if (holds) {
+        const n = this.held.get(id)! - 1;
+        if (n > 0) this.held.set(id, n);
+        else this.held.delete(id);
+      }
       reported(answer);
     };
     const bytes = Buffer.byteLength(record);

@@ -1,4 +1,6 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { expect } from 'chai';
 import { runCli } from '../support/cli.js';
@@ -173,6 +175,59 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
       expect(w.events.some((e) => e.event === 'warning' && e.id === id && /not run again/.test(String(e.message)))).to.equal(true);
     } finally {
       proxy.close();
+    }
+  });
+
+  it('an item that an error handed in with one slot\'s claim re-queued, and that the other slot\'s claim took again before that answer came, is run for its new attempt (decisions §3.2, §3.8)', async () => {
+    // A server that plays it out: slot 1 takes the item and fails it; its claim carries the error
+    // and is answered late, while the other slot's long poll is answered with the item, re-queued
+    // by that error and claimed again (attempt 2), as two claims of one transaction would be.
+    const id = '00000000000000aa';
+    const runs = path.join(dir, 'runs');
+    const held: http.ServerResponse[] = [];
+    const handedIn: Array<{ id: string; result?: unknown; error?: unknown }> = [];
+    let claims = 0;
+    const lease = (): { worker: string; until: number } => ({ worker: 'w', until: Date.now() + 60_000 });
+    const json = (res: http.ServerResponse, body: unknown): void => {
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+    };
+    const fake = http.createServer((req, res) => {
+      let text = '';
+      req.on('data', (c: Buffer) => (text += c.toString()));
+      req.on('end', () => {
+        if (req.method !== 'POST' || !req.url?.endsWith('/claim')) {
+          // A result or an error submitted on its own.
+          const m = /\/items\/([0-9a-f]+)\/(result|error)$/.exec(req.url ?? '');
+          if (m) handedIn.push({ id: m[1]!, [m[2]!]: JSON.parse(text) as unknown });
+          return json(res, { ok: true, accepted: true, status: m?.[2] === 'result' ? 'finished' : 'pending' });
+        }
+        claims++;
+        const body = JSON.parse(text) as { done?: Array<{ id: string; result?: unknown; error?: unknown }> };
+        const done = body.done ?? [];
+        handedIn.push(...done);
+        if (claims === 1) return json(res, { ok: true, id, item: { n: 1 }, attempts: 1, lease: lease() });
+        if (done.some((d) => d.id === id && 'error' in d)) {
+          // The other slot's claim, held so far, is answered first with the item's next attempt.
+          held.shift()?.end(JSON.stringify({ ok: true, id, item: { n: 1 }, attempts: 2, lease: lease() }));
+          setTimeout(() => json(res, { ok: true, empty: true, done: done.map((d) => ({ id: d.id, ok: true, accepted: true, status: 'error' in d ? 'pending' : 'finished' })) }), 800);
+          return;
+        }
+        if (done.length > 0) return json(res, { ok: true, empty: true, done: done.map((d) => ({ id: d.id, ok: true, accepted: true, status: 'finished' })) });
+        res.writeHead(200, { 'content-type': 'application/json' });
+        held.push(res);
+      });
+    });
+    await new Promise<void>((resolve) => fake.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(fake.address() as AddressInfo).port}`;
+    try {
+      worker = startWorker({ url }, 'q', ['--exec', `echo "$SVCQ_ATTEMPT" >> ${runs}; [ "$SVCQ_ATTEMPT" = 2 ] || exit 3; echo '{"ok":true}'`, '--concurrency', '2', '--wait', '5']);
+      await until(() => handedIn.some((h) => h.id === id && 'result' in h), 'the second attempt\'s result', 8000).catch(() => undefined);
+      expect(existsSync(runs) ? readFileSync(runs, 'utf8') : '', `runs of the command; worker events:\n${worker.events.map((e) => JSON.stringify(e)).join('\n')}`).to.equal('1\n2\n');
+      expect(handedIn.filter((h) => h.id === id).map((h) => ('result' in h ? 'result' : 'error'))).to.deep.equal(['error', 'result']);
+    } finally {
+      for (const res of held) res.end('{"ok":true,"empty":true}');
+      fake.closeAllConnections();
+      await new Promise((resolve) => fake.close(resolve));
     }
   });
 
