@@ -223,6 +223,38 @@ describe('task history from PostgreSQL, on every node (decisions §5, §6.1)', f
     expect(lines.length).to.be.greaterThan(1);
   });
 
+  it('an item\'s events are in the order they happened, also when the transaction that changed it last got its id before the one that changed it first (decisions §5)', async () => {
+    const [a, b] = [await start(), await start()];
+    const q: QueueRef = { key: `${HOST}/order`, host: HOST, name: 'order', config: resolveQueue({ leaseSeconds: 10, maxAttempts: 1 }) };
+    const [y] = await a.store.postMany(q, [{ body: '{"n":"y"}', postedBy: 'producer' }]);
+    expect((await a.store.claim(q, { worker: 'wa' }))?.id).to.equal(y!.id);
+    // B's transaction gets its id with its post, then waits for the lock on y that its error needs;
+    // its claim comes after the error. Meanwhile A posts x, in a transaction with a later id.
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    let x: string;
+    let claimed: string | undefined;
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM svcq_items WHERE id = $1 FOR UPDATE', [y!.id]);
+      const onB = Promise.all([
+        b.store.postMany(ref('elsewhere'), [{ body: '{"n":"e"}', postedBy: 'producer' }]),
+        b.store.error(q, y!.id, '{"why":"y"}'),
+        b.store.claim(q, { worker: 'wb' }),
+      ]);
+      await sleep(300);
+      x = (await a.store.postMany(q, [{ body: '{"n":"x"}', postedBy: 'producer' }]))[0]!.id;
+      await holder.query('COMMIT');
+      claimed = (await onB)[2]?.id;
+    } finally {
+      await holder.end();
+    }
+    expect(claimed, 'B claimed x, posted while its transaction waited').to.equal(x);
+    const lines = await converged([a, b]);
+    const ofX = lines.filter((l) => l.includes(`"id":"${x}"`)).map((l) => (JSON.parse(l) as { event: string }).event);
+    expect(ofX).to.deep.equal(['posted', 'claimed']);
+  });
+
   it('a transaction open in another database of the same server does not hold the history back (decisions §5: events are in the history once acknowledged)', async () => {
     const a = await start();
     // The database the test databases are made on: another database of the same server.

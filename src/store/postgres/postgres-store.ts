@@ -417,21 +417,24 @@ class Tx {
  * `ctid`, by a TID scan: the one plan, whatever the table's size, so it is planned once) and
  * matched on its id and the version read. The row is locked by this transaction since it was
  * read, so it is still there unless this transaction wrote it since (then its version is past).
+ * A row last written by a transaction with a later id than this one's (`writer`, see schema
+ * version 9) fails the guard too: the transaction runs again with a new id, so the task history,
+ * read in the order of transaction ids, holds every item's events in the order they happened.
  */
 const WRITE_ITEMS = `upd AS (
     UPDATE svcq_items AS i
        SET status = u.status, updated_at = u.updated_at, finished_at = u.finished_at, attempts = u.attempts,
            lease_worker = u.lease_worker, lease_until = u.lease_until, available_at = u.available_at,
            progress = u.progress, result = u.result, error = u.error, fetched_at = u.fetched_at,
-           version = i.version + 1
+           version = i.version + 1, writer = pg_current_xact_id()
       FROM unnest($1::tid[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[], $7::integer[], $8::text[],
                   $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::bigint[])
            AS u(ctid, id, version, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at)
-     WHERE i.ctid = ANY($1::tid[]) AND i.ctid = u.ctid AND i.id = u.id AND i.version = u.version
+     WHERE i.ctid = ANY($1::tid[]) AND i.ctid = u.ctid AND i.id = u.id AND i.version = u.version AND i.writer <= pg_current_xact_id()
     RETURNING 1
   ), del AS (
     DELETE FROM svcq_items AS i USING unnest($15::tid[], $16::text[], $17::bigint[]) AS d(ctid, id, version)
-     WHERE i.ctid = ANY($15::tid[]) AND i.ctid = d.ctid AND i.id = d.id AND i.version = d.version
+     WHERE i.ctid = ANY($15::tid[]) AND i.ctid = d.ctid AND i.id = d.id AND i.version = d.version AND i.writer <= pg_current_xact_id()
     RETURNING 1
   )`;
 

@@ -207,6 +207,20 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE svcq_events DROP CONSTRAINT svcq_events_pkey;
     `,
   },
+  {
+    version: 9,
+    description: 'the transaction that wrote an item last',
+    sql: `
+      -- The task history reads transactions in the order of their ids, which is not the order they
+      -- commit in: a transaction that got its id early (with a post) may change an item that one
+      -- with a later id has just posted or changed. A write is guarded to come from a transaction
+      -- with an id no lower than the one that wrote the row last (a lower one runs again, with a
+      -- new id), so an item's events are in the history in the order they happened. Rows written
+      -- before this migration hold 0. A constant default first: the table is not rewritten.
+      ALTER TABLE svcq_items ADD COLUMN writer xid8 NOT NULL DEFAULT '0';
+      ALTER TABLE svcq_items ALTER COLUMN writer SET DEFAULT pg_current_xact_id();
+    `,
+  },
 ];
 
 /** Any constant the whole database agrees on: the lock that serialises migrations across nodes. */
