@@ -26,6 +26,7 @@ One SIGINT or SIGTERM stops it: held long polls are answered at once, requests u
     'log-keep': Flags.integer({ description: 'rotated access logs to keep', env: 'SVCQ_LOG_KEEP', default: 20, min: 0 }),
     'stats-interval': Flags.integer({ description: 'milliseconds between server-health samples', env: 'SVCQ_STATS_INTERVAL', default: 15_000, min: 100, max: 2 ** 31 - 1 }),
     'history-days': Flags.integer({ description: 'remove task-history day-files of days more than N days past, at start and once an hour (default 0: keep every one)', env: 'SVCQ_HISTORY_DAYS', default: 0, min: 0, max: 1_000_000 }),
+    'stats-days': Flags.integer({ description: 'remove stats day-files of days more than N days past, at start and once a day (default 0: keep every one)', env: 'SVCQ_STATS_DAYS', default: 0, min: 0, max: 1_000_000 }),
     'compact-bytes': Flags.integer({ description: 'journal size in bytes past which the store writes a snapshot (and at least four times the last snapshot)', env: 'SVCQ_COMPACT_BYTES', default: 64 * 1024 * 1024, min: 1024 }),
     store: Flags.string({ description: 'where items live: "embedded" (under --root) or postgres://USER@HOST:PORT/DB, shared by every server started with it and the same master token', env: 'SVCQ_STORE', default: 'embedded' }),
     'shutdown-grace': Flags.integer({ description: 'seconds a connection may take, once a stop begins, to deliver a whole request before it is cut', env: 'SVCQ_SHUTDOWN_GRACE', default: 5, min: 0, max: 3600 }),
@@ -56,7 +57,7 @@ One SIGINT or SIGTERM stops it: held long polls are answered at once, requests u
     let server;
     try {
       server = await startServerThread(
-        { root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'], historyDays: flags['history-days'], compactBytes: flags['compact-bytes'], shutdownGraceMs: graceMs, store: flags.store },
+        { root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'], historyDays: flags['history-days'], statsDays: flags['stats-days'], compactBytes: flags['compact-bytes'], shutdownGraceMs: graceMs, store: flags.store },
         (err) => {
           // The server stopped on its own (a bug): say why, with the stack, and end the process as an uncaught error would.
           stderrLine(`svcq: the server stopped: ${err.stack ?? err.message}`);

@@ -36,6 +36,8 @@ export interface ServeOptions {
   statsInterval?: number;
   /** Task-history day-files of days more than this many days past are removed (0: every one kept). */
   historyDays?: number;
+  /** Stats day-files of days more than this many days past are removed (0: every one kept). */
+  statsDays?: number;
   /** Journal bytes past which the store writes a snapshot. */
   compactBytes?: number;
   /** Where items live (decisions §1.1 `--store`): absent or `embedded`, or a `postgres://` URL shared by every node. */
@@ -146,7 +148,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
         })
       : undefined;
   const registry = await DefinitionRegistry.load(definitions?.store ?? root, warn);
-  const tools = await openTools({ home, logMaxBytes: options.logMaxBytes, logKeep: options.logKeep, statsInterval: options.statsInterval, historyDays: options.historyDays, warn });
+  const tools = await openTools({ home, logMaxBytes: options.logMaxBytes, logKeep: options.logKeep, statsInterval: options.statsInterval, historyDays: options.historyDays, statsDays: options.statsDays, warn });
   // Rates and metrics learn of durable events and group commits from the store itself.
   const operators = new Operators(registry);
   const opened = await openStore({

@@ -11,6 +11,7 @@ export const TOOLS_DEFAULTS = {
   logKeep: 20,
   statsInterval: 15_000,
   historyDays: 0,
+  statsDays: 0,
 } as const;
 
 export interface ToolsOptions {
@@ -28,6 +29,8 @@ export interface ToolsOptions {
   statsInterval?: number;
   /** Task-history day-files of days more than this many days past are removed (default 0: every one kept). */
   historyDays?: number;
+  /** Stats day-files of days more than this many days past are removed (default 0: every one kept). */
+  statsDays?: number;
   warn?: (line: string) => void;
 }
 
@@ -59,7 +62,7 @@ export async function openTools(options: ToolsOptions): Promise<Tools> {
   // Off the thread that answers requests: some probes block theirs (see takeSnapshot).
   const stats = new StatsThread();
   const snapshot = (): Promise<Snapshot> => stats.snapshot();
-  const sampler = new StatsSampler(statsDir(options.home), options.statsInterval ?? TOOLS_DEFAULTS.statsInterval, warn, snapshot);
+  const sampler = new StatsSampler(statsDir(options.home), options.statsInterval ?? TOOLS_DEFAULTS.statsInterval, warn, snapshot, options.statsDays ?? TOOLS_DEFAULTS.statsDays);
   if (sampler.intervalMs > 0) sampler.start();
   return {
     accessLog,

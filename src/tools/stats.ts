@@ -1,10 +1,10 @@
-import { appendFile, mkdir, statfs } from 'node:fs/promises';
+import { appendFile, mkdir, readdir, rm, statfs } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import si from 'systeminformation';
 import { threadEntry } from '../thread-entry.js';
-import { statFileName, utcDay, type StatType } from './files.js';
+import { parseStatFile, statFileName, utcDay, type StatType } from './files.js';
 
 /** One core's cumulative times since boot, in ms (as `os.cpus()` counts them). */
 export interface CoreTimes {
@@ -265,17 +265,22 @@ export class StatsThread {
 /**
  * Appends one line per type to `<type>-YYYY-MM-DD.log` (UTC day) every `intervalMs`, the first
  * at start (decisions §5). A sample still running when the next is due makes that one skip
- * rather than pile up. Its timer never keeps the process alive.
+ * rather than pile up. Its timer never keeps the process alive. With `keepDays` above 0, the
+ * day-files of days more than that many days past are removed at the first sample and at the
+ * first of each new day.
  */
 export class StatsSampler {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
+  /** The UTC day pruned for last. */
+  private prunedFor: string | undefined;
 
   constructor(
     readonly dir: string,
     readonly intervalMs: number,
     private readonly warn: (line: string) => void,
     private readonly take: () => Promise<Snapshot> = takeSnapshot,
+    readonly keepDays = 0,
   ) {}
 
   start(): void {
@@ -301,6 +306,27 @@ export class StatsSampler {
     for (const [type, fields] of Object.entries(samples) as Array<[StatType, object]>) {
       await appendFile(path.join(this.dir, statFileName(type, day)), `${JSON.stringify({ ts, ...fields })}\n`);
     }
+    if (this.keepDays > 0 && this.prunedFor !== day) {
+      await this.prune(ts).catch((err: Error) => this.warn(`could not remove old stats files: ${err.message}`));
+      this.prunedFor = day;
+    }
+  }
+
+  /**
+   * Removes the day-files of days more than `keepDays` before `now`'s UTC day (with 3 on
+   * 2026-01-09, those of 2026-01-05 and before); the names removed, in order. 0 removes none.
+   */
+  async prune(now = Date.now()): Promise<string[]> {
+    if (this.keepDays <= 0) return [];
+    const oldestKept = utcDay(now - this.keepDays * 86_400_000);
+    const removed: string[] = [];
+    for (const name of (await readdir(this.dir)).sort()) {
+      const date = parseStatFile(name)?.date;
+      if (date === undefined || date >= oldestKept) continue;
+      await rm(path.join(this.dir, name), { force: true });
+      removed.push(name);
+    }
+    return removed;
   }
 
   /** Stops the timer and waits for a sample being written. */

@@ -1,4 +1,4 @@
-import { readdirSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import Serve from '../../commands/serve.js';
@@ -50,6 +50,29 @@ describe('svcq serve --history-days (decisions §5: the task history outlives re
       const deadline = Date.now() + 10_000;
       while (readdirSync(tasks).some((n) => n.startsWith('tasks-2020')) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
       expect(readdirSync(tasks).filter((n) => n.startsWith('tasks-'))).to.deep.equal([today]);
+    } finally {
+      await server.stop();
+      cleanupTemp(root);
+    }
+  });
+});
+
+describe('svcq serve --stats-days (decisions §5: stats day-files, one per type and UTC day, kept unless capped)', () => {
+  it('removes the stats day-files of days more than N days past at start, and keeps today\'s', async function () {
+    this.timeout(30_000);
+    const root = tempDir();
+    const stats = path.join(root, '_svcq', 'stats');
+    mkdirSync(stats, { recursive: true });
+    writeFileSync(path.join(stats, 'cpu-2020-01-01.log'), '{}\n');
+    writeFileSync(path.join(stats, 'memory-2020-01-02.log'), '{}\n');
+    const server = await startServer({ root, env: { SVCQ_STATS_DAYS: '2' } });
+    try {
+      const today = new Date().toISOString().slice(0, 10);
+      const deadline = Date.now() + 10_000;
+      const done = (): boolean => !readdirSync(stats).some((n) => n.includes('2020-')) && readdirSync(stats).includes(`cpu-${today}.log`);
+      while (!done() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      expect(readdirSync(stats).filter((n) => n.includes('2020-'))).to.deep.equal([]);
+      expect(readdirSync(stats)).to.include(`cpu-${today}.log`);
     } finally {
       await server.stop();
       cleanupTemp(root);

@@ -1,5 +1,8 @@
 import { expect } from 'chai';
-import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { readdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { StatsSampler, takeSnapshot, type Snapshot } from '../../src/tools/stats.js';
+import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
 import { eventually, expectBadRequest, expectEmpty200, expectIntegers, today, tools } from './helpers.js';
 
 interface StatList {
@@ -151,6 +154,47 @@ describe('server-health stats (interface §4.6, decisions §5)', () => {
     if (now.netIo !== null) {
       expect(Object.keys(now.netIo as object).sort()).to.deep.equal(['rxBytes', 'txBytes']);
       expectNumbers(now.netIo, ['rxBytes', 'txBytes'], 'netIo');
+    }
+  });
+});
+
+describe('stats day-files with --stats-days (decisions §5: one day-file per type and UTC day; an operator may cap how many days stay)', () => {
+  let dir: string;
+  beforeEach(() => {
+    dir = tempDir('svcq-stats-days-');
+  });
+  afterEach(() => cleanupTemp(dir));
+
+  const names = (): string[] => readdirSync(dir).sort();
+  const snapshot = async (): Promise<Snapshot> => takeSnapshot();
+
+  it('counts days by UTC date: with N = 3 on 2026-01-09, 2026-01-06 and later stay, 2026-01-05 and earlier go; other files stay', async () => {
+    for (const d of ['2026-01-04', '2026-01-05', '2026-01-06', '2026-01-09']) {
+      writeFileSync(path.join(dir, `cpu-${d}.log`), '{}\n');
+      writeFileSync(path.join(dir, `memory-${d}.log`), '{}\n');
+    }
+    writeFileSync(path.join(dir, 'notes.txt'), 'kept\n');
+    const sampler = new StatsSampler(dir, 0, () => undefined, snapshot, 3);
+    expect(await sampler.prune(Date.parse('2026-01-09T23:59:59Z'))).to.deep.equal(['cpu-2026-01-04.log', 'cpu-2026-01-05.log', 'memory-2026-01-04.log', 'memory-2026-01-05.log']);
+    expect(names()).to.deep.equal(['cpu-2026-01-06.log', 'cpu-2026-01-09.log', 'memory-2026-01-06.log', 'memory-2026-01-09.log', 'notes.txt']);
+    // 0 keeps every one.
+    expect(await new StatsSampler(dir, 0, () => undefined, snapshot, 0).prune(Date.parse('2030-01-01T00:00:00Z'))).to.deep.equal([]);
+    expect(names()).to.have.length(5);
+  });
+
+  it('removes the day-files of days past N at the first sample, and keeps today\'s', async () => {
+    writeFileSync(path.join(dir, 'cpu-2020-01-01.log'), '{}\n');
+    writeFileSync(path.join(dir, 'netio-2020-01-02.log'), '{}\n');
+    const sampler = new StatsSampler(dir, 60_000, () => undefined, snapshot, 2);
+    sampler.start();
+    try {
+      const left = await eventually('the old day-files removed and today\'s written', () => {
+        const now = names();
+        return now.some((n) => n.includes('2020-')) || !now.includes(`cpu-${today()}.log`) ? undefined : now;
+      });
+      expect(left.filter((n) => n.includes('2020-'))).to.deep.equal([]);
+    } finally {
+      await sampler.stop();
     }
   });
 });
