@@ -51,6 +51,22 @@ describe('PostgreSQL store: transactions, events and sweeps', function () {
     });
   }
 
+  it('warns at open when the server does not vacuum on its own, and only then (README: Scaling out asks for autovacuum)', async () => {
+    const { rows } = await admin.query<{ autovacuum: string; track_counts: string }>("SELECT current_setting('autovacuum') AS autovacuum, current_setting('track_counts') AS track_counts");
+    const warnings: string[] = [];
+    const other = new PostgresStore({ url: db.url, now: clock.now, configFor: () => undefined, warn: (line) => warnings.push(line) });
+    await other.open();
+    await other.close();
+    const vacuumWarnings = warnings.filter((w) => /vacuum/.test(w));
+    if (rows[0]!.autovacuum === 'off' || rows[0]!.track_counts === 'off') {
+      expect(vacuumWarnings).to.have.length(1);
+      expect(vacuumWarnings[0]).to.match(/^(autovacuum|track_counts)( and track_counts)? (is|are) off on this PostgreSQL server: the items and count tables will grow/);
+      if (rows[0]!.autovacuum === 'off') expect(vacuumWarnings[0]).to.include('autovacuum');
+    } else {
+      expect(vacuumWarnings).to.deep.equal([]);
+    }
+  });
+
   it('posts made in the same turn are folded into one transaction, one commit, in the order they were made (decisions §6: group-committed)', async () => {
     const outcomes = await Promise.all(Array.from({ length: 50 }, (_, i) => store.post(q, { body: JSON.stringify({ i }), postedBy: 'p' })));
     expect(commits.map((c) => c.changes)).to.deep.equal([50]);

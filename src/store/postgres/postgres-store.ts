@@ -629,6 +629,7 @@ export class PostgresStore implements Store, EventOutbox {
     }
     try {
       await migrate(client);
+      await this.checkVacuum(client);
       client.release();
     } catch (err) {
       client.release(err as Error);
@@ -652,6 +653,16 @@ export class PostgresStore implements Store, EventOutbox {
       }, Math.min(60_000, this.options.eventPurgeIntervalMs ?? 60_000));
       this.purgeTimer.unref();
     }
+  }
+
+  /**
+   * Warns when the server does not vacuum on its own: every job leaves dead rows in the items and
+   * the count tables, and without vacuum they grow and slow every claim and overview down.
+   */
+  private async checkVacuum(client: pg.PoolClient): Promise<void> {
+    const { rows } = await client.query<{ autovacuum: string; track_counts: string }>("SELECT current_setting('autovacuum') AS autovacuum, current_setting('track_counts') AS track_counts");
+    const off = [rows[0]?.autovacuum === 'off' ? 'autovacuum' : '', rows[0]?.track_counts === 'off' ? 'track_counts' : ''].filter(Boolean);
+    if (off.length > 0) this.warn(`${off.join(' and ')} ${off.length > 1 ? 'are' : 'is'} off on this PostgreSQL server: the items and count tables will grow with dead rows and slow down unless they are vacuumed some other way (see README, Scaling out)`);
   }
 
   /**
