@@ -246,6 +246,8 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
       it('a bare array matches by deep equality; a bare object is an operator object (decisions §3.3)', async () => {
         const bodies = [{ a: [1, 2, 3] }, { a: [2, 1] }, { a: [1, 2] }, { a: { x: 1 } }];
         expect(await firstMatch(bodies, { a: [1, 2] })).to.equal(2);
+        expect(await firstMatch(bodies.slice(2), { a: [1, 2, 3] })).to.equal(-1);
+        expect(await firstMatch(bodies.slice(2), { a: { in: [[1, 2, 3], [1]] } })).to.equal(-1);
         expect(await firstMatch(bodies, { a: [] })).to.equal(-1);
         expect(await firstMatch(bodies, { a: { x: 1 } })).to.equal(-1);
         expect(await firstMatch(bodies, { a: { eq: { x: 1 } } })).to.equal(3);
