@@ -720,6 +720,24 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         expect(await status(q, waiting)).to.equal('pending');
       });
 
+      it('a lengthened timeout or retention still ends the item, at the time the new rules give, not a millisecond early (decisions §2.2, §2.4)', async () => {
+        let q = queue({ retainSeconds: 100, timeoutSeconds: 100 });
+        const done = await post(q);
+        const waiting = await post(q);
+        await s().result(q, done, '{}');
+        q = redefine(q, { retainSeconds: 300, timeoutSeconds: 300 });
+        // The old deadlines come and go: both items stay.
+        advance(150_000);
+        expect(await status(q, done)).to.equal('finished');
+        expect(await status(q, waiting)).to.equal('pending');
+        advance(150_000 - 1);
+        expect(await status(q, done)).to.equal('finished');
+        expect(await status(q, waiting)).to.equal('pending');
+        advance(1);
+        expect(await s().get(q, waiting)).to.deep.include({ status: 'timedout', finishedAt: START + 300_000 });
+        expect(await s().get(q, done)).to.equal(null);
+      });
+
       it('lease length and maxAttempts apply as they stand when the rule runs (decisions §2.4, §3.2)', async () => {
         let q = queue({ leaseSeconds: 10, maxAttempts: 3 });
         const a = await post(q);
