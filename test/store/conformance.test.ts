@@ -933,6 +933,21 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         expect(await claimId(q)).to.equal(a);
       });
 
+      it('a purge survives a restart: the item stays gone, with its idempotency key, also under rules put since that would have kept it longer', async () => {
+        let q = queue({ retainSeconds: 100 });
+        const a = (await s().post(q, { body: '{}', postedBy: 'p', idempotencyKey: 'gone' })).id;
+        await s().result(q, a, '{}');
+        advance(100_000);
+        expect(await s().get(q, a)).to.equal(null);
+        q = redefine(q, { retainSeconds: 1000 });
+        await h.reopen();
+        expect(await s().get(q, a)).to.equal(null);
+        expect(await s().counts(q)).to.deep.equal({});
+        const again = await s().post(q, { body: '{}', postedBy: 'p', idempotencyKey: 'gone' });
+        expect(again).to.deep.include({ status: 'pending', created: true });
+        expect(again.id).to.not.equal(a);
+      });
+
       it('idempotency keys survive a restart', async () => {
         const q = queue();
         const first = await s().post(q, { body: '{}', postedBy: 'p', idempotencyKey: 'once' });
