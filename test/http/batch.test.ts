@@ -78,6 +78,16 @@ describe('batches and hand-ins over HTTP (decisions §3.8)', function () {
       expect(single.json).to.deep.equal({ ok: true, id: first[1]!.id, status: 'pending' });
     });
 
+    it('numbers the keys K:n by the item\'s place in the batch, invalid items counted: a key names the item at its place (decisions §3.8, §3.5)', async () => {
+      const q = await newQueue(server, HOST);
+      const first = await batchOk(q, [{ n: 0 }, 'not an object', { n: 2 }], { 'idempotency-key': 'P' });
+      expect(first[1]!.ok).to.equal(false);
+      const at2 = await q.postRaw({ n: 2 }, { headers: { 'idempotency-key': 'P:2' } });
+      expect(at2.json).to.deep.equal({ ok: true, id: first[2]!.id, status: 'pending' });
+      const at1 = await q.postRaw({ n: 1 }, { headers: { 'idempotency-key': 'P:1' } });
+      expect((at1.json as { id: string }).id).to.not.be.oneOf([first[0]!.id, first[2]!.id]);
+    });
+
     it('refuses a body that is not an array, an empty or too long array, and a body too large (decisions §3.8)', async () => {
       const q = await newQueue(server, HOST);
       for (const body of ['{"n":1}', '[]', 'not json', JSON.stringify(Array.from({ length: 1001 }, () => ({})))]) {
