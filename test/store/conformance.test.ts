@@ -1037,6 +1037,21 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         expect((await s().overview(q, { oldest: 0, leases: 0 })).counts).to.deep.equal(o.counts);
       });
 
+      it('overview counts leave out a purged item, and count a lease that ended as pending again (decisions §2.2, §3.2, §5.1)', async () => {
+        const q = queue({ retainSeconds: 100, leaseSeconds: 50 });
+        const a = await post(q);
+        const b = await post(q);
+        await s().result(q, a, '{}');
+        expect(await claimId(q)).to.equal(b);
+        advance(100_000);
+        expect(await s().get(q, a)).to.equal(null);
+        expect(await status(q, b)).to.equal('pending');
+        const counts = { pending: 1, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 };
+        expect((await s().overview(q, { oldest: 0, leases: 0 })).counts).to.deep.equal(counts);
+        await h.reopen();
+        expect((await s().overview(q, { oldest: 0, leases: 0 })).counts).to.deep.equal(counts);
+      });
+
       it('overview lists the oldest pending items, oldest first, and their age', async () => {
         const q = queue();
         const ids: string[] = [];
