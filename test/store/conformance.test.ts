@@ -258,6 +258,9 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         expect(await firstMatch(bodies, { k: { eq: 2 } })).to.equal(3);
         expect(await firstMatch(bodies, { k: { eq: '2' } })).to.equal(2);
         expect(await firstMatch(bodies, { k: { ne: 1 } })).to.equal(2);
+        expect(await firstMatch(bodies, { k: { ne: '2' } })).to.equal(1);
+        expect(await firstMatch(bodies.slice(2), { k: { ne: null } })).to.equal(0);
+        expect(await firstMatch([{ k: true }, { k: false }], { k: { ne: true } })).to.equal(1);
         expect(await firstMatch([{}, { j: 1 }], { k: { ne: 1 } })).to.equal(-1);
       });
 
