@@ -61,6 +61,39 @@ describe('long polls above the store (decisions §3.3 wait)', function () {
     await model.close();
   });
 
+  it('an item posted while the first look is under way is claimed by another look at once, not after the wait (decisions §3.3)', async () => {
+    const notifier = new InProcessNotifier();
+    const model = new ModelStore(newModelDisk(), { notifier });
+    await model.open();
+    const waits = new LongPolls(slowClaims(model, 200), notifier);
+    const started = Date.now();
+    const held = waits.claim(ref, { worker: 'w', waitMs: 3000 });
+    // The first look has found nothing; its answer is on its way.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const { id } = await model.post(ref, { body: '{}', postedBy: 'p' });
+    expect((await held)?.id).to.equal(id);
+    expect(Date.now() - started).to.be.below(1500);
+    await model.close();
+  });
+
+  it('a held claim that was looking when a matching item came looks again once that look is back, not after the wait (decisions §3.3)', async () => {
+    const notifier = new InProcessNotifier();
+    const model = new ModelStore(newModelDisk(), { notifier });
+    await model.open();
+    const waits = new LongPolls(slowClaims(model, 200), notifier);
+    const started = Date.now();
+    const held = waits.claim(ref, { worker: 'w', waitMs: 3000, criteria: { kind: 'b' } });
+    // After the first look (200 ms) the claim waits; an item it does not match wakes it for a look of 200 ms…
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await model.post(ref, { body: '{"kind":"a"}', postedBy: 'p' });
+    // …and one it matches comes while that look is under way.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const { id } = await model.post(ref, { body: '{"kind":"b"}', postedBy: 'p' });
+    expect((await held)?.id).to.equal(id);
+    expect(Date.now() - started).to.be.below(1500);
+    await model.close();
+  });
+
   it('a wait already over when it would begin answers after one look, without waiting', async () => {
     const notifier = new InProcessNotifier();
     const model = new ModelStore(newModelDisk(), { notifier });
