@@ -158,6 +158,16 @@ describe('batches and hand-ins over HTTP (decisions §3.8)', function () {
       expect(Date.now() - empty).to.be.at.least(900);
     });
 
+    it('with wait, a batch posted during the wait is answered with up to max of its items, oldest first, not with one (decisions §3.8, §3.3)', async () => {
+      const q = await newQueue(server, HOST);
+      const pending = q.claim({ max: 3, wait: 5 });
+      await new Promise((r) => setTimeout(r, 300));
+      const posted = await batchOk(q, [{ n: 0 }, { n: 1 }, { n: 2 }, { n: 3 }]);
+      const answer = await pending;
+      expect((answer.items as Json[]).map((i) => i.id)).to.deep.equal(posted.slice(0, 3).map((e) => e.id));
+      expect((await q.claim()).id).to.equal(posted[3]!.id);
+    });
+
     it('applies criteria to every item it claims (decisions §3.8, §3.3)', async () => {
       const q = await newQueue(server, HOST);
       const items = await batchOk(q, [{ k: 'a' }, { k: 'b' }, { k: 'a' }]);
