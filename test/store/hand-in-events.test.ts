@@ -56,3 +56,40 @@ describe('task events of a claim whose hand-ins name one item twice (decisions �
     }
   });
 });
+
+describe('task events of hand-ins with a deadline falling between them (decisions §2.2, §3.8, §5)', () => {
+  let dir: string;
+  beforeEach(() => {
+    dir = tempDir();
+  });
+  afterEach(() => cleanupTemp(dir));
+
+  it('a deadline that falls between two hand-ins is journalled after the hand-ins before it: an item\'s purge follows its finish (decisions §2.2, §3.8, §5)', async () => {
+    const q: QueueRef = { key: `${HOST}/brief`, host: HOST, name: 'brief', config: resolveQueue({ retainSeconds: 0 }) };
+    const store = new EmbeddedStore({ dir: path.join(dir, 'store'), hooks: { stage: () => Promise.reject(new Error('no payloads here')) }, configFor: () => q.config, warn: () => undefined, now: () => 1_700_000_000_000 });
+    await store.open();
+    try {
+      const x = (await store.post(q, { body: '{"n":1}', postedBy: 'public' })).id;
+      const y = (await store.post(q, { body: '{"n":2}', postedBy: 'public' })).id;
+      const outcomes = await store.submitMany(q, [
+        { id: x, kind: 'result', body: '{}' },
+        { id: y, kind: 'result', body: '{}' },
+      ]);
+      expect(outcomes.map((o) => o?.status)).to.deep.equal(['finished', 'finished']);
+      const history = store
+        .readEvents(0, 100)
+        .flatMap((entry) => entry.lines.join('').split('\n').filter(Boolean))
+        .map((line) => JSON.parse(line) as { id: string; event: string })
+        .filter((e) => e.event !== 'posted')
+        .map((e) => [e.id === x ? 'x' : 'y', e.event]);
+      // x is purged once finished (retainSeconds 0), when the hand-in of y looks at the queue.
+      expect(history).to.deep.equal([
+        ['x', 'finished'],
+        ['x', 'purged'],
+        ['y', 'finished'],
+      ]);
+    } finally {
+      await store.close();
+    }
+  });
+});
