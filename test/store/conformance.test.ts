@@ -681,6 +681,18 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         expect(again).to.deep.include({ status: 'pending', created: true });
         expect(again.id).to.not.equal(first.id);
       });
+
+      it('a key freed by a purge that falls between calls made together creates a new item for the post after it (decisions §2.2, §3.5)', async () => {
+        const q = queue({ retainSeconds: 0 });
+        const first = await s().post(q, { body: '{}', postedBy: 'p', idempotencyKey: 'k0' });
+        // Made together (one transaction where a store folds calls): the result finishes the item,
+        // retention (0 s) purges it at the next call, and the post after that finds its key free.
+        const [finished, gone, again] = await Promise.all([s().result(q, first.id, '{}'), s().cancel(q, first.id), s().post(q, { body: '{}', postedBy: 'p', idempotencyKey: 'k0' })]);
+        expect(finished).to.deep.equal({ accepted: true, status: 'finished' });
+        expect(gone).to.equal(null);
+        expect(again).to.deep.include({ status: 'pending', created: true });
+        expect(again.id).to.not.equal(first.id);
+      });
     });
 
     describe('definition changes', () => {

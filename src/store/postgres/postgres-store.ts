@@ -905,9 +905,15 @@ export class PostgresStore implements Store, EventOutbox {
       if (!r) return null;
       const outcome = call.apply(r, tx.now);
       if (outcome.transition) {
-        tx.stage(ref, loaded.get(call.id)!, outcome.transition);
-        current.set(call.id, outcome.transition.record);
+        const l = loaded.get(call.id)!;
+        tx.stage(ref, l, outcome.transition);
         if (outcome.accepted && call.payload) tx.archive(ref, call.id, call.payload.kind, call.payload.body);
+        // What the change made due at once (a retention of 0 s purges a finished item) applies
+        // before the next call, as every call applies what is due first: a later call of this
+        // transaction finds the item gone, and a post finds its idempotency key free.
+        const due = rules.due(outcome.transition.record, ref.config, tx.now);
+        if (due) tx.stage(ref, l, due);
+        current.set(call.id, due ? (due.purged ? null : due.record) : outcome.transition.record);
       }
       return { accepted: outcome.accepted, status: outcome.status };
     });
