@@ -1,4 +1,4 @@
-import { readdir, stat } from 'node:fs/promises';
+import { readdir, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 
 /**
@@ -108,4 +108,22 @@ export async function listFiles<T>(dir: string, accept: (name: string) => T | un
     if (size !== null) out.push({ ...parsed, name, size });
   }
   return out;
+}
+
+/**
+ * Removes the day-files of `dir` (names `dateOf` gives a UTC date) of days more than `keepDays`
+ * before `now`'s UTC day, in name order, except those `spare` keeps; the names removed. With 3 on
+ * 2026-01-09, those of 2026-01-05 and before go. `keepDays` 0 removes none.
+ */
+export async function removeOldDayFiles(dir: string, dateOf: (name: string) => string | undefined, keepDays: number, now: number, spare: (date: string) => boolean = () => false): Promise<string[]> {
+  if (keepDays <= 0) return [];
+  const oldestKept = utcDay(now - keepDays * 86_400_000);
+  const removed: string[] = [];
+  for (const name of (await readdir(dir)).sort()) {
+    const date = dateOf(name);
+    if (date === undefined || date >= oldestKept || spare(date)) continue;
+    await rm(path.join(dir, name), { force: true });
+    removed.push(name);
+  }
+  return removed;
 }

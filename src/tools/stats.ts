@@ -1,10 +1,10 @@
-import { appendFile, mkdir, readdir, rm, statfs } from 'node:fs/promises';
+import { appendFile, mkdir, statfs } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import si from 'systeminformation';
 import { threadEntry } from '../thread-entry.js';
-import { parseStatFile, statFileName, utcDay, type StatType } from './files.js';
+import { parseStatFile, removeOldDayFiles, statFileName, utcDay, type StatType } from './files.js';
 
 /** One core's cumulative times since boot, in ms (as `os.cpus()` counts them). */
 export interface CoreTimes {
@@ -316,17 +316,8 @@ export class StatsSampler {
    * Removes the day-files of days more than `keepDays` before `now`'s UTC day (with 3 on
    * 2026-01-09, those of 2026-01-05 and before); the names removed, in order. 0 removes none.
    */
-  async prune(now = Date.now()): Promise<string[]> {
-    if (this.keepDays <= 0) return [];
-    const oldestKept = utcDay(now - this.keepDays * 86_400_000);
-    const removed: string[] = [];
-    for (const name of (await readdir(this.dir)).sort()) {
-      const date = parseStatFile(name)?.date;
-      if (date === undefined || date >= oldestKept) continue;
-      await rm(path.join(this.dir, name), { force: true });
-      removed.push(name);
-    }
-    return removed;
+  prune(now = Date.now()): Promise<string[]> {
+    return removeOldDayFiles(this.dir, (name) => parseStatFile(name)?.date, this.keepDays, now);
   }
 
   /** Stops the timer and waits for a sample being written. */

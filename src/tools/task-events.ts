@@ -4,7 +4,7 @@ import path from 'node:path';
 import { reason, StoreUnavailable, type EventOutbox, type OutboxEntry } from '../store/store.js';
 import { fsyncDir } from '../durable-files.js';
 import { AppendFile } from '../store/append-file.js';
-import { parseTaskFile, taskFileName, utcDay } from './files.js';
+import { parseTaskFile, removeOldDayFiles, taskFileName, utcDay } from './files.js';
 
 /**
  * The task history (decisions §5): one JSON line per event in `tasks-YYYY-MM-DD.log` under
@@ -156,18 +156,8 @@ export class TaskEventLog {
    * Removes the day-files of days more than `keepDays` before `now`'s UTC day (never the day-file
    * the history writes to, nor a later one); the names removed.
    */
-  async prune(now = Date.now()): Promise<string[]> {
-    const keepDays = this.options.keepDays ?? 0;
-    if (keepDays <= 0) return [];
-    const oldestKept = utcDay(now - keepDays * 86_400_000);
-    const removed: string[] = [];
-    for (const name of (await readdir(this.dir)).sort()) {
-      const day = parseTaskFile(name)?.date;
-      if (day === undefined || day >= oldestKept || day >= this.latestDay || this.closing) continue;
-      await rm(path.join(this.dir, name), { force: true });
-      removed.push(name);
-    }
-    return removed;
+  prune(now = Date.now()): Promise<string[]> {
+    return removeOldDayFiles(this.dir, (name) => parseTaskFile(name)?.date, this.options.keepDays ?? 0, now, (day) => day >= this.latestDay || this.closing);
   }
 
   private async readPosition(): Promise<Position | null> {
