@@ -200,6 +200,11 @@ export const INTERRUPTED = 'stopped by a signal before they were sent';
 /** Statuses after which an item changes no more (decisions §3.1). */
 export const TERMINAL_STATUSES = new Set(['finished', 'failed', 'timedout', 'cancelled']);
 
+/** The longest long poll of `item --wait` (the most the server holds one, decisions §3.6). */
+const MAX_WAIT_SECONDS = 30;
+/** How long past its wait a try waits for an answer before it counts as failed. */
+const ITEM_WAIT_PATIENCE_MS = 30_000;
+
 export interface WaitOptions {
   /** Give up once requests have failed this long in a row (ms); 0 gives up at the first failure. */
   giveUpMs: number;
@@ -217,23 +222,35 @@ export interface WaitOptions {
  */
 export async function waitForItem(client: SvcqClient, queue: string, id: string, options: WaitOptions): Promise<StatusAnswer> {
   const report = new FailureReport(options.reportEveryMs);
+  const waitSeconds = Math.min(MAX_WAIT_SECONDS, Math.max(1, Math.ceil(options.giveUpMs / 1000)));
   for (;;) {
     let asked = 0;
+    let failingSince: number | undefined;
     const record = await retrying(
       () => {
         asked = Date.now();
-        return client.item(queue, id, 30);
+        // A server that takes the request and never answers is a failure too, found out only
+        // once the long poll is over: so a poll holds no longer than --give-up (from 1 to 30 s),
+        // and the answer is awaited past it no longer than what is left of --give-up (at least
+        // a second), so that the verdict comes about when it is due.
+        const leftMs = options.giveUpMs - (failingSince === undefined ? 0 : asked - failingSince);
+        return client.item(queue, id, waitSeconds, { timeoutMs: Math.min(ITEM_WAIT_PATIENCE_MS, Math.max(1000, leftMs)) });
       },
       {
         report,
         giveUpAfterMs: options.giveUpMs,
+        // No answer at all has been failing since the request went out.
+        failedSince: (tryStartedAt) => (failingSince = tryStartedAt),
         gaveUp: (err, failingForMs) => new ClientError(`gave up waiting for item ${id} after ${Math.round(failingForMs / 1000)} s of failures: ${(err as Error).message}`, 'gave-up'),
         onFailure: (f) => {
           const reason = (f.error as Error).message;
           if (f.report === 'first') options.report?.(`${reason}; retrying`);
           else if (f.report === 'again') options.report?.(`${reason}; still retrying after ${Math.round(f.failingForMs / 1000)} s, giving up after ${Math.round(options.giveUpMs / 1000)} s`);
         },
-        onRecovered: () => options.report?.('the server answers again; waiting'),
+        onRecovered: () => {
+          failingSince = undefined;
+          options.report?.('the server answers again; waiting');
+        },
       },
     );
     if (TERMINAL_STATUSES.has(record.status)) return record;

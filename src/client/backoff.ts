@@ -115,6 +115,11 @@ export interface RetryOptions {
   giveUpAfterMs?: number;
   /** Give up on a failure at or after this time (ms since the epoch), however long failures have lasted. */
   giveUpAt?: number;
+  /**
+   * When a run of failures began, given the failed try's start (default: when the try failed).
+   * A try that waited for an answer that never came has been failing since it was sent.
+   */
+  failedSince?: (tryStartedAt: number, failedAt: number) => number;
   /** The error thrown on giving up (default: the last failure). */
   gaveUp?: (err: unknown, failingForMs: number) => Error;
   /** Ends a pause at once (the next try is made then); a failure once it has aborted is thrown, not retried. */
@@ -130,6 +135,7 @@ export async function retrying<T>(call: () => Promise<T>, options: RetryOptions 
   const retryable = options.retryable ?? isTransient;
   let failingSince: number | undefined;
   for (let attempt = 0; ; attempt++) {
+    const tryStartedAt = Date.now();
     try {
       const answer = await call();
       options.report?.answered();
@@ -138,7 +144,7 @@ export async function retrying<T>(call: () => Promise<T>, options: RetryOptions 
     } catch (err) {
       if (!retryable(err, attempt) || options.signal?.aborted) throw err;
       const now = Date.now();
-      failingSince ??= now;
+      failingSince ??= options.failedSince?.(tryStartedAt, now) ?? now;
       const failingForMs = now - failingSince;
       const giveUpAfterMs = options.giveUpAfterMs ?? Infinity;
       const leftMs = (options.giveUpAt ?? Infinity) - now;

@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import net, { type AddressInfo } from 'node:net';
 import { expect } from 'chai';
 import { runCli } from '../support/cli.js';
 import { request } from '../support/http.js';
@@ -67,6 +68,24 @@ describe('svcq item --wait against a server it cannot reach (give up after --giv
     expect(run.code).to.equal(1);
     expect(run.stdout).to.equal('');
     expect(JSON.parse(run.stderr)).to.deep.equal({ error: `gave up waiting for item ${ID} after 0 s of failures: cannot reach http://127.0.0.1:1 (connection refused)` });
+  });
+
+  it('gives up on a server that takes the request and never answers about --give-up after its long poll, not a minute per try', async function () {
+    this.timeout(20_000);
+    // Connections are accepted and read, and nothing is ever answered.
+    const silent = net.createServer((socket) => socket.resume());
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    try {
+      const port = (silent.address() as AddressInfo).port;
+      const run = waitItem(['q', ID, '--url', `http://127.0.0.1:${port}`, '--host', HOST, '--give-up', '2']);
+      expect(await run.done).to.equal(1);
+      // A 2 s long poll, then 2 s more for its answer: failing since the request went out.
+      const last = run.lines.at(-1)!;
+      expect(last.text).to.equal(`svcq: gave up waiting for item ${ID} after 4 s of failures: cannot reach http://127.0.0.1:${port} (no answer within 4 s)`);
+      expect(last.at).to.be.within(3500, 9000);
+    } finally {
+      silent.close();
+    }
   });
 
   it('documents --give-up and its default of 60 s in --help', async () => {
