@@ -8,7 +8,7 @@ export default class Item extends BaseCommand<typeof Item> {
   static override summary = "Show an item's status record.";
   static override description = `With --wait, long-polls until the item is terminal (finished, failed, timedout or cancelled), however long that takes, riding out a server restart.
 When the server cannot be reached (or answers 5xx) it says so on stderr at once and then at most every 10 s while it retries, and gives up with exit code 1 once the failures have lasted --give-up seconds in a row.
-A server that takes a request and never answers fails too: each long poll holds for --give-up seconds (1 to 30), so a silent server is given up on after about twice --give-up (at most --give-up + 30 s).`;
+A server that takes a request and never answers fails too: each long poll holds for --give-up seconds (1 to 30), so a silent server is given up on between --give-up and --give-up + 30 seconds after the request.`;
   static override examples = ['<%= config.bin %> item thumbnails 0123456789abcdef --host jobs.example.com --wait'];
 
   static override args = {
