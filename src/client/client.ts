@@ -251,11 +251,11 @@ export class SvcqClient {
   manifest(opts: CallOptions = {}): Promise<Manifest> {
     return this.json('GET', `/api/v${CLIENT_API}/manifest`, { shape: 'manifest', ...this.limits(opts) });
   }
-  putDefinition(path: string, bytes: Buffer, opts: CallOptions = {}): Promise<{ ok: true }> {
-    return this.json('PUT', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`, { body: bytes, shape: 'put', ...this.limits(opts) });
+  async putDefinition(path: string, bytes: Buffer, opts: CallOptions = {}): Promise<{ ok: true }> {
+    return this.json('PUT', `/api/v${CLIENT_API}/def?path=${part(path, 'the definition path')}`, { body: bytes, shape: 'put', ...this.limits(opts) });
   }
-  deleteDefinition(path: string, opts: CallOptions = {}): Promise<{ deleted: boolean }> {
-    return this.json('DELETE', `/api/v${CLIENT_API}/def?path=${encodeURIComponent(path)}`, { shape: 'deleted', ...this.limits(opts) });
+  async deleteDefinition(path: string, opts: CallOptions = {}): Promise<{ deleted: boolean }> {
+    return this.json('DELETE', `/api/v${CLIENT_API}/def?path=${part(path, 'the definition path')}`, { shape: 'deleted', ...this.limits(opts) });
   }
 
   /**
@@ -288,12 +288,12 @@ export class SvcqClient {
    * the same `idempotencyKey` to be sure it is posted once.
    */
   async post(queue: string, item: JsonObjectOrText, idempotencyKey?: string, opts: CallOptions = {}): Promise<PostAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}`, { body: jsonText(item, 'the item'), shape: 'post', queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, POST_TIMEOUT_MS) });
+    return this.json('POST', `/${part(queue, 'the queue name')}`, { body: jsonText(item, 'the item'), shape: 'post', queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, POST_TIMEOUT_MS) });
   }
   /** An item's status record; with `waitSeconds` (up to 30), held until the item is terminal or the time is up. */
-  item(queue: string, id: string, waitSeconds = 0, opts: CallOptions = {}): Promise<StatusAnswer> {
+  async item(queue: string, id: string, waitSeconds = 0, opts: CallOptions = {}): Promise<StatusAnswer> {
     const wait = waitSeconds > 0 ? `?wait=${waitSeconds}` : '';
-    return this.json('GET', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}${wait}`, { shape: 'status', queueHost: true, ...this.limits(opts, waitSeconds * 1000) });
+    return this.json('GET', `/${part(queue, 'the queue name')}/items/${part(id, 'the item id')}${wait}`, { shape: 'status', queueHost: true, ...this.limits(opts, waitSeconds * 1000) });
   }
 
   /**
@@ -306,7 +306,7 @@ export class SvcqClient {
   claim(queue: string, body: ClaimRequest & { max: number }, opts?: ClaimOptions): Promise<ClaimManyAnswer>;
   claim(queue: string, body: ClaimRequest, opts?: ClaimOptions): Promise<ClaimAnswer | ClaimManyAnswer>;
   async claim(queue: string, body: ClaimRequest, opts: ClaimOptions = {}): Promise<ClaimAnswer | ClaimManyAnswer> {
-    const res = await this.request('POST', `/${encodeURIComponent(queue)}/claim`, { body: claimBody(body, opts.handIns), queueHost: true, ...this.limits(opts, (body.wait ?? 0) * 1000) });
+    const res = await this.request('POST', `/${part(queue, 'the queue name')}/claim`, { body: claimBody(body, opts.handIns), queueHost: true, ...this.limits(opts, (body.wait ?? 0) * 1000) });
     const answer = this.checked(this.parse<ClaimAnswer | ClaimManyAnswer>(res), 'POST', `/${queue}/claim`, res.status, 'claim');
     answer.clockOffsetMs = clockOffset(res.headers.date);
     // Each item also as the exact text the server sent (interface §2.1).
@@ -322,14 +322,14 @@ export class SvcqClient {
    */
   async postBatch(queue: string, items: readonly JsonObjectOrText[], idempotencyKey?: string, opts: CallOptions = {}): Promise<BatchAnswer> {
     const texts = items.map((item, n) => jsonText(item, `item ${n}`));
-    return this.json('POST', `/${encodeURIComponent(queue)}/batch`, { body: `[${texts.join(',')}]`, shape: 'batch', queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, 2 * POST_TIMEOUT_MS) });
+    return this.json('POST', `/${part(queue, 'the queue name')}/batch`, { body: `[${texts.join(',')}]`, shape: 'batch', queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, 2 * POST_TIMEOUT_MS) });
   }
   /** Reports progress, or submits the result or the error of an item (`accepted: false` once it is terminal). */
   async submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: JsonObjectOrText, opts: CallOptions = {}): Promise<SubmissionAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/${kind}`, { body: jsonText(record, `the ${kind}`), shape: 'submission', queueHost: true, ...this.limits(opts) });
+    return this.json('POST', `/${part(queue, 'the queue name')}/items/${part(id, 'the item id')}/${kind}`, { body: jsonText(record, `the ${kind}`), shape: 'submission', queueHost: true, ...this.limits(opts) });
   }
-  cancel(queue: string, id: string, opts: CallOptions = {}): Promise<SubmissionAnswer> {
-    return this.json('POST', `/${encodeURIComponent(queue)}/items/${encodeURIComponent(id)}/cancel`, { shape: 'submission', queueHost: true, ...this.limits(opts) });
+  async cancel(queue: string, id: string, opts: CallOptions = {}): Promise<SubmissionAnswer> {
+    return this.json('POST', `/${part(queue, 'the queue name')}/items/${part(id, 'the item id')}/cancel`, { shape: 'submission', queueHost: true, ...this.limits(opts) });
   }
 }
 
@@ -341,6 +341,18 @@ function jsonText(value: JsonObjectOrText, what: string): string {
   if (typeof value === 'string') return value;
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new ClientError(`${what} must be a JSON object or its text`, 'invalid-argument');
   return JSON.stringify(value);
+}
+
+/**
+ * A path or query part, percent-encoded. A string holding a lone UTF-16 surrogate has no UTF-8
+ * form, so no URL can carry it: refused as an argument, like any other the server would refuse.
+ */
+function part(value: string, what: string): string {
+  try {
+    return encodeURIComponent(value);
+  } catch {
+    throw new ClientError(`${what} ${JSON.stringify(value)} holds a lone UTF-16 surrogate (\\ud800-\\udfff without its pair), which no URL can carry`, 'invalid-argument');
+  }
 }
 
 /** The Idempotency-Key header, checked as the server checks it (decisions §3.5: 1–200 printable characters). */

@@ -131,13 +131,17 @@ const n: number = (await c.post('q', { n: 1 })).id;
     expect((err as ClientError).message).to.match(/^the request was abandoned before its answer began/);
   });
 
-  it('what cannot be sent is refused before anything is sent: an item that is not an object, an idempotency key the server would refuse (decisions §3.5)', async () => {
+  it('what cannot be sent is refused before anything is sent: an item that is not an object, an idempotency key the server would refuse (decisions §3.5), a name or id no URL can carry', async () => {
     const c = new SvcqClient({ url: server.url, host: HOST, token: TOKEN });
     for (const [what, call] of [
       ['array item', () => c.post('thumbnails', [1, 2] as unknown as Record<string, unknown>)],
       ['empty key', () => c.post('thumbnails', { n: 1 }, '')],
       ['key with a newline', () => c.post('thumbnails', { n: 1 }, 'a\nb')],
       ['batch key too long', () => c.postBatch('thumbnails', [{ n: 1 }], 'k'.repeat(201))],
+      // No URL can carry a lone surrogate: it is a ClientError, not the URIError encodeURIComponent throws.
+      ['item id with a lone surrogate', () => c.item('thumbnails', 'ab\ud800cd')],
+      ['queue name with a lone surrogate', () => c.post('thumb\udc00', { n: 1 })],
+      ['result for an id with a lone surrogate', () => c.submit('thumbnails', '\ud800', 'result', { ok: true })],
     ] as Array<[string, () => Promise<unknown>]>) {
       const err = await call().then(() => undefined, (e: unknown) => e);
       expect(err, what).to.be.instanceOf(ClientError);
