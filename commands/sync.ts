@@ -69,7 +69,7 @@ then puts each file whose sha256 differs from the server's manifest and deletes 
    */
   protected override async catch(err: Error & { exitCode?: number; oclif?: { exit?: number } }): Promise<unknown> {
     if (err instanceof SyncIncomplete) {
-      if (this.jsonEnabled()) process.stderr.write(`${JSON.stringify({ error: err.message, put: err.put, deleted: err.deleted, notPut: err.notPut, notDeleted: err.notDeleted })}\n`);
+      if (this.jsonEnabled()) process.stderr.write(`${JSON.stringify({ error: err.message, put: err.put, deleted: err.deleted, notPut: err.notPut, notDeleted: err.notDeleted, unanswered: err.unanswered })}\n`);
       else {
         for (const p of err.put) this.log(`put ${p}`);
         for (const p of err.deleted) this.log(`delete ${p}`);

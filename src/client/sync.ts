@@ -57,10 +57,13 @@ export class SyncIncomplete extends Error {
     readonly deleted: string[],
     readonly notPut: string[],
     readonly notDeleted: string[],
+    /** Of `notPut` and `notDeleted`, the requests sent that got no answer: the server may have applied them. */
+    readonly unanswered: string[] = [],
   ) {
     const done = put.length + deleted.length;
-    const applied = done === 0 ? 'nothing was changed' : `${put.length} put and ${deleted.length} deleted before it stopped`;
-    super(`${reason}; ${applied}, ${notPut.length} still to put and ${notDeleted.length} to delete (run svcq sync again to finish)`);
+    const applied = done === 0 && unanswered.length === 0 ? 'nothing was changed' : `${put.length} put and ${deleted.length} deleted before it stopped`;
+    const maybe = unanswered.length === 0 ? '' : `, ${unanswered.length} of them sent without an answer (the server may have applied ${unanswered.length === 1 ? 'it' : 'them'})`;
+    super(`${reason}; ${applied}, ${notPut.length} still to put and ${notDeleted.length} to delete${maybe} (run svcq sync again to finish)`);
   }
 }
 
@@ -134,6 +137,8 @@ export async function syncDefinitions(client: SvcqClient, dir: string, options: 
   const total = toPut.length + toDelete.length;
   const put = new Set<string>();
   const deleted = new Set<string>();
+  // Sent, and no answer came (a timeout, a connection cut): applied or not, the server alone knows.
+  const unanswered = new Set<string>();
   const step = (): void => options.onProgress?.(put.size + deleted.size, total);
   const concurrency = options.concurrency ?? 8;
   // What the server confirmed is said whatever stops the sync: the operator learns what changed.
@@ -144,10 +149,12 @@ export async function syncDefinitions(client: SvcqClient, dir: string, options: 
       toDelete.filter((p) => deleted.has(p)),
       report.put.filter((p) => !put.has(p)),
       toDelete.filter((p) => !deleted.has(p)),
+      [...report.put, ...toDelete].filter((p) => unanswered.has(p)),
     );
   try {
     await inBatches(toPut, concurrency, signal, async (d) => {
       await client.putDefinition(d.path, d.bytes).catch((err: unknown) => {
+        if (err instanceof ClientError && err.sent && err.status === undefined) unanswered.add(d.path);
         throw err instanceof ClientError && !err.message.startsWith(d.path) ? new ClientError(`${d.path}: ${err.message}`, err.code, { status: err.status, body: err.body, transient: err.transient, sent: err.sent }) : err;
       });
       put.add(d.path);
@@ -155,6 +162,7 @@ export async function syncDefinitions(client: SvcqClient, dir: string, options: 
     });
     await inBatches(toDelete, concurrency, signal, async (p) => {
       await client.deleteDefinition(p).catch((err: unknown) => {
+        if (err instanceof ClientError && err.sent && err.status === undefined) unanswered.add(p);
         throw err instanceof ClientError && !err.message.startsWith(p) ? new ClientError(`${p}: ${err.message}`, err.code, { status: err.status, body: err.body, transient: err.transient, sent: err.sent }) : err;
       });
       deleted.add(p);

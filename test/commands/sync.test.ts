@@ -198,6 +198,42 @@ describe('svcq sync, manifest and version (CLI against a real server)', () => {
     expect(Object.keys(await manifest()).sort()).to.deep.equal(readdirSync(path.join(dir, 'h.example.com/svc-queues')).map((f) => `h.example.com/svc-queues/${f}`).sort());
   });
 
+  it('a PUT sent that gets no answer is named as maybe applied, not only as still to put; a second run finishes (decisions §1.2)', async () => {
+    write(dir, 'h.example.com/svc-queues/a.json', '{}');
+    write(dir, 'h.example.com/svc-queues/cut.json', '{"leaseSeconds":30}');
+    // In front of the server: the PUT of cut.json reaches it, and its answer is cut off.
+    const proxy = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c)).on('end', () => {
+        const up = http.request(`${server.url}${req.url}`, { method: req.method, headers: req.headers }, (r) => {
+          if (req.url?.includes('cut.json')) {
+            r.resume();
+            r.on('end', () => req.socket.destroy());
+            return;
+          }
+          res.writeHead(r.statusCode ?? 502, r.headers);
+          r.pipe(res);
+        });
+        up.end(Buffer.concat(chunks));
+      });
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+      const env = { SVCQ_URL: url, SVCQ_TOKEN: server.masterToken };
+      const run = await runCli(['sync', dir], { env });
+      expect(run.code).to.equal(1);
+      // The server did apply it: the client cannot know that, and says it may have.
+      expect(Object.keys(await manifest())).to.include('h.example.com/svc-queues/cut.json');
+      expect(run.stderr).to.match(/, 1 still to put and 0 to delete, 1 of them sent without an answer \(the server may have applied it\) \(run svcq sync again to finish\)\n$/);
+      const json = await runCli(['sync', dir, '--json'], { env });
+      // By now the server holds cut.json as it is here: nothing is left to put, and the run passes.
+      expect(json.code, json.stderr).to.equal(0);
+    } finally {
+      proxy.close();
+    }
+  });
+
   it('Ctrl-C part way starts nothing more, says what was put and what is left, and exits 130 (decisions §1.2)', async () => {
     for (let n = 0; n < 40; n++) write(dir, `h.example.com/svc-queues/q${n}.json`, '{}');
     // In front of the server: each PUT is answered 100 ms late, so the sync is still going when the signal comes.
