@@ -689,7 +689,13 @@ export class EmbeddedStore implements Store, EventOutbox {
   }
 
   private afterChange(slot: QueueSlot): void {
-    this.schedule(slot);
+    // What the change made due at once (an item that ended under retainSeconds 0) is applied now,
+    // journalled right after it, rather than by a timer or the next request, which may come under
+    // other rules (decisions §2.4) or read the queue's counts before the timer runs.
+    const due = slot.queue.nextDeadline();
+    const now = due === null ? 0 : this.now();
+    if (due !== null && due <= now && now >= this.retryAt) this.runTick(slot);
+    else this.schedule(slot);
     if (this.journal.wantsSnapshot()) {
       // Called once the journals before the new one are closed: every event they hold is numbered up to eventSeq now.
       const historyMark = async (): Promise<{ seq: number }> => ({ seq: await this.deliveredThrough(this.eventSeq) });

@@ -118,7 +118,7 @@ export class ModelStore implements Store {
     const r = items.get(id);
     if (!r) return null;
     const stamp = rules.fetched(r, this.now());
-    if (stamp) items.set(id, stamp.record);
+    if (stamp) this.settle(ref, items, stamp.record);
     return statusOf(r);
   }
 
@@ -167,7 +167,7 @@ export class ModelStore implements Store {
     const r = items.get(id);
     if (!r) return null;
     const outcome = apply(r, this.now());
-    if (outcome.transition) this.put(ref.key, items, outcome.transition.record);
+    if (outcome.transition) this.settle(ref, items, outcome.transition.record);
     return { accepted: outcome.accepted, status: outcome.status };
   }
 
@@ -186,8 +186,23 @@ export class ModelStore implements Store {
       if (t.purged) {
         items.delete(r.id);
         this.notifier?.notify(itemTopic(ref.key, r.id));
-      } else this.put(ref.key, items, t.record);
+      } else this.settle(ref, items, t.record);
     }
     return items;
+  }
+
+  /**
+   * Keeps a changed record, and then whatever its change made due at once under the rules in
+   * force: an item that ends (or is fetched ended) under `retainSeconds: 0` is purged by the
+   * request that ended it, not by the next one, which may come under other rules.
+   */
+  private settle(ref: QueueRef, items: Map<string, ItemRecord>, record: ItemRecord): void {
+    const t = rules.due(record, ref.config, this.now());
+    if (!t) return this.put(ref.key, items, record);
+    if (!t.purged) return this.settle(ref, items, t.record);
+    // The change itself is announced too: a long poll on the item learns it ended.
+    this.put(ref.key, items, record);
+    items.delete(record.id);
+    this.notifier?.notify(itemTopic(ref.key, record.id));
   }
 }

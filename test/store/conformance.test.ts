@@ -696,6 +696,21 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
     });
 
     describe('definition changes', () => {
+      it('an item that ended under retainSeconds 0 is purged by the request that ended it: a longer retention defined right after does not bring it back, and the counts never show it (decisions §2.2, §2.4, §5.1)', async () => {
+        let q = queue({ retainSeconds: 0 });
+        const a = await post(q);
+        const b = await post(q);
+        // The counts asked in the same turn as the changes, before any timer could run.
+        const [finished, cancelled, seen] = await Promise.all([s().result(q, a, '{}'), s().cancel(q, b), s().overview(q, { oldest: 10, leases: 10 })]);
+        expect(finished).to.deep.equal({ accepted: true, status: 'finished' });
+        expect(cancelled).to.deep.equal({ accepted: true, status: 'cancelled' });
+        expect(seen.counts).to.deep.include({ finished: 0, cancelled: 0 });
+        expect((await s().overview(q, { oldest: 10, leases: 10 })).counts).to.deep.include({ pending: 0, finished: 0, cancelled: 0 });
+        q = redefine(q, { retainSeconds: 1000 });
+        expect(await s().get(q, a)).to.equal(null);
+        expect(await s().progress(q, b, '{}')).to.equal(null);
+      });
+
       it('shorter retention applies to items already terminal (decisions §2.4)', async () => {
         let q = queue({ retainSeconds: 1000 });
         const a = await post(q);

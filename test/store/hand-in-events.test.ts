@@ -82,11 +82,13 @@ describe('task events of hand-ins with a deadline falling between them (decision
         .map((line) => JSON.parse(line) as { id: string; event: string })
         .filter((e) => e.event !== 'posted')
         .map((e) => [e.id === x ? 'x' : 'y', e.event]);
-      // x is purged once finished (retainSeconds 0), when the hand-in of y looks at the queue.
+      // Each is purged once finished (retainSeconds 0): x before the hand-in of y is applied, y
+      // by the commit that finished it, not left for a timer or a later request.
       expect(history).to.deep.equal([
         ['x', 'finished'],
         ['x', 'purged'],
         ['y', 'finished'],
+        ['y', 'purged'],
       ]);
     } finally {
       await store.close();

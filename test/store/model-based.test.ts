@@ -32,8 +32,14 @@ const DEFINITIONS: QueueDefinition[] = [
   // submissions' answers where nothing can be due.
   { leaseSeconds: 30, maxAttempts: 3 },
   { leaseSeconds: 45, maxAttempts: 2, retryDelaySeconds: 25, retainSeconds: 40 },
+  // Purged the moment they end (or are fetched ended): a result folded with later calls of its
+  // turn, a post with its idempotency key, a fetch of the ended item, all meet it gone.
+  { leaseSeconds: 10, maxAttempts: 2, retainSeconds: 0 },
+  { leaseSeconds: 5, maxAttempts: 3, retryDelaySeconds: 3, retainFrom: 'fetched', retainSeconds: 0 },
 ];
 const CONFIGS: QueueConfig[] = DEFINITIONS.map((def) => resolveQueue(def));
+/** The definitions whose items are purged the moment they end (retainSeconds 0). */
+const PURGED_AT_ONCE = DEFINITIONS.flatMap((def, n) => (def.retainSeconds === 0 ? [n] : []));
 
 const CRITERIA: Array<Criteria | undefined> = [
   undefined,
@@ -383,6 +389,15 @@ describe('the PostgreSQL store against the reference model (model-based, fast-ch
     const factory = pg.factory;
     await fc.assert(
       fc.asyncProperty(fc.nat({ max: CONFIGS.length - 1 }), fc.array(turnCommand, { maxLength: 25, size: 'max' }), (initial, commands) => turns({ name: 'postgres', factory }, initial, commands)),
+      { numRuns: PG_RUNS },
+    );
+  });
+
+  it(`answers calls made in one turn as the model does on queues that purge an item the moment it ends (retainSeconds 0: a post with its key, a cancel or a submission later in the same transaction meets it gone), over ${PG_RUNS} random sequences (decisions §3.5, §5, §6.1)`, async () => {
+    if (!('factory' in pg)) return;
+    const factory = pg.factory;
+    await fc.assert(
+      fc.asyncProperty(fc.constantFrom(...PURGED_AT_ONCE), fc.array(turnCommand, { maxLength: 25, size: 'max' }), (initial, commands) => turns({ name: 'postgres', factory }, initial, commands)),
       { numRuns: PG_RUNS },
     );
   });
