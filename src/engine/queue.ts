@@ -390,13 +390,6 @@ export class Queue {
     this.unmatched.set(key, through);
   }
 
-  /** Leases this pending item if it passes the criteria (a waiting claim offered a new item). */
-  claimItem(item: Item, worker: string, criteria: Criteria | undefined, now: number): Change | null {
-    if (item.status !== 'pending' || this.pending.get(item.ord) !== item) return null;
-    if (criteria !== undefined && !matches(JSON.parse(item.body) as Record<string, unknown>, criteria)) return null;
-    return this.lease(item, worker, now);
-  }
-
   private lease(item: Item, worker: string, now: number): Change {
     return this.apply(item, rules.claim(item, this.config, worker, now));
   }
