@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import stringWidth from 'string-width';
 import type { QueueDetail, QueueEntry } from '../../src/operators/answers.js';
-import { advance, initialState, move, type TopState } from '../../src/cli/top/model.js';
+import { advance, clockOffset, initialState, move, type TopState } from '../../src/cli/top/model.js';
 import { screenLines } from '../../src/cli/top/screen.js';
 import { localTime } from '../../src/cli/view/format.js';
 import { withoutColour } from '../support/colour.js';
@@ -23,7 +23,7 @@ function entry(host: string, name: string, pending = 0): QueueEntry {
 function stateWith(queues: QueueEntry[], detail: Partial<QueueDetail> = {}): TopState {
   const first = queues[0];
   const shown: QueueDetail | null = first ? { ...first, oldest: [], leases: [], ...detail } : null;
-  return advance(initialState(), { at: NOW, list: { queues }, detail: shown, health: null });
+  return advance(initialState(), { at: NOW, list: { queues }, detail: shown, health: null, clockOffsetMs: 0 });
 }
 
 const many = (n: number): QueueEntry[] => Array.from({ length: n }, (_, i) => entry('jobs.test', `q-${String(i).padStart(3, '0')}`, i % 3));
@@ -90,6 +90,29 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     const every5s = [10, 10, 10, ...Array<number>(9).fill(0)];
     expect(spark(every5s, 5000)).to.match(/^[▂-█]+▁+$/);
     expect(spark(every5s, 5000).length).to.equal(spark(quietSince45s, 1000).length);
+  });
+
+  it('ages and lease ends are the server\'s times, shown against the server\'s clock when this machine\'s is off by more than the snapshot\'s second (decisions §5.1)', () => {
+    // The server's clock runs five minutes ahead: its postedAt and until are five minutes "later".
+    const skew = 5 * 60_000;
+    const queues = [entry('jobs.test', 'skewed', 1)];
+    const detail = { oldest: [{ id: 'aaaaaaaaaaaaaaaa', postedAt: NOW + skew - 90_000, attempts: 0 }], leases: [{ id: 'bbbbbbbbbbbbbbbb', worker: 'w', until: NOW + skew + 30_000, attempts: 1 }] };
+    const offset = clockOffset(Math.floor((NOW + skew) / 1000), NOW - 20, NOW + 20);
+    expect(offset).to.be.within(skew - 1000, skew + 1000);
+    const state = { ...stateWith(queues, detail) };
+    state.fetched = { ...state.fetched!, clockOffsetMs: offset };
+    const lines = screenLines(state, { columns: 120, rows: 30 }, VIEW, NOW);
+    const oldest = lines.find((l) => l.includes('aaaaaaaaaaaaaaaa'))!;
+    const lease = lines.find((l) => l.includes('bbbbbbbbbbbbbbbb'))!;
+    // Not "-3m30s" old and "5m30s" left, as this machine's clock would have it.
+    expect(oldest).to.match(/\b1m ?3\ds\b|\b1m ?2\ds\b|\b9\ds\b/);
+    expect(lease).to.match(/\b[23]\ds\b/);
+    // Uncorrected, a server a little behind would show an item posted "in the future": shown as just posted.
+    state.fetched = { ...state.fetched!, clockOffsetMs: 0, detail: { ...state.fetched!.detail!, oldest: [{ id: 'cccccccccccccccc', postedAt: NOW + 1500, attempts: 0 }] } };
+    expect(screenLines(state, { columns: 120, rows: 30 }, VIEW, NOW).find((l) => l.includes('cccccccccccccccc'))).to.match(/ 0ms /);
+    // Clocks within the snapshot's resolution are taken to agree: nothing moves by a second now and then.
+    expect(clockOffset(Math.floor(NOW / 1000), NOW - 5, NOW + 5)).to.equal(0);
+    expect(clockOffset(Math.floor((NOW - 1500) / 1000), NOW - 5, NOW + 5)).to.equal(0);
   });
 
   it('a worker name is shown as text: its control characters (escape sequences, line breaks) cannot redraw or break the screen', () => {
@@ -192,11 +215,11 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     state = move(state, 6);
     expect(state.selected).to.equal('jobs.test/q-006');
     const without = queues.filter((q) => q.name !== 'q-006');
-    state = advance(state, { at: NOW + 1000, list: { queues: without }, detail: null, health: null });
+    state = advance(state, { at: NOW + 1000, list: { queues: without }, detail: null, health: null, clockOffsetMs: 0 });
     expect(state.selected).to.equal('jobs.test/q-007');
     // At the end of the list, the last queue.
     state = move(state, Infinity);
-    state = advance(state, { at: NOW + 2000, list: { queues: without.slice(0, -1) }, detail: null, health: null });
+    state = advance(state, { at: NOW + 2000, list: { queues: without.slice(0, -1) }, detail: null, health: null, clockOffsetMs: 0 });
     expect(state.selected).to.equal('jobs.test/q-008');
   });
 

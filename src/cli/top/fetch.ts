@@ -1,7 +1,7 @@
 import type { CallOptions, SvcqClient } from '../../client/client.js';
 import { QUEUES_PATH, queuePath, type QueueDetail, type QueueEntry, type QueueList } from '../../operators/answers.js';
 import type { Snapshot } from '../../tools/stats.js';
-import { keyOf, selectedAfter, type Fetched } from './model.js';
+import { clockOffset, keyOf, selectedAfter, type Fetched } from './model.js';
 
 /**
  * One refresh: the list and the server's health together, then the selected queue's detail (when
@@ -12,11 +12,20 @@ import { keyOf, selectedAfter, type Fetched } from './model.js';
  */
 export async function fetchTop(client: SvcqClient, selected: string | null, options: { detail?: boolean; shown?: readonly QueueEntry[]; now?: () => number; signal?: AbortSignal } = {}): Promise<Fetched> {
   const call = { timeoutMs: 10_000, signal: options.signal };
-  const [list, health] = await Promise.all([fetchQueueList(client, call), client.tool<Snapshot>('stats/now', call).catch(() => null)]);
+  const now = options.now ?? Date.now;
+  const sentAt = now();
+  let answeredAt = sentAt;
+  const [list, health] = await Promise.all([
+    fetchQueueList(client, call),
+    client.tool<Snapshot>('stats/now', call).then(
+      (h) => ((answeredAt = now()), h),
+      () => null,
+    ),
+  ]);
   const key = options.detail === false ? null : selectedAfter(selected, list.queues, options.shown);
   const entry = key === null ? undefined : list.queues.find((q) => keyOf(q) === key);
   const detail = entry ? await client.json<QueueDetail>('GET', queuePath(entry.host, entry.name), { shape: 'queueDetail', ...call }).catch(() => null) : null;
-  return { at: (options.now ?? Date.now)(), list, detail, health };
+  return { at: now(), list, detail, health, clockOffsetMs: health && typeof health.ts === 'number' ? clockOffset(health.ts, sentAt, answeredAt) : 0 };
 }
 
 /** GET /api/v2/queues, refused in one sentence when what answered is not svcq (a --url that names some other web server may well answer 200, with a page). */

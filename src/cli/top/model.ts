@@ -12,6 +12,24 @@ export interface Fetched {
   detail: QueueDetail | null;
   /** The server's health; null when it could not be read this time. */
   health: Snapshot | null;
+  /**
+   * How far the server's clock is ahead of this machine's (ms; negative: behind), from the
+   * health snapshot's time; 0 when they agree to within {@link CLOCK_SLACK_MS} or it is unknown.
+   * Ages and lease ends are the server's times, shown against the server's now.
+   */
+  clockOffsetMs: number;
+}
+
+/** Clocks closer than this are taken to agree: the snapshot's time has a resolution of one second. */
+export const CLOCK_SLACK_MS = 2000;
+
+/** The offset of the server's clock, from a snapshot's time (whole seconds) taken while a request was under way from `sentAt` to `answeredAt` (this machine's ms). */
+export function clockOffset(serverSeconds: number, sentAt: number, answeredAt: number): number {
+  // The snapshot was taken somewhere in [sentAt, answeredAt]; its second ran up to a second past ts.
+  const server = serverSeconds * 1000 + 500;
+  const local = (sentAt + answeredAt) / 2;
+  const offset = server - local;
+  return Math.abs(offset) < CLOCK_SLACK_MS + (answeredAt - sentAt) / 2 ? 0 : Math.round(offset);
 }
 
 /** Everything the screen shows, carried from one refresh to the next. */

@@ -192,7 +192,8 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
   lines.push('');
 
   const room = budget - lines.length - footerLines;
-  lines.push(...detailLines(f?.detail ?? null, state.selected, room, size.columns, now));
+  // Ages and lease ends are the server's times: measured against the server's clock.
+  lines.push(...detailLines(f?.detail ?? null, state.selected, room, size.columns, now + (f?.clockOffsetMs ?? 0)));
 
   while (lines.length < budget - footerLines) lines.push('');
   lines.push(error ?? '');

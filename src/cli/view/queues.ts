@@ -5,7 +5,8 @@ import { localTime, printable, table } from './format.js';
 /** `1234` ms → `1.2s`, `75000` → `1m 15s`, `5400000` → `1h 30m`, `null` → `-` (nothing pending). */
 export function humanAge(ms: number | null): string {
   if (ms === null) return '-';
-  if (ms < 1000) return `${Math.round(ms)}ms`;
+  // An age below zero is clocks that differ by less than can be told (top corrects larger gaps): just posted.
+  if (ms < 1000) return `${Math.max(0, Math.round(ms))}ms`;
   const s = ms / 1000;
   if (s < 60) return `${s < 10 ? s.toFixed(1) : Math.floor(s)}s`;
   const m = Math.floor(s / 60);
