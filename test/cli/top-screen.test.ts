@@ -108,7 +108,7 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     expect(oldest).to.match(/\b1m ?3\ds\b|\b1m ?2\ds\b|\b9\ds\b/);
     expect(lease).to.match(/\b[23]\ds\b/);
     // Uncorrected, a server a little behind would show an item posted "in the future": shown as just posted.
-    state.fetched = { ...state.fetched!, clockOffsetMs: 0, detail: { ...state.fetched!.detail!, oldest: [{ id: 'cccccccccccccccc', postedAt: NOW + 1500, attempts: 0 }] } };
+    state.fetched = { ...state.fetched!, clockOffsetMs: 0, detail: { ...state.fetched!.detail!, oldestPendingAgeMs: 0, oldest: [{ id: 'cccccccccccccccc', postedAt: NOW + 1500, attempts: 0 }] } };
     expect(screenLines(state, { columns: 120, rows: 30 }, VIEW, NOW).find((l) => l.includes('cccccccccccccccc'))).to.match(/ 0ms /);
     // Clocks within the snapshot's resolution are taken to agree: nothing moves by a second now and then.
     expect(clockOffset(Math.floor(NOW / 1000), NOW - 5, NOW + 5)).to.equal(0);

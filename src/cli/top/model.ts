@@ -1,5 +1,6 @@
 import type { QueueDetail, QueueEntry, QueueList } from '../../operators/answers.js';
 import type { CoreTimes, Snapshot } from '../../tools/stats.js';
+import { CLOCK_SLACK_MS } from '../view/queues.js';
 
 /** Samples kept per queue for the sparkline: one per refresh, a minute at one refresh a second. */
 export const HISTORY = 60;
@@ -20,8 +21,6 @@ export interface Fetched {
   clockOffsetMs: number;
 }
 
-/** Clocks closer than this are taken to agree: the snapshot's time has a resolution of one second. */
-export const CLOCK_SLACK_MS = 2000;
 
 /** The offset of the server's clock, from a snapshot's time (whole seconds) taken while a request was under way from `sentAt` to `answeredAt` (this machine's ms). */
 export function clockOffset(serverSeconds: number, sentAt: number, answeredAt: number): number {

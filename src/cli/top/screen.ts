@@ -4,7 +4,7 @@ import type { QueueDetail, QueueEntry } from '../../operators/answers.js';
 import type { Snapshot } from '../../tools/stats.js';
 import { localTime, printable, table } from '../view/format.js';
 import { bar, diskSummary, memorySummary } from '../view/panel.js';
-import { agePaint, humanAge, humanRate, leaseLeftText, paintAge } from '../view/queues.js';
+import { agePaint, humanAge, humanRate, leaseLeftText, paintAge, serverNowOf } from '../view/queues.js';
 import { HISTORY, keyOf, sparkline, type TopState } from './model.js';
 
 type Align = 'left' | 'right';
@@ -192,8 +192,10 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
   lines.push('');
 
   const room = budget - lines.length - footerLines;
-  // Ages and lease ends are the server's times: measured against the server's clock.
-  lines.push(...detailLines(f?.detail ?? null, state.selected, room, size.columns, now + (f?.clockOffsetMs ?? 0)));
+  // Ages and lease ends are the server's times: measured against the server's clock (from its
+  // health snapshot, or else from the detail's own oldest age).
+  const serverNow = f?.clockOffsetMs ? now + f.clockOffsetMs : f?.detail ? serverNowOf(f.detail, now) : now;
+  lines.push(...detailLines(f?.detail ?? null, state.selected, room, size.columns, serverNow));
 
   while (lines.length < budget - footerLines) lines.push('');
   lines.push(error ?? '');

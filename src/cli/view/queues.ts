@@ -74,7 +74,21 @@ export function queueListTable(list: QueueList): string {
 }
 
 /** `svcq queue HOST/NAME`: counts, age and rates, then the oldest pending items and the leases. */
-export function queueDetailView(q: QueueDetail, now = Date.now()): string {
+/** Clocks closer than this are taken to agree (top's health snapshot tells the time to a second). */
+export const CLOCK_SLACK_MS = 2000;
+
+/**
+ * The server's now, as its answer tells it: the oldest pending item's age was measured against
+ * its clock. This machine's now where the answer cannot tell (nothing pending) or the clocks
+ * agree to within {@link CLOCK_SLACK_MS}: ages and lease ends are the server's times.
+ */
+export function serverNowOf(q: QueueDetail, localNow = Date.now()): number {
+  if (q.oldestPendingAgeMs === null || q.oldest.length === 0) return localNow;
+  const now = Math.min(...q.oldest.map((o) => o.postedAt)) + q.oldestPendingAgeMs;
+  return Math.abs(now - localNow) > CLOCK_SLACK_MS ? now : localNow;
+}
+
+export function queueDetailView(q: QueueDetail, now = serverNowOf(q)): string {
   const lines: string[] = [];
   lines.push(`${chalk.bold.cyan(`${q.host}/${q.name}`)}  oldest pending ${paintAge(q.oldestPendingAgeMs)}`);
   lines.push('');
