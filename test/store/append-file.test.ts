@@ -2,15 +2,12 @@ import { constants, readFileSync, statSync, write, writeFileSync } from 'node:fs
 import path from 'node:path';
 import { expect } from 'chai';
 import { AppendFile, type WriteFn } from '../../src/store/append-file.js';
-import { cleanupTemp, tempDir } from '../support/server.js';
+import { tempDirEachTest } from '../support/server.js';
 import { dataOf } from '../support/files.js';
 
 describe('an append file kept zero-filled ahead of its data', () => {
   let dir: string;
-  beforeEach(() => {
-    dir = tempDir();
-  });
-  afterEach(() => cleanupTemp(dir));
+  tempDirEachTest((made) => (dir = made));
 
   it('writes zeros ahead of the data while open, appends right after the data, and cuts the zeros off on close', async () => {
     const file = path.join(dir, 'j.jsonl');

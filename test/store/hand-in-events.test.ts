@@ -3,16 +3,13 @@ import { expect } from 'chai';
 import { resolveQueue } from '../../src/engine/config.js';
 import { EmbeddedStore } from '../../src/store/embedded-store.js';
 import type { QueueRef } from '../../src/store/store.js';
-import { cleanupTemp, tempDir } from '../support/server.js';
+import { tempDirEachTest } from '../support/server.js';
 
 const HOST = 'events.example.com';
 
 describe('task events of a claim whose hand-ins name one item twice (decisions §3.8, §5)', () => {
   let dir: string;
-  beforeEach(() => {
-    dir = tempDir();
-  });
-  afterEach(() => cleanupTemp(dir));
+  tempDirEachTest((made) => (dir = made));
 
   it('each event carries the status and attempts its own change left, in the history and again after a restart', async () => {
     const q: QueueRef = { key: `${HOST}/jobs`, host: HOST, name: 'jobs', config: resolveQueue({ maxAttempts: 3, leaseSeconds: 600 }) };
@@ -59,10 +56,7 @@ describe('task events of a claim whose hand-ins name one item twice (decisions �
 
 describe('task events of hand-ins with a deadline falling between them (decisions §2.2, §3.8, §5)', () => {
   let dir: string;
-  beforeEach(() => {
-    dir = tempDir();
-  });
-  afterEach(() => cleanupTemp(dir));
+  tempDirEachTest((made) => (dir = made));
 
   it('a deadline that falls between two hand-ins is journalled after the hand-ins before it: an item\'s purge follows its finish (decisions §2.2, §3.8, §5)', async () => {
     const q: QueueRef = { key: `${HOST}/brief`, host: HOST, name: 'brief', config: resolveQueue({ retainSeconds: 0 }) };

@@ -2,14 +2,11 @@ import { write } from 'node:fs';
 import { expect } from 'chai';
 import type { WriteFn } from '../../src/store/append-file.js';
 import { Journal } from '../../src/store/journal.js';
-import { cleanupTemp, tempDir } from '../support/server.js';
+import { tempDirEachTest } from '../support/server.js';
 
 describe('journal appends across a switch to a new journal (decisions §5, §6)', () => {
   let dir: string;
-  beforeEach(() => {
-    dir = tempDir();
-  });
-  afterEach(() => cleanupTemp(dir));
+  tempDirEachTest((made) => (dir = made));
 
   it('resolve in the order they were made, appends held during the switch before any made after it: the task history takes events in that order, each once', async () => {
     // Every write takes 30 ms, so that the previous journal's last group is still being written while the switch waits for it.

@@ -4,7 +4,7 @@ import { expect } from 'chai';
 import { Item } from '../../src/engine/queue.js';
 import type { WriteFn } from '../../src/store/append-file.js';
 import { GROUP_END, itemRecord, Journal, updateRecord } from '../../src/store/journal.js';
-import { cleanupTemp, tempDir } from '../support/server.js';
+import { tempDirEachTest } from '../support/server.js';
 import { dataOf } from '../support/files.js';
 
 const QUEUE = 'jobs.test/work';
@@ -35,10 +35,7 @@ function item(n: number, body: string): Item {
 
 describe('journal records of whole items (decisions §6)', () => {
   let dir: string;
-  beforeEach(() => {
-    dir = tempDir();
-  });
-  afterEach(() => cleanupTemp(dir));
+  tempDirEachTest((made) => (dir = made));
 
   it('writes a body as posted after a tab, and reads every body back byte for byte, a pretty-printed one included', async () => {
     const lines = BODIES.map((body, i) => itemRecord(QUEUE_JSON, item(i + 1, body)));

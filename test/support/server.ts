@@ -17,6 +17,19 @@ export function cleanupTemp(dir: string): void {
   rmSync(dir, { recursive: true, force: true });
 }
 
+/**
+ * Gives each test of the enclosing `describe` a fresh temp directory (`use` gets it before the
+ * test) and removes it after the test, whatever became of it.
+ */
+export function tempDirEachTest(use: (dir: string) => void, prefix?: string): void {
+  let dir = '';
+  beforeEach(() => {
+    dir = tempDir(prefix);
+    use(dir);
+  });
+  afterEach(() => cleanupTemp(dir));
+}
+
 export interface TestServer {
   url: string;
   port: number;

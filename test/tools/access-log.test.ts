@@ -4,7 +4,7 @@ import { readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { AccessLog } from '../../src/tools/access-log.js';
-import { cleanupTemp, tempDir } from '../support/server.js';
+import { cleanupTemp, tempDir, tempDirEachTest } from '../support/server.js';
 import { eventually } from './helpers.js';
 
 function entry(i: number) {
@@ -29,10 +29,7 @@ function rotatedLines(dir: string): string[] {
 
 describe('AccessLog rotation (decisions §5)', () => {
   let dir: string;
-  beforeEach(() => {
-    dir = tempDir();
-  });
-  afterEach(() => cleanupTemp(dir));
+  tempDirEachTest((made) => (dir = made));
 
   it('rotates back to back without losing or repeating a line, each rotated ts unique, equal to its mtime, in line order', async () => {
     const warnings: string[] = [];

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { readdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { StatsSampler, takeSnapshot, type Snapshot } from '../../src/tools/stats.js';
-import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
+import { cleanupTemp, startServer, tempDirEachTest, type TestServer } from '../support/server.js';
 import { eventually, expectBadRequest, expectEmpty200, expectIntegers, today, tools } from './helpers.js';
 
 interface StatList {
@@ -160,10 +160,7 @@ describe('server-health stats (interface §4.6, decisions §5)', () => {
 
 describe('stats day-files with --stats-days (decisions §5: one day-file per type and UTC day; an operator may cap how many days stay)', () => {
   let dir: string;
-  beforeEach(() => {
-    dir = tempDir('svcq-stats-days-');
-  });
-  afterEach(() => cleanupTemp(dir));
+  tempDirEachTest((made) => (dir = made), 'svcq-stats-days-');
 
   const names = (): string[] => readdirSync(dir).sort();
   const snapshot = async (): Promise<Snapshot> => takeSnapshot();

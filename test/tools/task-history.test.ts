@@ -4,7 +4,7 @@ import { expect } from 'chai';
 import { EmbeddedStore } from '../../src/store/embedded-store.js';
 import type { EventOutbox, OutboxEntry } from '../../src/store/store.js';
 import { HistoryUnavailable, TaskEventLog } from '../../src/tools/task-events.js';
-import { cleanupTemp, tempDir } from '../support/server.js';
+import { tempDirEachTest } from '../support/server.js';
 
 /** An outbox holding fixed entries, as a store hands them over (decisions §5). */
 function outboxOf(entries: OutboxEntry[]): EventOutbox & { delivered: number } {
@@ -23,10 +23,7 @@ function outboxOf(entries: OutboxEntry[]): EventOutbox & { delivered: number } {
 describe('the task history when a write fails (decisions §5, §6)', function () {
   this.timeout(20_000);
   let dir: string;
-  beforeEach(() => {
-    dir = tempDir('svcq-history-');
-  });
-  afterEach(() => cleanupTemp(dir));
+  tempDirEachTest((made) => (dir = made), 'svcq-history-');
 
   it('writes events spanning two days once each when the second day-file fails and is tried again; a flush meanwhile is refused, not held', async () => {
     const first = Date.parse('2026-01-01T23:59:59Z');
@@ -79,10 +76,7 @@ describe('the task history when a write fails (decisions §5, §6)', function ()
 describe('the task history of a root written by a build that kept its position in the store\'s journal (decisions §5: every event once)', function () {
   this.timeout(20_000);
   let home: string;
-  beforeEach(() => {
-    home = tempDir('svcq-history-');
-  });
-  afterEach(() => cleanupTemp(home));
+  tempDirEachTest((made) => (home = made), 'svcq-history-');
 
   it('lines written after the journal\'s last mark ["m", seq, file, size] are cut off and written once from the journal, not twice', async () => {
     const event = (n: number): string => `{"ts":${Date.parse('2026-01-01T12:00:00Z') + n},"host":"jobs.test","queue":"work","id":"000000000000000${n}","event":"posted","attempts":0,"status":"pending"}\n`;
@@ -114,10 +108,7 @@ describe('the task history of a root written by a build that kept its position i
 describe('the task history with --history-days (decisions §5: the history outlives retention, and an operator may cap it)', function () {
   this.timeout(20_000);
   let dir: string;
-  beforeEach(() => {
-    dir = tempDir('svcq-history-');
-  });
-  afterEach(() => cleanupTemp(dir));
+  tempDirEachTest((made) => (dir = made), 'svcq-history-');
 
   const day = (d: string): number => Date.parse(`${d}T12:00:00Z`);
   const names = (): string[] => readdirSync(dir).filter((n) => n.startsWith('tasks-')).sort();
