@@ -13,10 +13,13 @@ const DROP_AND_KEEP = 64 * 1024;
  * first, however long the client makes it. A small body of declared length is read and dropped as
  * before. Whether a body was read depends on the route alone (a handler reads it once access is
  * granted), and its size on the request alone, so the wall stays one response to every probe.
+ * A connection that ends after this answer anyway (the client sent `connection: close`, spoke
+ * HTTP/1.0, or the server is stopping) lingers all the same: closed at once under a body still
+ * on its way, it would be reset, and the client could lose the answer.
  */
 export function closeUnlessBodyRead(res: ServerResponse): void {
   const req = res.req;
-  if (req.readableEnded || !res.shouldKeepAlive || !hasBody(req)) return;
+  if (req.readableEnded || !hasBody(req)) return;
   const length = req.headers['content-length'];
   if (length !== undefined && Number(length) <= DROP_AND_KEEP) return;
   endAfterAnswer(res);
