@@ -184,6 +184,40 @@ describe('long polls over HTTP', function () {
     expect(slow.ms).to.be.within(900, 2500);
   });
 
+  it('a wait of N seconds ends after N seconds, not later: a claim and a fetch with wait 3 answer after 3 s (decisions §3.3, §3.6)', async () => {
+    const q = await newQueue(server, HOST);
+    const open = await q.post({ n: 1 });
+    await q.claim();
+    const start = Date.now();
+    // Nothing to claim and nothing that ends the item: both are held their whole wait, and no longer.
+    const [claim, fetched] = await Promise.all([timed(q.claim({ wait: 3 }), start), timed(q.fetch(open, '?wait=3'), start)]);
+    expect(claim.value).to.deep.equal({ ok: true, empty: true });
+    expect(claim.ms, 'claim').to.be.within(2900, 4500);
+    expect(fetched.value).to.include({ status: 'claimed' });
+    expect(fetched.ms, 'fetch').to.be.within(2900, 4500);
+  });
+
+  it('a claim\'s wait counts from the request\'s arrival: the time its body took to come in is part of the wait (decisions §3.3)', async () => {
+    const q = await newQueue(server, HOST);
+    const body = JSON.stringify({ wait: 2 });
+    const url = new URL(server.url);
+    const start = Date.now();
+    // The head goes out at once, the body 1.5 s later: the answer is due 2 s after the head, not 2 s after the body.
+    const answered = new Promise<Json>((resolve, reject) => {
+      const req = http.request({ hostname: url.hostname, port: url.port, path: `/${q.name}/claim`, method: 'POST', agent: false, headers: { host: HOST, 'content-type': 'application/json', 'content-length': String(body.length) } }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')) as Json));
+      });
+      req.on('error', reject);
+      req.flushHeaders();
+      setTimeout(() => req.end(body), 1500);
+    });
+    const { value, ms } = await timed(answered, start);
+    expect(value).to.deep.equal({ ok: true, empty: true });
+    expect(ms).to.be.within(1900, 2900);
+  });
+
   it('rejects a fetch wait that is not an integer from 0 to 30 with 400 (decisions §3.6)', async () => {
     const q = await newQueue(server, HOST);
     const id = await q.post({ n: 1 });
