@@ -107,6 +107,26 @@ describe('queue access policy over HTTP', function () {
     expect(await q.claim()).to.deep.equal({ ok: true, empty: true });
   });
 
+  it('takes the Bearer scheme in any case, as RFC 9110 §11.1 has it, on the queue domain and under /api (interface §5.1, §5.2)', async () => {
+    const q = await newQueue(server, HOST, { access: { post: ['alice'], fetch: ['alice'] } });
+    for (const scheme of ['bearer', 'BEARER', 'BeArEr']) {
+      const posted = await q.postRaw({ scheme }, { headers: { authorization: `${scheme} ${ALICE}` } });
+      expect(posted.status, `${scheme}: ${posted.text}`).to.equal(200);
+      expect((await q.fetchRaw((posted.json as Json).id as string, '', { headers: { authorization: `${scheme} ${ALICE}` } })).json).to.include({ postedBy: 'alice' });
+      const version = await q.raw('GET', '/api/version', undefined, { headers: { authorization: `${scheme} ${server.masterToken}` } });
+      expect(version.json, scheme).to.deep.equal({ api: 2 });
+    }
+  });
+
+  it('walls a credential with whitespace inside, even when its whole text is a user\'s token: a bearer token has none (RFC 6750 §2.1, decisions §4)', async () => {
+    const spaced = uniqueName('spaced');
+    // A user whose tokenSha256 is that of a text with a space: no request can present it.
+    await defineUser(server, HOST, spaced, 'two words');
+    const q = await newQueue(server, HOST, { access: { post: [spaced], fetch: [spaced], work: [spaced] } });
+    expectWall(await q.postRaw({ n: 1 }, { headers: { authorization: 'Bearer two words' } }), 'Bearer two words');
+    expectWall(await q.raw('GET', '/api/version', undefined, { headers: { authorization: `Bearer ${server.masterToken} ${server.masterToken}` } }), 'master token twice');
+  });
+
   it('allows an operation the access object does not list to nobody (decisions §2.2)', async () => {
     const q = await newQueue(server, HOST, { access: { post: 'public' } });
     const id = await q.post({ n: 1 });
