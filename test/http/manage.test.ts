@@ -310,6 +310,14 @@ describe('management API: manifest, PUT and DELETE /api/v2/def (black box)', () 
     expect(await manifest()).to.not.have.property(at);
   });
 
+  it('refuses a PUT body larger than --max-body (1 MiB unless set) with 413 { error }, writing nothing (interface §4.5 rule 2; --max-body is the largest request body)', async () => {
+    const at = `big.example.com/svc-queues/${uniqueName('big')}.json`;
+    const reply = await put(encodeURIComponent(at), JSON.stringify({ description: 'x'.repeat(1024 * 1024) }));
+    expect(reply.status).to.equal(413);
+    expect(reply.json).to.have.property('error').that.is.a('string');
+    expect(await manifest()).to.not.have.property(at);
+  });
+
   it('ignores a request body on GET /api/v2/manifest and answers the same object (interface §4.5 rule 6)', async () => {
     const plain = await manifest();
     const withBody = await request(server.url, '/api/v2/manifest', { token: server.masterToken, body: '{"x":1}' });
