@@ -106,6 +106,41 @@ describe('a stop that always ends (decisions §1.1)', function () {
     expect(afterSignal[0]).to.deep.include({ status: 200, body: '{"ok":true,"empty":true}' });
   });
 
+  it('a request whose head was still coming in when the stop came is answered with connection: close (decisions §1.1: a request that arrives on a connection after the signal)', async () => {
+    const server = await startServer({ args: ['--shutdown-grace', '3'] });
+    servers.push(server);
+    await defineQueue(server, HOST, 'q', { access: PUBLIC_ACCESS });
+    const socket = await connect(server);
+    let received = '';
+    socket.on('data', (c: Buffer) => (received += c.toString()));
+    const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+    socket.write(`POST /q HTTP/1.1\r\nHost: ${HOST}\r\n`);
+    await new Promise((r) => setTimeout(r, 300));
+    server.proc.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+    socket.write('Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}');
+    await closed;
+    expect(received).to.match(/^HTTP\/1\.1 200 /);
+    expect(received.toLowerCase()).to.include('connection: close');
+    expect(await exitWithin(server, 6000)).to.equal(0);
+  });
+
+  it('without --shutdown-grace, a connection still short of a whole request is cut 5 s after the signal, and the server exits 0 (decisions §1.1)', async () => {
+    const server = await startServer();
+    servers.push(server);
+    const half = await connect(server);
+    half.write(`POST /q HTTP/1.1\r\nHost: ${HOST}\r\nContent-Type: appl`);
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      const signalled = Date.now();
+      server.proc.kill('SIGTERM');
+      expect(await exitWithin(server, 9000)).to.equal(0);
+      expect(Date.now() - signalled).to.be.within(4500, 9000);
+    } finally {
+      half.destroy();
+    }
+  });
+
   it('a request under way when the stop comes is answered, with connection: close, and a request sent after that answer on the same connection is not carried out (decisions §1.1: requests under way finish; §6: nothing changes without its answer)', async () => {
     const server = await startServer({ args: ['--shutdown-grace', '3'] });
     servers.push(server);
