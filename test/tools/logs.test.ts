@@ -41,6 +41,25 @@ describe('access log and /api/v2/logs (interface §4.6, decisions §5)', () => {
     expect(line.bytes).to.be.above(0);
   });
 
+  it('counts in bytes what went out for this request alone, also the third on one keep-alive connection (decisions §5)', async () => {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const base = new URL(server.url);
+    const get = (marker: string): Promise<void> =>
+      new Promise((resolve, reject) => {
+        http.get({ hostname: base.hostname, port: base.port, path: marker, agent, headers: { host: 'jobs.bytes.test' } }, (res) => res.resume().on('end', resolve)).on('error', reject);
+      });
+    try {
+      for (const n of [1, 2, 3]) await get(`/bytes-${n}`);
+    } finally {
+      agent.destroy();
+    }
+    const lines = await linesUntil(server, '/bytes-3');
+    // Three walls, byte for byte the same but for the time in Date: each line counts one of them.
+    const bytes = [1, 2, 3].map((n) => lines.find((l) => l.path === `/bytes-${n}`)!.bytes as number);
+    expect(bytes[1]).to.equal(bytes[0]);
+    expect(bytes[2]).to.equal(bytes[0]);
+  });
+
   it('writes one line for a request whose client went away before the answer, a long-poll claim given up on: status 499, once (decisions §5: one line per request)', async function () {
     this.timeout(15_000);
     await putQueue(server, 'jobs.abandon.test', 'empty', { access: { post: 'public', fetch: 'public', work: 'public' } });
