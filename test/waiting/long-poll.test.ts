@@ -2,8 +2,8 @@ import { expect } from 'chai';
 import { resolveQueue } from '../../src/engine/config.js';
 import { ModelStore, newModelDisk } from '../../src/store/model-store.js';
 import { StoreUnavailable, type Store } from '../../src/store/store.js';
-import { LongPolls } from '../../src/waiting/long-poll.js';
-import { InProcessNotifier } from '../../src/waiting/notifier.js';
+import { LongPolls, QueueWithdrawn } from '../../src/waiting/long-poll.js';
+import { InProcessNotifier, type Notifier } from '../../src/waiting/notifier.js';
 
 const ref = { key: 'wait.example.com/q', host: 'wait.example.com', name: 'q', config: resolveQueue({}) };
 
@@ -17,6 +17,25 @@ function slowClaims(store: ModelStore, ms: number): Store {
       return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
     },
   }) as unknown as Store;
+}
+
+/** `inner`, counting the subscriptions not yet ended. */
+function counting(inner: Notifier): { notifier: Notifier; live: () => number } {
+  let live = 0;
+  const notifier: Notifier = {
+    notify: (topic) => inner.notify(topic),
+    subscribe: (topic, listener) => {
+      live++;
+      const off = inner.subscribe(topic, listener);
+      let ended = false;
+      return () => {
+        if (!ended) live--;
+        ended = true;
+        off();
+      };
+    },
+  };
+  return { notifier, live: () => live };
 }
 
 describe('long polls above the store (decisions §3.3 wait)', function () {
@@ -90,6 +109,177 @@ describe('long polls above the store (decisions §3.3 wait)', function () {
     await new Promise((resolve) => setTimeout(resolve, 50));
     const { id } = await model.post(ref, { body: '{"kind":"b"}', postedBy: 'p' });
     expect((await held)?.id).to.equal(id);
+    expect(Date.now() - started).to.be.below(1500);
+    await model.close();
+  });
+
+  it('a claim whose queue is withdrawn while its first look is at the store ends with the wall once that look is back, not after its wait (decisions §2.4)', async () => {
+    const notifier = new InProcessNotifier();
+    const model = new ModelStore(newModelDisk(), { notifier });
+    await model.open();
+    const waits = new LongPolls(slowClaims(model, 300), notifier);
+    let defined = true;
+    const started = Date.now();
+    const held = waits.claimMany(ref, { worker: 'w', waitMs: 3000, current: () => (defined ? ref : undefined) }).then(
+      () => 'answered',
+      (err: unknown) => err,
+    );
+    // The definition goes during the look: its change is told (definitionsChanged) before the claim waits.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    defined = false;
+    waits.definitionsChanged(ref.host);
+    expect(await held).to.be.instanceOf(QueueWithdrawn);
+    expect(Date.now() - started).to.be.below(1500);
+    await model.close();
+  });
+
+  it('a held claim whose time runs out while a look is under way answers with what that look claimed: an item is never leased to an answer that says empty (decisions §3.3)', async () => {
+    const notifier = new InProcessNotifier();
+    const model = new ModelStore(newModelDisk(), { notifier });
+    await model.open();
+    const waits = new LongPolls(slowClaims(model, 300), notifier);
+    // First look 0–300 ms finds nothing; the post at 400 ms wakes a look (400–700 ms); the wait ends at 500 ms.
+    const held = waits.claim(ref, { worker: 'w', waitMs: 500 });
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    const { id } = await model.post(ref, { body: '{}', postedBy: 'p' });
+    const claimed = await held;
+    const record = await model.get(ref, id);
+    expect(claimed?.id, `answered ${JSON.stringify(claimed)}, the item is ${record?.status}`).to.equal(id);
+    await model.close();
+  });
+
+  it('a claim and a fetch that waited leave no subscription and no definition lookup behind once answered (decisions §3.3, §3.6)', async () => {
+    const inner = new InProcessNotifier();
+    const model = new ModelStore(newModelDisk(), { notifier: inner });
+    await model.open();
+    const { notifier, live } = counting(inner);
+    const waits = new LongPolls(model, notifier);
+    let lookups = 0;
+    const current = (): typeof ref => {
+      lookups++;
+      return ref;
+    };
+    const claim = waits.claimMany(ref, { worker: 'w', waitMs: 2000, current });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const { id } = await model.post(ref, { body: '{}', postedBy: 'p' });
+    expect((await claim).map((c) => c.id)).to.deep.equal([id]);
+    const fetched = waits.get(ref, id, 2000, undefined, current);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    await model.result(ref, id, '{}');
+    expect((await fetched)?.status).to.equal('finished');
+    expect(live(), 'subscriptions left').to.equal(0);
+    // A definition change later is no business of requests already answered.
+    lookups = 0;
+    waits.definitionsChanged(ref.host);
+    expect(lookups, 'lookups after the answers').to.equal(0);
+    await model.close();
+  });
+
+  it('a claim whose queue is withdrawn while a look is under way is answered after that look: what it claimed is handed over, never leased to a wall (decisions §2.4, §3.3)', async () => {
+    const notifier = new InProcessNotifier();
+    const model = new ModelStore(newModelDisk(), { notifier });
+    await model.open();
+    const waits = new LongPolls(slowClaims(model, 300), notifier);
+    let defined = true;
+    // First look 0–300 ms finds nothing; the post at 400 ms wakes a look (400–700 ms); the queue goes at 500 ms.
+    const held = waits.claim(ref, { worker: 'w', waitMs: 3000, current: () => (defined ? ref : undefined) }).then(
+      (claimed) => claimed?.id,
+      (err: unknown) => err,
+    );
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    const { id } = await model.post(ref, { body: '{}', postedBy: 'p' });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    defined = false;
+    waits.definitionsChanged(ref.host);
+    const answer = await held;
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    const status = (await model.get(ref, id))?.status;
+    if (answer instanceof QueueWithdrawn) expect(status, 'an item claimed for a claim answered with the wall').to.equal('pending');
+    else expect(answer).to.equal(id);
+    await model.close();
+  });
+
+  it('a held claim makes one look at a time: items announced during its look are left for others, none claimed for an answer already given (interface §4.2 rule 2)', async () => {
+    const notifier = new InProcessNotifier();
+    const model = new ModelStore(newModelDisk(), { notifier });
+    await model.open();
+    const waits = new LongPolls(slowClaims(model, 300), notifier);
+    // First look 0–300 ms finds nothing; the post at 400 ms wakes a look (400–700 ms); another item comes at 500 ms.
+    const held = waits.claim(ref, { worker: 'w', waitMs: 3000 });
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    const first = await model.post(ref, { body: '{"n":1}', postedBy: 'p' });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const second = await model.post(ref, { body: '{"n":2}', postedBy: 'p' });
+    expect((await held)?.id).to.equal(first.id);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect((await model.get(ref, second.id))?.status).to.equal('pending');
+    await model.close();
+  });
+
+  it('a held claim whose queue is withdrawn during a look that finds nothing ends with the wall once the look is back, not after its wait (decisions §2.4)', async () => {
+    const notifier = new InProcessNotifier();
+    const model = new ModelStore(newModelDisk(), { notifier });
+    await model.open();
+    const waits = new LongPolls(slowClaims(model, 300), notifier);
+    let defined = true;
+    const started = Date.now();
+    // First look 0–300 ms; an item it does not match wakes a look at 400 ms (400–700 ms); the queue goes at 500 ms.
+    const held = waits.claim(ref, { worker: 'w', waitMs: 3000, criteria: { kind: 'b' }, current: () => (defined ? ref : undefined) }).then(
+      () => 'answered',
+      (err: unknown) => err,
+    );
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    await model.post(ref, { body: '{"kind":"a"}', postedBy: 'p' });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    defined = false;
+    waits.definitionsChanged(ref.host);
+    expect(await held).to.be.instanceOf(QueueWithdrawn);
+    expect(Date.now() - started).to.be.below(1500);
+    await model.close();
+  });
+
+  it('a held claim whose time runs out during a look that finds nothing is answered empty once the look is back (decisions §3.3)', async () => {
+    const notifier = new InProcessNotifier();
+    const model = new ModelStore(newModelDisk(), { notifier });
+    await model.open();
+    const waits = new LongPolls(slowClaims(model, 300), notifier);
+    const started = Date.now();
+    // First look 0–300 ms; an item it does not match wakes a look at 350 ms (350–650 ms); the wait ends at 500 ms.
+    const held = waits.claim(ref, { worker: 'w', waitMs: 500, criteria: { kind: 'b' } });
+    await new Promise((resolve) => setTimeout(resolve, 350));
+    await model.post(ref, { body: '{"kind":"a"}', postedBy: 'p' });
+    const answer = await Promise.race([held, new Promise((resolve) => setTimeout(() => resolve('still held'), 2000))]);
+    expect(answer).to.equal(null);
+    expect(Date.now() - started).to.be.below(1500);
+    await model.close();
+  });
+
+  it('a held fetch whose item ends while the store looks it up looks again at once, not after its wait (decisions §3.6)', async () => {
+    const notifier = new InProcessNotifier();
+    const model = new ModelStore(newModelDisk(), { notifier });
+    await model.open();
+    const { id } = await model.post(ref, { body: '{}', postedBy: 'p' });
+    // Each look reads the item at once and answers 300 ms later: what it answers may be out of date by then.
+    const store = new Proxy(model, {
+      get(target, key, receiver) {
+        const value = Reflect.get(target, key, receiver) as unknown;
+        if (key === 'get') {
+          return async (...args: unknown[]) => {
+            const record = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+            await new Promise((resolve) => setTimeout(resolve, 300));
+            return record;
+          };
+        }
+        return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+      },
+    }) as unknown as Store;
+    const waits = new LongPolls(store, notifier);
+    const started = Date.now();
+    // The first look reads the item pending and answers at 300 ms; the item is cancelled at 100 ms.
+    const held = waits.get(ref, id, 3000);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await model.cancel(ref, id);
+    expect((await held)?.status).to.equal('cancelled');
     expect(Date.now() - started).to.be.below(1500);
     await model.close();
   });
