@@ -383,6 +383,83 @@ describe('svcq work (decisions §1.3)', function () {
     expect(events[4]).to.deep.include({ failed: 1 });
   });
 
+  it('a job that prints no progress and ends well within its lease sends none: no heartbeat is due, and its item\'s progress stays null (decisions §3.2, §3.8: one request per job)', async () => {
+    const queue = queueName('no-progress');
+    await defineQueue(server, queue, { leaseSeconds: 60 });
+    const id = await postItem(server, queue, {});
+    const run = await work([queue, '--exec', 'cat', '--once']);
+    expect(run.code, run.stderr).to.equal(0);
+    const item = await getItem(server, queue, id);
+    expect(item.status).to.equal('finished');
+    expect(item.progress).to.equal(null);
+  });
+
+  it('a result the server refuses goes in as an error record also without --once, and the same worker runs the item\'s next attempt (decisions §1.3, §3.2)', async () => {
+    const queue = queueName('refused-again');
+    await defineQueue(server, queue, { maxAttempts: 2 });
+    const id = await postItem(server, queue, {});
+    // The first attempt prints 2,000,000 characters, past the server's 1 MiB body limit; the second a small object.
+    worker = startWorker(server, queue, ['--exec', `if [ "$SVCQ_ATTEMPT" = 1 ]; then head -c 2000000 /dev/zero | tr '\\0' a; else echo '{"second":true}'; fi`]);
+    const item = await waitTerminal(server, queue, id, 20);
+    expect(item).to.include({ status: 'finished', attempts: 2 });
+    expect(item.result).to.deep.equal({ second: true });
+    expect(worker.events.filter((e) => e.event === 'failed').map((e) => e.status)).to.deep.equal(['pending']);
+  });
+
+  it('--timeout: a command that catches SIGTERM and exits 0 still gets an error record saying it timed out, not its partial output as a result (decisions §1.3)', async () => {
+    const queue = queueName('timeout-trapped');
+    await defineQueue(server, queue, { maxAttempts: 1 });
+    const id = await postItem(server, queue, {});
+    const cmd = script('job.sh', "trap 'echo partial; exit 0' TERM\nsleep 5 & wait $!\necho complete\n");
+    const run = await work([queue, '--exec', cmd, '--once', '--timeout', '1']);
+    expect(run.code, run.stderr).to.equal(1);
+    const item = await getItem(server, queue, id);
+    expect(item.status).to.equal('failed');
+    expect(item.error).to.include({ exitCode: 0, signal: null, reason: 'timed out after 1 s' });
+  });
+
+  it('a command that leaves a process running in the background with its output open is done when the command exits: its result is delivered, not held until that process ends (decisions §1.3)', async () => {
+    const queue = queueName('background');
+    await defineQueue(server, queue);
+    const id = await postItem(server, queue, {});
+    const pidFile = path.join(dir, 'background.pid');
+    const started = Date.now();
+    const run = await work([queue, '--exec', `sleep 30 & echo $! > ${pidFile}; echo ok`, '--once']);
+    try {
+      expect(run.code, run.stderr).to.equal(0);
+      expect(Date.now() - started, 'the worker waited for the background process').to.be.below(10_000);
+      expect((await getItem(server, queue, id)).result).to.deep.equal({ output: 'ok' });
+    } finally {
+      try {
+        process.kill(Number(readFileSync(pidFile, 'utf8')), 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  });
+
+  it('a command that ends by a signal after it started is run once: it is started again only when the signal came before it could start (decisions §1.3)', async () => {
+    const queue = queueName('self-kill');
+    await defineQueue(server, queue, { maxAttempts: 1 });
+    const id = await postItem(server, queue, {});
+    const runs = path.join(dir, 'runs');
+    const run = await work([queue, '--exec', `echo run >> ${runs}; kill -9 $$`, '--once']);
+    expect(run.code).to.equal(1);
+    expect(readFileSync(runs, 'utf8'), 'runs of the command').to.equal('run\n');
+    expect((await getItem(server, queue, id)).error).to.include({ exitCode: null, signal: 'SIGKILL' });
+  });
+
+  it('only a line that is ::progress or starts with "::progress " is progress: "::progressive" is output like any other line (decisions §1.3)', async () => {
+    const queue = queueName('progress-prefix');
+    await defineQueue(server, queue);
+    const id = await postItem(server, queue, {});
+    const run = await work([queue, '--exec', 'echo "::progressive rock"; echo "::progress 5"', '--once']);
+    expect(run.code, run.stderr).to.equal(0);
+    const item = await getItem(server, queue, id);
+    expect(item.result).to.deep.equal({ output: '::progressive rock' });
+    expect(item.progress).to.deep.equal({ percent: 5 });
+  });
+
   it('keeps the lease alive with {} when the server refuses a progress record, so the job is claimed once (decisions §3.2)', async () => {
     const queue = queueName('badprogress');
     await defineQueue(server, queue, { leaseSeconds: 1 });
