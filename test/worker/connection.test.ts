@@ -59,4 +59,15 @@ describe('svcq work: a server it cannot reach (decisions §1.3)', function () {
       cleanupTemp(first.root);
     }
   });
+  it('a Ctrl-C while it waits to claim again from a server it cannot reach ends it at once, not after the pause (decisions §1.3)', async () => {
+    const port = await closedPort();
+    worker = startWorker({ url: `http://127.0.0.1:${port}` }, 'nowhere', ['--exec', 'true']);
+    const w = worker;
+    // The pauses grow (0.1, 0.2, 0.4 … s): wait for one of two seconds or more to begin.
+    await w.waitEvent((e) => e.event === 'retry' && Number(e.delayMs) >= 2000, 'a long pause', 15_000);
+    const signalled = Date.now();
+    w.proc.kill('SIGINT');
+    expect(await w.exited).to.equal(0);
+    expect(Date.now() - signalled, 'the stop sat out the pause').to.be.below(1500);
+  });
 });

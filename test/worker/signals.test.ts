@@ -2,7 +2,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import { cleanupTemp, startServer, tempDir, type TestServer } from '../support/server.js';
-import { defineQueue, getItem, killWorker, postItem, queueName, startWorker, type WorkerProcess } from './support.js';
+import { defineQueue, getItem, killWorker, postItem, queueName, startWorker, until, type WorkerProcess } from './support.js';
 
 /** A process's state letter and process group, from /proc (undefined once it is gone). */
 function stateOf(pid: number): { state: string; pgrp: number } | undefined {
@@ -147,5 +147,32 @@ describe('svcq work and signals (decisions §1.3)', function () {
       const item = await getItem(server, queue, id);
       expect(item.status, `item ${id}`).to.equal(claimed.includes(id) ? 'finished' : 'pending');
     }
+  });
+  it('a SIGHUP (its terminal closed) stops the worker as Ctrl-C does: the running command finishes and delivers, nothing new is claimed, exit 0', async () => {
+    const queue = queueName('hangup');
+    await defineQueue(server, queue);
+    const running = await postItem(server, queue, { n: 1 });
+    const waiting = await postItem(server, queue, { n: 2 });
+    const job = path.join(dir, 'job.sh');
+    writeFileSync(job, `touch ${dir}/started\nsleep 1\necho '{"done":true}'\n`);
+    worker = startWorker(server, queue, ['--exec', `sh ${job}`]);
+    await until(() => existsSync(path.join(dir, 'started')), 'the job to start');
+    worker.proc.kill('SIGHUP');
+    expect(await worker.exited, worker.stderr()).to.equal(0);
+    expect(await getItem(server, queue, running)).to.include({ status: 'finished' });
+    expect((await getItem(server, queue, waiting)).status).to.equal('pending');
+  });
+
+  it('a Ctrl-C ends a worker whose claim the server holds in a long poll within about a second, not when --wait is over (decisions §1.3)', async () => {
+    const queue = queueName('longpoll');
+    await defineQueue(server, queue);
+    worker = startWorker(server, queue, ['--exec', 'cat', '--wait', '20']);
+    await worker.waitEvent((e) => e.event === 'started', 'the worker started');
+    // Well into the long poll.
+    await new Promise((r) => setTimeout(r, 1500));
+    const signalled = Date.now();
+    worker.proc.kill('SIGINT');
+    expect(await worker.exited, worker.stderr()).to.equal(0);
+    expect(Date.now() - signalled, 'the stop waited for the long poll').to.be.below(5000);
   });
 });
