@@ -16,6 +16,33 @@ async function counts(server: { url: string; masterToken: string }, queue: strin
   return (reply.json as { counts: Record<string, number> }).counts;
 }
 
+/** Answers with a JSON body (200). */
+function json(res: http.ServerResponse, body: unknown): void {
+  res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+}
+
+/** A stand-in for the server that plays out one case: `answer` gets each request once its body is read. */
+async function fakeServer(answer: (req: http.IncomingMessage, res: http.ServerResponse, body: string) => void): Promise<{ url: string; close: () => Promise<void> }> {
+  const fake = http.createServer((req, res) => {
+    let text = '';
+    req.on('data', (c: Buffer) => (text += c.toString()));
+    req.on('end', () => answer(req, res, text));
+  });
+  await new Promise<void>((resolve) => fake.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(fake.address() as AddressInfo).port}`,
+    close: async () => {
+      fake.closeAllConnections();
+      await new Promise((resolve) => fake.close(resolve));
+    },
+  };
+}
+
+/** A lease of `ms` from now, as a claim's answer gives it. */
+const lease = (ms: number): { worker: string; until: number } => ({ worker: 'w', until: Date.now() + ms });
+
+type Done = Array<{ id: string; result?: unknown; error?: unknown }>;
+
 describe('svcq work when answers are lost, signals come and claims run ahead (decisions §1.3, §3.2, §3.8)', function () {
   this.timeout(60_000);
   const server = serverForSuite();
@@ -62,6 +89,21 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
     await new Promise((r) => setTimeout(r, 300));
     const c = await counts(server, queue);
     expect(c.claimed + c.processing, 'items leased before any job ended').to.equal(4);
+  });
+
+  it('with --prefetch, claims no more ahead than it can start before half their lease has run, at the pace of its jobs so far: jobs of a second under a 5 s lease are leased two at a time (decisions §3.8)', async () => {
+    const queue = queueName('half-lease');
+    await defineQueue(server, queue, { leaseSeconds: 5 });
+    for (let n = 0; n < 6; n++) await postItem(server, queue, { n });
+    worker = startWorker(server, queue, ['--exec', 'sleep 1; cat', '--prefetch', '10']);
+    await worker.waitEvent((e) => e.event === 'finished', 'the first job finished', 15_000);
+    // From then on each claim takes as many as can start within 2.5 s: two of these jobs.
+    let most = 0;
+    for (const until = Date.now() + 4000; Date.now() < until; await new Promise((r) => setTimeout(r, 100))) {
+      const c = await counts(server, queue);
+      most = Math.max(most, c.claimed + c.processing);
+    }
+    expect(most, 'items leased at once').to.be.within(1, 2);
   });
 
   it('a finished job is known accepted at once, not when the long poll that carried its result ends, and a stop does not send it again (decisions §3.8)', async () => {
@@ -273,5 +315,185 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
     expect(worker.proc.exitCode).to.equal(null);
     worker.proc.kill('SIGTERM');
     expect(await worker.exited).to.equal(0);
+  });
+  for (const kind of ['result', 'error'] as const) {
+    it(`${kind === 'error' ? 'an' : 'a'} ${kind} handed in with a claim whose answer was lost is ${kind === 'result' ? 'sent again with the next claim: a result applied twice is answered accepted: false' : 'not sent again: applied twice it would use up another attempt'} (decisions §3.2, §3.8)`, async () => {
+      // The claim carrying the hand-in reaches the server, which then breaks the connection, as one
+      // that applied it and died before answering does; later claims are answered as usual (empty).
+      const id = '00000000000000bb';
+      const handedIn: string[] = [];
+      let claims = 0;
+      let lost = false;
+      const fake = await fakeServer((req, res, body) => {
+        const own = /\/items\/[0-9a-f]+\/(result|error)$/.exec(req.url ?? '');
+        if (own) {
+          handedIn.push(own[1]!);
+          return json(res, { ok: true, accepted: true, status: own[1] === 'result' ? 'finished' : 'failed' });
+        }
+        claims++;
+        const done = (JSON.parse(body) as { done?: Done }).done ?? [];
+        handedIn.push(...done.map((d) => ('result' in d ? 'result' : 'error')));
+        if (claims === 1) return json(res, { ok: true, id, item: { n: 1 }, attempts: 1, lease: lease(60_000) });
+        if (done.length > 0 && !lost) {
+          lost = true;
+          req.socket.destroy();
+          return;
+        }
+        json(res, { ok: true, empty: true, ...(done.length > 0 ? { done: done.map((d) => ({ id: d.id, ok: true, accepted: true, status: 'result' in d ? 'finished' : 'failed' })) } : {}) });
+      });
+      try {
+        worker = startWorker(fake, 'q', ['--exec', kind === 'result' ? 'echo \'{"ok":true}\'' : 'exit 3']);
+        const w = worker;
+        await until(() => lost, 'the claim carrying the hand-in');
+        // The claim is tried again at once, and claims go on: room enough to carry it again.
+        await until(() => claims >= 4, 'more claims');
+        if (kind === 'result') {
+          expect(handedIn, 'hand-ins').to.deep.equal(['result', 'result']);
+          await w.waitEvent((e) => e.event === 'finished' && e.id === id, 'the finished event');
+        } else {
+          expect(handedIn, 'hand-ins').to.deep.equal(['error']);
+          await w.waitEvent((e) => e.event === 'error' && e.id === id && /not sent again/.test(String(e.message)), 'the error saying it was not sent again');
+        }
+      } finally {
+        await fake.close();
+      }
+    });
+  }
+
+  it('each result handed in with a claim is settled by its own answer: one the server answers ok: false for (no such item) is counted as not delivered, the other as done (decisions §3.8)', async () => {
+    // One claim brings two items; the claim that carries both results is answered ok: false for the first.
+    const [gone, kept] = ['00000000000000b1', '00000000000000b2'];
+    let claims = 0;
+    const fake = await fakeServer((req, res, body) => {
+      claims++;
+      const done = (JSON.parse(body) as { done?: Done }).done ?? [];
+      if (claims === 1) return json(res, { ok: true, items: [gone, kept].map((id, n) => ({ id, item: { n }, attempts: 1, lease: lease(60_000) })) });
+      json(res, { ok: true, items: [], ...(done.length > 0 ? { done: done.map((d) => (d.id === gone ? { id: d.id, ok: false, error: 'no such item' } : { id: d.id, ok: true, accepted: true, status: 'finished' })) } : {}) });
+    });
+    try {
+      worker = startWorker(fake, 'q', ['--exec', 'echo \'{"ok":true}\'', '--prefetch', '2']);
+      const w = worker;
+      await w.waitEvent((e) => e.event === 'finished' && e.id === kept, 'the finished event');
+      await w.waitEvent((e) => e.event === 'error' && e.id === gone && /^result not delivered: no such item/.test(String(e.message)), 'the error event');
+      w.proc.kill('SIGTERM');
+      expect(await w.exited).to.equal(0);
+      expect(w.events.find((e) => e.event === 'stopped')).to.include({ done: 1, failed: 1 });
+      expect(w.events.filter((e) => e.event === 'finished').map((e) => e.id)).to.deep.equal([kept]);
+    } finally {
+      await fake.close();
+    }
+  });
+
+  for (const ended of ['timedout', 'gone'] as const) {
+    it(`an item that ${ended === 'gone' ? 'the server no longer has' : 'timed out on the server'} while its command runs has the command stopped, and is counted failed, not cancelled (decisions §3.6)`, async () => {
+      // The heartbeat's answer says so: a 3 s lease beats every second.
+      const id = '00000000000000e1';
+      let claims = 0;
+      const fake = await fakeServer((req, res) => {
+        if (req.url?.endsWith('/progress')) {
+          if (ended === 'gone') return res.writeHead(404, { 'content-type': 'application/json' }).end('{"ok":false,"error":"no such item"}');
+          return json(res, { ok: true, accepted: false, status: 'timedout' });
+        }
+        claims++;
+        if (claims === 1) return json(res, { ok: true, id, item: { n: 1 }, attempts: 1, lease: lease(3000) });
+        json(res, { ok: true, empty: true });
+      });
+      try {
+        worker = startWorker(fake, 'q', ['--exec', 'sleep 20']);
+        const w = worker;
+        const stopped = await w.waitEvent((e) => e.event === 'cancelled' && e.id === id, 'the command stopped', 8000);
+        expect(stopped.status).to.equal(ended);
+        w.proc.kill('SIGTERM');
+        expect(await w.exited).to.equal(0);
+        expect(w.events.find((e) => e.event === 'stopped')).to.include({ done: 0, failed: 1, cancelled: 0 });
+      } finally {
+        await fake.close();
+      }
+    });
+  }
+
+  it('while a result cannot be delivered, no slot claims anything new: a worker cut off from its server does not pile up results it cannot hand in; once it is through, claiming goes on (decisions §1.3)', async () => {
+    const queue = queueName('gate');
+    await defineQueue(server, queue, { leaseSeconds: 60 });
+    const first = await postItem(server, queue, { n: 1 });
+    // Results are lost on the way until the proxy lets them through.
+    const proxy = await faultProxy(server.url, new RegExp(`^POST /${queue}/items/[0-9a-f]+/result `));
+    proxy.passOnly = 0;
+    try {
+      worker = startWorker({ url: proxy.url }, queue, ['--exec', 'cat', '--concurrency', '2', '--no-hand-in']);
+      const w = worker;
+      await w.waitEvent((e) => e.event === 'retry' && e.what === 'result' && e.id === first, 'the result retried');
+      // The other slot's long poll (--wait 1) under way then ends; it then waits for the delivery.
+      await new Promise((r) => setTimeout(r, 1500));
+      const second = await postItem(server, queue, { n: 2 });
+      await new Promise((r) => setTimeout(r, 1500));
+      expect((await getItem(server, queue, second)).status, 'the item posted while a result was undelivered').to.equal('pending');
+      proxy.passOnly = Infinity;
+      expect((await waitTerminal(server, queue, first, 20)).status).to.equal('finished');
+      expect((await waitTerminal(server, queue, second, 20)).status).to.equal('finished');
+    } finally {
+      proxy.close();
+    }
+  });
+
+  it('an item claimed ahead whose lease ran out while it waited for a slot is not started: the server hands it out again, maybe to another worker already (decisions §3.8)', async () => {
+    // One claim brings two items, the second with a lease that has already run out (it waited behind a job that took longer than its lease).
+    const [fresh, stale] = ['00000000000000c1', '00000000000000c2'];
+    const runs = path.join(dir, 'runs');
+    let claims = 0;
+    const fake = await fakeServer((req, res, body) => {
+      if (!req.url?.endsWith('/claim')) return json(res, { ok: true, accepted: true, status: 'finished' });
+      claims++;
+      const done = (JSON.parse(body) as { done?: Done }).done ?? [];
+      if (claims > 1) return json(res, { ok: true, items: [], done: done.map((d) => ({ id: d.id, ok: true, accepted: true, status: 'finished' })) });
+      json(res, {
+        ok: true,
+        items: [
+          { id: fresh, item: { n: 1 }, attempts: 1, lease: lease(60_000) },
+          { id: stale, item: { n: 2 }, attempts: 1, lease: lease(-5000) },
+        ],
+      });
+    });
+    try {
+      worker = startWorker(fake, 'q', ['--exec', `echo "$SVCQ_ITEM_ID" >> ${runs}; echo '{"ok":true}'`, '--prefetch', '5']);
+      await worker.waitEvent((e) => e.event === 'warning' && e.id === stale && /lease ran out/.test(String(e.message)), 'the warning for the stale item');
+      await until(() => claims >= 3, 'the claims after it');
+      expect(readFileSync(runs, 'utf8'), 'items run').to.equal(`${fresh}\n`);
+    } finally {
+      await fake.close();
+    }
+  });
+
+  it('an item claimed ahead that has waited half its lease or more is beaten for as soon as it starts, so its lease does not run out before the first heartbeat (decisions §3.2, §3.8)', async () => {
+    // One claim brings two items: the first with a 9 s lease (a heartbeat every 3 s), the second with
+    // 2 s of it left, as if it had waited. The first job takes half a second; the second 3.5 s.
+    const [first, second] = ['00000000000000d1', '00000000000000d2'];
+    let secondUntil = 0;
+    let secondBeat = 0;
+    let claims = 0;
+    const fake = await fakeServer((req, res, body) => {
+      if (req.url?.endsWith(`/items/${second}/progress`) && secondBeat === 0) secondBeat = Date.now();
+      if (!req.url?.endsWith('/claim')) return json(res, { ok: true, accepted: true, status: 'processing' });
+      claims++;
+      const done = (JSON.parse(body) as { done?: Done }).done ?? [];
+      if (claims > 1) return json(res, { ok: true, items: [], done: done.map((d) => ({ id: d.id, ok: true, accepted: true, status: 'finished' })) });
+      const b = lease(2000);
+      secondUntil = b.until;
+      json(res, {
+        ok: true,
+        items: [
+          { id: first, item: { n: 1 }, attempts: 1, lease: lease(9000) },
+          { id: second, item: { n: 2 }, attempts: 1, lease: b },
+        ],
+      });
+    });
+    try {
+      worker = startWorker(fake, 'q', ['--exec', `sleep 0.5; [ "$SVCQ_ITEM_ID" = ${first} ] || sleep 3; echo '{}'`, '--prefetch', '5']);
+      await worker.waitEvent((e) => e.event === 'finished' && e.id === second, 'the second job finished', 15_000);
+      expect(secondBeat, 'a heartbeat for the second item').to.be.above(0);
+      expect(secondBeat - secondUntil, 'ms past the end of its lease that the first heartbeat came').to.be.below(0);
+    } finally {
+      await fake.close();
+    }
   });
 });
