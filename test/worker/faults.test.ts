@@ -412,7 +412,7 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
     });
   }
 
-  it('while a result cannot be delivered, no slot claims anything new: a worker cut off from its server does not pile up results it cannot hand in; once it is through, claiming goes on (decisions §1.3)', async () => {
+  it('while a result cannot be delivered, no slot claims anything new: a worker cut off from its server does not pile up results it cannot hand in; once it is through, every slot claims again (decisions §1.3)', async () => {
     const queue = queueName('gate');
     await defineQueue(server, queue, { leaseSeconds: 60 });
     const first = await postItem(server, queue, { n: 1 });
@@ -420,7 +420,7 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
     const proxy = await faultProxy(server.url, new RegExp(`^POST /${queue}/items/[0-9a-f]+/result `));
     proxy.passOnly = 0;
     try {
-      worker = startWorker({ url: proxy.url }, queue, ['--exec', 'cat', '--concurrency', '2', '--no-hand-in']);
+      worker = startWorker({ url: proxy.url }, queue, ['--exec', 'item=$(cat); case "$item" in *slow*) sleep 1 ;; esac; echo "$item"', '--concurrency', '2', '--no-hand-in']);
       const w = worker;
       await w.waitEvent((e) => e.event === 'retry' && e.what === 'result' && e.id === first, 'the result retried');
       // The other slot's long poll (--wait 1) under way then ends; it then waits for the delivery.
@@ -431,6 +431,12 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
       proxy.passOnly = Infinity;
       expect((await waitTerminal(server, queue, first, 20)).status).to.equal('finished');
       expect((await waitTerminal(server, queue, second, 20)).status).to.equal('finished');
+      // Both slots claim again: two jobs of a second each run side by side.
+      const pair = [await postItem(server, queue, { n: 3, slow: true }), await postItem(server, queue, { n: 4, slow: true })];
+      for (const id of pair) await w.waitEvent((e) => e.event === 'claimed' && e.id === id, 'both slots claiming');
+      const firstDone = w.events.findIndex((e) => e.event === 'finished' && pair.includes(e.id!));
+      const bothClaimed = Math.max(...pair.map((id) => w.events.findIndex((e) => e.event === 'claimed' && e.id === id)));
+      expect(firstDone === -1 || bothClaimed < firstDone, 'the second of them was claimed only after the first finished').to.equal(true);
     } finally {
       proxy.close();
     }
