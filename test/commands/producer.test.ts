@@ -82,6 +82,18 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
     expect(claimed).to.deep.equal(Array.from({ length: 2500 }, (_, n) => n).filter((n) => n !== 1234));
   });
 
+  it('JSON lines larger in all than one batch may carry (16 MiB) go in several batches, and every item is posted (decisions §3.8)', async () => {
+    const queue = queueName('big-lines');
+    await defineQueue(server, queue);
+    // 1,000 items of 17 kB: 17 MB in all, within the 1,000 items of a batch but past its 16 MiB.
+    const pad = 'x'.repeat(17_000);
+    const input = Array.from({ length: 1000 }, (_, n) => JSON.stringify({ n, pad })).join('\n');
+    const run = await cli(['post', queue, '-'], input);
+    expect(run.code, run.stderr).to.equal(0);
+    expect(run.stdout.trim().split('\n')).to.have.length(1000);
+    expect(await pending(queue)).to.equal(1000);
+  });
+
   it('reads one pretty-printed object from piped stdin when no item argument is given', async () => {
     const queue = queueName('pretty');
     await defineQueue(server, queue);
@@ -285,6 +297,96 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
     }
   });
 
+  for (const keyed of [false, true]) {
+    it(`Ctrl-C partway through JSON lines${keyed ? ' with --idempotency-key' : ''} sends nothing more also while the server answers every request: those under way finish, the rest are summed up as not posted, exit 1 (decisions §1.2)`, async () => {
+      // A server that takes half a second to answer each post, and answers every one.
+      let requests = 0;
+      let created = 0;
+      const created16 = (): string => (created++).toString(16).padStart(16, '0');
+      const slow = http.createServer((req, res) => {
+        requests++;
+        let text = '';
+        req.on('data', (c: Buffer) => (text += c.toString()));
+        req.on('end', () =>
+          setTimeout(() => {
+            const body = keyed ? { ok: true, id: created16(), status: 'pending' } : { ok: true, items: (JSON.parse(text) as unknown[]).map(() => ({ ok: true, id: created16(), status: 'pending' })) };
+            res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+          }, 500),
+        );
+      });
+      await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
+      try {
+        // Without a key: batches of 1,000, two at a time. With one: a post per line, eight at a time.
+        const total = keyed ? 100 : 5000;
+        const underWay = keyed ? 8 : 2;
+        const input = Array.from({ length: total }, (_, n) => JSON.stringify({ n })).join('\n');
+        const url = `http://127.0.0.1:${(slow.address() as AddressInfo).port}`;
+        const proc = spawn(process.execPath, [BIN, 'post', 'q', '-', '--url', url, '--host', HOST, ...(keyed ? ['--idempotency-key', 'k'] : [])], { stdio: ['pipe', 'pipe', 'pipe'] });
+        let out = '';
+        let err = '';
+        proc.stdout.on('data', (c: Buffer) => (out += c.toString()));
+        proc.stderr.on('data', (c: Buffer) => (err += c.toString()));
+        const exited = new Promise<number | null>((resolve) => proc.once('exit', resolve));
+        proc.stdin.end(input);
+        for (const until = Date.now() + 20_000; requests < underWay && Date.now() < until; ) await new Promise((r) => setTimeout(r, 20));
+        proc.kill('SIGINT');
+        expect(await exited, err).to.equal(1);
+        expect(requests, 'requests sent').to.equal(underWay);
+        const posted = keyed ? underWay : underWay * 1000;
+        expect(out.trim().split('\n'), 'the items posted are printed').to.have.length(posted);
+        expect(err).to.equal(`svcq: ${total - posted} item(s) not posted (line ${posted + 1} of stdin to line ${total} of stdin): stopped by a signal before they were sent\nsvcq: ${total - posted} of ${total} item(s) were not posted\n`);
+      } finally {
+        slow.close();
+      }
+    });
+  }
+
+  it('two runs of JSON lines without a key are keyed apart: the second one\'s items are all created, not answered with the first one\'s (decisions §3.5, §3.8)', async () => {
+    const queue = queueName('two-runs');
+    await defineQueue(server, queue);
+    const first = await cli(['post', queue, '-', '--json'], '{"n":1}\n{"n":2}\n');
+    const second = await cli(['post', queue, '-', '--json'], '{"n":3}\n{"n":4}\n');
+    expect(first.code, first.stderr).to.equal(0);
+    expect(second.code, second.stderr).to.equal(0);
+    const ids = [...lines(first.stdout), ...lines(second.stdout)].map((r) => (r as { id: string }).id);
+    expect(new Set(ids).size).to.equal(4);
+    expect(await pending(queue)).to.equal(4);
+  });
+
+  it('a single post without a key is sent again when it surely changed nothing: the server answered 503, or the post never reached it (decisions §3.5, §6)', async () => {
+    // Answers 503 to the first request it gets, then creates the item.
+    let requests = 0;
+    const flaky = http.createServer((req, res) => {
+      requests++;
+      req.resume();
+      req.on('end', () => {
+        if (requests === 1) res.writeHead(503, { 'content-type': 'application/json' }).end('{"ok":false,"error":"the server could not save the change; nothing was changed, try again later"}');
+        else res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"id":"00000000000000d1","status":"pending"}');
+      });
+    });
+    await new Promise<void>((resolve) => flaky.listen(0, '127.0.0.1', resolve));
+    const { port } = flaky.address() as AddressInfo;
+    const url = `http://127.0.0.1:${port}`;
+    try {
+      const after503 = await runCli(['post', 'q', '{"n":1}', '--url', url, '--host', HOST]);
+      expect(after503.code, after503.stderr).to.equal(0);
+      expect(after503.stdout).to.equal('00000000000000d1 pending\n');
+      expect(requests, 'requests the server got').to.equal(2);
+      // Not listening when the post starts: its first tries are refused, and the one after the server is back creates the item.
+      await new Promise((resolve) => flaky.close(resolve));
+      const refused = runCli(['post', 'q', '{"n":1}', '--url', url, '--host', HOST]);
+      // About when a command has started and sent its first tries (it tries for about 1.5 s in all).
+      await new Promise((r) => setTimeout(r, 1000));
+      await new Promise<void>((resolve) => flaky.listen(port, '127.0.0.1', resolve));
+      const result = await refused;
+      expect(result.code, result.stderr).to.equal(0);
+      expect(result.stdout).to.equal('00000000000000d1 pending\n');
+      expect(requests, 'requests the server got').to.equal(3);
+    } finally {
+      flaky.close();
+    }
+  });
+
   it('refuses an empty or too long --idempotency-key before posting anything, exit 2', async () => {
     const queue = queueName('badkey');
     await defineQueue(server, queue);
@@ -314,6 +416,17 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
     await request(server.url, `/${queue}/items/${id}/result`, { method: 'POST', host: HOST, body: '{"answer":42}' });
     expect(await exited).to.equal(0);
     expect(JSON.parse(out)).to.include({ id, status: 'finished' }).and.to.have.deep.property('result', { answer: 42 });
+  });
+
+  it('item --wait ends when the item times out (timeoutSeconds): timedout is terminal like finished, failed and cancelled (decisions §3.1, §3.6)', async () => {
+    const queue = queueName('wait-timedout');
+    await defineQueue(server, queue, { timeoutSeconds: 1 });
+    const id = await postItem(server, queue, { n: 1 });
+    const started = Date.now();
+    const run = await runCli(['item', queue, id, '--wait', '--json', '--url', server.url, '--host', HOST], { timeoutMs: 20_000 });
+    expect(run.code, run.stderr).to.equal(0);
+    expect(JSON.parse(run.stdout)).to.include({ id, status: 'timedout' });
+    expect(Date.now() - started, 'it waited past the timeout').to.be.below(10_000);
   });
 
   it('item prints a readable summary, and "no such item" with exit 1 for an unknown id', async () => {
