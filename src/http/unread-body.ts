@@ -21,7 +21,9 @@ export function closeUnlessBodyRead(res: ServerResponse): void {
   const req = res.req;
   if (req.readableEnded || !hasBody(req)) return;
   const length = req.headers['content-length'];
-  if (length !== undefined && Number(length) <= DROP_AND_KEEP) return;
+  // Node reads and drops a small body only to serve the connection's next request: on a
+  // connection that ends anyway it closes at once, and the small body lingers like a large one.
+  if (res.shouldKeepAlive && length !== undefined && Number(length) <= DROP_AND_KEEP) return;
   endAfterAnswer(res);
 }
 

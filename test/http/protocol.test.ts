@@ -132,6 +132,42 @@ describe('HTTP framing and clients that misbehave (decisions §1.1, §3.5, §4)'
     }
   });
 
+  it('a body of 64 KiB or less still on its way on a connection that ends (connection: close) is read and dropped after the wall, not reset under it (decisions §4, lingering close)', async () => {
+    const size = 60_000;
+    const outcome = await new Promise<{ text: string; error?: string }>((resolve) => {
+      // Half-open allowed: the client goes on sending after the server's end, as an HTTP client does until it has sent its request.
+      const socket = net.connect({ port: port(), host: '127.0.0.1', allowHalfOpen: true });
+      let text = '';
+      let done = false;
+      const finish = (error?: string): void => {
+        if (done) return;
+        done = true;
+        socket.destroy();
+        resolve({ text, error });
+      };
+      socket.on('error', (err: NodeJS.ErrnoException) => finish(err.code ?? err.message));
+      socket.on('data', (c: Buffer) => {
+        const first = text === '';
+        text += c.toString('latin1');
+        if (!first) return;
+        // The answer came with most of the body unsent: the rest follows, as a slow client sends it.
+        const pieces = [20_000, 20_000, size - 41_000];
+        const send = (): void => {
+          if (done) return;
+          const piece = pieces.shift();
+          if (piece === undefined) return void setTimeout(() => finish(), 300);
+          socket.write(Buffer.alloc(piece, 0x20));
+          setTimeout(send, 100);
+        };
+        setTimeout(send, 300);
+      });
+      socket.on('connect', () => socket.write(`POST /zz HTTP/1.1\r\nHost: nope.example.com\r\nConnection: close\r\nContent-Length: ${size}\r\n\r\n${' '.repeat(1000)}`));
+    });
+    expect(statusOf(outcome.text)).to.equal(404);
+    // Closed at once, the server resets the connection under the rest of the body (EPIPE or ECONNRESET).
+    expect(outcome.error, 'the connection was reset while the client still sent its body').to.equal(undefined);
+  });
+
   it('the wall before a body of 64 KiB or less keeps the connection: the body is read and dropped, and the next request on it is served (decisions §4; README: a smaller body is read and dropped)', async () => {
     const body = `{"pad":"${' '.repeat(60 * 1024)}"}`;
     const walled = `POST /zz HTTP/1.1\r\nHost: nope.example.com\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
