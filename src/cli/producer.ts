@@ -239,8 +239,9 @@ export async function waitForItem(client: SvcqClient, queue: string, id: string,
       {
         report,
         giveUpAfterMs: options.giveUpMs,
-        // No answer at all has been failing since the request went out.
-        failedSince: (tryStartedAt) => (failingSince = tryStartedAt),
+        // No answer at all has been failing since the request went out; a reset or an error
+        // answer that ends a held poll (a restart, a 503) fails when it comes.
+        failedSince: (tryStartedAt, failedAt, err) => (failingSince = err instanceof ClientError && err.code === 'timeout' ? tryStartedAt : failedAt),
         gaveUp: (err, failingForMs) => new ClientError(`gave up waiting for item ${id} after ${Math.round(failingForMs / 1000)} s of failures: ${(err as Error).message}`, 'gave-up'),
         onFailure: (f) => {
           const reason = (f.error as Error).message;

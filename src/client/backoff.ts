@@ -116,10 +116,11 @@ export interface RetryOptions {
   /** Give up on a failure at or after this time (ms since the epoch), however long failures have lasted. */
   giveUpAt?: number;
   /**
-   * When a run of failures began, given the failed try's start (default: when the try failed).
-   * A try that waited for an answer that never came has been failing since it was sent.
+   * When a run of failures began, given the failed try's start, when it failed and how (default:
+   * when the try failed). A try that waited for an answer that never came has been failing since
+   * it was sent; one that got an error answer or a reset failed when that came.
    */
-  failedSince?: (tryStartedAt: number, failedAt: number) => number;
+  failedSince?: (tryStartedAt: number, failedAt: number, err: unknown) => number;
   /** The error thrown on giving up (default: the last failure). */
   gaveUp?: (err: unknown, failingForMs: number) => Error;
   /** Ends a pause at once (the next try is made then); a failure once it has aborted is thrown, not retried. */
@@ -144,7 +145,7 @@ export async function retrying<T>(call: () => Promise<T>, options: RetryOptions 
     } catch (err) {
       if (!retryable(err, attempt) || options.signal?.aborted) throw err;
       const now = Date.now();
-      failingSince ??= options.failedSince?.(tryStartedAt, now) ?? now;
+      failingSince ??= options.failedSince?.(tryStartedAt, now, err) ?? now;
       const failingForMs = now - failingSince;
       const giveUpAfterMs = options.giveUpAfterMs ?? Infinity;
       const leftMs = (options.giveUpAt ?? Infinity) - now;

@@ -88,6 +88,29 @@ describe('svcq item --wait against a server it cannot reach (give up after --giv
     }
   });
 
+  it('counts failures from a reset that ends a held long poll, not from when the poll was sent: a server killed late in a poll gets the whole of --give-up', async function () {
+    this.timeout(20_000);
+    // The poll is held 2.5 s of its 3, then the connection is reset and nothing listens any more.
+    let resetAt = 0;
+    const started = Date.now();
+    const dying = net.createServer((socket) => {
+      socket.resume();
+      setTimeout(() => {
+        resetAt = Date.now() - started;
+        socket.resetAndDestroy();
+        dying.close();
+      }, 2500);
+    });
+    await new Promise<void>((resolve) => dying.listen(0, '127.0.0.1', resolve));
+    const port = (dying.address() as AddressInfo).port;
+    const run = waitItem(['q', ID, '--url', `http://127.0.0.1:${port}`, '--host', HOST, '--give-up', '3']);
+    expect(await run.done).to.equal(1);
+    const last = run.lines.at(-1)!;
+    expect(last.text).to.match(new RegExp(`^svcq: gave up waiting for item ${ID} after 3 s of failures: cannot reach http://127\\.0\\.0\\.1:${port} \\(connection refused\\)$`));
+    // Backdated to the poll's start, it gave up half a second after the reset.
+    expect(last.at - resetAt).to.be.within(2500, 6000);
+  });
+
   it('documents --give-up and its default of 60 s in --help', async () => {
     const help = await runCli(['item', '--help']);
     expect(help.stdout).to.match(/--give-up=<value>\s+\[default: 60\]/);
