@@ -115,6 +115,22 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     expect(clockOffset(Math.floor((NOW - 1500) / 1000), NOW - 5, NOW + 5)).to.equal(0);
   });
 
+  it('a screen redrawn between refreshes (a key, a resize) measures ages against the clock now, whether the server\'s time came from its snapshot or from the detail (decisions §5.1)', () => {
+    const queues = [entry('jobs.test', 'slow', 1)];
+    // Fetched at NOW, when the oldest item was 10 s old; drawn again 5 s later.
+    const detail = { oldestPendingAgeMs: 10_000, oldest: [{ id: 'aaaaaaaaaaaaaaaa', postedAt: NOW - 10_000, attempts: 0 }] };
+    const state = stateWith(queues, detail);
+    const ageAt = (clockOffsetMs: number | null, now: number): string | undefined => {
+      state.fetched = { ...state.fetched!, clockOffsetMs };
+      return screenLines(state, { columns: 120, rows: 30 }, VIEW, now).find((l) => l.includes('aaaaaaaaaaaaaaaa'));
+    };
+    // The snapshot said the clocks agree; or it could not be read, and the detail tells the server's time.
+    for (const offset of [0, null]) {
+      expect(ageAt(offset, NOW), `offset ${offset}`).to.match(/ 10s /);
+      expect(ageAt(offset, NOW + 5000), `offset ${offset}`).to.match(/ 15s /);
+    }
+  });
+
   it('a worker name is shown as text: its control characters (escape sequences, line breaks) cannot redraw or break the screen', () => {
     // Any queue user names the worker in its claim (up to 200 characters of its choosing).
     const worker = 'bad\u001b[2J\u001b[31mred\nnext\u009b2J';

@@ -25,7 +25,7 @@ export async function fetchTop(client: SvcqClient, selected: string | null, opti
   const key = options.detail === false ? null : selectedAfter(selected, list.queues, options.shown);
   const entry = key === null ? undefined : list.queues.find((q) => keyOf(q) === key);
   const detail = entry ? await client.json<QueueDetail>('GET', queuePath(entry.host, entry.name), { shape: 'queueDetail', ...call }).catch(() => null) : null;
-  return { at: now(), list, detail, health, clockOffsetMs: health && typeof health.ts === 'number' ? clockOffset(health.ts, sentAt, answeredAt) : 0 };
+  return { at: now(), list, detail, health, clockOffsetMs: health && typeof health.ts === 'number' ? clockOffset(health.ts, sentAt, answeredAt) : null };
 }
 
 /** GET /api/v2/queues, refused in one sentence when what answered is not svcq (a --url that names some other web server may well answer 200, with a page). */

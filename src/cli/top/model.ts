@@ -15,10 +15,11 @@ export interface Fetched {
   health: Snapshot | null;
   /**
    * How far the server's clock is ahead of this machine's (ms; negative: behind), from the
-   * health snapshot's time; 0 when they agree to within {@link CLOCK_SLACK_MS} or it is unknown.
-   * Ages and lease ends are the server's times, shown against the server's now.
+   * health snapshot's time; 0 when they agree to within {@link CLOCK_SLACK_MS}; null when the
+   * snapshot could not be read. Ages and lease ends are the server's times, shown against the
+   * server's now.
    */
-  clockOffsetMs: number;
+  clockOffsetMs: number | null;
 }
 
 

@@ -192,9 +192,11 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
   lines.push('');
 
   const room = budget - lines.length - footerLines;
-  // Ages and lease ends are the server's times: measured against the server's clock (from its
-  // health snapshot, or else from the detail's own oldest age).
-  const serverNow = f?.clockOffsetMs ? now + f.clockOffsetMs : f?.detail ? serverNowOf(f.detail, now) : now;
+  // Ages and lease ends are the server's times: measured against the server's clock, whose offset
+  // comes from its health snapshot, or else from the detail's own oldest age as it was fetched.
+  // The offset is kept, not the server's time: a screen redrawn between refreshes moves on.
+  const offset = f?.clockOffsetMs ?? (f?.detail ? serverNowOf(f.detail, f.at) - f.at : 0);
+  const serverNow = now + offset;
   lines.push(...detailLines(f?.detail ?? null, state.selected, room, size.columns, serverNow));
 
   while (lines.length < budget - footerLines) lines.push('');
