@@ -147,8 +147,11 @@ describe('svcq logs show --follow across a server restart (decisions §1.2)', fu
       server = await startServer({ root, port });
       await request(server.url, '/after-restart', { host: HOST });
       await eventually('the follower to print what was logged after the restart', () => (follower.stdout().includes('"path":"/after-restart"') ? true : undefined), 15_000);
+      // stderr is a pipe of its own: its line may reach this process after the stdout line that followed it.
+      await eventually('the follower to say the server answers again', () => (follower.stderr().includes('svcq: the server answers again; following on\n') ? true : undefined), 5_000).catch((err: Error) => {
+        throw new Error(`${err.message}; its stderr: ${follower.stderr()}`);
+      });
       expect(follower.stderr().match(/trying again/g), follower.stderr()).to.have.length(1);
-      expect(follower.stderr()).to.contain('svcq: the server answers again; following on\n');
       // Carried on from its offset in the same file: nothing printed twice.
       expect(follower.stdout().split('"path":"/before-restart"').length - 1).to.be.at.least(1);
       const lines = follower.stdout().split('\n').filter(Boolean);
