@@ -19,6 +19,14 @@ function slowClaims(store: ModelStore, ms: number): Store {
   }) as unknown as Store;
 }
 
+/** A model store on an in-process notifier, and long polls above it whose claims each take `ms`. */
+async function slowLongPolls(ms: number): Promise<{ model: ModelStore; waits: LongPolls }> {
+  const notifier = new InProcessNotifier();
+  const model = new ModelStore(newModelDisk(), { notifier });
+  await model.open();
+  return { model, waits: new LongPolls(slowClaims(model, ms), notifier) };
+}
+
 /** `inner`, counting the subscriptions not yet ended. */
 function counting(inner: Notifier): { notifier: Notifier; live: () => number } {
   let live = 0;
@@ -42,10 +50,7 @@ describe('long polls above the store (decisions §3.3 wait)', function () {
   this.timeout(10_000);
 
   it('a wait counts from when it began (the request\'s arrival), not from after the looks a slow store makes first', async () => {
-    const notifier = new InProcessNotifier();
-    const model = new ModelStore(newModelDisk(), { notifier });
-    await model.open();
-    const waits = new LongPolls(slowClaims(model, 300), notifier);
+    const { model, waits } = await slowLongPolls(300);
     // The request arrived 300 ms ago (its first look took that long); it asked to wait 800 ms.
     const since = Date.now() - 300;
     const started = Date.now();
@@ -81,10 +86,7 @@ describe('long polls above the store (decisions §3.3 wait)', function () {
   });
 
   it('an item posted while the first look is under way is claimed by another look at once, not after the wait (decisions §3.3)', async () => {
-    const notifier = new InProcessNotifier();
-    const model = new ModelStore(newModelDisk(), { notifier });
-    await model.open();
-    const waits = new LongPolls(slowClaims(model, 200), notifier);
+    const { model, waits } = await slowLongPolls(200);
     const started = Date.now();
     const held = waits.claim(ref, { worker: 'w', waitMs: 3000 });
     // The first look has found nothing; its answer is on its way.
@@ -96,10 +98,7 @@ describe('long polls above the store (decisions §3.3 wait)', function () {
   });
 
   it('a held claim that was looking when a matching item came looks again once that look is back, not after the wait (decisions §3.3)', async () => {
-    const notifier = new InProcessNotifier();
-    const model = new ModelStore(newModelDisk(), { notifier });
-    await model.open();
-    const waits = new LongPolls(slowClaims(model, 200), notifier);
+    const { model, waits } = await slowLongPolls(200);
     const started = Date.now();
     const held = waits.claim(ref, { worker: 'w', waitMs: 3000, criteria: { kind: 'b' } });
     // After the first look (200 ms) the claim waits; an item it does not match wakes it for a look of 200 ms…
@@ -114,10 +113,7 @@ describe('long polls above the store (decisions §3.3 wait)', function () {
   });
 
   it('a claim whose queue is withdrawn while its first look is at the store ends with the wall once that look is back, not after its wait (decisions §2.4)', async () => {
-    const notifier = new InProcessNotifier();
-    const model = new ModelStore(newModelDisk(), { notifier });
-    await model.open();
-    const waits = new LongPolls(slowClaims(model, 300), notifier);
+    const { model, waits } = await slowLongPolls(300);
     let defined = true;
     const started = Date.now();
     const held = waits.claimMany(ref, { worker: 'w', waitMs: 3000, current: () => (defined ? ref : undefined) }).then(
@@ -134,10 +130,7 @@ describe('long polls above the store (decisions §3.3 wait)', function () {
   });
 
   it('a held claim whose time runs out while a look is under way answers with what that look claimed: an item is never leased to an answer that says empty (decisions §3.3)', async () => {
-    const notifier = new InProcessNotifier();
-    const model = new ModelStore(newModelDisk(), { notifier });
-    await model.open();
-    const waits = new LongPolls(slowClaims(model, 300), notifier);
+    const { model, waits } = await slowLongPolls(300);
     // First look 0–300 ms finds nothing; the post at 400 ms wakes a look (400–700 ms); the wait ends at 500 ms.
     const held = waits.claim(ref, { worker: 'w', waitMs: 500 });
     await new Promise((resolve) => setTimeout(resolve, 400));
@@ -176,10 +169,7 @@ describe('long polls above the store (decisions §3.3 wait)', function () {
   });
 
   it('a claim whose queue is withdrawn while a look is under way is answered after that look: what it claimed is handed over, never leased to a wall (decisions §2.4, §3.3)', async () => {
-    const notifier = new InProcessNotifier();
-    const model = new ModelStore(newModelDisk(), { notifier });
-    await model.open();
-    const waits = new LongPolls(slowClaims(model, 300), notifier);
+    const { model, waits } = await slowLongPolls(300);
     let defined = true;
     // First look 0–300 ms finds nothing; the post at 400 ms wakes a look (400–700 ms); the queue goes at 500 ms.
     const held = waits.claim(ref, { worker: 'w', waitMs: 3000, current: () => (defined ? ref : undefined) }).then(
@@ -200,10 +190,7 @@ describe('long polls above the store (decisions §3.3 wait)', function () {
   });
 
   it('a held claim makes one look at a time: items announced during its look are left for others, none claimed for an answer already given (interface §4.2 rule 2)', async () => {
-    const notifier = new InProcessNotifier();
-    const model = new ModelStore(newModelDisk(), { notifier });
-    await model.open();
-    const waits = new LongPolls(slowClaims(model, 300), notifier);
+    const { model, waits } = await slowLongPolls(300);
     // First look 0–300 ms finds nothing; the post at 400 ms wakes a look (400–700 ms); another item comes at 500 ms.
     const held = waits.claim(ref, { worker: 'w', waitMs: 3000 });
     await new Promise((resolve) => setTimeout(resolve, 400));
@@ -217,10 +204,7 @@ describe('long polls above the store (decisions §3.3 wait)', function () {
   });
 
   it('a held claim whose queue is withdrawn during a look that finds nothing ends with the wall once the look is back, not after its wait (decisions §2.4)', async () => {
-    const notifier = new InProcessNotifier();
-    const model = new ModelStore(newModelDisk(), { notifier });
-    await model.open();
-    const waits = new LongPolls(slowClaims(model, 300), notifier);
+    const { model, waits } = await slowLongPolls(300);
     let defined = true;
     const started = Date.now();
     // First look 0–300 ms; an item it does not match wakes a look at 400 ms (400–700 ms); the queue goes at 500 ms.
@@ -239,10 +223,7 @@ describe('long polls above the store (decisions §3.3 wait)', function () {
   });
 
   it('a held claim whose time runs out during a look that finds nothing is answered empty once the look is back (decisions §3.3)', async () => {
-    const notifier = new InProcessNotifier();
-    const model = new ModelStore(newModelDisk(), { notifier });
-    await model.open();
-    const waits = new LongPolls(slowClaims(model, 300), notifier);
+    const { model, waits } = await slowLongPolls(300);
     const started = Date.now();
     // First look 0–300 ms; an item it does not match wakes a look at 350 ms (350–650 ms); the wait ends at 500 ms.
     const held = waits.claim(ref, { worker: 'w', waitMs: 500, criteria: { kind: 'b' } });
