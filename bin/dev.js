@@ -9,13 +9,7 @@ import { execute } from '@oclif/core';
 // commands themselves.
 const root = new URL('..', import.meta.url);
 const manifest = new URL('oclif.manifest.json', root);
-const builtAt = (() => {
-  try {
-    return statSync(manifest).mtimeMs;
-  } catch {
-    return undefined;
-  }
-})();
+const builtAt = statSync(manifest, { throwIfNoEntry: false })?.mtimeMs;
 // A folder's own time changes when a file in it is added, removed or renamed.
 const newer = (dir) =>
   statSync(dir).mtimeMs > builtAt ||
