@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { lstat, mkdir, open, opendir, rename, rm } from 'node:fs/promises';
+import { lstat, mkdir, open, opendir, rename, rm, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 
 /** A file written and synced under a temporary name beside its place, not yet in it. */
@@ -17,18 +17,14 @@ export interface StagedFile {
  * Writes `bytes` to a temporary file beside `file` and syncs it (and any folder made for it); the
  * file itself is untouched until {@link StagedFile.publish}. On failure nothing is left behind.
  */
-export async function stageFile(file: string, bytes: Buffer | string): Promise<StagedFile> {
+export async function stageFile(file: string, bytes: Buffer | string, mode = 0o644): Promise<StagedFile> {
   const dir = path.dirname(file);
-  const created = await mkdir(dir, { recursive: true });
-  // A folder made just now is only durable once the entry naming it is: fsync each new level's parent.
-  if (created !== undefined) {
-    for (let at = dir; at.length >= created.length; at = path.dirname(at)) await fsyncDir(path.dirname(at));
-  }
+  await makeDir(dir);
   const tmp = path.join(dir, `.${path.basename(file)}.${randomBytes(6).toString('hex')}.tmp`);
   // Named as this process's own before the file exists, until it is renamed or removed: no sweep takes it.
   staging.add(tmp);
   try {
-    const handle = await open(tmp, 'w', 0o644);
+    const handle = await open(tmp, 'w', mode);
     try {
       await handle.writeFile(bytes);
       await handle.sync();
@@ -82,8 +78,62 @@ const staging = new Set<string>();
  * temp file, fsync, rename, fsync of the folder: a crash leaves the old bytes or the new ones,
  * never a torn file. On failure the temp file is removed and nothing else changed.
  */
-export async function writeAtomically(file: string, bytes: Buffer | string): Promise<void> {
-  await (await stageFile(file, bytes)).publish();
+export async function writeAtomically(file: string, bytes: Buffer | string, mode?: number): Promise<void> {
+  await (await stageFile(file, bytes, mode)).publish();
+}
+
+/**
+ * Makes `dir` and any missing folder above it, and makes each new one durable: a folder made
+ * survives a power cut only once the folder holding it is synced, so each new level's parent is,
+ * from the deepest up, before this resolves. A call that finds the folders made by another call
+ * still syncing them waits for it: what it goes on to write is acknowledged only on a path that
+ * is durable as a whole.
+ */
+export async function makeDir(dir: string, mode?: number): Promise<void> {
+  const at = path.resolve(dir);
+  const created = await mkdir(at, { recursive: true, mode });
+  if (created !== undefined) {
+    const synced = (async () => {
+      for (let level = at; level.length >= created.length; level = path.dirname(level)) await fsyncDir(path.dirname(level));
+    })();
+    making.set(created, synced);
+    try {
+      await synced;
+    } finally {
+      if (making.get(created) === synced) making.delete(created);
+    }
+    return;
+  }
+  for (const [top, synced] of making) {
+    if (at === top || at.startsWith(top + path.sep)) await synced;
+  }
+}
+
+/** Folders made by {@link makeDir} whose entries are still being synced: the top one made, with its syncing. */
+const making = new Map<string, Promise<void>>();
+
+/**
+ * Opens `file` with `flags` (which create it when missing) and makes its entry durable by syncing
+ * its folder (and any folder made for it) before the handle is handed out: a file created and
+ * written is only there after a power cut once the folder that names it is synced.
+ */
+export async function openDurably(file: string, flags: number | string, mode = 0o644): Promise<FileHandle> {
+  await makeDir(path.dirname(file));
+  const handle = await open(file, flags, mode);
+  try {
+    await fsyncDir(path.dirname(file));
+  } catch (err) {
+    await handle.close();
+    throw err;
+  }
+  return handle;
+}
+
+/** Removes files from one folder, then syncs the folder once, so that the removals hold after a power cut. */
+export async function removeDurably(dir: string, names: readonly string[]): Promise<void> {
+  if (names.length === 0) return;
+  for (const name of names) await rm(path.join(dir, name), { force: true });
+  await fsyncDir(dir);
 }
 
 /** Makes a folder's entries durable: a created, renamed or removed file survives a crash only once its folder is synced. */

@@ -1,5 +1,5 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-import { mkdir } from 'node:fs/promises';
+import { makeDir } from '../durable-files.js';
 import { accessPolicy, resolveQueue, type AccessPolicy, type QueueConfig } from '../engine/config.js';
 import { FileDefinitionStore, type DefinitionStore } from './definition-store.js';
 import { sha256Hex, type Manifest } from './manifest.js';
@@ -75,7 +75,7 @@ export class DefinitionRegistry {
    * stops following.
    */
   static async load(from: string | DefinitionStore, warn: (line: string) => void = () => {}): Promise<DefinitionRegistry> {
-    if (typeof from === 'string') await mkdir(from, { recursive: true });
+    if (typeof from === 'string') await makeDir(from);
     const registry = new DefinitionRegistry(typeof from === 'string' ? new FileDefinitionStore(from) : from, warn);
     // Watched before the list is read: a change made meanwhile is in the list, or reported, or both.
     registry.unwatch = registry.stored.watch?.((at) => {

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
+import { makeDir, writeAtomically } from '../durable-files.js';
 
 export interface MasterToken {
   token: string;
@@ -19,23 +20,50 @@ export interface MasterTokenStore {
   readOrCreate(): Promise<MasterToken>;
 }
 
-/** `<home>/master-token`, created with mode 0600 and a fresh random 32-byte hex token on first start. */
+/**
+ * `<home>/master-token`, created with mode 0600 and a fresh random 32-byte hex token on first
+ * start. It is written whole under another name, synced and renamed into place, and its folder
+ * synced (as every folder made for it) before the server relies on it: a power cut leaves no file
+ * or the whole token, never an empty one.
+ */
 export class FileMasterTokenStore implements MasterTokenStore {
   constructor(readonly home: string) {}
 
   async readOrCreate(): Promise<MasterToken> {
     const file = path.join(this.home, 'master-token');
+    let text: string | undefined;
     try {
-      const token = (await readFile(file, 'utf8')).trim();
-      if (token !== '') return { token, file, created: false };
+      text = await readFile(file, 'utf8');
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
     }
-    await mkdir(this.home, { recursive: true, mode: 0o700 });
+    if (text !== undefined) {
+      const short = cutShort(text);
+      // Not replaced: clients may hold the token it held, and would meet the wall without knowing why.
+      if (short) {
+        throw new Error(
+          `the master token file ${file} ${short}, as a start cut off before the token reached the disk leaves it; it is not replaced, since clients may hold the token it was made with: give that token with --master-token or SVCQ_MASTER_TOKEN, or remove the file to have a new one made`,
+        );
+      }
+      return { token: text.trim(), file, created: false };
+    }
+    await makeDir(this.home, 0o700);
     const token = randomBytes(32).toString('hex');
-    await writeFile(file, `${token}\n`, { mode: 0o600, flag: 'w' });
+    await writeAtomically(file, `${token}\n`, 0o600);
     return { token, file, created: true };
   }
+}
+
+/**
+ * What is wrong with a token file's text that a write cut short leaves (nothing, empty, zeros, or
+ * a start of the 64 hex digits without the line end written after them), or undefined. A token an
+ * operator wrote there in full is taken as it is.
+ */
+export function cutShort(text: string): string | undefined {
+  if (text.includes('\0')) return 'holds zero bytes';
+  if (text.trim() === '') return 'is empty';
+  if (/^[0-9a-f]{1,63}$/.test(text)) return `holds ${text.length} of a token's 64 hex digits and no line end`;
+  return undefined;
 }
 
 /** The master token: the flag, else SVCQ_MASTER_TOKEN (both resolved by the caller into `given`), else the store's. */

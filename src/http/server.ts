@@ -138,7 +138,6 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
   const root = path.resolve(options.root);
   const home = homeOf(root);
   const location = parseStoreLocation(options.store);
-  const master = await resolveMasterToken(options.masterToken, new FileMasterTokenStore(home));
   // Definitions live with the items: files under the root, or the shared database, where every
   // node follows the others' changes (decisions §6.1).
   const definitions =
@@ -164,6 +163,9 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
     observer: operators.observer,
   });
   const { store, notifier } = opened;
+  // Made only once the store is open: a start that fails before (a database that cannot be
+  // reached, say) leaves no token behind that the next start would present as the cluster's.
+  const master = await resolveMasterToken(options.masterToken, new FileMasterTokenStore(home));
   // A definition change reaches the store's timers at once (a timeout brought sooner falls on time).
   registry.onQueueChange((key) => store.rulesChanged?.(key));
   operators.watch(store);

@@ -1,5 +1,6 @@
 import { close, constants, fdatasync, fstat, ftruncate, open, write, type PathLike } from 'node:fs';
-import { mkdir, open as openHandle } from 'node:fs/promises';
+import { open as openHandle } from 'node:fs/promises';
+import { fsyncDir, makeDir } from '../durable-files.js';
 import path from 'node:path';
 
 export type Waiter = { resolve: () => void; reject: (err: Error) => void };
@@ -66,10 +67,21 @@ export class AppendFile {
     this.nextStretch = Math.min(PREALLOCATE_FIRST, options.preallocate ?? 0);
   }
 
+  /**
+   * Opens `file` for appending, creating it (and its folders) when missing. Its entry is durable
+   * when this resolves (its folder is synced after the open, as any folder made for it): what is
+   * appended to it is acknowledged only in a file a power cut cannot take away.
+   */
   static async open(file: string, options: AppendFileOptions = {}): Promise<AppendFile> {
-    await mkdir(path.dirname(file), { recursive: true });
+    await makeDir(path.dirname(file));
     const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_DSYNC;
     const fd = await new Promise<number>((resolve, reject) => open(file as PathLike, flags, 0o644, (err, fd) => (err ? reject(err) : resolve(fd))));
+    try {
+      await fsyncDir(path.dirname(file));
+    } catch (err) {
+      close(fd, () => {});
+      throw err;
+    }
     const size = await new Promise<number>((resolve, reject) => fstat(fd, (err, st) => (err ? reject(err) : resolve(st.size))));
     const end = options.preallocate ? await dataEnd(file, size) : size;
     const appender = new AppendFile(file, fd, end, size, options);

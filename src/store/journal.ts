@@ -1,11 +1,11 @@
 import { open as openCallback, read, close as closeCallback } from 'node:fs';
-import { mkdir, readdir, rm, rename, open, truncate } from 'node:fs/promises';
+import { readdir, rm, rename, open, truncate } from 'node:fs/promises';
 import path from 'node:path';
 import { Low } from 'lowdb';
 import { JSONFile } from 'lowdb/node';
 import type { TaskEvent } from '../engine/item.js';
 import { Item } from '../engine/queue.js';
-import { fsyncDir } from '../durable-files.js';
+import { fsyncDir, makeDir, removeDurably } from '../durable-files.js';
 import { AppendFile, type AppendFileOptions, type WriteFn } from './append-file.js';
 import { jsonString } from '../json-text.js';
 
@@ -213,7 +213,7 @@ export class Journal {
   /** Loads snapshot and journals and opens the journal for appending. */
   async open(): Promise<{ items: LoadedItems; events: LoadedEvents }> {
     const { dir, warn } = this.options;
-    await mkdir(dir, { recursive: true });
+    await makeDir(dir);
     this.meta = new Low<Meta>(new JSONFile<Meta>(path.join(dir, 'meta.json')), { format: 1, generation: 0, snapshotAt: null, snapshotItems: 0, mark: null });
     try {
       await this.meta.read();
@@ -256,8 +256,8 @@ export class Journal {
       last = n;
     }
     // Appending goes on in the newest journal, which covers everything since the current snapshot.
+    // Its open syncs the folder: the stale files removed above stay removed after a power cut.
     this.file = await this.openFile(path.join(dir, `journal-${last}.jsonl`), marked);
-    await fsyncDir(dir);
     this.current = last;
     return { items, events };
   }
@@ -315,9 +315,8 @@ export class Journal {
     const { dir } = this.options;
     const next = this.current + 1;
     const failuresBefore = this.failures;
+    // The new journal's name survives a crash before it holds acknowledged records (the open syncs the folder).
     const file = await this.openFile(path.join(dir, `journal-${next}.jsonl`));
-    // The new journal's name must survive a crash before it holds acknowledged records.
-    await fsyncDir(dir);
     const previous = this.file;
     const held: NonNullable<Journal['held']> = { text: '', waiters: [] };
     this.held = held;
@@ -379,11 +378,14 @@ export class Journal {
     this.generation = next;
     this.snapshotBytes = bytes;
 
-    for (const f of await readdir(dir)) {
-      const m = /^(journal|snapshot)-(\d+)\.jsonl$/.exec(f);
-      // Everything numbered below the new generation is covered by the new snapshot.
-      if (m && Number(m[2]) < next) await rm(path.join(dir, f), { force: true });
-    }
+    // Everything numbered below the new generation is covered by the new snapshot.
+    await removeDurably(
+      dir,
+      (await readdir(dir)).filter((f) => {
+        const m = /^(journal|snapshot)-(\d+)\.jsonl$/.exec(f);
+        return m !== null && Number(m[2]) < next;
+      }),
+    );
   }
 
   async close(): Promise<void> {

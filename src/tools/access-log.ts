@@ -1,5 +1,6 @@
 import { closeSync, createWriteStream, fstatSync, ftruncateSync, openSync, readSync, type WriteStream } from 'node:fs';
-import { mkdir, readdir, rename, rm, stat, utimes } from 'node:fs/promises';
+import { readdir, rename, rm, stat, utimes } from 'node:fs/promises';
+import { makeDir } from '../durable-files.js';
 import path from 'node:path';
 import { finished } from 'node:stream/promises';
 import { ACTIVE_LOG, rotatedLogName, rotatedLogTs, sizeOf } from './files.js';
@@ -61,7 +62,7 @@ export class AccessLog implements AccessLogSink {
   ) {}
 
   static async open(options: AccessLogOptions): Promise<AccessLog> {
-    await mkdir(options.dir, { recursive: true });
+    await makeDir(options.dir);
     let lastTs = 0;
     for (const name of await readdir(options.dir)) lastTs = Math.max(lastTs, rotatedLogTs(name) ?? 0);
     const log = new AccessLog(options, (await sizeOf(path.join(options.dir, ACTIVE_LOG))) ?? 0, lastTs);

@@ -1,4 +1,5 @@
-import { appendFile, mkdir, statfs } from 'node:fs/promises';
+import { appendFile, statfs } from 'node:fs/promises';
+import { makeDir } from '../durable-files.js';
 import os from 'node:os';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
@@ -301,7 +302,7 @@ export class StatsSampler {
   private async sample(): Promise<void> {
     const ts = Date.now();
     const samples = samplesOf(await this.take());
-    await mkdir(this.dir, { recursive: true });
+    await makeDir(this.dir);
     const day = utcDay(ts);
     for (const [type, fields] of Object.entries(samples) as Array<[StatType, object]>) {
       await appendFile(path.join(this.dir, statFileName(type, day)), `${JSON.stringify({ ts, ...fields })}\n`);

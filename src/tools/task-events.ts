@@ -1,8 +1,8 @@
 import { constants } from 'node:fs';
-import { open, readdir, readFile, rm, stat, truncate, mkdir, type FileHandle } from 'node:fs/promises';
+import { readdir, readFile, stat, truncate, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { reason, StoreUnavailable, type EventOutbox, type OutboxEntry } from '../store/store.js';
-import { fsyncDir } from '../durable-files.js';
+import { makeDir, openDurably, removeDurably } from '../durable-files.js';
 import { AppendFile } from '../store/append-file.js';
 import { parseTaskFile, removeOldDayFiles, taskFileName, utcDay } from './files.js';
 
@@ -106,7 +106,7 @@ export class TaskEventLog {
    * with any day-file begun after it) and starts taking events from `outbox`.
    */
   async start(outbox: EventOutbox): Promise<void> {
-    await mkdir(this.dir, { recursive: true });
+    await makeDir(this.dir);
     this.position = await this.readPosition();
     const recorded = this.position ? null : outbox.recordedHistoryPosition?.();
     if (recorded && parseTaskFile(recorded.file)) {
@@ -136,9 +136,8 @@ export class TaskEventLog {
       const target = path.join(this.dir, p.file);
       const size = await stat(target).then((st) => st.size, () => -1);
       if (size > p.size) await truncate(target, p.size);
-      for (const name of await readdir(this.dir)) {
-        if (parseTaskFile(name) && name > p.file) await rm(path.join(this.dir, name), { force: true });
-      }
+      // Durably: a day-file that came back after a power cut would have new lines appended to its stale ones.
+      await removeDurably(this.dir, (await readdir(this.dir)).filter((name) => parseTaskFile(name) && name > p.file));
     }
     this.outbox = outbox;
     outbox.onEvents(() => this.schedule());
@@ -243,8 +242,7 @@ export class TaskEventLog {
    */
   private async recordPosition(position: Position): Promise<void> {
     if (!this.positionFile) {
-      this.positionFile = await open(path.join(this.dir, POSITION_FILE), constants.O_WRONLY | constants.O_CREAT | constants.O_DSYNC, 0o644);
-      await fsyncDir(this.dir);
+      this.positionFile = await openDurably(path.join(this.dir, POSITION_FILE), constants.O_WRONLY | constants.O_CREAT | constants.O_DSYNC);
     }
     const text = JSON.stringify(position).padEnd(POSITION_BYTES, ' ');
     await this.positionFile.write(text, 0, 'utf8');
@@ -253,10 +251,9 @@ export class TaskEventLog {
   /** Only called from the chain of writes, so never twice at once. */
   private async switchTo(day: string): Promise<void> {
     const previous = this.file;
+    // A new day-file's name survives a crash as well as the bytes written into it (the open syncs the folder).
     this.file = await AppendFile.open(path.join(this.dir, taskFileName(day)));
     if (day > this.latestDay) this.latestDay = day;
-    // A new day-file's name must survive a crash as well as the bytes written into it.
-    await fsyncDir(this.dir);
     this.day = day;
     await previous?.close();
   }
