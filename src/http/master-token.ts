@@ -1,7 +1,7 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { makeDir, writeAtomically } from '../durable-files.js';
+import { makeDir, removeDurably, writeAtomically } from '../durable-files.js';
 
 export interface MasterToken {
   token: string;
@@ -29,28 +29,42 @@ export interface MasterTokenStore {
 export class FileMasterTokenStore implements MasterTokenStore {
   constructor(readonly home: string) {}
 
-  async readOrCreate(): Promise<MasterToken> {
-    const file = path.join(this.home, 'master-token');
-    let text: string | undefined;
+  get file(): string {
+    return path.join(this.home, 'master-token');
+  }
+
+  /** The token in the file, or undefined when there is no file; a file a cut left short is refused. */
+  async read(): Promise<MasterToken | undefined> {
+    const file = this.file;
+    let text: string;
     try {
       text = await readFile(file, 'utf8');
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      throw err;
     }
-    if (text !== undefined) {
-      const short = cutShort(text);
-      // Not replaced: clients may hold the token it held, and would meet the wall without knowing why.
-      if (short) {
-        throw new Error(
-          `the master token file ${file} ${short}, as a start cut off before the token reached the disk leaves it; it is not replaced, since clients may hold the token it was made with: give that token with --master-token or SVCQ_MASTER_TOKEN, or remove the file to have a new one made`,
-        );
-      }
-      return { token: text.trim(), file, created: false };
+    const short = cutShort(text);
+    // Not replaced: clients may hold the token it held, and would meet the wall without knowing why.
+    if (short) {
+      throw new Error(
+        `the master token file ${file} ${short}, as a start cut off before the token reached the disk leaves it; it is not replaced, since clients may hold the token it was made with: give that token with --master-token or SVCQ_MASTER_TOKEN, or remove the file to have a new one made`,
+      );
     }
+    return { token: text.trim(), file, created: false };
+  }
+
+  async readOrCreate(): Promise<MasterToken> {
+    const stored = await this.read();
+    if (stored) return stored;
     await makeDir(this.home, 0o700);
     const token = randomBytes(32).toString('hex');
-    await writeAtomically(file, `${token}\n`, 0o600);
-    return { token, file, created: true };
+    await writeAtomically(this.file, `${token}\n`, 0o600);
+    return { token, file: this.file, created: true };
+  }
+
+  /** Removes a file {@link readOrCreate} made, for a start that cannot go on with it. */
+  async remove(): Promise<void> {
+    await removeDurably(this.home, [path.basename(this.file)]);
   }
 }
 
@@ -70,4 +84,42 @@ export function cutShort(text: string): string | undefined {
 export async function resolveMasterToken(given: string | undefined, stored: MasterTokenStore): Promise<MasterToken> {
   if (given !== undefined && given !== '') return { token: given, created: false };
   return stored.readOrCreate();
+}
+
+/** What a database that several nodes share keeps of their master token (decisions §6.1). */
+export interface SharedMasterToken {
+  /** The sha256 (hex) of the token recorded, if any. */
+  recordedMasterToken(): Promise<string | undefined>;
+  /** Records `sha256` unless a token is recorded (in its place, with `replace`); the one recorded afterwards. */
+  recordMasterToken(sha256: string, replace: boolean): Promise<string>;
+}
+
+/**
+ * The master token of a node on a shared database: the flag, the variable or the token file, as
+ * on one node, then held against the one the database records (the first node to start records
+ * its own). A node whose token differs is refused, and so is a node with none at all: a token of
+ * its own, made silently, would meet every management call that a load balancer sends it with the
+ * wall. `replace` records this node's token in place of the database's (to change the nodes'
+ * token: stop every node, start one with it, then the others with the new token).
+ */
+export async function resolveSharedMasterToken(given: string | undefined, file: FileMasterTokenStore, shared: SharedMasterToken, replace: boolean): Promise<MasterToken> {
+  const fromFlag = given !== undefined && given !== '';
+  let master = fromFlag ? { token: given, created: false } : await file.read();
+  if (!master) {
+    if (!replace && (await shared.recordedMasterToken()) !== undefined) {
+      throw new Error(
+        `the nodes of this database share a master token, and this node has none (no --master-token, SVCQ_MASTER_TOKEN or ${file.file}): give it the nodes' token; a token of its own would meet the wall through the load balancer`,
+      );
+    }
+    master = await file.readOrCreate();
+  }
+  const sha256 = createHash('sha256').update(master.token).digest('hex');
+  if ((await shared.recordMasterToken(sha256, replace)) !== sha256) {
+    // Another node recorded a different token first: a token made for this start goes with it.
+    if (master.created) await file.remove();
+    throw new Error(
+      `this node's master token (from ${fromFlag ? '--master-token or SVCQ_MASTER_TOKEN' : file.file}) is not the one the other nodes of this database share: give it theirs; to change the nodes' token, stop every node and start one with --replace-master-token`,
+    );
+  }
+  return master;
 }

@@ -17,7 +17,7 @@ import { placeStaged, sweepStaged } from '../durable-files.js';
 import { Operators } from '../operators/operators.js';
 import { createApp } from './app.js';
 import type { ServerContext } from './context.js';
-import { FileMasterTokenStore, resolveMasterToken } from './master-token.js';
+import { FileMasterTokenStore, resolveMasterToken, resolveSharedMasterToken } from './master-token.js';
 import { createQueueRouter } from './queue-router.js';
 import { sendJson } from './errors.js';
 import { wallAndClose } from './wall.js';
@@ -29,6 +29,8 @@ export interface ServeOptions {
   port: number;
   bind: string;
   masterToken?: string;
+  /** On a shared database: record this node's master token as the nodes' one, in place of the one recorded. */
+  replaceMasterToken?: boolean;
   maxBody?: number;
   /** Access-log rotation size in bytes, rotated files kept, and ms between stats samples (decisions §5). */
   logMaxBytes?: number;
@@ -165,7 +167,8 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
   const { store, notifier } = opened;
   // Made only once the store is open: a start that fails before (a database that cannot be
   // reached, say) leaves no token behind that the next start would present as the cluster's.
-  const master = await resolveMasterToken(options.masterToken, new FileMasterTokenStore(home));
+  const tokenFile = new FileMasterTokenStore(home);
+  const master = definitions ? await resolveSharedMasterToken(options.masterToken, tokenFile, definitions.store, options.replaceMasterToken ?? false) : await resolveMasterToken(options.masterToken, tokenFile);
   // A definition change reaches the store's timers at once (a timeout brought sooner falls on time).
   registry.onQueueChange((key) => store.rulesChanged?.(key));
   operators.watch(store);

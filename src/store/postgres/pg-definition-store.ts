@@ -101,6 +101,20 @@ export class PgDefinitionStore implements DefinitionStore {
     return store;
   }
 
+  /** The sha256 of the master token the nodes share, if a node recorded one. */
+  async recordedMasterToken(): Promise<string | undefined> {
+    return (await this.query<{ sha256: string }>('SELECT sha256 FROM svcq_master_token')).rows[0]?.sha256;
+  }
+
+  /**
+   * Records `sha256` as the nodes' master token unless one is recorded already (or in its place,
+   * with `replace`); the one recorded afterwards. Of nodes that start at once, the first insert wins.
+   */
+  async recordMasterToken(sha256: string, replace: boolean): Promise<string> {
+    await this.query(`INSERT INTO svcq_master_token (sha256) VALUES ($1) ON CONFLICT (one) DO ${replace ? 'UPDATE SET sha256 = EXCLUDED.sha256, recorded_at = now()' : 'NOTHING'}`, [sha256]);
+    return (await this.recordedMasterToken())!;
+  }
+
   async list(): Promise<StoredDefinition[]> {
     const res = await this.query<{ path: string; bytes: Buffer }>('SELECT path, bytes FROM svcq_definitions WHERE bytes IS NOT NULL ORDER BY path COLLATE "C"');
     const out: StoredDefinition[] = [];

@@ -221,6 +221,19 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE svcq_items ALTER COLUMN writer SET DEFAULT pg_current_xact_id();
     `,
   },
+  {
+    version: 10,
+    description: 'the master token the nodes share, by its sha256',
+    sql: `
+      -- Recorded by the first node to start; a node whose token differs is refused at start, since
+      -- every management call through a load balancer that reached it would meet the wall.
+      CREATE TABLE svcq_master_token (
+        one         boolean PRIMARY KEY DEFAULT true CHECK (one),
+        sha256      text NOT NULL,
+        recorded_at timestamptz NOT NULL DEFAULT now()
+      );
+    `,
+  },
 ];
 
 /** Any constant the whole database agrees on: the lock that serialises migrations across nodes. */
