@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import http from 'node:http';
 import { expect } from 'chai';
 import { request, type Reply } from '../support/http.js';
+import { checkAnswer } from '../support/openapi-check.js';
 import type { TestServer } from '../support/server.js';
 
 /**
@@ -143,7 +144,7 @@ export function keepAliveAgent(maxSockets: number): http.Agent {
   return new http.Agent({ keepAlive: true, maxSockets });
 }
 
-/** One JSON request over `agent`; resolves with status and parsed body. */
+/** One JSON request over `agent`; resolves with status and parsed body, once the answer is checked against docs/openapi.yaml. */
 export function agentRequest(agent: http.Agent, baseUrl: string, path: string, options: { method?: string; host: string; body?: string }): Promise<{ status: number; json: Json }> {
   const base = new URL(baseUrl);
   const headers: Record<string, string> = { host: options.host };
@@ -156,7 +157,14 @@ export function agentRequest(agent: http.Agent, baseUrl: string, path: string, o
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
+        const body = Buffer.concat(chunks);
+        const text = body.toString('utf8');
+        try {
+          checkAnswer({ method: options.method ?? 'GET', target: path, status: res.statusCode ?? 0, headers: res.headers, body });
+        } catch (err) {
+          reject(err as Error);
+          return;
+        }
         try {
           resolve({ status: res.statusCode ?? 0, json: JSON.parse(text) as Json });
         } catch {

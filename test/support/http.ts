@@ -1,4 +1,5 @@
 import http from 'node:http';
+import { checkAnswer } from './openapi-check.js';
 
 export interface Reply {
   status: number;
@@ -18,9 +19,15 @@ export interface RequestOptions {
   /** Host header (queue domain). */
   host?: string;
   token?: string;
+  /**
+   * Take the answer as it comes. Without this, an answer that is not one docs/openapi.yaml gives
+   * for the request (an undescribed status, a body of another shape) fails the request: for
+   * requests to something that is not a svcq server.
+   */
+  unchecked?: boolean;
 }
 
-/** One raw HTTP request, no keep-alive, nothing interpreted. */
+/** One raw HTTP request, no keep-alive. The answer is checked against docs/openapi.yaml (see `unchecked`), and otherwise not interpreted. */
 export function request(baseUrl: string, path: string, options: RequestOptions = {}): Promise<Reply> {
   const base = new URL(baseUrl);
   const headers: Record<string, string> = { ...options.headers };
@@ -43,7 +50,14 @@ export function request(baseUrl: string, path: string, options: RequestOptions =
         } catch {
           json = undefined;
         }
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, rawHeaders: res.rawHeaders, text, body, json });
+        const reply = { status: res.statusCode ?? 0, headers: res.headers, rawHeaders: res.rawHeaders, text, body, json };
+        try {
+          if (!options.unchecked) checkAnswer({ method: options.method ?? 'GET', target: path, status: reply.status, headers: reply.headers, body });
+        } catch (err) {
+          reject(err as Error);
+          return;
+        }
+        resolve(reply);
       });
     });
     req.on('error', reject);
