@@ -20,7 +20,7 @@ One SIGINT or SIGTERM stops it: held long polls are answered at once, requests u
     port: Flags.integer({ description: 'TCP port (0 picks a free one)', env: 'SVCQ_PORT', default: 8080, min: 0, max: 65535 }),
     bind: Flags.string({ description: 'address to listen on', env: 'SVCQ_BIND', default: '127.0.0.1' }),
     'master-token': Flags.string({ description: 'master token for /api (default: SVCQ_MASTER_TOKEN, else <root>/_svcq/master-token)', env: 'SVCQ_MASTER_TOKEN' }),
-    'replace-master-token': Flags.boolean({ description: 'with --store postgres://...: record this server\'s master token as the one every node of the database must use, in place of the one recorded (the first node records its own; a node with another is refused)', default: false }),
+    'replace-master-token': Flags.boolean({ description: 'with --store postgres://...: record this server\'s master token as the one every node of the database must use, in place of the one recorded (the first node records its own; a node with another is refused)', env: 'SVCQ_REPLACE_MASTER_TOKEN', default: false }),
     'show-token': Flags.boolean({ description: 'print the master token at start', env: 'SVCQ_SHOW_TOKEN', default: false }),
     'max-body': Flags.integer({ description: 'largest request body in bytes', env: 'SVCQ_MAX_BODY', default: 1024 * 1024, min: 1024 }),
     'log-max-bytes': Flags.integer({ description: 'rotate the access log once it passes this many bytes', env: 'SVCQ_LOG_MAX_BYTES', default: 16 * 1024 * 1024, min: 1 }),
