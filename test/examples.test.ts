@@ -1,23 +1,25 @@
 import { cpSync, existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
-import { fencedBlocks, freePort, markedBlocks, normalise, runBlocks, section, startBackground, type Block, type Started } from './docs/doc-blocks.js';
+import { fencedBlocks, freePort, markedBlocks, normalise, runBlocks, startBackground, type Block, type Started } from './docs/doc-blocks.js';
 import { BIN, REPO, cleanupTemp, tempDir } from './support/server.js';
 
 /**
  * The path a newcomer takes: README.md's start command, then the walkthrough of
- * examples/README.md (twice: a second try must work as well as the first), then the README's
- * "Talk to it over HTTP", all against the one server the README started, each document in a
- * terminal of its own. The only changes to what a reader pastes: the built binary instead of
- * `npx svcq` (same program, without npm's start-up), a free port instead of 8080 everywhere
- * (the README's server gets it as SVCQ_PORT, the default it stands for), and temp folders instead
- * of the repository root and /tmp/svcq-demo.
+ * examples/README.md (twice: a second try must work as well as the first), then docs/http.md's
+ * walk through an item's life and docs/browsers.md, all against the one server the README
+ * started, each document in a terminal of its own. The only changes to what a reader pastes: the
+ * built binary instead of `npx svcq` (same program, without npm's start-up), a free port instead
+ * of 8080 everywhere (the README's server gets it as SVCQ_PORT, the default it stands for), and
+ * temp folders instead of the repository root and /tmp/svcq-demo.
  */
-describe('README.md, then examples/README.md, in order (STYLE: examples are executable and tested)', function () {
+describe('README.md, then examples/README.md, then docs/http.md and docs/browsers.md, in order (STYLE: examples are executable and tested)', function () {
   this.timeout(90_000);
 
   const readme = readFileSync(path.join(REPO, 'README.md'), 'utf8');
   const walkthrough = readFileSync(path.join(REPO, 'examples/README.md'), 'utf8');
+  const httpDoc = readFileSync(path.join(REPO, 'docs/http.md'), 'utf8');
+  const browsersDoc = readFileSync(path.join(REPO, 'docs/browsers.md'), 'utf8');
   const readmeBlocks = markedBlocks(readme, 'readme');
   let work = '';
   let demo = '';
@@ -88,25 +90,33 @@ describe('README.md, then examples/README.md, in order (STYLE: examples are exec
     expect(stdout).to.match(/progress +\{"percent":100\}\nresult +\{"thumbnail":"dog-128.png","width":128\}/);
   });
 
-  it('runs every block of "Talk to it over HTTP", in order, and each prints what the README shows', async () => {
-    const http = section(readme, 'Talk to it over HTTP');
-    // Nothing in the section escapes the test: every shell or JS block is marked to run.
-    for (const b of fencedBlocks(http)) if (b.lang === 'sh' || b.lang === 'js') expect(b.marked, b.code).to.match(/^readme: (run|node)$/);
-    for (const b of fencedBlocks(readme)) if (b.code.includes('curl ')) expect(b.marked, b.code).to.equal('readme: run');
-
-    const blocks = markedBlocks(http, 'readme').map((b): Block => ({ ...b, code: adapt(b.code) }));
-    expect(blocks.length).to.be.greaterThan(8);
+  /** Runs every block of a document marked with `tag`, in one terminal, and checks each prints what the document shows. */
+  const runDoc = async (doc: string, tag: string): Promise<{ blocks: Block[]; perBlock: string[] }> => {
+    expect(server, 'the README server runs').to.not.equal(undefined);
+    // Nothing in the document escapes the test: every shell or JS block is marked to run.
+    for (const b of fencedBlocks(doc)) if (b.lang === 'sh' || b.lang === 'js') expect(b.marked, b.code).to.match(new RegExp(`^${tag}: (run|node)$`));
+    const blocks = markedBlocks(doc, tag).map((b): Block => ({ ...b, code: adapt(b.code) }));
     // Every shell block shows what it prints.
     for (const b of blocks) if (b.kind === 'run') expect(b.prints, b.code).to.be.a('string');
-    const run = await runBlocks(blocks, { cwd: work, env, dir: demo, name: 'http' });
-    expect(run.code, `HTTP section failed:\n${run.stdout}\n${run.stderr}\n${server!.output()}`).to.equal(0);
+    const run = await runBlocks(blocks, { cwd: work, env, dir: demo, name: tag });
+    expect(run.code, `${tag} failed:\n${run.stdout}\n${run.stderr}\n${server!.output()}`).to.equal(0);
     blocks.forEach((b, i) => {
       if (b.prints !== undefined) expect(normalise(run.perBlock[i]!), `block ${i}:\n${b.code}`).to.equal(normalise(b.prints));
     });
+    return { blocks, perBlock: run.perBlock };
+  };
+
+  it('runs every block of docs/http.md, in order, and each prints what the page shows', async () => {
+    const { blocks } = await runDoc(httpDoc, 'http');
+    expect(blocks.length).to.be.greaterThan(8);
+  });
+
+  it('runs every block of docs/browsers.md, in order, and each prints what the page shows', async () => {
+    const { blocks, perBlock } = await runDoc(browsersDoc, 'browsers');
     // The page's fetch, run by Node: what its comment says it logs.
     const node = blocks.findIndex((b) => b.kind === 'node');
     expect(node).to.be.greaterThan(0);
-    expect(normalise(run.perBlock[node]!)).to.equal("{ ok: true, id: '<id>', status: 'pending' }");
+    expect(normalise(perBlock[node]!)).to.equal("{ ok: true, id: '<id>', status: 'pending' }");
   });
 
   it('stops: Ctrl-C in each worker terminal, then in the server terminal', async () => {
