@@ -7,13 +7,13 @@ import { BIN, REPO, cleanupTemp, tempDir } from './support/server.js';
 /**
  * The path a newcomer takes: README.md's start command, then the walkthrough of
  * examples/README.md (twice: a second try must work as well as the first), then docs/http.md's
- * walk through an item's life and docs/browsers.md, all against the one server the README
+ * walk through an item's life, docs/browsers.md and docs/operators.md, all against the one server the README
  * started, each document in a terminal of its own. The only changes to what a reader pastes: the
  * built binary instead of `npx svcq` (same program, without npm's start-up), a free port instead
  * of 8080 everywhere (the README's server gets it as SVCQ_PORT, the default it stands for), and
  * temp folders instead of the repository root and /tmp/svcq-demo.
  */
-describe('README.md, then examples/README.md, then docs/http.md and docs/browsers.md, in order (STYLE: examples are executable and tested)', function () {
+describe('README.md, then examples/README.md, then the examples of docs/, in order (STYLE: examples are executable and tested)', function () {
   this.timeout(90_000);
 
   const readme = readFileSync(path.join(REPO, 'README.md'), 'utf8');
@@ -90,8 +90,12 @@ describe('README.md, then examples/README.md, then docs/http.md and docs/browser
     expect(stdout).to.match(/progress +\{"percent":100\}\nresult +\{"thumbnail":"dog-128.png","width":128\}/);
   });
 
-  /** Runs every block of a document marked with `tag`, in one terminal, and checks each prints what the document shows. */
-  const runDoc = async (doc: string, tag: string): Promise<{ blocks: Block[]; perBlock: string[] }> => {
+  /**
+   * Runs every block of a document marked with `tag`, in one terminal, and checks each prints what
+   * the document shows: the same text, or with `as: 'shape'` JSON with the same fields (for
+   * answers whose figures depend on what ran before).
+   */
+  const runDoc = async (doc: string, tag: string, as: 'text' | 'shape' = 'text'): Promise<{ blocks: Block[]; perBlock: string[] }> => {
     expect(server, 'the README server runs').to.not.equal(undefined);
     // Nothing in the document escapes the test: every shell or JS block is marked to run.
     for (const b of fencedBlocks(doc)) if (b.lang === 'sh' || b.lang === 'js') expect(b.marked, b.code).to.match(new RegExp(`^${tag}: (run|node)$`));
@@ -101,7 +105,9 @@ describe('README.md, then examples/README.md, then docs/http.md and docs/browser
     const run = await runBlocks(blocks, { cwd: work, env, dir: demo, name: tag });
     expect(run.code, `${tag} failed:\n${run.stdout}\n${run.stderr}\n${server!.output()}`).to.equal(0);
     blocks.forEach((b, i) => {
-      if (b.prints !== undefined) expect(normalise(run.perBlock[i]!), `block ${i}:\n${b.code}`).to.equal(normalise(b.prints));
+      if (b.prints === undefined) return;
+      if (as === 'shape') expect(shapeOf(run.perBlock[i]!), `block ${i}:\n${b.code}\n${run.perBlock[i]}`).to.deep.equal(shapeOf(b.prints));
+      else expect(normalise(run.perBlock[i]!), `block ${i}:\n${b.code}`).to.equal(normalise(b.prints));
     });
     return { blocks, perBlock: run.perBlock };
   };
@@ -119,6 +125,10 @@ describe('README.md, then examples/README.md, then docs/http.md and docs/browser
     expect(normalise(perBlock[node]!)).to.equal("{ ok: true, id: '<id>', status: 'pending' }");
   });
 
+  it('runs the curl block of docs/operators.md, and the answer has the fields the page shows (decisions §5.1)', async () => {
+    await runDoc(readFileSync(path.join(REPO, 'docs/operators.md'), 'utf8'), 'operators', 'shape');
+  });
+
   it('stops: Ctrl-C in each worker terminal, then in the server terminal', async () => {
     for (const w of workers) {
       w.proc.kill('SIGINT');
@@ -128,3 +138,13 @@ describe('README.md, then examples/README.md, then docs/http.md and docs/browser
     expect(await server!.exited, server!.output()).to.equal(0);
   });
 });
+
+/** The fields of each JSON line of `text`, nested, without their values: what an answer shows whatever its figures. */
+function shapeOf(text: string): unknown[] {
+  const shape = (v: unknown): unknown => {
+    if (Array.isArray(v)) return v.length > 0 ? [shape(v[0])] : [];
+    if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, shape(x)]));
+    return 'value';
+  };
+  return text.trim().split('\n').map((line) => shape(JSON.parse(line)));
+}
