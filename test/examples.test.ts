@@ -129,6 +129,12 @@ describe('README.md, then examples/README.md, then the examples of docs/, in ord
     await runDoc(readFileSync(path.join(REPO, 'docs/operators.md'), 'utf8'), 'operators', 'shape');
   });
 
+  it('runs the curl block of docs/behaviour.md: a second post with the same Idempotency-Key answers with the first item (decisions §3.5)', async () => {
+    const { perBlock } = await runDoc(readFileSync(path.join(REPO, 'docs/behaviour.md'), 'utf8'), 'behaviour');
+    const [first, second] = perBlock[0]!.trim().split('\n');
+    expect(second).to.equal(first);
+  });
+
   it('stops: Ctrl-C in each worker terminal, then in the server terminal', async () => {
     for (const w of workers) {
       w.proc.kill('SIGINT');
