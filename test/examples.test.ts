@@ -6,12 +6,13 @@ import { BIN, REPO, cleanupTemp, tempDir } from './support/server.js';
 
 /**
  * The path a newcomer takes: README.md's start command, then the walkthrough of
- * examples/README.md (twice: a second try must work as well as the first), then docs/http.md's
- * walk through an item's life, docs/browsers.md and docs/operators.md, all against the one server the README
+ * examples/README.md (twice: a second try must work as well as the first), then the README's own
+ * tour and HTTP calls, then the examples of docs/ (http.md's walk through an item's life,
+ * browsers.md, operators.md, reference.md, behaviour.md), all against the one server the README
  * started, each document in a terminal of its own. The only changes to what a reader pastes: the
  * built binary instead of `npx svcq` (same program, without npm's start-up), a free port instead
- * of 8080 everywhere (the README's server gets it as SVCQ_PORT, the default it stands for), and
- * temp folders instead of the repository root and /tmp/svcq-demo.
+ * of 8080 everywhere (the README's server gets it as SVCQ_PORT, and its commands as SVCQ_URL, the
+ * defaults it stands for), and temp folders instead of the repository root and /tmp/svcq-demo.
  */
 describe('README.md, then examples/README.md, then the examples of docs/, in order (STYLE: examples are executable and tested)', function () {
   this.timeout(90_000);
@@ -90,6 +91,21 @@ describe('README.md, then examples/README.md, then the examples of docs/, in ord
     expect(stdout).to.match(/progress +\{"percent":100\}\nresult +\{"thumbnail":"dog-128.png","width":128\}/);
   });
 
+  it("runs the README's tour of the command line and its three HTTP calls, and each prints what the README shows", async () => {
+    expect(server, 'the README server runs').to.not.equal(undefined);
+    const [start, ...rest] = readmeBlocks;
+    expect(start!.kind).to.equal('background');
+    const blocks = rest.map((b): Block => ({ ...b, code: adapt(b.code) }));
+    expect(blocks.map((b) => b.kind)).to.deep.equal(['run', 'run', 'run']);
+    // The commands use the default URL, which names port 8080: they get the test's port as SVCQ_URL.
+    const run = await runBlocks(blocks, { cwd: work, env: { ...env, SVCQ_URL: `http://127.0.0.1:${port}` }, dir: demo, name: 'readme' });
+    expect(run.code, `README failed:\n${run.stdout}\n${run.stderr}\n${server!.output()}`).to.equal(0);
+    // The item as `svcq item` prints it: times and the seconds it took are the reader's own.
+    const times = (text: string): string => normalise(text).replace(/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/g, '<time>').replace(/\(\d+\.\d s after/, '(<s> after');
+    expect(times(run.perBlock[1]!)).to.equal(times(blocks[1]!.prints!));
+    expect(normalise(run.perBlock[2]!)).to.equal(normalise(blocks[2]!.prints!));
+  });
+
   /**
    * Runs every block of a document marked with `tag`, in one terminal, and checks each prints what
    * the document shows: the same text, or with `as: 'shape'` JSON with the same fields (for
@@ -127,6 +143,12 @@ describe('README.md, then examples/README.md, then the examples of docs/, in ord
 
   it('runs the curl block of docs/operators.md, and the answer has the fields the page shows (decisions §5.1)', async () => {
     await runDoc(readFileSync(path.join(REPO, 'docs/operators.md'), 'utf8'), 'operators', 'shape');
+  });
+
+  it('runs the blocks of docs/reference.md: tokenSha256 is the sha256 of the token as sent, and a claim whose criteria name an unknown operator claims nothing (interface §4.3: fails closed)', async () => {
+    const { perBlock } = await runDoc(readFileSync(path.join(REPO, 'docs/reference.md'), 'utf8'), 'reference');
+    const [hash, definition] = perBlock[0]!.trim().split('\n');
+    expect(JSON.parse(definition!)).to.deep.equal({ 'svc-user-name': 'dave', tokenSha256: hash });
   });
 
   it('runs the curl block of docs/behaviour.md: a second post with the same Idempotency-Key answers with the first item (decisions §3.5)', async () => {
