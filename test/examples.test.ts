@@ -1,23 +1,26 @@
 import { cpSync, existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
-import { fencedBlocks, freePort, markedBlocks, normalise, runBlocks, section, startBackground, type Block, type Started } from './docs/doc-blocks.js';
+import { fencedBlocks, freePort, markedBlocks, normalise, runBlocks, startBackground, type Block, type Started } from './docs/doc-blocks.js';
 import { BIN, REPO, cleanupTemp, tempDir } from './support/server.js';
 
 /**
  * The path a newcomer takes: README.md's start command, then the walkthrough of
- * examples/README.md (twice: a second try must work as well as the first), then the README's
- * "Talk to it over HTTP", all against the one server the README started, each document in a
- * terminal of its own. The only changes to what a reader pastes: the built binary instead of
- * `npx svcq` (same program, without npm's start-up), a free port instead of 8080 everywhere
- * (the README's server gets it as SVCQ_PORT, the default it stands for), and temp folders instead
- * of the repository root and /tmp/svcq-demo.
+ * examples/README.md (twice: a second try must work as well as the first), then the README's own
+ * tour and HTTP calls, then the examples of docs/ (http.md's walk through an item's life,
+ * browsers.md, operators.md, reference.md, behaviour.md), all against the one server the README
+ * started, each document in a terminal of its own. The only changes to what a reader pastes: the
+ * built binary instead of `npx svcq` (same program, without npm's start-up), a free port instead
+ * of 8080 everywhere (the README's server gets it as SVCQ_PORT, and its commands as SVCQ_URL, the
+ * defaults it stands for), and temp folders instead of the repository root and /tmp/svcq-demo.
  */
-describe('README.md, then examples/README.md, in order (STYLE: examples are executable and tested)', function () {
+describe('README.md, then examples/README.md, then the examples of docs/, in order (STYLE: examples are executable and tested)', function () {
   this.timeout(90_000);
 
   const readme = readFileSync(path.join(REPO, 'README.md'), 'utf8');
   const walkthrough = readFileSync(path.join(REPO, 'examples/README.md'), 'utf8');
+  const httpDoc = readFileSync(path.join(REPO, 'docs/http.md'), 'utf8');
+  const browsersDoc = readFileSync(path.join(REPO, 'docs/browsers.md'), 'utf8');
   const readmeBlocks = markedBlocks(readme, 'readme');
   let work = '';
   let demo = '';
@@ -88,25 +91,70 @@ describe('README.md, then examples/README.md, in order (STYLE: examples are exec
     expect(stdout).to.match(/progress +\{"percent":100\}\nresult +\{"thumbnail":"dog-128.png","width":128\}/);
   });
 
-  it('runs every block of "Talk to it over HTTP", in order, and each prints what the README shows', async () => {
-    const http = section(readme, 'Talk to it over HTTP');
-    // Nothing in the section escapes the test: every shell or JS block is marked to run.
-    for (const b of fencedBlocks(http)) if (b.lang === 'sh' || b.lang === 'js') expect(b.marked, b.code).to.match(/^readme: (run|node)$/);
-    for (const b of fencedBlocks(readme)) if (b.code.includes('curl ')) expect(b.marked, b.code).to.equal('readme: run');
+  it("runs the README's tour of the command line and its three HTTP calls, and each prints what the README shows", async () => {
+    expect(server, 'the README server runs').to.not.equal(undefined);
+    const [start, ...rest] = readmeBlocks;
+    expect(start!.kind).to.equal('background');
+    const blocks = rest.map((b): Block => ({ ...b, code: adapt(b.code) }));
+    expect(blocks.map((b) => b.kind)).to.deep.equal(['run', 'run', 'run']);
+    // The commands use the default URL, which names port 8080: they get the test's port as SVCQ_URL.
+    const run = await runBlocks(blocks, { cwd: work, env: { ...env, SVCQ_URL: `http://127.0.0.1:${port}` }, dir: demo, name: 'readme' });
+    expect(run.code, `README failed:\n${run.stdout}\n${run.stderr}\n${server!.output()}`).to.equal(0);
+    // The item as `svcq item` prints it: times and the seconds it took are the reader's own.
+    const times = (text: string): string => normalise(text).replace(/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/g, '<time>').replace(/\(\d+\.\d s after/, '(<s> after');
+    expect(times(run.perBlock[1]!)).to.equal(times(blocks[1]!.prints!));
+    expect(normalise(run.perBlock[2]!)).to.equal(normalise(blocks[2]!.prints!));
+  });
 
-    const blocks = markedBlocks(http, 'readme').map((b): Block => ({ ...b, code: adapt(b.code) }));
-    expect(blocks.length).to.be.greaterThan(8);
+  /**
+   * Runs every block of a document marked with `tag`, in one terminal, and checks each prints what
+   * the document shows: the same text, or with `as: 'shape'` JSON with the same fields (for
+   * answers whose figures depend on what ran before).
+   */
+  const runDoc = async (doc: string, tag: string, as: 'text' | 'shape' = 'text'): Promise<{ blocks: Block[]; perBlock: string[] }> => {
+    expect(server, 'the README server runs').to.not.equal(undefined);
+    // Nothing in the document escapes the test: every shell or JS block is marked to run.
+    for (const b of fencedBlocks(doc)) if (b.lang === 'sh' || b.lang === 'js') expect(b.marked, b.code).to.match(new RegExp(`^${tag}: (run|node)$`));
+    const blocks = markedBlocks(doc, tag).map((b): Block => ({ ...b, code: adapt(b.code) }));
     // Every shell block shows what it prints.
     for (const b of blocks) if (b.kind === 'run') expect(b.prints, b.code).to.be.a('string');
-    const run = await runBlocks(blocks, { cwd: work, env, dir: demo, name: 'http' });
-    expect(run.code, `HTTP section failed:\n${run.stdout}\n${run.stderr}\n${server!.output()}`).to.equal(0);
+    const run = await runBlocks(blocks, { cwd: work, env, dir: demo, name: tag });
+    expect(run.code, `${tag} failed:\n${run.stdout}\n${run.stderr}\n${server!.output()}`).to.equal(0);
     blocks.forEach((b, i) => {
-      if (b.prints !== undefined) expect(normalise(run.perBlock[i]!), `block ${i}:\n${b.code}`).to.equal(normalise(b.prints));
+      if (b.prints === undefined) return;
+      if (as === 'shape') expect(shapeOf(run.perBlock[i]!), `block ${i}:\n${b.code}\n${run.perBlock[i]}`).to.deep.equal(shapeOf(b.prints));
+      else expect(normalise(run.perBlock[i]!), `block ${i}:\n${b.code}`).to.equal(normalise(b.prints));
     });
+    return { blocks, perBlock: run.perBlock };
+  };
+
+  it('runs every block of docs/http.md, in order, and each prints what the page shows', async () => {
+    const { blocks } = await runDoc(httpDoc, 'http');
+    expect(blocks.length).to.be.greaterThan(8);
+  });
+
+  it('runs every block of docs/browsers.md, in order, and each prints what the page shows', async () => {
+    const { blocks, perBlock } = await runDoc(browsersDoc, 'browsers');
     // The page's fetch, run by Node: what its comment says it logs.
     const node = blocks.findIndex((b) => b.kind === 'node');
     expect(node).to.be.greaterThan(0);
-    expect(normalise(run.perBlock[node]!)).to.equal("{ ok: true, id: '<id>', status: 'pending' }");
+    expect(normalise(perBlock[node]!)).to.equal("{ ok: true, id: '<id>', status: 'pending' }");
+  });
+
+  it('runs the curl block of docs/operators.md, and the answer has the fields the page shows (decisions §5.1)', async () => {
+    await runDoc(readFileSync(path.join(REPO, 'docs/operators.md'), 'utf8'), 'operators', 'shape');
+  });
+
+  it('runs the blocks of docs/reference.md: tokenSha256 is the sha256 of the token as sent, and a claim whose criteria name an unknown operator claims nothing (interface §4.3: fails closed)', async () => {
+    const { perBlock } = await runDoc(readFileSync(path.join(REPO, 'docs/reference.md'), 'utf8'), 'reference');
+    const [hash, definition] = perBlock[0]!.trim().split('\n');
+    expect(JSON.parse(definition!)).to.deep.equal({ 'svc-user-name': 'dave', tokenSha256: hash });
+  });
+
+  it('runs the curl block of docs/behaviour.md: a second post with the same Idempotency-Key answers with the first item (decisions §3.5)', async () => {
+    const { perBlock } = await runDoc(readFileSync(path.join(REPO, 'docs/behaviour.md'), 'utf8'), 'behaviour');
+    const [first, second] = perBlock[0]!.trim().split('\n');
+    expect(second).to.equal(first);
   });
 
   it('stops: Ctrl-C in each worker terminal, then in the server terminal', async () => {
@@ -118,3 +166,13 @@ describe('README.md, then examples/README.md, in order (STYLE: examples are exec
     expect(await server!.exited, server!.output()).to.equal(0);
   });
 });
+
+/** The fields of each JSON line of `text`, nested, without their values: what an answer shows whatever its figures. */
+function shapeOf(text: string): unknown[] {
+  const shape = (v: unknown): unknown => {
+    if (Array.isArray(v)) return v.length > 0 ? [shape(v[0])] : [];
+    if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, shape(x)]));
+    return 'value';
+  };
+  return text.trim().split('\n').map((line) => shape(JSON.parse(line)));
+}

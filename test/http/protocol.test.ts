@@ -168,7 +168,7 @@ describe('HTTP framing and clients that misbehave (decisions §1.1, §3.5, §4)'
     expect(outcome.error, 'the connection was reset while the client still sent its body').to.equal(undefined);
   });
 
-  it('the wall before a body of 64 KiB or less keeps the connection: the body is read and dropped, and the next request on it is served (decisions §4; README: a smaller body is read and dropped)', async () => {
+  it('the wall before a body of 64 KiB or less keeps the connection: the body is read and dropped, and the next request on it is served (decisions §4; docs/behaviour.md: a smaller body is read and dropped)', async () => {
     const body = `{"pad":"${' '.repeat(60 * 1024)}"}`;
     const walled = `POST /zz HTTP/1.1\r\nHost: nope.example.com\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
     const served = `POST /open HTTP/1.1\r\nHost: ${HOST}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`;

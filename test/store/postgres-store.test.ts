@@ -51,7 +51,7 @@ describe('PostgreSQL store: transactions, events and sweeps', function () {
     });
   }
 
-  it('warns at open when the server does not vacuum on its own, and only then (README: Scaling out asks for autovacuum)', async () => {
+  it('warns at open when the server does not vacuum on its own, and only then (docs/scaling.md: Run several nodes asks for autovacuum)', async () => {
     const { rows } = await admin.query<{ autovacuum: string; track_counts: string }>("SELECT current_setting('autovacuum') AS autovacuum, current_setting('track_counts') AS track_counts");
     const warnings: string[] = [];
     const other = new PostgresStore({ url: db.url, now: clock.now, configFor: () => undefined, warn: (line) => warnings.push(line) });

@@ -116,7 +116,7 @@ describe('ConsoleSink', () => {
       expect(stdout.text.split('\n').filter((l) => l.includes('"event":"retry"'))).to.have.length(27);
     });
 
-    it('with --json, stderr gets an error as { "error": sentence } and nothing of retries, which stdout has (README: --json)', () => {
+    it('with --json, stderr gets an error as { "error": sentence } and nothing of retries, which stdout has (docs/behaviour.md: --json)', () => {
       const stdout = new Capture(false);
       const stderr = new Capture(false);
       const sink = new ConsoleSink({ json: stdout, statusLine: false, stderr, jsonErrors: true, queue: 'q' });

@@ -283,7 +283,7 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
     expect(run.stdout + run.stderr).not.to.match(/answers again|"reconnected"/);
   });
 
-  it('--once gives up on a server that accepts and never answers after --wait seconds (5 at least), not 15 s past each try (README: svcq work)', async () => {
+  it('--once gives up on a server that accepts and never answers after --wait seconds (5 at least), not 15 s past each try (docs/behaviour.md: svcq work)', async () => {
     const silent = await silentServer();
     try {
       const started = Date.now();
@@ -297,7 +297,7 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
     }
   });
 
-  it('--once --json gives up with { "error": sentence } on stderr (README: --json)', async () => {
+  it('--once --json gives up with { "error": sentence } on stderr (docs/behaviour.md: --json)', async () => {
     const run = await runCli(['work', 'anything', '--url', 'http://127.0.0.1:1', '--host', HOST, '--once', '--wait', '1', '--json', '--exec', 'cat']);
     expect(run.code).to.equal(1);
     const errors = run.stderr.split('\n').filter(Boolean).map((l) => JSON.parse(l) as { error: string });

@@ -192,7 +192,7 @@ describe('svcq work (decisions §1.3)', function () {
     expect(item.result).to.equal(null);
   });
 
-  it('with --once, an item cancelled while its command runs ends the worker with exit 1: nothing was done (README: svcq work)', async () => {
+  it('with --once, an item cancelled while its command runs ends the worker with exit 1: nothing was done (docs/behaviour.md: svcq work)', async () => {
     const queue = queueName('once-cancel');
     await defineQueue(server, queue, { leaseSeconds: 1 });
     const id = await postItem(server, queue, {});
