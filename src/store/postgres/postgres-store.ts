@@ -662,7 +662,7 @@ export class PostgresStore implements Store, EventOutbox {
   private async checkVacuum(client: pg.PoolClient): Promise<void> {
     const { rows } = await client.query<{ autovacuum: string; track_counts: string }>("SELECT current_setting('autovacuum') AS autovacuum, current_setting('track_counts') AS track_counts");
     const off = [rows[0]?.autovacuum === 'off' ? 'autovacuum' : '', rows[0]?.track_counts === 'off' ? 'track_counts' : ''].filter(Boolean);
-    if (off.length > 0) this.warn(`${off.join(' and ')} ${off.length > 1 ? 'are' : 'is'} off on this PostgreSQL server: the items and count tables will grow with dead rows and slow down unless they are vacuumed some other way (see README, Scaling out)`);
+    if (off.length > 0) this.warn(`${off.join(' and ')} ${off.length > 1 ? 'are' : 'is'} off on this PostgreSQL server: the items and count tables will grow with dead rows and slow down unless they are vacuumed some other way (see docs/scaling.md)`);
   }
 
   /**
