@@ -1,8 +1,7 @@
 import { Args, Flags } from '@oclif/core';
 import cliProgress from 'cli-progress';
 import { BaseCommand, UserError, hostFlag } from '../src/cli/base-command.js';
-import { ClientError } from '../src/client/client.js';
-import { parseItemArgument, parseItemsFromStdin, postBatches, postMany, postWithRetry, type ItemInput } from '../src/cli/producer.js';
+import { mayHavePosted, mayHavePostedSentence, parseItemArgument, parseItemsFromStdin, postBatches, postMany, postWithRetry, type ItemInput } from '../src/cli/producer.js';
 import type { PostAnswer } from '../src/protocol.js';
 
 export default class Post extends BaseCommand<typeof Post> {
@@ -10,7 +9,7 @@ export default class Post extends BaseCommand<typeof Post> {
   static override description = `The item is a JSON object given as the argument, or read from stdin ("-", or no argument with piped input).
 Stdin may hold one object or JSON lines (one object per line): each line is posted as an item, and nothing is posted unless every line parses. JSON lines go in batches of up to 1,000 items per request; a batch whose answer was lost is sent again without creating its items twice.
 With --idempotency-key a repeated post returns the first item instead of creating another; with JSON lines of two or more items, line N uses KEY:N (those lines are posted one request each, so that the keys stay KEY:N), and a single object uses KEY itself.
-Without a key, a single post whose answer was lost is not sent again (it may have been created); with one, it is.
+Without a key, a single post whose answer was lost is not sent again (it may have been created); with one, it is. A post answered 502, 503 or 504 by a proxy in front of the server (which may have passed it on) is treated the same way; either way the command then says that the item may have been posted, and how to go on safely.
 If the server cannot be reached partway through, the items already posted are printed, the rest are reported as not posted, and the exit code is 1.
 Ctrl-C (or SIGTERM) partway through sends nothing more: the requests under way finish, and the outcome is reported the same way (a second Ctrl-C ends it at once).`;
   static override examples = [
@@ -45,9 +44,7 @@ Ctrl-C (or SIGTERM) partway through sends nothing more: the requests under way f
       try {
         result = await postWithRetry(client, args.queue, items[0]!.json, key);
       } catch (err) {
-        if (err instanceof ClientError && err.sent && err.status === undefined && key === undefined) {
-          throw new UserError(`${err.message}; the post went out but no answer came back, so the item may have been created: post with --idempotency-key to make a retry safe`, 1);
-        }
+        if (mayHavePosted(err)) throw new UserError(mayHavePostedSentence(err, key), 1);
         throw err;
       }
       this.log(`${result.id} ${result.status}`);

@@ -3,6 +3,23 @@ import cliProgress from 'cli-progress';
 import { BaseCommand } from '../src/cli/base-command.js';
 import { InvalidDefinitions, SyncIncomplete, syncDefinitions, type SyncReport } from '../src/client/sync.js';
 
+/** What --json prints of a sync: the paths put and deleted. */
+interface SyncDone {
+  put: string[];
+  deleted: string[];
+  unchanged: number;
+  dryRun: false;
+}
+
+/** What --json prints of a dry run: what a sync would do, each path under what would become of it. */
+interface DryRunReport {
+  dryRun: true;
+  wouldCreate: string[];
+  wouldUpdate: string[];
+  wouldDelete: string[];
+  unchanged: number;
+}
+
 /** Below this many changes a bar would flash by faster than it could be read. */
 const BAR_FROM = 20;
 
@@ -17,10 +34,10 @@ then puts each file whose sha256 differs from the server's manifest and deletes 
   };
 
   static override flags = {
-    'dry-run': Flags.boolean({ description: 'show what would be put and deleted, change nothing', default: false }),
+    'dry-run': Flags.boolean({ description: 'say what would be created, updated and deleted, and change nothing (with --json: wouldCreate, wouldUpdate, wouldDelete)', default: false }),
   };
 
-  async run(): Promise<SyncReport> {
+  async run(): Promise<SyncDone | DryRunReport> {
     const { args } = await this.parse(Sync);
     const dryRun = this.flags['dry-run'];
     let bar: cliProgress.SingleBar | undefined;
@@ -53,11 +70,26 @@ then puts each file whose sha256 differs from the server's manifest and deletes 
       process.off('SIGTERM', onSignal);
     }
 
-    const verb = dryRun ? 'would ' : '';
-    for (const p of report.put) this.log(`${verb}put ${p}`);
-    for (const p of report.deleted) this.log(`${verb}delete ${p}`);
-    this.log(`${report.put.length} put, ${report.deleted.length} deleted, ${report.unchanged} unchanged${dryRun ? ' (dry run: nothing changed)' : ''}`);
-    return report;
+    if (dryRun) return this.dryRunReport(report);
+    for (const p of report.put) this.log(`put ${p}`);
+    for (const p of report.deleted) this.log(`delete ${p}`);
+    this.log(`${report.put.length} put, ${report.deleted.length} deleted, ${report.unchanged} unchanged`);
+    return { put: report.put, deleted: report.deleted, unchanged: report.unchanged, dryRun: false };
+  }
+
+  /**
+   * What a dry run found, in the conditional: nothing was put or deleted, so nothing says it was.
+   * A file the server does not hold would be created, one that differs from its copy updated.
+   */
+  private dryRunReport(report: SyncReport): DryRunReport {
+    const created = new Set(report.created);
+    const wouldCreate = report.put.filter((p) => created.has(p));
+    const wouldUpdate = report.put.filter((p) => !created.has(p));
+    for (const p of wouldCreate) this.log(`would create ${p}`);
+    for (const p of wouldUpdate) this.log(`would update ${p}`);
+    for (const p of report.deleted) this.log(`would delete ${p}`);
+    this.log(`dry run, nothing changed: would create ${wouldCreate.length}, update ${wouldUpdate.length} and delete ${report.deleted.length}; ${report.unchanged} unchanged`);
+    return { dryRun: true, wouldCreate, wouldUpdate, wouldDelete: report.deleted, unchanged: report.unchanged };
   }
 
   /** The signal that interrupted the sync, if one did. */

@@ -3,6 +3,9 @@ import { ClientError, SvcqClient } from '../client/client.js';
 import { exactJson } from './exact-json.js';
 import { jsonErrorLine } from './json-error.js';
 
+/** What a queue call that met the wall without a host is told to do, after the host it went to. */
+const HOST_HINT = "pass --host or set SVCQ_HOST: the queue's domain, e.g. jobs.example.com, sent as the Host header to pick the queue";
+
 export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>;
 
 /**
@@ -27,7 +30,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
 
   protected client(extra: { host?: string } = {}): SvcqClient {
     try {
-      return new SvcqClient({ url: this.flags.url, token: this.flags.token, host: extra.host, tokenHint: 'pass --token or set SVCQ_TOKEN' });
+      return new SvcqClient({ url: this.flags.url, token: this.flags.token, host: extra.host, tokenHint: 'pass --token or set SVCQ_TOKEN', hostHint: HOST_HINT });
     } catch (err) {
       // Named by its flag, which is what the user typed.
       if (err instanceof ClientError && err.code === 'invalid-url') throw new ClientError(`--url: ${err.message}`, err.code);

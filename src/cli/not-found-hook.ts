@@ -21,17 +21,19 @@ const hook: Hook<'command_not_found'> = async function (opts) {
   for (let n = parts.length - 1; n > 0; n--) {
     const command = parts.slice(0, n).join(':');
     if (!ids.includes(command)) continue;
-    if (guess.id !== undefined && guess.id !== command) break;
+    if (guess.ids.length > 0 && !guess.ids.includes(command)) break;
     const name = command.replaceAll(':', ' ');
     const sentence = `${name} takes no arguments (${parts.slice(n).map((w) => `"${w}"`).join(' ')} given): see "${config.bin} ${name} --help"`;
     process.stderr.write(json ? `${JSON.stringify({ error: sentence })}\n` : `${config.bin}: ${sentence}\n`);
     return this.exit(2);
   }
-  const meant = guess.id?.replaceAll(':', ' ');
-  const sentence = `"${guess.typed}" is not a ${config.bin} command.${meant ? ` Did you mean "${meant}"?` : ` Run "${config.bin} help" for the list.`}`;
+  const meant = guess.ids.map((id) => `"${id.replaceAll(':', ' ')}"`);
+  const sentence = `"${guess.typed}" is not a ${config.bin} command.${meant.length > 0 ? ` Did you mean ${meant.slice(0, -1).join(', ')}${meant.length > 1 ? ' or ' : ''}${meant.at(-1)}?` : ` Run "${config.bin} help" for the list.`}`;
   process.stderr.write(json ? `${JSON.stringify({ error: sentence })}\n` : `${config.bin}: ${sentence}\n`);
-  if (guess.id && !json && process.stdin.isTTY && process.stderr.isTTY && (await confirm(`Run "${config.bin} ${[meant, ...guess.rest].join(' ')}"? [y/N] `))) {
-    return config.runCommand(guess.id, guess.rest);
+  // Offered only when one command is meant: of two, the person says which by typing it.
+  const [only] = guess.ids;
+  if (only !== undefined && guess.ids.length === 1 && !json && process.stdin.isTTY && process.stderr.isTTY && (await confirm(`Run "${config.bin} ${[only.replaceAll(':', ' '), ...guess.rest].join(' ')}"? [y/N] `))) {
+    return config.runCommand(only, guess.rest);
   }
   this.exit(127);
 };

@@ -181,14 +181,43 @@ export async function postBatches(client: SvcqClient, queue: string, items: Item
 }
 
 /**
+ * Whether a failed post may have created its item: it went out whole, and either no answer came
+ * back or the answer was a 5xx that does not say nothing was changed (a proxy's 502, 503 or 504
+ * after passing the post on, a server error after the write).
+ */
+export function mayHavePosted(err: unknown): err is ClientError {
+  return err instanceof ClientError && err.sent && !surelyNotApplied(err) && (err.status === undefined || err.status >= 500);
+}
+
+/**
+ * The sentence for a single post that {@link mayHavePosted}: what happened, that the item may
+ * exist, and how to go on safely: with its key, the same post again (it creates the item at most
+ * once and prints its id); without one, not blindly again.
+ */
+export function mayHavePostedSentence(err: ClientError, key: string | undefined): string {
+  const status = err.status;
+  const what = status === undefined ? err.message : err.message.includes(String(status)) ? err.message : `the server answered HTTP ${status} (${err.message})`;
+  const why =
+    status === undefined
+      ? 'the post went out but no answer came back'
+      : 'that answer may come from a proxy in front of the server (a gateway or load balancer), after it passed the post on';
+  const next =
+    key === undefined
+      ? 'posting it again could post it twice: the queue\'s operator can look first (svcq tasks show lists each item posted), and a post with --idempotency-key can be repeated safely'
+      : `run the same command again with --idempotency-key ${JSON.stringify(key)}: it posts the item at most once, and prints its id`;
+  return `${what}; ${why}, so the item may have been posted: ${next}`;
+}
+
+/**
  * One post, retried a few times while the server cannot be reached or answers 503 (which changed
- * nothing: decisions §6). Without a key a post is sent again only when it surely was not acted on:
- * it never went out whole, or the server refused it with 503 or 429. One that went out and got no
- * answer may have been created, and a retry could create it twice.
+ * nothing: decisions §6). Without a key a post is sent again only when it surely was not acted on
+ * ({@link surelyNotApplied}): it never went out whole, or svcq refused it with 503, or it met a
+ * 429. One that went out and got no answer, or an answer a proxy may have given after passing it
+ * on (a 502, 504, a 503 of its own), may have been created, and a retry could create it twice.
  */
 export function postWithRetry(client: SvcqClient, queue: string, json: string, key: string | undefined, options: { signal?: AbortSignal; onFailure?: (error: unknown) => void } = {}): Promise<PostAnswer> {
   return retrying(() => client.post(queue, json, key), {
-    retryable: (err, attempt) => isTransient(err) && attempt < 4 && (key !== undefined || !(err as ClientError).sent || (err as ClientError).status === 503 || (err as ClientError).status === 429),
+    retryable: (err, attempt) => isTransient(err) && attempt < 4 && (key !== undefined || surelyNotApplied(err)),
     onFailure: ({ error }) => options.onFailure?.(error),
     signal: options.signal,
   });

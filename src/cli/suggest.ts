@@ -14,22 +14,44 @@ export function editDistance(a: string, b: string): number {
   return d[a.length]![b.length]!;
 }
 
-/** The candidate nearest to `word`, if it is near enough to be what was meant (ties go to the first listed). */
-function nearest(word: string, candidates: string[]): string | undefined {
-  const limit = Math.max(1, Math.min(3, Math.floor(word.length / 2)));
-  let best: { id: string; distance: number } | undefined;
+/**
+ * The candidates nearest to `word`, if near enough to be what was meant: every one equally near,
+ * likeliest first ({@link likeness}), in the order listed where that does not tell them apart.
+ */
+function nearest(word: string, candidates: string[]): string[] {
+  const typed = word.toLowerCase();
+  const limit = Math.max(1, Math.min(3, Math.floor(typed.length / 2)));
+  let best = Infinity;
+  let found: string[] = [];
   for (const id of candidates) {
-    const distance = editDistance(word.toLowerCase(), id);
-    if (distance <= limit && (!best || distance < best.distance)) best = { id, distance };
+    const distance = editDistance(typed, id);
+    if (distance > limit || distance > best) continue;
+    if (distance < best) found = [];
+    best = distance;
+    found.push(id);
   }
-  return best?.id;
+  return found.sort((a, b) => likeness(typed, b) - likeness(typed, a));
+}
+
+/**
+ * How much of its start and its end a candidate shares with what was typed. Of two commands one
+ * edit away, "queus" is likelier "queues" (a letter left out, its end kept) than "queue" (its last
+ * letter changed): 5 letters of "queues" are where they were typed, 4 of "queue".
+ */
+function likeness(typed: string, id: string): number {
+  const most = Math.min(typed.length, id.length);
+  let start = 0;
+  while (start < most && typed[start] === id[start]) start++;
+  let end = 0;
+  while (end < most - start && typed[typed.length - 1 - end] === id[id.length - 1 - end]) end++;
+  return start + end;
 }
 
 export interface Suggestion {
   /** What was typed as the command, in words: "wokr", or "logs shwo". */
   typed: string;
-  /** The command id meant (colon-separated, as oclif names it), if one is near enough. */
-  id?: string;
+  /** The command ids meant (colon-separated, as oclif names them): the one nearest, or all those equally near, likeliest first; none when none is near enough. */
+  ids: string[];
   /** The words after the command, to run the suggestion with. */
   rest: string[];
 }
@@ -38,21 +60,21 @@ export interface Suggestion {
  * What a mistyped command line most likely meant. Only the command words are compared, never its
  * arguments: `svcq wokr thumbnails` is compared as "wokr" against the first word of every command
  * id (so a queue name cannot pull the guess towards `logs show`). When the first word is right
- * (`svcq logs shwo`), the second is compared against the commands under it.
+ * (`svcq logs shwo`), the second is compared against the commands under it. Two commands equally
+ * near (`svcq queus`: "queue" and "queues") are both suggested.
  */
 export function suggestCommand(words: string[], commandIds: string[]): Suggestion {
   const [first = '', second] = words;
   const firstWords = [...new Set(commandIds.map((id) => id.split(':')[0]!))];
   if (firstWords.includes(first) && second !== undefined) {
     const under = commandIds.filter((id) => id.startsWith(`${first}:`)).map((id) => id.slice(first.length + 1));
-    const meant = nearest(second, under);
-    return { typed: `${first} ${second}`, id: meant === undefined ? undefined : `${first}:${meant}`, rest: words.slice(2) };
+    return { typed: `${first} ${second}`, ids: nearest(second, under).map((meant) => `${first}:${meant}`), rest: words.slice(2) };
   }
-  const meant = nearest(first, firstWords);
   // A first word that is only a topic (token) is suggested with its one command, if it has just one.
-  const id = meant === undefined || commandIds.includes(meant) ? meant : (() => {
+  const ids = nearest(first, firstWords).map((meant) => {
+    if (commandIds.includes(meant)) return meant;
     const under = commandIds.filter((c) => c.startsWith(`${meant}:`));
-    return under.length === 1 ? under[0] : meant;
-  })();
-  return { typed: first, id, rest: words.slice(1) };
+    return under.length === 1 ? under[0]! : meant;
+  });
+  return { typed: first, ids, rest: words.slice(1) };
 }

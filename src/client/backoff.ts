@@ -18,12 +18,19 @@ export function isTransient(err: unknown): boolean {
 }
 
 /**
- * A failed request the server surely did not act on: it never went out whole, or the server
- * refused it with 503 (a write it could not make durable changed nothing: decisions §6) or 429.
- * Anything else (no answer after it went out, another 5xx) may have been applied.
+ * A failed request the server surely did not act on: it never went out whole, or svcq refused it
+ * with 503 (a write it could not make durable changed nothing: decisions §6), or it met a 429.
+ * Anything else (no answer after it went out, another 5xx) may have been applied: so may a 503
+ * that is not svcq's own `{ error }`, which a proxy in front of it may give after passing the
+ * request on (a connection reset before the answer, say).
  */
 export function surelyNotApplied(err: unknown): boolean {
-  return err instanceof ClientError && (!err.sent || err.status === 503 || err.status === 429);
+  return err instanceof ClientError && (!err.sent || (err.status === 503 && svcqAnswered(err.body)) || err.status === 429);
+}
+
+/** Whether an error answer is svcq's own: a JSON object with its sentence in `error` (a proxy's is a page or plain text). */
+function svcqAnswered(body: unknown): boolean {
+  return typeof body === 'object' && body !== null && typeof (body as { error?: unknown }).error === 'string';
 }
 
 /** Resolves after `ms`, or at once (false) when `signal` aborts. */

@@ -28,6 +28,8 @@ export interface ClientOptions {
   timeoutMs?: number;
   /** What the wall's sentence adds when no token was given, after "no token was given" (the command line names its flag). */
   tokenHint?: string;
+  /** What the wall's sentence adds when a queue call was sent without `host`, after the host it went to (the command line names its flag). */
+  hostHint?: string;
 }
 
 /** Options every call takes. */
@@ -215,7 +217,7 @@ export class SvcqClient {
   /** Sends a request and parses a JSON answer, turning error statuses into ClientErrors. */
   async json<T>(method: string, path: string, opts: Parameters<SvcqClient['request']>[2] & { ok?: number[]; shape?: AnswerShape } = {}): Promise<T> {
     const res = await this.request(method, path, opts);
-    return this.checked(this.parse<T>(res, opts.ok ?? [200]), method, path, res.status, opts.shape);
+    return this.checked(this.parse<T>(res, opts.ok ?? [200], opts.queueHost), method, path, res.status, opts.shape);
   }
 
   /**
@@ -231,7 +233,8 @@ export class SvcqClient {
     throw new ClientError(`${this.options.url} did not answer as svcq does (${what}): is --url right?`, 'http', { status, body: answer });
   }
 
-  parse<T>(res: RawResponse, ok: number[] = [200]): T {
+  /** The answer's JSON, or the {@link ClientError} its status means; `queueCall`: it was sent to a queue (with the Host header when `host` was given). */
+  parse<T>(res: RawResponse, ok: number[] = [200], queueCall = false): T {
     let body: unknown;
     const text = res.body.toString('utf8');
     try {
@@ -241,7 +244,20 @@ export class SvcqClient {
     }
     if (typeof body === 'object' && body !== null) answerTexts.set(body, text);
     if (ok.includes(res.status)) return body as T;
-    throw explain(res.status, body, Boolean(this.options.token), this.options.tokenHint);
+    throw explain(res.status, body, this.wallReasons(queueCall));
+  }
+
+  /**
+   * What the wall's sentence adds: the likeliest causes the client can see. A queue call sent
+   * without `host` went to the URL's own host, which is seldom a queue's domain (127.0.0.1, say):
+   * that comes first, since a public queue needs no token; then a missing token.
+   */
+  private wallReasons(queueCall: boolean): string {
+    const { token, host, tokenHint, hostHint } = this.options;
+    const reasons: string[] = [];
+    if (queueCall && !host) reasons.push(`no host was given, so the queue was looked for on ${this.base.hostname}${hostHint ? ` (${hostHint})` : ''}`);
+    if (!token) reasons.push(reasons.length > 0 ? `no token was given either${tokenHint ? ` (${tokenHint})` : ''}` : `no token was given${tokenHint ? ` (${tokenHint})` : ''}`);
+    return reasons.join('; ');
   }
 
   // --- management (master token) ---
@@ -307,7 +323,7 @@ export class SvcqClient {
   claim(queue: string, body: ClaimRequest, opts?: ClaimOptions): Promise<ClaimAnswer | ClaimManyAnswer>;
   async claim(queue: string, body: ClaimRequest, opts: ClaimOptions = {}): Promise<ClaimAnswer | ClaimManyAnswer> {
     const res = await this.request('POST', `/${part(queue, 'the queue name')}/claim`, { body: claimBody(body, opts.handIns), queueHost: true, ...this.limits(opts, (body.wait ?? 0) * 1000) });
-    const answer = this.checked(this.parse<ClaimAnswer | ClaimManyAnswer>(res), 'POST', `/${queue}/claim`, res.status, 'claim');
+    const answer = this.checked(this.parse<ClaimAnswer | ClaimManyAnswer>(res, [200], true), 'POST', `/${queue}/claim`, res.status, 'claim');
     answer.clockOffsetMs = clockOffset(res.headers.date);
     // Each item also as the exact text the server sent (interface §2.1).
     const texts = claimedItemTexts(res.body.toString('utf8'));
@@ -421,11 +437,11 @@ export const WALL = 'not found (wrong token, host or queue?)';
 /** The same when the request carried no token at all, with the likeliest cause after it. */
 export const WALL_WITHOUT_TOKEN = `${WALL}: no token was given`;
 
-/** The sentence for an error status (decisions §1.2). */
-function explain(status: number, body: unknown, tokenGiven: boolean, tokenHint?: string): ClientError {
+/** The sentence for an error status (decisions §1.2); `wallReasons`: what the wall's sentence adds after a colon (nothing when empty). */
+function explain(status: number, body: unknown, wallReasons: string): ClientError {
   if (status === 426) return new ClientError(`the server speaks another API version (it says: ${describe(body)}); this client speaks /api/v${CLIENT_API}`, 'api-version', { status, body });
   const record = (typeof body === 'object' && body !== null ? body : {}) as { error?: unknown; errors?: Array<{ path?: string; message?: string }> };
-  if (status === 404 && record.error === 'not found') return new ClientError(tokenGiven ? WALL : tokenHint ? `${WALL_WITHOUT_TOKEN} (${tokenHint})` : WALL_WITHOUT_TOKEN, 'wall', { status, body });
+  if (status === 404 && record.error === 'not found') return new ClientError(wallReasons ? `${WALL}: ${wallReasons}` : WALL, 'wall', { status, body });
   if (status === 404 && record.error === 'no such item') return new ClientError('no such item', 'no-such-item', { status, body });
   if (Array.isArray(record.errors)) {
     const parts = record.errors.map((e) => (e.path && e.path !== '/' ? `${e.path}: ${e.message}` : String(e.message)));

@@ -23,6 +23,8 @@ export interface InvalidDefinition {
 /** What a sync did, or with `dryRun` would do. */
 export interface SyncReport {
   put: string[];
+  /** Those of `put` the server held no definition at (the others replace one it held). */
+  created: string[];
   deleted: string[];
   unchanged: number;
   dryRun: boolean;
@@ -128,6 +130,7 @@ export async function syncDefinitions(client: SvcqClient, dir: string, options: 
     .sort();
   const report: SyncReport = {
     put: toPut.map((d) => d.path),
+    created: toPut.filter((d) => manifest[d.path] === undefined).map((d) => d.path),
     deleted: toDelete,
     unchanged: definitions.length - toPut.length,
     dryRun: options.dryRun ?? false,

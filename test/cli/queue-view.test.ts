@@ -1,6 +1,7 @@
 import { expect } from 'chai';
-import { queueDetailView, serverNowOf } from '../../src/cli/view/queues.js';
-import type { QueueDetail } from '../../src/operators/answers.js';
+import stringWidth from 'string-width';
+import { humanAge, humanRate, queueDetailView, queueListTable, serverNowOf } from '../../src/cli/view/queues.js';
+import type { QueueDetail, QueueEntry } from '../../src/operators/answers.js';
 import { withoutColour } from '../support/colour.js';
 
 const NOW = 1_700_000_000_000;
@@ -37,5 +38,102 @@ describe('svcq queue shows ages and lease ends against the server\'s clock (deci
   it('keeps this machine\'s now when the clocks agree to within two seconds, or when nothing is pending to tell', () => {
     expect(serverNowOf(detailFrom(1500), NOW)).to.equal(NOW);
     expect(serverNowOf({ ...detailFrom(60_000), oldest: [], oldestPendingAgeMs: null }, NOW)).to.equal(NOW);
+  });
+});
+
+function entry(host: string, name: string, figures: { pending: number; finished: number; ageMs: number }): QueueEntry {
+  return {
+    host,
+    name,
+    counts: { pending: figures.pending, claimed: 3, processing: 12, finished: figures.finished, failed: 2345, timedout: 1, cancelled: 0 },
+    oldestPendingAgeMs: figures.ageMs,
+    rates: { posted: 12.5, claimed: 0.25, finished: 10.5, failed: 0.05 },
+  };
+}
+
+/** What each column of `svcq queues` shows for a queue, whole. */
+function wholeFigures(q: QueueEntry): Record<string, string> {
+  const c = q.counts;
+  return {
+    host: q.host,
+    queue: q.name,
+    pending: String(c.pending),
+    claimed: String(c.claimed),
+    processing: String(c.processing),
+    'in flight': String(c.claimed + c.processing),
+    finished: String(c.finished),
+    failed: String(c.failed),
+    'oldest pending': humanAge(q.oldestPendingAgeMs),
+    oldest: humanAge(q.oldestPendingAgeMs),
+    'posted/s': humanRate(q.rates.posted),
+    'claimed/s': humanRate(q.rates.claimed),
+    'finished/s': humanRate(q.rates.finished),
+    'failed/s': humanRate(q.rates.failed),
+  };
+}
+
+/** The borderless table's header and rows as cells: columns are two or more spaces apart, and no cell holds two spaces. */
+function cellsOf(text: string): { head: string[]; rows: string[][] } {
+  const [head, ...rows] = text.split('\n').filter((l) => /\S {2,}\S/.test(l));
+  const split = (line: string): string[] => line.trim().split(/ {2,}/);
+  return { head: split(head!), rows: rows.map(split) };
+}
+
+describe('svcq queues fits the terminal: columns are left out or names cut, never a figure (decisions §5.1)', () => {
+  withoutColour();
+
+  const usual = [entry('jobs.example.com', 'thumbnails', { pending: 1_234_567, finished: 123_456, ageMs: 30 * 3_600_000 }), entry('jobs.example.com', 'emails', { pending: 12, finished: 0, ageMs: 59 * 60_000 + 59_000 })];
+  const long = [...usual, entry('a-very-long-host-name-for-queues.internal.example.com', 'resize-uploaded-images-for-the-gallery-eu', { pending: 3, finished: 98_765_432, ageMs: 1500 })];
+
+  for (const [queues, what] of [
+    [usual, 'usual names'],
+    [long, 'a long host and queue name'],
+  ] as const) {
+    for (const columns of [200, 150, 120, 100, 90, 80]) {
+      it(`at ${columns} columns, with ${what}: no line is wider, and every figure shown is whole`, () => {
+        const text = queueListTable({ queues: [...queues] }, columns);
+        for (const line of text.split('\n')) expect(stringWidth(line), line).to.be.at.most(columns);
+        if (text.includes('┌')) return;
+        const { head, rows } = cellsOf(text);
+        expect(rows).to.have.length(queues.length);
+        rows.forEach((row, i) => {
+          expect(row, text).to.have.length(head.length);
+          const whole = wholeFigures(queues[i]!);
+          head.forEach((column, n) => {
+            if (column === 'host' || column === 'queue') return;
+            expect(row[n], `${column} at ${columns} columns:\n${text}`).to.equal(whole[column]);
+          });
+        });
+      });
+    }
+  }
+
+  it('at 80 columns, with usual names, it keeps the names whole and shows pending, in flight, the oldest age and the rates of finished and failed items, and says what it left out', () => {
+    const text = queueListTable({ queues: usual }, 80);
+    const { head, rows } = cellsOf(text);
+    expect(head).to.deep.equal(['host', 'queue', 'pending', 'in flight', 'oldest', 'finished/s', 'failed/s']);
+    expect(rows[0]!.slice(0, 2)).to.deep.equal(['jobs.example.com', 'thumbnails']);
+    expect(text).to.include('in flight: claimed + processing');
+    expect(text).to.include('not shown (too narrow): finished, failed, posted/s, claimed/s; --json has them');
+    expect(text).to.not.include('│');
+  });
+
+  it('long names are cut in their middle, the host first, to no fewer than 12 cells', () => {
+    const text = queueListTable({ queues: long }, 80);
+    const { rows } = cellsOf(text);
+    const [host, queue] = rows[2]!;
+    expect(host).to.match(/^a-ve.*….*\.com$/);
+    expect(stringWidth(host!)).to.equal(12);
+    expect(queue).to.match(/^resize.*….*-eu$/);
+    expect(stringWidth(queue!)).to.be.at.least(12);
+  });
+
+  it('the bordered table, whole, where it fits, and into a pipe (no width known)', () => {
+    for (const columns of [undefined, 400]) {
+      const text = queueListTable({ queues: usual }, columns);
+      expect(text).to.include('│ host ');
+      for (const column of ['claimed/s', 'posted/s', 'oldest pending', 'processing']) expect(text).to.include(column);
+      expect(text).to.not.include('not shown');
+    }
   });
 });

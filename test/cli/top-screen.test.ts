@@ -164,9 +164,10 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
       rows.forEach((row, i) => expect(row, `${columns} columns`).to.match(new RegExp(`-${['eu', 'us', 'ap'][i]!} `)));
       // The hosts keep their end too: the domain's last labels say as much as its first.
       expect(rows[0], `${columns} columns`).to.match(/^>a-ver\S*…\S*\.com /);
-      // A line longer than the terminal is cut as Ink cuts it: its first cells less one, and an ellipsis.
-      const title = lines.find((l) => l.includes('finished 0'))!;
-      expect(title.slice(0, columns - 1), `${columns} columns`).to.include('gallery-eu');
+      // The detail's title, cut in its middle to fit, its counts on the line below where they do not fit beside it.
+      const title = lines.find((l) => l.startsWith('a-ver'))!;
+      expect(title, `${columns} columns`).to.include('gallery-eu');
+      expect(stringWidth(title), `${columns} columns`).to.be.at.most(columns);
     }
   });
 
@@ -245,5 +246,41 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     expect(last).to.include('Ctrl-C quits');
     expect(last).not.to.include('q quit');
     expect(screenLines(state, { columns: 40, rows: 6 }, { ...VIEW, keys: false }, NOW).at(-1)).to.include('Ctrl-C quits');
+  });
+
+  it('at 80 columns every figure shows whole: the health line drops its bars and cuts the server\'s name, big counts widen their column, the detail\'s counts go on the next line, a lease long ended says so at length', () => {
+    const big: QueueEntry = {
+      host: 'jobs.example.com',
+      name: 'thumbnails',
+      counts: { pending: 1_234_567_890, claimed: 3, processing: 12, finished: 123_456, failed: 2345, timedout: 12, cancelled: 7 },
+      oldestPendingAgeMs: 30 * 3_600_000,
+      rates: { posted: 12.5, claimed: 11.25, finished: 10.5, failed: 0.05 },
+    };
+    const health = {
+      ts: NOW / 1000,
+      uptime: 1000,
+      hostname: 'worker-node-eu-west-1a.internal.example.com',
+      load: [1.25, 2.5, 3.75],
+      cpu: null,
+      memory: { total: 8e9, used: 4e9, available: 4e9, free: 4e9 },
+      disk: { path: '/', total: 1e11, used: 7.5e10, free: 2.5e10 },
+      diskIo: null,
+      netIo: null,
+    };
+    const lease = { id: 'bbbbbbbbbbbbbbbb', worker: 'w', until: NOW - 23 * 3_600_000 - 59 * 60_000, attempts: 1 };
+    const state = stateWith([big, entry('jobs.example.com', 'emails', 12)], { leases: [lease] });
+    state.fetched = { ...state.fetched!, health };
+    state.cpuBusy = null;
+    const lines = screenLines(state, { columns: 80, rows: 30 }, VIEW, NOW);
+    for (const line of lines) expect(stringWidth(line), line).to.be.at.most(80);
+    const text = lines.join('\n');
+    for (const figure of ['load 1.25 2.50 3.75', 'mem  50 %', 'disk  75 %', ' 1234567890 ', 'finished 123456', 'failed 2345', 'timedout 12', 'cancelled 7', 'posted/s 13', 'claimed/s 11', 'ended 23h 59m ago']) {
+      expect(text, figure).to.include(figure);
+    }
+    expect(lines[1]).to.match(/^worker-.*….*\.com {2}load /);
+    // Figures line up under their headings.
+    const header = lines.find((l) => l.includes('PENDING'))!;
+    const row = lines.find((l) => l.startsWith('>'))!;
+    expect(row.indexOf('1234567890') + '1234567890'.length).to.equal(header.indexOf('PENDING') + 'PENDING'.length);
   });
 });

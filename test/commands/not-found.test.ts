@@ -17,6 +17,8 @@ describe('a mistyped command: one sentence suggesting from the command word alon
     [['logs', 'shwo'], '"logs shwo" is not a svcq command. Did you mean "logs show"?'],
     [['tokne', 'new'], '"tokne" is not a svcq command. Did you mean "token new"?'],
     [['qwertyuiop', 'x'], '"qwertyuiop" is not a svcq command. Run "svcq help" for the list.'],
+    [['queus'], '"queus" is not a svcq command. Did you mean "queues" or "queue"?'],
+    [['quees'], '"quees" is not a svcq command. Did you mean "queues"?'],
   ];
   for (const [args, sentence] of cases) {
     it(`off a TTY, svcq ${args.join(' ')} says: ${sentence}`, async () => {

@@ -154,7 +154,7 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
     }
   });
 
-  it('a single post without a key whose answer is lost is not sent again: one sentence says it may have been created, exit 1; with a key it is sent again (decisions §3.5)', async () => {
+  it('a single post without a key whose answer is lost is not sent again: one sentence says it may have been posted, exit 1; with a key it is sent again (decisions §3.5)', async () => {
     const queue = queueName('lost-post');
     await defineQueue(server, queue);
     const proxy = await faultProxy(server.url, new RegExp(`^POST /${queue} `));
@@ -162,7 +162,7 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
       proxy.dropAnswers = 1;
       const run = await runCli(['post', queue, '{"n":1}', '--url', proxy.url, '--host', HOST]);
       expect(run.code).to.equal(1);
-      expect(run.stderr).to.match(/may have been created: post with --idempotency-key/);
+      expect(run.stderr).to.match(/; the post went out but no answer came back, so the item may have been posted: posting it again could post it twice: .* a post with --idempotency-key can be repeated safely\n$/);
       expect(proxy.matched, 'a post without a key was sent again').to.equal(1);
       proxy.dropAnswers = 1;
       const keyed = await runCli(['post', queue, '{"n":2}', '--url', proxy.url, '--host', HOST, '--idempotency-key', 'lost-1']);
@@ -384,6 +384,84 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
       expect(requests, 'requests the server got').to.equal(3);
     } finally {
       flaky.close();
+    }
+  });
+
+  /**
+   * A gateway in front of the server, as nginx or a load balancer is: it passes each request on,
+   * and while `fault` is set answers with that status and a page of its own, whatever the server
+   * said (an upstream that reset the connection, or was too slow, after the request reached it).
+   */
+  async function gateway(): Promise<{ url: string; fault: { status: number; type: string; body: string } | null; seen: number; close: () => void }> {
+    const state = { url: '', fault: null as { status: number; type: string; body: string } | null, seen: 0, close: () => undefined as void };
+    const target = new URL(server.url);
+    const proxy = http.createServer((req, res) => {
+      state.seen++;
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const upstream = http.request({ hostname: target.hostname, port: target.port, method: req.method, path: req.url, headers: req.headers }, (answer) => {
+          const body: Buffer[] = [];
+          answer.on('data', (c: Buffer) => body.push(c));
+          answer.on('end', () => {
+            if (state.fault) res.writeHead(state.fault.status, { 'content-type': state.fault.type }).end(state.fault.body);
+            else res.writeHead(answer.statusCode ?? 502, answer.headers).end(Buffer.concat(body));
+          });
+        });
+        upstream.end(Buffer.concat(chunks));
+      });
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    state.url = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+    state.close = () => void proxy.close();
+    return state;
+  }
+
+  it('a single post a proxy answers 502, 503 or 504 after passing it on says the item may have been posted and how to go on safely: without a key it is not sent again (decisions §3.5)', async () => {
+    const proxy = await gateway();
+    try {
+      for (const fault of [
+        { status: 502, type: 'text/html', body: '<html><body><h1>502 Bad Gateway</h1></body></html>' },
+        // A 503 that is not svcq's { error }: Envoy's after an upstream reset, say. svcq's own changed nothing and is sent again.
+        { status: 503, type: 'text/plain', body: 'upstream connect error or disconnect/reset before headers. reset reason: connection termination' },
+        { status: 504, type: 'application/json', body: '{"message":"Endpoint request timed out"}' },
+      ]) {
+        const queue = queueName(`gateway-${fault.status}`);
+        await defineQueue(server, queue);
+        proxy.fault = fault;
+        proxy.seen = 0;
+        const run = await runCli(['post', queue, '{"n":1}', '--url', proxy.url, '--host', HOST]);
+        expect(run.code, run.stderr).to.equal(1);
+        expect(run.stdout).to.equal('');
+        expect(proxy.seen, `${fault.status}: a post without a key was sent again`).to.equal(1);
+        expect(await pending(queue), `${fault.status}: the proxy passed it on`).to.equal(1);
+        expect(run.stderr).to.equal(
+          `svcq: the server answered HTTP ${fault.status}; that answer may come from a proxy in front of the server (a gateway or load balancer), after it passed the post on, so the item may have been posted: posting it again could post it twice: the queue's operator can look first (svcq tasks show lists each item posted), and a post with --idempotency-key can be repeated safely\n`,
+        );
+      }
+    } finally {
+      proxy.close();
+    }
+  });
+
+  it('with --idempotency-key, a post a proxy keeps answering 502 says to run it again with the same key, which then prints the one item it created (decisions §3.5)', async () => {
+    const proxy = await gateway();
+    const queue = queueName('gateway-keyed');
+    await defineQueue(server, queue);
+    try {
+      proxy.fault = { status: 502, type: 'text/html', body: '<html>502 Bad Gateway</html>' };
+      const run = await runCli(['post', queue, '{"n":1}', '--url', proxy.url, '--host', HOST, '--idempotency-key', 'order-17']);
+      expect(run.code, run.stderr).to.equal(1);
+      expect(proxy.seen, 'a post with a key is sent again').to.be.greaterThan(1);
+      expect(run.stderr).to.match(/^svcq: the server answered HTTP 502; .* so the item may have been posted: run the same command again with --idempotency-key "order-17": it posts the item at most once, and prints its id\n$/);
+      proxy.fault = null;
+      const again = await runCli(['post', queue, '{"n":1}', '--url', proxy.url, '--host', HOST, '--idempotency-key', 'order-17']);
+      expect(again.code, again.stderr).to.equal(0);
+      const view = await request(server.url, `/api/v2/queues/${HOST}/${queue}`, { token: server.masterToken });
+      const { oldest } = view.json as { oldest: Array<{ id: string }> };
+      expect(oldest.map((o) => o.id)).to.deep.equal([again.stdout.split(' ')[0]]);
+    } finally {
+      proxy.close();
     }
   });
 

@@ -166,10 +166,35 @@ describe('svcq queues and svcq queue HOST/NAME (decisions §1.2, §5.1, §7)', (
     expect(JSON.parse(json.stderr)).to.deep.equal({ error: `no queue "${queue}" is defined on host "other.test" (svcq queues lists them)` });
   });
 
+  it('svcq queue NAME takes the queue\'s domain from --host or SVCQ_HOST, as the queue commands do; a HOST/ in the argument wins over SVCQ_HOST (decisions §1.2)', async () => {
+    const name = async (args: string[], env: Record<string, string>): Promise<string> => {
+      const run = await cli(['queue', ...args, '--json'], env);
+      expect(run.code, run.stderr).to.equal(0);
+      const detail = JSON.parse(run.stdout) as QueueDetail;
+      return `${detail.host}/${detail.name}`;
+    };
+    expect(await name([queue], { SVCQ_HOST: HOST })).to.equal(`${HOST}/${queue}`);
+    expect(await name([queue, '--host', HOST], { SVCQ_HOST: '' })).to.equal(`${HOST}/${queue}`);
+    expect(await name([`${HOST}/${queue}`], { SVCQ_HOST: 'other.test' })).to.equal(`${HOST}/${queue}`);
+    // Shown as a person reads it too, not only with --json.
+    const shown = await cli(['queue', queue], { SVCQ_HOST: HOST });
+    expect(shown.code, shown.stderr).to.equal(0);
+    expect(shown.stdout).to.include(`${HOST}/${queue}`);
+  });
+
+  it('svcq queue HOST/NAME with a --host that names another host, or a bad SVCQ_HOST, is a usage error (exit 2) naming both', async () => {
+    const twice = await cli(['queue', `${HOST}/${queue}`, '--host', 'other.test']);
+    expect(twice.code).to.equal(2);
+    expect(twice.stderr).to.equal(`svcq: "${HOST}/${queue}" names host "${HOST}", and --host names "other.test": give the host once\n`);
+    const bad = await cli(['queue', queue], { SVCQ_HOST: 'Bad_Host' });
+    expect(bad.code).to.equal(2);
+    expect(bad.stderr).to.match(/^svcq: "Bad_Host" \(SVCQ_HOST\) is not a valid host/);
+  });
+
   it('a malformed HOST/NAME is a usage error (exit 2) that names the problem', async () => {
-    const noSlash = await cli(['queue', queue]);
+    const noSlash = await cli(['queue', queue], { SVCQ_HOST: '' });
     expect(noSlash.code).to.equal(2);
-    expect(noSlash.stderr).to.equal(`svcq: "${queue}" is not HOST/NAME (e.g. jobs.example.com/thumbnails)\n`);
+    expect(noSlash.stderr).to.equal(`svcq: "${queue}" names no host: give HOST/NAME (e.g. jobs.example.com/${queue}), or the queue's domain with --host or SVCQ_HOST\n`);
     const badHost = await cli(['queue', `Bad_Host/${queue}`]);
     expect(badHost.code).to.equal(2);
     expect(badHost.stderr).to.match(/^svcq: "Bad_Host" is not a valid host/);

@@ -2,7 +2,7 @@ import chalk from 'chalk';
 import stringWidth from 'string-width';
 import type { QueueDetail, QueueEntry } from '../../operators/answers.js';
 import type { Snapshot } from '../../tools/stats.js';
-import { localTime, printable, table } from '../view/format.js';
+import { clip, clipMiddle, localTime, printable, table } from '../view/format.js';
 import { bar, diskSummary, memorySummary } from '../view/panel.js';
 import { agePaint, humanAge, humanRate, leaseLeftText, paintAge, serverNowOf } from '../view/queues.js';
 import { HISTORY, keyOf, sparkline, type TopState } from './model.js';
@@ -25,38 +25,10 @@ function cell(raw: string, width: number, align: Align, paint?: (s: string) => s
   return paint ? paint(padded) : padded;
 }
 
-const graphemes = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
-
-/** The longest start of `text` that fits in `cells` terminal cells, cut between whole characters. */
-function clip(text: string, cells: number): string {
-  let out = '';
-  let used = 0;
-  for (const { segment } of graphemes.segment(text)) {
-    const w = stringWidth(segment);
-    if (used + w > cells) break;
-    out += segment;
-    used += w;
-  }
-  return out;
-}
-
-/** `text` cut to `cells` terminal cells and an ellipsis in its middle, its start and its end kept (the end given any odd cell). */
-function clipMiddle(text: string, cells: number): string {
-  const parts = Array.from(graphemes.segment(text), ({ segment }) => segment);
-  let end = '';
-  let used = 0;
-  for (let i = parts.length - 1; i >= 0; i--) {
-    const w = stringWidth(parts[i]!);
-    if (used + w > Math.ceil(cells / 2)) break;
-    end = parts[i] + end;
-    used += w;
-  }
-  return `${clip(text, cells - used)}…${end}`;
-}
-
+/** The least width of a figure column; a wider figure widens its column (a figure is never cut). */
 const NUMBER = 9;
-/** The figure columns: pending, in flight, finished/s, failed/s, oldest. */
-const FIGURES = 5;
+/** The figure columns' headings: pending, in flight, finished/s, failed/s, oldest. */
+const FIGURE_HEADS = ['PENDING', 'IN FLIGHT', 'FINISH/S', 'FAIL/S', 'OLDEST'];
 const SPARK = 30;
 /** Fewer cells than this make no sparkline worth showing. */
 const SPARK_LEAST = 4;
@@ -67,6 +39,11 @@ const NAME_CUT = 30;
 /** What a narrow terminal still gives the host and the queue's name before it cuts the figures. */
 const HOST_LEAST = 12;
 const NAME_LEAST = 12;
+
+/** The figures `svcq top` shows of a queue, with the oldest pending age after them ({@link FIGURE_HEADS}). */
+function figureCells(q: QueueEntry): Array<{ text: string; paint?: (s: string) => string }> {
+  return [...queueCells(q), { text: humanAge(q.oldestPendingAgeMs), paint: agePaint(q.oldestPendingAgeMs) }];
+}
 
 /** Just the columns `svcq top` shows, for the live screen and for the snapshot off a terminal. */
 function queueCells(q: QueueEntry): Array<{ text: string; paint?: (s: string) => string }> {
@@ -88,22 +65,44 @@ export function snapshotTable(queues: QueueEntry[], health: Snapshot | null): st
   return `${healthLine(health, null)}\n${body}`;
 }
 
-/** Memory and disk (and CPU busy once two snapshots are known) on one line. */
-export function healthLine(health: Snapshot | null, cpuBusy: number | null): string {
+/**
+ * Memory and disk (and CPU busy once two snapshots are known) on one line, of at most `columns`
+ * cells. Where the whole line does not fit, the bars narrow and then go (the percents say as much),
+ * then the server's name is cut in its middle (to 12 cells), then the figures at the line's end go
+ * whole: a figure is never cut.
+ */
+export function healthLine(health: Snapshot | null, cpuBusy: number | null, columns = Infinity): string {
   if (!health) return chalk.dim('server health unknown');
-  const parts: string[] = [];
   const pct = (f: number): string => `${(100 * f).toFixed(0).padStart(3)} %`;
-  if (cpuBusy !== null) parts.push(`cpu ${bar(cpuBusy, 10)} ${pct(cpuBusy)}`);
-  else if (health.load.length > 0) parts.push(`load ${health.load.map((l) => l.toFixed(2)).join(' ')}`);
+  const parts: Array<{ label: string; fraction?: number; figure: string }> = [];
+  if (cpuBusy !== null) parts.push({ label: 'cpu', fraction: cpuBusy, figure: pct(cpuBusy) });
+  else if (health.load.length > 0) parts.push({ label: 'load', figure: health.load.map((l) => l.toFixed(2)).join(' ') });
   if (health.memory) {
     const m = memorySummary(health.memory);
-    parts.push(`mem ${bar(m.fraction, 10)} ${pct(m.fraction)}`);
+    parts.push({ label: 'mem', fraction: m.fraction, figure: pct(m.fraction) });
   }
   if (health.disk) {
     const d = diskSummary(health.disk);
-    parts.push(`disk ${bar(d.fraction, 10)} ${pct(d.fraction)}`);
+    parts.push({ label: 'disk', fraction: d.fraction, figure: pct(d.fraction) });
   }
-  return `${chalk.bold(health.hostname)}  ${parts.join('  ')}`;
+  const name = printable(health.hostname);
+  const draw = (shown: typeof parts, barWidth: number, nameWidth: number): string => {
+    const drawn = shown.map((p) => (p.fraction === undefined || barWidth === 0 ? `${p.label} ${p.figure}` : `${p.label} ${bar(p.fraction, barWidth)} ${p.figure}`));
+    return [chalk.bold(cell(name, nameWidth, 'left', undefined, 'middle').trimEnd()), ...drawn].join('  ');
+  };
+  const whole = stringWidth(name);
+  const least = Math.min(whole, HOST_LEAST);
+  for (let count = parts.length; count >= 0; count--) {
+    for (const barWidth of count === parts.length ? [10, 5, 0] : [0]) {
+      for (let nameWidth = whole; nameWidth >= least; nameWidth--) {
+        const line = draw(parts.slice(0, count), barWidth, nameWidth);
+        if (stringWidth(line) <= columns) return line;
+        // Only with the narrowest bars is the name cut.
+        if (barWidth !== 0) break;
+      }
+    }
+  }
+  return draw([], 0, least);
 }
 
 export interface ScreenSize {
@@ -134,25 +133,26 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
   const footerLines = 2;
   const detailMin = 9;
   const compact = budget < 4 + 1 + detailMin + footerLines;
-  lines.push(`${chalk.bold.cyan('svcq top')}  ${view.url}  ${chalk.dim(f ? localTime(f.at).slice(11, 19) : 'connecting…')}`);
+  // The URL gives way, in its middle, to the time on a narrow terminal.
+  const clock = f ? localTime(f.at).slice(11, 19) : 'connecting…';
+  const urlWidth = Math.max(1, Math.min(stringWidth(view.url), size.columns - stringWidth(`svcq top    ${clock}`)));
+  lines.push(`${chalk.bold.cyan('svcq top')}  ${cell(view.url, urlWidth, 'left', undefined, 'middle')}  ${chalk.dim(clock)}`);
   if (!compact) {
-    lines.push(healthLine(f?.health ?? null, state.cpuBusy));
+    lines.push(healthLine(f?.health ?? null, state.cpuBusy, size.columns));
     lines.push('');
   }
 
   const queues = f?.list.queues ?? [];
-  const { hostWidth, nameWidth, sparkWidth } = rowWidths(queues, size.columns);
+  // Measured over every queue, not only those on the screen: the columns stay put as the selection moves.
+  const figureWidths = FIGURE_HEADS.map((_, i) => Math.max(NUMBER, ...queues.map((q) => stringWidth(figureCells(q)[i]!.text))));
+  const { hostWidth, nameWidth, sparkWidth } = rowWidths(queues, size.columns, figureWidths);
   const sparkHeading = SPARK_HEADINGS.find((h) => h.length <= sparkWidth);
   const header =
     ' ' +
     [
       cell('HOST', hostWidth, 'left'),
       cell('QUEUE', nameWidth, 'left'),
-      cell('PENDING', NUMBER, 'right'),
-      cell('IN FLIGHT', NUMBER, 'right'),
-      cell('FINISH/S', NUMBER, 'right'),
-      cell('FAIL/S', NUMBER, 'right'),
-      cell('OLDEST', NUMBER, 'right'),
+      ...FIGURE_HEADS.map((head, i) => cell(head, figureWidths[i]!, 'right')),
       ...(sparkWidth > 0 ? [cell(sparkHeading ?? '', sparkWidth, 'left')] : []),
     ].join(' ');
   lines.push(chalk.bold(header));
@@ -169,8 +169,7 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
     const row = [
       cell(q.host, hostWidth, 'left', undefined, 'middle'),
       cell(q.name, nameWidth, 'left', chalk.bold, 'middle'),
-      ...queueCells(q).map((c) => cell(c.text, NUMBER, 'right', c.paint)),
-      cell(humanAge(q.oldestPendingAgeMs), NUMBER, 'right', agePaint(q.oldestPendingAgeMs)),
+      ...figureCells(q).map((c, i) => cell(c.text, figureWidths[i]!, 'right', c.paint)),
       ...(sparkWidth > 0 ? [chalk.green(sparkline(series, sparkWidth, perMinute))] : []),
     ].join(' ');
     lines.push(selected ? chalk.inverse(`>${row}`) : ` ${row}`);
@@ -214,14 +213,14 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
  * minute spread over fewer characters, and is left out with less than 4. On a terminal wide enough
  * for all that, the names grow, up to whole, the queue's name first.
  */
-function rowWidths(queues: QueueEntry[], columns: number): { hostWidth: number; nameWidth: number; sparkWidth: number } {
+function rowWidths(queues: QueueEntry[], columns: number, figureWidths: number[]): { hostWidth: number; nameWidth: number; sparkWidth: number } {
   const hostWhole = Math.max(4, ...queues.map((q) => stringWidth(printable(q.host))));
   const nameWhole = Math.max(5, ...queues.map((q) => stringWidth(printable(q.name))));
   let hostWidth = Math.min(NAME_CUT, hostWhole);
   let nameWidth = Math.min(NAME_CUT, nameWhole);
   // What the names (and the sparkline) may have: the row less the selection mark, the names'
   // separators and the figures with theirs.
-  let room = columns - (1 + 2 + FIGURES * NUMBER + (FIGURES - 1));
+  let room = columns - (1 + 2 + figureWidths.reduce((sum, w) => sum + w, 0) + (figureWidths.length - 1));
   const over = hostWidth + nameWidth - room;
   if (over > 0) {
     const hostGives = Math.min(over, Math.max(0, hostWidth - HOST_LEAST));
@@ -247,14 +246,33 @@ function rowWidths(queues: QueueEntry[], columns: number): { hostWidth: number; 
 function detailLines(detail: QueueDetail | null, selected: string | null, room: number, columns: number, now: number): string[] {
   if (!selected) return [];
   const lines: string[] = [];
-  // The counts follow on the same line: where they do not fit, the terminal's edge cuts the line
-  // at its last cell (the last but one for the title, then, and the ellipsis).
   const title = cell(selected, Math.min(stringWidth(selected), columns - 1), 'left', undefined, 'middle');
   if (!detail || keyOf(detail) !== selected) return [chalk.bold(title), chalk.dim(' loading…')];
   const c = detail.counts;
-  lines.push(
-    `${chalk.bold.cyan(title)}  ${chalk.dim('finished')} ${c.finished}  ${chalk.dim('failed')} ${c.failed}  ${chalk.dim('timedout')} ${c.timedout}  ${chalk.dim('cancelled')} ${c.cancelled}  ${chalk.dim('posted/s')} ${humanRate(detail.rates.posted)}  ${chalk.dim('claimed/s')} ${humanRate(detail.rates.claimed)}`,
-  );
+  // The counts follow the title, on the lines below it where they do not fit beside it: a figure
+  // is never cut at the terminal's edge.
+  const figures: Array<[string, string]> = [
+    ['finished', String(c.finished)],
+    ['failed', String(c.failed)],
+    ['timedout', String(c.timedout)],
+    ['cancelled', String(c.cancelled)],
+    ['posted/s', humanRate(detail.rates.posted)],
+    ['claimed/s', humanRate(detail.rates.claimed)],
+  ];
+  let line = chalk.bold.cyan(title);
+  let width = stringWidth(title);
+  for (const [label, figure] of figures) {
+    const pair = `${label} ${figure}`;
+    if (width + 2 + pair.length > columns) {
+      lines.push(line);
+      line = ` ${chalk.dim(label)} ${figure}`;
+      width = 1 + pair.length;
+    } else {
+      line += `  ${chalk.dim(label)} ${figure}`;
+      width += 2 + pair.length;
+    }
+  }
+  lines.push(line);
   // Two lists, each a title and its header (or "none"); what rows are left are shared, leases
   // first, and what one list does not need the other has.
   const rows = Math.max(0, room - lines.length - 4);
@@ -264,9 +282,12 @@ function detailLines(detail: QueueDetail | null, selected: string | null, room: 
   lines.push(chalk.bold(` leases (${detail.leases.length}${detail.leases.length === 100 ? '+' : ''})`) + chalk.dim('  soonest end first'));
   if (detail.leases.length === 0) lines.push(chalk.dim('   none'));
   else {
-    lines.push(chalk.dim(`   ${cell('ID', 16, 'left')}  ${cell('WORKER', 24, 'left')}  ${cell('ENDS IN', 12, 'right')}  ${cell('ATTEMPTS', 8, 'right')}`));
-    for (const l of detail.leases.slice(0, leaseRows)) {
-      lines.push(`   ${cell(l.id, 16, 'left')}  ${cell(l.worker, 24, 'left')}  ${cell(leaseLeftText(l.until - now), 12, 'right', l.until < now ? chalk.red : undefined)}  ${cell(String(l.attempts), 8, 'right')}`);
+    const shown = detail.leases.slice(0, leaseRows);
+    // A lease long past its end says so at length ("ended 23h 59m ago"): its column widens for it, not cutting it.
+    const endsWidth = Math.max(12, ...shown.map((l) => stringWidth(leaseLeftText(l.until - now))));
+    lines.push(chalk.dim(`   ${cell('ID', 16, 'left')}  ${cell('WORKER', 24, 'left')}  ${cell('ENDS IN', endsWidth, 'right')}  ${cell('ATTEMPTS', 8, 'right')}`));
+    for (const l of shown) {
+      lines.push(`   ${cell(l.id, 16, 'left')}  ${cell(l.worker, 24, 'left')}  ${cell(leaseLeftText(l.until - now), endsWidth, 'right', l.until < now ? chalk.red : undefined)}  ${cell(String(l.attempts), 8, 'right')}`);
     }
   }
   lines.push(chalk.bold(` oldest pending (${detail.oldest.length}${detail.oldest.length === 20 ? '+' : ''})`));

@@ -1,5 +1,6 @@
 import chalk from 'chalk';
 import Table from 'cli-table3';
+import stringWidth from 'string-width';
 
 /** What `GET /api/v2/logs` answers (interface §4.6). */
 export interface LogList {
@@ -73,6 +74,35 @@ export function humanDuration(seconds: number): string {
 export function printable(text: string): string {
   // eslint-disable-next-line no-control-regex -- control characters are exactly what is being replaced
   return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, '?');
+}
+
+const graphemes = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
+
+/** The longest start of `text` that fits in `cells` terminal cells, cut between whole characters. */
+export function clip(text: string, cells: number): string {
+  let out = '';
+  let used = 0;
+  for (const { segment } of graphemes.segment(text)) {
+    const w = stringWidth(segment);
+    if (used + w > cells) break;
+    out += segment;
+    used += w;
+  }
+  return out;
+}
+
+/** `text` cut to `cells` terminal cells and an ellipsis in its middle, its start and its end kept (the end given any odd cell). */
+export function clipMiddle(text: string, cells: number): string {
+  const parts = Array.from(graphemes.segment(text), ({ segment }) => segment);
+  let end = '';
+  let used = 0;
+  for (let i = parts.length - 1; i >= 0; i--) {
+    const w = stringWidth(parts[i]!);
+    if (used + w > Math.ceil(cells / 2)) break;
+    end = parts[i] + end;
+    used += w;
+  }
+  return `${clip(text, cells - used)}…${end}`;
 }
 
 /** A ms timestamp as local `YYYY-MM-DD HH:MM:SS.mmm`. */

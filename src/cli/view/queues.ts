@@ -1,6 +1,7 @@
 import chalk from 'chalk';
 import type { QueueDetail, QueueEntry, QueueList } from '../../operators/answers.js';
-import { localTime, printable, table } from './format.js';
+import stringWidth from 'string-width';
+import { clipMiddle, localTime, printable, table } from './format.js';
 
 /** `1234` ms → `1.2s`, `75000` → `1m 15s`, `5400000` → `1h 30m`, `null` → `-` (nothing pending). */
 export function humanAge(ms: number | null): string {
@@ -47,30 +48,164 @@ function rate(perSecond: number, paint?: (s: string) => string): string {
   return paint ? paint(text) : text;
 }
 
-const LIST_HEAD = ['host', 'queue', 'pending', 'claimed', 'processing', 'finished', 'failed', 'oldest pending', 'posted/s', 'claimed/s', 'finished/s', 'failed/s'];
-const LIST_ALIGN: Array<'left' | 'right'> = ['left', 'left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'];
-
-function listRow(q: QueueEntry): string[] {
-  return [
-    q.host,
-    chalk.bold(q.name),
-    count(q.counts.pending),
-    count(q.counts.claimed),
-    count(q.counts.processing),
-    count(q.counts.finished, chalk.green),
-    count(q.counts.failed, chalk.red),
-    paintAge(q.oldestPendingAgeMs),
-    rate(q.rates.posted),
-    rate(q.rates.claimed),
-    rate(q.rates.finished, chalk.green),
-    rate(q.rates.failed, chalk.red),
-  ];
+/** One column of `svcq queues`: its heading and a queue's cell (painted; its width is that of its text). */
+interface ListColumn {
+  head: string;
+  align: 'left' | 'right';
+  cell: (q: QueueEntry) => string;
 }
 
-/** `svcq queues`: one row per defined queue; rates are per second over the last minute. */
-export function queueListTable(list: QueueList): string {
+const LIST_COLUMNS = {
+  host: { head: 'host', align: 'left', cell: (q) => q.host },
+  queue: { head: 'queue', align: 'left', cell: (q) => chalk.bold(q.name) },
+  pending: { head: 'pending', align: 'right', cell: (q) => count(q.counts.pending) },
+  claimed: { head: 'claimed', align: 'right', cell: (q) => count(q.counts.claimed) },
+  processing: { head: 'processing', align: 'right', cell: (q) => count(q.counts.processing) },
+  inFlight: { head: 'in flight', align: 'right', cell: (q) => count(q.counts.claimed + q.counts.processing, chalk.cyan) },
+  finished: { head: 'finished', align: 'right', cell: (q) => count(q.counts.finished, chalk.green) },
+  failed: { head: 'failed', align: 'right', cell: (q) => count(q.counts.failed, chalk.red) },
+  oldestPending: { head: 'oldest pending', align: 'right', cell: (q) => paintAge(q.oldestPendingAgeMs) },
+  oldest: { head: 'oldest', align: 'right', cell: (q) => paintAge(q.oldestPendingAgeMs) },
+  posted: { head: 'posted/s', align: 'right', cell: (q) => rate(q.rates.posted) },
+  claimedRate: { head: 'claimed/s', align: 'right', cell: (q) => rate(q.rates.claimed) },
+  finishedRate: { head: 'finished/s', align: 'right', cell: (q) => rate(q.rates.finished, chalk.green) },
+  failedRate: { head: 'failed/s', align: 'right', cell: (q) => rate(q.rates.failed, chalk.red) },
+} satisfies Record<string, ListColumn>;
+
+type ListKey = keyof typeof LIST_COLUMNS;
+
+const FULL_LIST: ListKey[] = ['host', 'queue', 'pending', 'claimed', 'processing', 'finished', 'failed', 'oldestPending', 'posted', 'claimedRate', 'finishedRate', 'failedRate'];
+
+/**
+ * The columns of `svcq queues` from the most to the fewest, each set narrower than the one before:
+ * the rates of posts and claims go first (a backlog shows in pending and in the oldest age), then
+ * claimed and processing become one "in flight" (as `svcq top` shows them), the oldest age gets a
+ * shorter heading, and the counts of finished and failed items go (their rates stay); past that
+ * the names are cut, and only then do the rates, then in flight, go. Pending and the oldest age stay.
+ */
+const LIST_STEPS: ListKey[][] = [FULL_LIST];
+for (const change of [
+  (keys: ListKey[]) => keys.filter((k) => k !== 'claimedRate'),
+  (keys: ListKey[]) => keys.filter((k) => k !== 'posted'),
+  (keys: ListKey[]) => keys.flatMap((k): ListKey[] => (k === 'claimed' ? ['inFlight'] : k === 'processing' ? [] : [k])),
+  (keys: ListKey[]) => keys.map((k) => (k === 'oldestPending' ? 'oldest' : k)),
+  (keys: ListKey[]) => keys.filter((k) => k !== 'finished'),
+  (keys: ListKey[]) => keys.filter((k) => k !== 'failed'),
+  (keys: ListKey[]) => keys.filter((k) => k !== 'finishedRate'),
+  (keys: ListKey[]) => keys.filter((k) => k !== 'failedRate'),
+  (keys: ListKey[]) => keys.filter((k) => k !== 'inFlight'),
+]) {
+  LIST_STEPS.push(change(LIST_STEPS.at(-1)!));
+}
+/** The steps after which names are cut before another column goes (index in {@link LIST_STEPS}). */
+const CUT_NAMES_FROM = 6;
+/** Where names are cut when only a long one keeps a set of columns from fitting, and the least they are cut to. */
+const NAME_CUT = 30;
+const NAME_LEAST = 12;
+/** Between two columns of the table drawn without borders. */
+const GAP = '  ';
+
+/** Where the host and the queue's name are cut, in terminal cells. */
+interface NameCut {
+  host: number;
+  queue: number;
+}
+
+/**
+ * Where names may be cut, from the least cut: whole, or at 30 cells; with `further`, as far as it
+ * takes, the host first (a host is often the same on every row), then the queue's name, to 12 cells each.
+ */
+function nameCuts(longest: NameCut, further: boolean): NameCut[] {
+  const cuts = [longest, { host: Math.min(NAME_CUT, longest.host), queue: Math.min(NAME_CUT, longest.queue) }];
+  if (!further) return cuts;
+  for (let host = longest.host; host >= NAME_LEAST; host--) cuts.push({ host, queue: longest.queue });
+  const host = Math.min(NAME_LEAST, longest.host);
+  for (let queue = longest.queue; queue >= NAME_LEAST; queue--) cuts.push({ host, queue });
+  return cuts;
+}
+
+/**
+ * `svcq queues`: one row per defined queue; rates are per second over the last minute. Given the
+ * terminal's width in `columns`, the table fits it: the bordered table when it fits whole, else a
+ * table without borders with the most columns that fit (see {@link LIST_STEPS}), its host and queue
+ * names cut in their middle if need be (to no fewer than 12 cells). A number is never cut: a column
+ * is as wide as its widest figure, or left out, and a line under the table names what was left out.
+ */
+export function queueListTable(list: QueueList, columns?: number): string {
   if (list.queues.length === 0) return 'no queues defined';
-  return `${table(LIST_HEAD, list.queues.map(listRow), LIST_ALIGN)}\nrates per second over the last 60 s`;
+  const note = 'rates per second over the last 60 s';
+  const full = table(
+    FULL_LIST.map((k) => LIST_COLUMNS[k].head),
+    list.queues.map((q) => FULL_LIST.map((k) => LIST_COLUMNS[k].cell(q))),
+    FULL_LIST.map((k) => LIST_COLUMNS[k].align),
+  );
+  if (columns === undefined || full.split('\n').every((line) => stringWidth(line) <= columns)) return `${full}\n${note}`;
+  let chosen: { keys: ListKey[]; cut: NameCut } | undefined;
+  const longest = { host: Math.max(...list.queues.map((q) => stringWidth(q.host))), queue: Math.max(...list.queues.map((q) => stringWidth(q.name))) };
+  for (const [step, keys] of LIST_STEPS.entries()) {
+    const widthAt = widthWithNames(list.queues, keys);
+    const cut = nameCuts(longest, step >= CUT_NAMES_FROM).find((c) => widthAt(c) <= columns);
+    if (cut !== undefined) {
+      chosen = { keys, cut };
+      break;
+    }
+  }
+  // Too narrow even for host, queue, pending and the oldest age: those, cut no further, and the terminal wraps them.
+  chosen ??= { keys: LIST_STEPS.at(-1)!, cut: { host: NAME_LEAST, queue: NAME_LEAST } };
+  const { keys, cut } = chosen;
+  const left = FULL_LIST.filter((k) => !keys.includes(k) && !(keys.includes('inFlight') && (k === 'claimed' || k === 'processing')) && !(k === 'oldestPending' && keys.includes('oldest')));
+  const notes = keys.some((k) => LIST_COLUMNS[k].head.endsWith('/s')) ? [note] : [];
+  if (keys.includes('inFlight')) notes.push('in flight: claimed + processing');
+  if (left.length > 0) notes.push(`not shown (too narrow): ${left.map((k) => LIST_COLUMNS[k].head).join(', ')}; --json has them`);
+  return [plainTable(list.queues, keys, cut), ...notes.flatMap((n) => wrap(n, columns))].join('\n');
+}
+
+/** A queue's cells for `keys`, the host and the queue's name cut as `cut` says (in their middle). */
+function plainCells(q: QueueEntry, keys: ListKey[], cut: NameCut): string[] {
+  const fit = (text: string, cells: number): string => (stringWidth(text) <= cells ? text : clipMiddle(text, cells - 1));
+  return keys.map((k) => (k === 'host' ? fit(q.host, cut.host) : k === 'queue' ? chalk.bold(fit(q.name, cut.queue)) : LIST_COLUMNS[k].cell(q)));
+}
+
+/** Each column's width: its heading's or its widest cell's. */
+function columnWidths(queues: QueueEntry[], keys: ListKey[], cut: NameCut): number[] {
+  const rows = queues.map((q) => plainCells(q, keys, cut));
+  return keys.map((k, i) => Math.max(stringWidth(LIST_COLUMNS[k].head), ...rows.map((r) => stringWidth(r[i]!))));
+}
+
+/** The width of the borderless table of `keys` as a function of where names are cut: the figures' columns are measured once. */
+function widthWithNames(queues: QueueEntry[], keys: ListKey[]): (cut: NameCut) => number {
+  const whole = { host: Infinity, queue: Infinity };
+  const figures = columnWidths(queues, keys.filter((k) => k !== 'host' && k !== 'queue'), whole).reduce((sum, w) => sum + w, 0);
+  const gaps = (keys.length - 1) * GAP.length;
+  const [host, queue] = columnWidths(queues, ['host', 'queue'], whole) as [number, number];
+  return (cut) => figures + gaps + Math.max('host'.length, Math.min(cut.host, host)) + Math.max('queue'.length, Math.min(cut.queue, queue));
+}
+
+/** The table without borders: a bold heading, columns two spaces apart, no space at a line's end. */
+function plainTable(queues: QueueEntry[], keys: ListKey[], cut: NameCut): string {
+  const widths = columnWidths(queues, keys, cut);
+  const line = (cells: string[]): string =>
+    cells
+      .map((text, i) => {
+        const gap = ' '.repeat(widths[i]! - stringWidth(text));
+        return LIST_COLUMNS[keys[i]!].align === 'left' ? text + gap : gap + text;
+      })
+      .join(GAP)
+      .trimEnd();
+  return [chalk.bold(line(keys.map((k) => LIST_COLUMNS[k].head))), ...queues.map((q) => line(plainCells(q, keys, cut)))].join('\n');
+}
+
+/** `text` broken at spaces into lines of at most `columns` cells (a word longer than that stays whole). */
+function wrap(text: string, columns: number): string[] {
+  const lines: string[] = [];
+  let current = '';
+  for (const word of text.split(' ')) {
+    if (current !== '' && stringWidth(current) + 1 + stringWidth(word) > columns) {
+      lines.push(current);
+      current = word;
+    } else current = current === '' ? word : `${current} ${word}`;
+  }
+  return [...lines, current];
 }
 
 /** `svcq queue HOST/NAME`: counts, age and rates, then the oldest pending items and the leases. */
