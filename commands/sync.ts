@@ -11,9 +11,14 @@ interface SyncDone {
   dryRun: false;
 }
 
-/** What --json prints of a dry run: what a sync would do, each path under what would become of it. */
+/**
+ * What --json prints of a dry run: what a sync would do, each path under what would become of it,
+ * and (for scripts written against a sync's report) what would be put and deleted, as a sync says.
+ */
 interface DryRunReport {
   dryRun: true;
+  put: string[];
+  deleted: string[];
   wouldCreate: string[];
   wouldUpdate: string[];
   wouldDelete: string[];
@@ -34,7 +39,7 @@ then puts each file whose sha256 differs from the server's manifest and deletes 
   };
 
   static override flags = {
-    'dry-run': Flags.boolean({ description: 'say what would be created, updated and deleted, and change nothing (with --json: wouldCreate, wouldUpdate, wouldDelete)', default: false }),
+    'dry-run': Flags.boolean({ description: 'say what would be created, updated and deleted, and change nothing (with --json: dryRun true, wouldCreate, wouldUpdate, wouldDelete, and put and deleted as a sync reports them)', default: false }),
   };
 
   async run(): Promise<SyncDone | DryRunReport> {
@@ -89,7 +94,7 @@ then puts each file whose sha256 differs from the server's manifest and deletes 
     for (const p of wouldUpdate) this.log(`would update ${p}`);
     for (const p of report.deleted) this.log(`would delete ${p}`);
     this.log(`dry run, nothing changed: would create ${wouldCreate.length}, update ${wouldUpdate.length} and delete ${report.deleted.length}; ${report.unchanged} unchanged`);
-    return { dryRun: true, wouldCreate, wouldUpdate, wouldDelete: report.deleted, unchanged: report.unchanged };
+    return { dryRun: true, put: report.put, deleted: report.deleted, wouldCreate, wouldUpdate, wouldDelete: report.deleted, unchanged: report.unchanged };
   }
 
   /** The signal that interrupted the sync, if one did. */

@@ -113,7 +113,7 @@ describe('svcq sync, manifest and version (CLI against a real server)', () => {
     });
   });
 
-  it('--dry-run says what would be created, updated and deleted, in the conditional, and changes nothing; with --json the same as wouldCreate, wouldUpdate, wouldDelete and dryRun: true', async () => {
+  it('--dry-run says what would be created, updated and deleted, in the conditional, and changes nothing; with --json the same as wouldCreate, wouldUpdate, wouldDelete and dryRun: true, beside put and deleted as a sync reports them (scripts written against them keep working)', async () => {
     write(dir, 'h.example.com/svc-queues/a.json', '{"leaseSeconds":5}');
     write(dir, 'h.example.com/svc-queues/b.json', '{}');
     write(dir, 'h.example.com/svc-queues/c.json', '{}');
@@ -139,6 +139,8 @@ describe('svcq sync, manifest and version (CLI against a real server)', () => {
     expect(json.code, json.stderr).to.equal(0);
     expect(JSON.parse(json.stdout)).to.deep.equal({
       dryRun: true,
+      put: ['h.example.com/svc-queues/a.json', 'h.example.com/svc-users/u.json'],
+      deleted: ['h.example.com/svc-queues/b.json'],
       wouldCreate: ['h.example.com/svc-users/u.json'],
       wouldUpdate: ['h.example.com/svc-queues/a.json'],
       wouldDelete: ['h.example.com/svc-queues/b.json'],
