@@ -11,6 +11,9 @@ export const STDERR_TAIL_BYTES = 4096;
 /** After SIGTERM, how long CMD gets before SIGKILL. */
 export const KILL_GRACE_MS = 5000;
 
+/** How often a stopped job's process group is looked at while it waits for the SIGKILL. */
+const GROUP_LOOK_MS = 50;
+
 const PROGRESS_PREFIX = '::progress';
 /**
  * Most of CMD's stdout kept for the result (characters). The server refuses far smaller bodies
@@ -164,9 +167,20 @@ export class Job {
         this.child.once('close', () => {
           clearTimeout(grace);
           // Stopped by us, with something CMD started still in its group (ignoring SIGTERM, say): the
-          // job ends when the SIGKILL due after the grace has reached it, not left running.
-          if (this.killTimer && this.groupAlive()) this.afterKill = finish;
-          else finish();
+          // job ends when the SIGKILL due after the grace has reached it, not left running; or
+          // earlier, once the group is gone: a member that closed its output at SIGTERM may not have
+          // finished exiting when the output's end is seen, so the group is looked at again.
+          if (this.killTimer && this.groupAlive()) {
+            const look = setInterval(() => {
+              if (this.finished || this.groupAlive()) return;
+              clearInterval(look);
+              finish();
+            }, GROUP_LOOK_MS);
+            this.afterKill = () => {
+              clearInterval(look);
+              finish();
+            };
+          } else finish();
         });
       });
     });

@@ -93,7 +93,7 @@ describe('svcq logs, stats, tasks and payload (decisions §1.2)', () => {
     expect(chart.stdout).to.match(/[┼┤]/);
     const bad = await runCli(['stats', 'show', '../cpu.log'], { env });
     expect(bad.code).to.not.equal(0);
-    expect(bad.stderr).to.include('is not a stats day-file name');
+    expect(bad.stderr).to.include('is neither a stats day-file name (<type>-YYYY-MM-DD.log, as svcq stats lists them) nor a type alone');
   });
 
   it('tasks show prints readable events, and payload the archived bytes unchanged', async () => {

@@ -53,6 +53,37 @@ describe('stopping CMD (decisions §1.3: --timeout, a cancel, a second signal)',
     }
   });
 
+  it('a member of the group that closes its output at SIGTERM and exits a moment later ends the job when it has exited, not after the grace (decisions §1.3)', async function () {
+    if (!existsSync(`/proc/${process.pid}/stat`)) this.skip();
+    let started = false;
+    // The inner shell's trap closes the output at once and exits half a second later: the output's
+    // end is seen while the group still has a running member.
+    const job = new Job({
+      command: `echo up >&2; sh -c 'trap "exec >&- 2>&-; sleep 0.5; exit 0" TERM; while :; do sleep 0.1; done'`,
+      input: '',
+      env: {},
+      onProgress: () => {},
+      onStderrLine: () => (started = true),
+      onWarning: () => {},
+    });
+    try {
+      while (!started) await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, 100));
+      const stoppedAt = Date.now();
+      job.terminate();
+      await job.done;
+      const took = Date.now() - stoppedAt;
+      expect(took, 'the job ended before the member had exited').to.be.at.least(400);
+      expect(took, 'the job waited for the grace').to.be.below(KILL_GRACE_MS - 1000);
+    } finally {
+      try {
+        process.kill(-job.pid!, 'SIGKILL');
+      } catch {
+        // gone, as it should be
+      }
+    }
+  });
+
   it('a command stopped with SIGTERM is stopped whole: what it started and left behind ignoring SIGTERM gets SIGKILL after the grace, also once sh has exited, and the job ends only then', async function () {
     if (!existsSync(`/proc/${process.pid}/stat`)) this.skip();
     let inner: number | undefined;
