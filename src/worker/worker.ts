@@ -329,7 +329,8 @@ export class Worker {
           retryable: (err) => !this.stopping && isTransient(err),
           onFailure: ({ error, attempt, delayMs }) => {
             this.failing();
-            // A claim that may have applied what it carried (no answer, or a 5xx other than 503): errors are not sent again.
+            // A claim that may have applied what it carried (no answer, a 5xx other than svcq's own
+            // 503, such as a proxy's 502, 504 or 503 after passing it on): errors are not sent again.
             if (!surelyNotApplied(error)) this.dropUnknownErrors(carried, error);
             this.sink.event({ event: 'retry', what: 'claim', attempt, delayMs, message: errorMessage(error) });
           },
@@ -723,5 +724,6 @@ function leaseLeft(item: ClaimedItem): number {
 }
 
 function unknownErrorFate(err: unknown): string {
-  return `error record not sent again (${errorMessage(err)}): it went out and no answer came back, and applied twice it would use up another attempt; if it was not applied, the item comes back when its lease ends`;
+  const why = err instanceof ClientError && err.status !== undefined ? `it went out and the answer (HTTP ${err.status}, not svcq's own) does not say whether it was applied` : 'it went out and no answer came back';
+  return `error record not sent again (${errorMessage(err)}): ${why}, and applied twice it would use up another attempt; if it was not applied, the item comes back when its lease ends`;
 }

@@ -360,6 +360,28 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
     });
   }
 
+  it('an error record answered 503 by a proxy in front of the server (not svcq\'s own { error }) is not sent again, and the worker says the answer does not tell whether it was applied (decisions §3.2)', async () => {
+    // A proxy such as Envoy answers 503 when the connection to the server broke after it passed
+    // the request on: the server may have applied it.
+    let errors = 0;
+    const fake = await fakeServer((req, res) => {
+      if (/\/items\/[0-9a-f]+\/error$/.test(req.url ?? '')) {
+        errors++;
+        return void res.writeHead(503, { 'content-type': 'text/plain' }).end('upstream connect error or disconnect/reset before headers');
+      }
+      json(res, { ok: true, id: '00000000000000e1', item: { n: 1 }, attempts: 1, lease: lease(60_000) });
+    });
+    try {
+      const run = await runCli(['work', 'q', '--url', fake.url, '--host', HOST, '--once', '--exec', 'exit 3']);
+      expect(run.code).to.equal(1);
+      expect(run.stdout + run.stderr).to.include('error record not sent again');
+      expect(run.stdout + run.stderr).to.include('the answer (HTTP 503, not svcq\'s own) does not say whether it was applied');
+      expect(errors, 'the error was sent again').to.equal(1);
+    } finally {
+      await fake.close();
+    }
+  });
+
   it('each result handed in with a claim is settled by its own answer: one the server answers ok: false for (no such item) is counted as not delivered, the other as done (decisions §3.8)', async () => {
     // One claim brings two items; the claim that carries both results is answered ok: false for the first.
     const [gone, kept] = ['00000000000000b1', '00000000000000b2'];
