@@ -3,6 +3,7 @@ import cliProgress from 'cli-progress';
 import { BaseCommand, UserError, hostFlag } from '../src/cli/base-command.js';
 import { mayHavePosted, mayHavePostedSentence, parseItemArgument, parseItemsFromStdin, postBatches, postMany, postWithRetry, type ItemInput } from '../src/cli/producer.js';
 import type { PostAnswer } from '../src/protocol.js';
+import type { ClientError } from '../src/client/client.js';
 
 export default class Post extends BaseCommand<typeof Post> {
   static override summary = 'Post an item to a queue and print its id and status.';
@@ -41,10 +42,13 @@ Ctrl-C (or SIGTERM) partway through sends nothing more: the requests under way f
 
     if (items.length === 1) {
       let result;
+      // A try that may have posted the item leaves it so, whatever the tries after it meet (a server gone).
+      let doubt: ClientError | undefined;
       try {
-        result = await postWithRetry(client, args.queue, items[0]!.json, key);
+        result = await postWithRetry(client, args.queue, items[0]!.json, key, { onFailure: (error) => (doubt ??= mayHavePosted(error) ? error : undefined) });
       } catch (err) {
-        if (mayHavePosted(err)) throw new UserError(mayHavePostedSentence(err, key), 1);
+        const about = mayHavePosted(err) ? err : doubt;
+        if (about) throw new UserError(mayHavePostedSentence(about, key), 1);
         throw err;
       }
       this.log(`${result.id} ${result.status}`);

@@ -11,8 +11,8 @@ On a terminal the table fits its width: where the whole table does not fit, it i
 
   async run(): Promise<QueueList> {
     const list = await fetchQueueList(this.client());
-    // Into a pipe or a file every column is printed: no terminal's width limits it.
-    this.log(queueListTable(list, process.stdout.isTTY ? process.stdout.columns : undefined));
+    // Into a pipe or a file every column is printed: no terminal's width limits it (nor one that says it has none: 0).
+    this.log(queueListTable(list, process.stdout.isTTY ? process.stdout.columns || undefined : undefined));
     return list;
   }
 }

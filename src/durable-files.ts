@@ -92,20 +92,21 @@ export async function writeAtomically(file: string, bytes: Buffer | string, mode
 export async function makeDir(dir: string, mode?: number): Promise<void> {
   const at = path.resolve(dir);
   const created = await mkdir(at, { recursive: true, mode });
+  let mine: Promise<void> | undefined;
   if (created !== undefined) {
-    const synced = (async () => {
+    mine = (async () => {
       for (let level = at; level.length >= created.length; level = path.dirname(level)) await fsyncDir(path.dirname(level));
     })();
-    making.set(created, synced);
+    making.set(created, mine);
     try {
-      await synced;
+      await mine;
     } finally {
-      if (making.get(created) === synced) making.delete(created);
+      if (making.get(created) === mine) making.delete(created);
     }
-    return;
   }
+  // Folders above the ones made here (or above `dir`) that another call made and is still syncing.
   for (const [top, synced] of making) {
-    if (at === top || at.startsWith(top + path.sep)) await synced;
+    if (synced !== mine && (at === top || at.startsWith(top + path.sep))) await synced;
   }
 }
 

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { SvcqClient } from '../client/client.js';
 import type { PostAnswer, StatusAnswer } from '../protocol.js';
 import { ClientError } from '../client/client.js';
-import { FailureReport, isTransient, retrying, sleep, surelyNotApplied } from '../client/backoff.js';
+import { FailureReport, isTransient, retrying, sleep, surelyNotApplied, svcqAnswered } from '../client/backoff.js';
 import { UserError } from './base-command.js';
 
 /** One item to post: its JSON text and where it came from, for messages. */
@@ -200,7 +200,9 @@ export function mayHavePostedSentence(err: ClientError, key: string | undefined)
   const why =
     status === undefined
       ? 'the post went out but no answer came back'
-      : 'that answer may come from a proxy in front of the server (a gateway or load balancer), after it passed the post on';
+      : svcqAnswered(err.body)
+        ? 'the server failed after the post reached it'
+        : 'that answer may come from a proxy in front of the server (a gateway or load balancer), after it passed the post on';
   const next =
     key === undefined
       ? 'posting it again could post it twice: the queue\'s operator can look first (svcq tasks show lists each item posted), and a post with --idempotency-key can be repeated safely'

@@ -29,7 +29,7 @@ export function surelyNotApplied(err: unknown): boolean {
 }
 
 /** Whether an error answer is svcq's own: a JSON object with its sentence in `error` (a proxy's is a page or plain text). */
-function svcqAnswered(body: unknown): boolean {
+export function svcqAnswered(body: unknown): boolean {
   return typeof body === 'object' && body !== null && typeof (body as { error?: unknown }).error === 'string';
 }
 

@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import http from 'node:http';
 import type { Manifest } from '../definitions/manifest.js';
 import { arrayElements, objectMembers } from '../json-text.js';
@@ -249,13 +250,16 @@ export class SvcqClient {
 
   /**
    * What the wall's sentence adds: the likeliest causes the client can see. A queue call sent
-   * without `host` went to the URL's own host, which is seldom a queue's domain (127.0.0.1, say):
-   * that comes first, since a public queue needs no token; then a missing token.
+   * without `host` to an address (127.0.0.1, localhost) went to a host no queue can belong to:
+   * that comes first, since a public queue needs no token; then a missing token. A URL that names
+   * a domain may well be the queue's own (its DNS name pointing at the server), so it adds nothing.
    */
   private wallReasons(queueCall: boolean): string {
     const { token, host, tokenHint, hostHint } = this.options;
     const reasons: string[] = [];
-    if (queueCall && !host) reasons.push(`no host was given, so the queue was looked for on ${this.base.hostname}${hostHint ? ` (${hostHint})` : ''}`);
+    const named = this.base.hostname.replace(/^\[|\]$/g, '');
+    const address = isIP(named) !== 0 || named === 'localhost' || named.endsWith('.localhost');
+    if (queueCall && !host && address) reasons.push(`no host was given, so the queue was looked for on ${this.base.hostname}${hostHint ? ` (${hostHint})` : ''}`);
     if (!token) reasons.push(reasons.length > 0 ? `no token was given either${tokenHint ? ` (${tokenHint})` : ''}` : `no token was given${tokenHint ? ` (${tokenHint})` : ''}`);
     return reasons.join('; ');
   }

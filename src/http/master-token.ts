@@ -76,7 +76,7 @@ export class FileMasterTokenStore implements MasterTokenStore {
 export function cutShort(text: string): string | undefined {
   if (text.includes('\0')) return 'holds zero bytes';
   if (text.trim() === '') return 'is empty';
-  if (/^[0-9a-f]{1,63}$/.test(text)) return `holds ${text.length} of a token's 64 hex digits and no line end`;
+  if (/^[0-9a-f]{1,63}$/.test(text)) return `holds ${text.length} of a token's 64 hex digits and no line end (a shorter token written there by hand needs its line end)`;
   return undefined;
 }
 

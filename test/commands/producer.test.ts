@@ -392,8 +392,8 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
    * and while `fault` is set answers with that status and a page of its own, whatever the server
    * said (an upstream that reset the connection, or was too slow, after the request reached it).
    */
-  async function gateway(): Promise<{ url: string; fault: { status: number; type: string; body: string } | null; seen: number; close: () => void }> {
-    const state = { url: '', fault: null as { status: number; type: string; body: string } | null, seen: 0, close: () => undefined as void };
+  async function gateway(): Promise<{ url: string; fault: { status: number; type: string; body: string } | null; goneAfterFault: boolean; seen: number; close: () => void }> {
+    const state = { url: '', fault: null as { status: number; type: string; body: string } | null, goneAfterFault: false, seen: 0, close: () => undefined as void };
     const target = new URL(server.url);
     const proxy = http.createServer((req, res) => {
       state.seen++;
@@ -404,8 +404,11 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
           const body: Buffer[] = [];
           answer.on('data', (c: Buffer) => body.push(c));
           answer.on('end', () => {
-            if (state.fault) res.writeHead(state.fault.status, { 'content-type': state.fault.type }).end(state.fault.body);
-            else res.writeHead(answer.statusCode ?? 502, answer.headers).end(Buffer.concat(body));
+            if (state.fault) {
+              res.writeHead(state.fault.status, { 'content-type': state.fault.type, connection: 'close' }).end(state.fault.body);
+              // Gone with its answer: later tries find nothing listening.
+              if (state.goneAfterFault) proxy.close();
+            } else res.writeHead(answer.statusCode ?? 502, answer.headers).end(Buffer.concat(body));
           });
         });
         upstream.end(Buffer.concat(chunks));
@@ -460,6 +463,23 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
       const view = await request(server.url, `/api/v2/queues/${HOST}/${queue}`, { token: server.masterToken });
       const { oldest } = view.json as { oldest: Array<{ id: string }> };
       expect(oldest.map((o) => o.id)).to.deep.equal([again.stdout.split(' ')[0]]);
+    } finally {
+      proxy.close();
+    }
+  });
+
+  it('with --idempotency-key, a post a proxy answered 502 and whose later tries found nothing listening still says the item may have been posted, not only that the server cannot be reached (decisions §3.5)', async () => {
+    const proxy = await gateway();
+    const queue = queueName('gateway-gone');
+    await defineQueue(server, queue);
+    try {
+      proxy.fault = { status: 502, type: 'text/html', body: '<html>502 Bad Gateway</html>' };
+      proxy.goneAfterFault = true;
+      const run = await runCli(['post', queue, '{"n":1}', '--url', proxy.url, '--host', HOST, '--idempotency-key', 'order-18']);
+      expect(run.code, run.stderr).to.equal(1);
+      expect(proxy.seen).to.equal(1);
+      expect(await pending(queue), 'the proxy passed it on').to.equal(1);
+      expect(run.stderr).to.match(/^svcq: the server answered HTTP 502; .* so the item may have been posted: run the same command again with --idempotency-key "order-18": it posts the item at most once, and prints its id\n$/);
     } finally {
       proxy.close();
     }
