@@ -11,6 +11,7 @@ function detailFrom(skew: number): QueueDetail {
   return {
     host: 'jobs.test',
     name: 'skewed',
+    paused: false,
     counts: { pending: 2, claimed: 1, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 },
     // Measured by the server: its now minus the oldest item's postedAt.
     oldestPendingAgeMs: 90_000,
@@ -45,6 +46,7 @@ function entry(host: string, name: string, figures: { pending: number; finished:
   return {
     host,
     name,
+    paused: false,
     counts: { pending: figures.pending, claimed: 3, processing: 12, finished: figures.finished, failed: 2345, timedout: 1, cancelled: 0 },
     oldestPendingAgeMs: figures.ageMs,
     rates: { posted: 12.5, claimed: 0.25, finished: 10.5, failed: 0.05 },

@@ -13,6 +13,7 @@ function entry(host: string, name: string, pending = 0): QueueEntry {
   return {
     host,
     name,
+    paused: false,
     counts: { pending, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 },
     oldestPendingAgeMs: pending > 0 ? 1500 : null,
     rates: { posted: 0, claimed: 0, finished: 0, failed: 0 },
@@ -252,6 +253,7 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     const big: QueueEntry = {
       host: 'jobs.example.com',
       name: 'thumbnails',
+      paused: false,
       counts: { pending: 1_234_567_890, claimed: 3, processing: 12, finished: 123_456, failed: 2345, timedout: 12, cancelled: 7 },
       oldestPendingAgeMs: 30 * 3_600_000,
       rates: { posted: 12.5, claimed: 11.25, finished: 10.5, failed: 0.05 },
