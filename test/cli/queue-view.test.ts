@@ -139,3 +139,34 @@ describe('svcq queues fits the terminal: columns are left out or names cut, neve
     }
   });
 });
+
+describe('svcq queues and svcq queue mark a paused queue (decisions §8.4)', () => {
+  withoutColour();
+
+  const paused = (q: QueueEntry): QueueEntry => ({ ...q, paused: true });
+  const queues = [
+    paused(entry('jobs.example.com', 'thumbnails', { pending: 1_234_567, finished: 123_456, ageMs: 30 * 3_600_000 })),
+    entry('jobs.example.com', 'emails', { pending: 12, finished: 0, ageMs: 59 * 60_000 + 59_000 }),
+    paused(entry('a-very-long-host-name-for-queues.internal.example.com', 'resize-uploaded-images-for-the-gallery-eu', { pending: 3, finished: 98_765_432, ageMs: 1500 })),
+  ];
+
+  for (const columns of [undefined, 200, 120, 100, 80, 60]) {
+    it(`${columns === undefined ? 'into a pipe' : `at ${columns} columns`}: "(paused)" follows each paused queue's name, whole, and only theirs; names are cut no further for it (other columns give way first), and no line is wider`, () => {
+      const text = queueListTable({ queues }, columns);
+      if (columns !== undefined) for (const line of text.split('\n')) expect(stringWidth(line), line).to.be.at.most(columns);
+      const lines = text.split('\n');
+      const thumbnails = lines.find((l) => l.includes('thumbnails'))!;
+      const emails = lines.find((l) => l.includes('emails'))!;
+      const gallery = lines.find((l) => /resize.*-eu/.test(l))!;
+      expect(thumbnails).to.include('thumbnails (paused)');
+      expect(emails).to.not.include('(paused)');
+      expect(gallery).to.match(/resize.*-eu \(paused\)/);
+    });
+  }
+
+  it('svcq queue says the queue is paused, and how to resume it; a queue not paused says nothing of it', () => {
+    const detail = { ...paused(entry('jobs.test', 'held', { pending: 2, finished: 0, ageMs: 1000 })), oldest: [], leases: [] };
+    expect(queueDetailView(detail, NOW).split('\n')[1]).to.equal('paused: its claims find nothing until svcq resume jobs.test/held');
+    expect(queueDetailView({ ...detail, paused: false }, NOW)).to.not.include('paused');
+  });
+});
