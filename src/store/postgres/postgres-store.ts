@@ -471,13 +471,15 @@ function checkWritten(done: { updated: number; deleted: number }, updates: reado
 
 /**
  * The pause (decisions §8.4), checked in the claim's own statement, whose first parameter is the
- * queue's key. Read there, the pause is the database's: a claim whose statement starts after a
- * pause committed (on any node) finds nothing, with nothing to keep fresh on each node and no
- * window in which a node that missed a notification still leases. It costs a claim next to
- * nothing: the subquery names no column of the items, so PostgreSQL runs it once per statement
- * (an InitPlan: one probe of svcq_queues' primary key, a table of one row per queue) as a
- * one-time filter ahead of the walk of the pending index, which it skips whole when the queue is
- * paused; a statement claims for every plain claim of its queue in the transaction at once.
+ * queue's key. Read there, the pause is the database's, rather than a set of paused queues kept in
+ * each node's memory and refreshed by notifications: a claim whose statement starts after a pause
+ * committed (on any node) finds nothing, with nothing to keep fresh on each node and no window in
+ * which a node that missed a notification still leases. It costs a claim next to nothing: the
+ * subquery names no column of the items, so PostgreSQL runs it once per statement (an InitPlan:
+ * one probe of svcq_queues' primary key, a table of one row per queue) as a one-time filter ahead
+ * of the walk of the pending index, which it skips whole when the queue is paused; and a statement
+ * claims for every plain claim of its queue in the transaction. (Measured on a backlog of 100,000:
+ * 111.8 µs a claim statement with it, 111.2 µs without, round trip included.)
  */
 const NOT_PAUSED = 'NOT EXISTS (SELECT 1 FROM svcq_queues WHERE key = $1 AND paused)';
 
