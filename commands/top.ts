@@ -7,7 +7,7 @@ import type { Snapshot } from '../src/tools/stats.js';
 
 export default class Top extends BaseCommand<typeof Top> {
   static override summary = 'Watch every queue live: counts, rates, throughput, leases and the server\'s health.';
-  static override description = `Needs the master token. A full-screen view refreshed every second (every N with --interval N): one row per queue (pending, in flight, finished and failed per second, oldest pending age, a sparkline of items done per second over the last minute), the server's CPU, memory and disk, and the selected queue's leases and oldest pending items. Up/down select a queue (PgUp/PgDn ten at a time, Home/End the first and the last); q or Ctrl-C quits.
+  static override description = `Needs the master token. A full-screen view refreshed every second (every N with --interval N): one row per queue (pending, in flight, finished and failed per second, oldest pending age, a sparkline of items done per second over the last minute; "(paused)" after a paused queue's name), the server's CPU, memory and disk, and the selected queue's leases and oldest pending items. Up/down select a queue (PgUp/PgDn ten at a time, Home/End the first and the last); q or Ctrl-C quits.
 When stdout is not a terminal (a pipe, a file), or is one that cannot move its cursor (TERM=dumb: an Emacs shell buffer, say), it prints one snapshot as a table and exits; --json prints that snapshot as JSON.`;
   static override examples = ['<%= config.bin %> top --url http://127.0.0.1:8080 --token $SVCQ_TOKEN', '<%= config.bin %> top | cat'];
 

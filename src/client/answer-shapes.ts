@@ -19,6 +19,8 @@ const CLAIMED = shape({ id: string, item: object, attempts: integer, lease: LEAS
 const DONE = { type: 'array', items: { anyOf: [shape({ id: string, ok: { const: true }, accepted: boolean, status: string }), shape({ id: string, ok: { const: false }, error: string })] } };
 const COUNTS = { type: 'object', additionalProperties: integer };
 const QUEUE_ENTRY = { host: string, name: string, counts: COUNTS, oldestPendingAgeMs: nullable(number), rates: { type: 'object', additionalProperties: number } };
+/** Checked where given, not required: a server from before pauses (decisions §8.4) says nothing of them. */
+const PAUSED = { paused: boolean };
 
 /** Every answer the client reads, by name. */
 const SHAPES = {
@@ -37,12 +39,17 @@ const SHAPES = {
       shape({ items: { type: 'array', items: CLAIMED }, done: DONE }, ['items']),
     ],
   },
-  queueList: shape({ queues: { type: 'array', items: shape(QUEUE_ENTRY) } }),
-  queueDetail: shape({
-    ...QUEUE_ENTRY,
-    oldest: { type: 'array', items: shape({ id: string, postedAt: number, attempts: integer }) },
-    leases: { type: 'array', items: shape({ id: string, worker: string, until: number, attempts: integer }) },
-  }),
+  queueList: shape({ queues: { type: 'array', items: shape({ ...QUEUE_ENTRY, ...PAUSED }, Object.keys(QUEUE_ENTRY)) } }),
+  queueDetail: shape(
+    {
+      ...QUEUE_ENTRY,
+      ...PAUSED,
+      oldest: { type: 'array', items: shape({ id: string, postedAt: number, attempts: integer }) },
+      leases: { type: 'array', items: shape({ id: string, worker: string, until: number, attempts: integer }) },
+    },
+    [...Object.keys(QUEUE_ENTRY), 'oldest', 'leases'],
+  ),
+  pause: shape({ paused: boolean }),
   logs: shape({ active: nullable(shape({ size: integer })), rotated: { type: 'array', items: shape({ ts: integer, size: integer }) } }),
   stats: shape({ interval: number, files: { type: 'array', items: shape({ name: string, type: string, date: string, size: integer }) } }),
   tasks: shape({ files: { type: 'array', items: shape({ name: string, date: string, size: integer }) } }),

@@ -1,6 +1,7 @@
 import { isIP } from 'node:net';
 import http from 'node:http';
 import type { Manifest } from '../definitions/manifest.js';
+import type { PauseAnswer } from '../operators/answers.js';
 import { arrayElements, objectMembers } from '../json-text.js';
 import { answerMismatch, type AnswerShape } from './answer-shapes.js';
 import { IDEMPOTENCY_KEY_RULE, isIdempotencyKey, type BatchAnswer, type ClaimAnswer, type ClaimManyAnswer, type ClaimRequest, type PostAnswer, type StatusAnswer, type SubmissionAnswer } from '../protocol.js';
@@ -53,13 +54,14 @@ export type JsonObjectOrText = string | Record<string, unknown>;
  * - `invalid-argument`: the call was given something it cannot send (nothing was sent)
  * - `wall`: 404 not found: a wrong token, host or queue (the server never says which)
  * - `no-such-item`: the queue has no item with that id
+ * - `no-such-queue`: an operators' call named a host and queue with no queue definition
  * - `rejected`: 4xx naming the fields the server refused
  * - `api-version`: 426, the server speaks another API version
  * - `http`: any other error status (see `status`)
  * - `gave-up`: retried until the time allowed for failures ran out
  * - `not-a-folder`: a local path that should be a folder is not one
  */
-export type ClientErrorCode = 'invalid-url' | 'unreachable' | 'timeout' | 'aborted' | 'invalid-argument' | 'wall' | 'no-such-item' | 'rejected' | 'api-version' | 'http' | 'gave-up' | 'not-a-folder';
+export type ClientErrorCode = 'invalid-url' | 'unreachable' | 'timeout' | 'aborted' | 'invalid-argument' | 'wall' | 'no-such-item' | 'no-such-queue' | 'rejected' | 'api-version' | 'http' | 'gave-up' | 'not-a-folder';
 
 /** A failure a person can act on: `message` is the one sentence a command prints, `code` what a caller checks. */
 export class ClientError extends Error {
@@ -301,6 +303,24 @@ export class SvcqClient {
     return this.parse<never>(res);
   }
 
+  // --- operators (master token) ---
+  /**
+   * Pauses the queue `name` of `host` (decisions §8.4): until it is resumed it leases nothing,
+   * while posts, fetches, submissions and deadlines go on; a pause of a paused queue changes
+   * nothing. Resolves with `{ paused: true }` once the pause is durable; a pair with no queue
+   * definition rejects with code `no-such-queue`.
+   */
+  pause(host: string, name: string, opts: CallOptions = {}): Promise<PauseAnswer> {
+    return this.setPaused(host, name, 'pause', opts);
+  }
+  /** Resumes a paused queue (decisions §8.4): it leases again, and claims held on it look at once. Resolves with `{ paused: false }`. */
+  resume(host: string, name: string, opts: CallOptions = {}): Promise<PauseAnswer> {
+    return this.setPaused(host, name, 'resume', opts);
+  }
+  private setPaused(host: string, name: string, action: 'pause' | 'resume', opts: CallOptions): Promise<PauseAnswer> {
+    return this.json('POST', `/api/v${CLIENT_API}/queues/${part(host, 'the host')}/${part(name, 'the queue name')}/${action}`, { shape: 'pause', ...this.limits(opts) });
+  }
+
   // --- queues (user token or public, Host header) ---
   /**
    * Posts one item. A server silent for {@link POST_TIMEOUT_MS} (unless the client or the call
@@ -447,6 +467,7 @@ function explain(status: number, body: unknown, wallReasons: string): ClientErro
   const record = (typeof body === 'object' && body !== null ? body : {}) as { error?: unknown; errors?: Array<{ path?: string; message?: string }> };
   if (status === 404 && record.error === 'not found') return new ClientError(wallReasons ? `${WALL}: ${wallReasons}` : WALL, 'wall', { status, body });
   if (status === 404 && record.error === 'no such item') return new ClientError('no such item', 'no-such-item', { status, body });
+  if (status === 404 && record.error === 'no such queue') return new ClientError('no such queue', 'no-such-queue', { status, body });
   if (Array.isArray(record.errors)) {
     const parts = record.errors.map((e) => (e.path && e.path !== '/' ? `${e.path}: ${e.message}` : String(e.message)));
     return new ClientError(`rejected: ${parts.join('; ')}`, 'rejected', { status, body });

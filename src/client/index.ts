@@ -7,3 +7,4 @@ export { CALL_TIMEOUT_MS, ClientError, POST_TIMEOUT_MS, SvcqClient, answerText, 
 export { isTransient, surelyNotApplied } from './backoff.js';
 export type { BatchAnswer, BatchEntryAnswer, ClaimAnswer, ClaimedItem, ClaimManyAnswer, ClaimRequest, DoneAnswer, DoneEntry, PostAnswer, ServerClock, StatusAnswer, SubmissionAnswer } from '../protocol.js';
 export type { Manifest } from '../definitions/manifest.js';
+export type { PauseAnswer } from '../operators/answers.js';

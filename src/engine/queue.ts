@@ -226,6 +226,11 @@ export class Queue {
   private removedSinceRetain = 0;
   /** Items by status, kept as items change (operators read it on every refresh: never a scan). */
   private readonly tally: Record<ItemStatus, number> = { pending: 0, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 };
+  /**
+   * A paused queue leases nothing (decisions §8.4): a claim finds nothing, and everything else
+   * (posts, submissions, deadlines) goes on. The store keeps it durable beside the items.
+   */
+  paused = false;
 
   constructor(public config: QueueConfig) {}
 
@@ -342,7 +347,7 @@ export class Queue {
     for (const [key, through] of this.unmatched) if (through >= item.ord) this.unmatched.set(key, item.ord - 1);
   }
 
-  /** Leases the oldest pending item that passes every criterion, or returns null. */
+  /** Leases the oldest pending item that passes every criterion, or returns null (always while paused). */
   claim(worker: string, criteria: Criteria | undefined, now: number): Change | null {
     return this.claimStep(worker, criteria, now, Infinity, 0) as Change | null;
   }
@@ -356,6 +361,7 @@ export class Queue {
    * longer remembers these criteria.
    */
   claimStep(worker: string, criteria: Criteria | undefined, now: number, budget: number, after: number): Change | null | number {
+    if (this.paused) return null;
     let found: Item | undefined;
     if (criteria === undefined || Object.keys(criteria).length === 0) {
       found = this.pending.size > 0 ? this.pending.get(this.pending.minKey()!) : undefined;

@@ -43,9 +43,10 @@ export function createApp(ctx: ServerContext): express.Express {
   });
 
   // Only the methods the tables list. Express would otherwise answer HEAD from a GET route and
-  // OPTIONS with an `Allow` list, and both would tell a probe which routes exist.
+  // OPTIONS with an `Allow` list, and both would tell a probe which routes exist. (A method that
+  // some route takes, on a path where none does, falls through to the wall at the end.)
   app.use((req: Request, _res: Response, next: NextFunction) => {
-    if (req.method !== 'GET' && req.method !== 'PUT' && req.method !== 'DELETE') return next(new NotFound());
+    if (req.method !== 'GET' && req.method !== 'PUT' && req.method !== 'DELETE' && req.method !== 'POST') return next(new NotFound());
     next();
   });
 

@@ -4,8 +4,8 @@ import { HttpError, sendJson } from './errors.js';
 
 /**
  * Operators (decisions §5.1, master token like every `/api` route): the queues with their counts,
- * oldest pending age and rates, one queue with its oldest items and leases, and the Prometheus
- * exposition.
+ * oldest pending age and rates, one queue with its oldest items and leases, pausing and resuming
+ * a queue (§8.4), and the Prometheus exposition.
  */
 export function operatorsRouter(ctx: ServerContext): Router {
   const router = Router({ strict: true, caseSensitive: true });
@@ -17,6 +17,15 @@ export function operatorsRouter(ctx: ServerContext): Router {
     if (!detail) throw new HttpError(404, { error: 'no such queue' });
     sendJson(res, 200, detail);
   });
+
+  // No body is read: whatever one is sent is left unread (see sendJson).
+  for (const [action, paused] of [['pause', true], ['resume', false]] as const) {
+    router.post(`/queues/:host/:name/${action}`, async (req, res) => {
+      const answer = await ctx.operators.setPaused(req.params.host, req.params.name, paused);
+      if (!answer) throw new HttpError(404, { error: 'no such queue' });
+      sendJson(res, 200, answer);
+    });
+  }
 
   router.get('/metrics', async (_req, res) => {
     const text = await ctx.operators.exposition();

@@ -5,6 +5,8 @@ import type { QueueRates } from './rates.js';
 export interface QueueEntry {
   host: string;
   name: string;
+  /** Whether the queue is paused (decisions §8.4): it leases nothing until it is resumed. */
+  paused: boolean;
   counts: StatusCounts;
   /** Milliseconds since the oldest pending item was posted (an integer), or null when none is pending. */
   oldestPendingAgeMs: number | null;
@@ -31,4 +33,14 @@ export const QUEUES_PATH = '/api/v2/queues';
 /** Where a client asks for one queue. */
 export function queuePath(host: string, name: string): string {
   return `${QUEUES_PATH}/${encodeURIComponent(host)}/${encodeURIComponent(name)}`;
+}
+
+/** What `POST /api/v2/queues/<host>/<name>/pause` and `…/resume` answer (decisions §8.4): the state the queue is left in. */
+export interface PauseAnswer {
+  paused: boolean;
+}
+
+/** Where a client pauses or resumes a queue. */
+export function pausePath(host: string, name: string, action: 'pause' | 'resume'): string {
+  return `${queuePath(host, name)}/${action}`;
 }

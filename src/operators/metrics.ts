@@ -17,6 +17,8 @@ export type Audience = 'queue' | 'api';
 export interface QueueGauges {
   host: string;
   name: string;
+  /** Whether the queue is paused (decisions §8.4). */
+  paused: boolean;
   counts: StatusCounts;
   /** Seconds since the oldest pending item was posted, or null when none is pending. */
   oldestPendingAgeSeconds: number | null;
@@ -35,6 +37,7 @@ export class OperatorMetrics {
   private readonly counters: Array<Counter<'host' | 'queue'>>;
   private readonly items: Gauge<'host' | 'queue' | 'status'>;
   private readonly oldestAge: Gauge<'host' | 'queue'>;
+  private readonly paused: Gauge<'host' | 'queue'>;
   private readonly httpDuration: BucketHistogram;
   private readonly commitDuration: Histogram;
   private readonly commitBatch: Histogram;
@@ -52,6 +55,7 @@ export class OperatorMetrics {
       labelNames: ['host', 'queue'],
       registers,
     });
+    this.paused = new Gauge({ name: 'svcq_queue_paused', help: 'Whether the queue is paused (1) and leases nothing, or not (0).', labelNames: ['host', 'queue'], registers });
     this.counters = COUNTED_EVENTS.map(
       (kind) => new Counter({ name: `svcq_items_${kind}_total`, help: `Items ${kind} on this node since it started (durable task events "${kind}").`, labelNames: ['host', 'queue'], registers }),
     );
@@ -106,11 +110,13 @@ export class OperatorMetrics {
   async exposition(queues: readonly QueueGauges[]): Promise<string> {
     this.items.reset();
     this.oldestAge.reset();
+    this.paused.reset();
     for (const counter of this.counters) counter.reset();
     for (const q of queues) {
       const labels = { host: q.host, queue: q.name };
       for (const status of STATUSES) this.items.set({ ...labels, status }, q.counts[status]);
       this.oldestAge.set(labels, q.oldestPendingAgeSeconds ?? 0);
+      this.paused.set(labels, q.paused ? 1 : 0);
       const totals = this.totalsOf(`${q.host}/${q.name}`);
       this.counters.forEach((counter, i) => counter.inc(labels, totals[i]!));
     }

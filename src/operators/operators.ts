@@ -1,7 +1,7 @@
 import type { DefinitionRegistry, QueueRuntime } from '../definitions/registry.js';
 import type { TaskEventKind } from '../engine/item.js';
 import type { QueueOverview, QueueRef, Store, StoreObserver } from '../store/store.js';
-import type { QueueDetail, QueueEntry, QueueList } from './answers.js';
+import type { PauseAnswer, QueueDetail, QueueEntry, QueueList } from './answers.js';
 import { OperatorMetrics, type Audience } from './metrics.js';
 import { EventRates } from './rates.js';
 
@@ -67,6 +67,16 @@ export class Operators {
     return { ...this.entry(ref, overview, this.now()), oldest: overview.oldest, leases: overview.leases };
   }
 
+  /**
+   * `POST /api/v2/queues/<host>/<name>/pause` (`paused` true) and `…/resume` (decisions §8.4): the
+   * state the queue is left in, once durable; null when the pair is not defined.
+   */
+  async setPaused(host: string, name: string, paused: boolean): Promise<PauseAnswer | null> {
+    const queue = this.registry.queue(host, name);
+    if (!queue) return null;
+    return { paused: await this.storeOf().setPaused(refOf(queue), paused) };
+  }
+
   /** `GET /api/v2/metrics`: the exposition text, item gauges read now. */
   async exposition(): Promise<string> {
     const refs = this.definedQueues();
@@ -75,7 +85,7 @@ export class Operators {
     return this.metrics.exposition(
       refs.map((ref, i) => {
         const o = overviews[i]!;
-        return { host: ref.host, name: ref.name, counts: o.counts, oldestPendingAgeSeconds: o.oldestPendingAt === null ? null : Math.max(0, now - o.oldestPendingAt) / 1000 };
+        return { host: ref.host, name: ref.name, paused: o.paused, counts: o.counts, oldestPendingAgeSeconds: o.oldestPendingAt === null ? null : Math.max(0, now - o.oldestPendingAt) / 1000 };
       }),
     );
   }
@@ -89,6 +99,7 @@ export class Operators {
     return {
       host: ref.host,
       name: ref.name,
+      paused: o.paused,
       counts: o.counts,
       oldestPendingAgeMs: o.oldestPendingAt === null ? null : Math.max(0, Math.round(now - o.oldestPendingAt)),
       rates: this.rates.rates(ref.key),

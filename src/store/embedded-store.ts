@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
 import { Queue, type Change, type Item, type Outcome, type SavedState } from '../engine/queue.js';
-import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, updateRecord, type HistoryMark } from './journal.js';
+import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, pausedRecord, updateRecord, type HistoryMark } from './journal.js';
 import type { WriteFn } from './append-file.js';
 import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
 import { jsonString } from '../json-text.js';
@@ -69,6 +69,8 @@ interface Unconfirmed {
   seq: number;
   slot: QueueSlot;
   changes: Change[];
+  /** A change of the queue's own state (a pause): what takes it back. */
+  undo?: () => void;
 }
 
 /**
@@ -118,7 +120,7 @@ export class EmbeddedStore implements Store, EventOutbox {
   }
 
   async open(): Promise<void> {
-    const { items: loaded, events } = await this.journal.open();
+    const { items: loaded, paused, events } = await this.journal.open();
     // The outbox starts with every durable event the history did not say it holds.
     this.eventSeq = events.lastSeq;
     this.delivered = events.mark?.seq ?? 0;
@@ -131,6 +133,7 @@ export class EmbeddedStore implements Store, EventOutbox {
       const slot = this.slotFor(key, this.options.configFor(key) ?? DEFAULT_CONFIG);
       for (const item of items.values()) slot.queue.restore(item);
     }
+    for (const key of paused) this.slotFor(key, this.options.configFor(key) ?? DEFAULT_CONFIG).queue.paused = true;
     // Leases that ended while the server was down are re-queued (or failed) by the usual rule; a
     // queue without a definition waits for it, and its rules (see configFor).
     for (const slot of this.slots.values()) if (this.options.configFor(slot.key)) this.runTick(slot);
@@ -311,13 +314,48 @@ export class EmbeddedStore implements Store, EventOutbox {
   async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
     if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
     const queue = this.slots.get(ref.key)?.queue;
-    if (!queue) return { counts: fullCounts({}), oldestPendingAt: null, oldest: [], leases: [] };
+    if (!queue) return { paused: false, counts: fullCounts({}), oldestPendingAt: null, oldest: [], leases: [] };
     return {
+      paused: queue.paused,
       counts: queue.counts(),
       oldestPendingAt: queue.oldestPendingAt(),
       oldest: limits.oldest > 0 ? queue.oldestPending(limits.oldest).map((i) => ({ id: i.id, postedAt: i.postedAt, attempts: i.attempts })) : [],
       leases: limits.leases > 0 ? queue.leased(limits.leases).map((i) => ({ id: i.id, worker: i.leaseWorker ?? '', until: i.leaseUntil ?? 0, attempts: i.attempts })) : [],
     };
+  }
+
+  /**
+   * See {@link Store.setPaused}. The pause is applied in memory at once, as the item changes are,
+   * and journalled as one record of its own; a write that fails takes it back with the changes
+   * journalled with it (see {@link takeBack}).
+   */
+  async setPaused(ref: QueueRef, paused: boolean): Promise<boolean> {
+    const slot = this.prepare(ref);
+    if (slot.queue.paused === paused) {
+      // As it is asked to be; the answer waits until that state is durable (a pause just made may still be on its way).
+      await this.synced();
+      return paused;
+    }
+    const queue = slot.queue;
+    queue.paused = paused;
+    const through = ++this.changeSeq;
+    const undo = (): void => {
+      queue.paused = !paused;
+      // Posts made meanwhile were not announced to held claims (see announce): they look now.
+      if (paused) this.options.notifier?.notify(slot.claimTopic);
+    };
+    this.unconfirmed.push({ seq: through, slot, changes: [], undo });
+    await this.journal.append(pausedRecord(slot.keyJson, paused)).then(
+      () => {
+        this.confirm(through);
+        // Held claims look again: what the pause held back can be claimed now.
+        if (!paused) this.options.notifier?.notify(slot.claimTopic);
+      },
+      (err: Error) => {
+        throw new StoreUnavailable(err);
+      },
+    );
+    return paused;
   }
 
   /**
@@ -547,7 +585,8 @@ export class EmbeddedStore implements Store, EventOutbox {
     const slots = new Set<QueueSlot>();
     let taken = 0;
     for (let i = commits.length - 1; i >= 0; i--) {
-      const { slot, changes } = commits[i]!;
+      const { slot, changes, undo } = commits[i]!;
+      undo?.();
       for (let j = changes.length - 1; j >= 0; j--) slot.queue.revert(changes[j]!);
       taken += changes.length;
       slots.add(slot);
@@ -677,8 +716,9 @@ export class EmbeddedStore implements Store, EventOutbox {
     const notifier = this.options.notifier;
     if (!notifier) return;
     // The queue's topic is announced once, where its first claimable item comes: announcing it
-    // again in the same turn changes nothing (a listener is woken once per turn).
-    let claimable = false;
+    // again in the same turn changes nothing (a listener is woken once per turn). A paused queue's
+    // held claims would find nothing: its resume announces it.
+    let claimable = slot.queue.paused;
     for (const { item, purged } of changes) {
       if (purged || isTerminal(item.status)) notifier.notify(itemTopic(slot.key, item.id));
       else if (!claimable && item.status === 'pending' && item.availableAt === 0) {
@@ -699,8 +739,15 @@ export class EmbeddedStore implements Store, EventOutbox {
     if (this.journal.wantsSnapshot()) {
       // Called once the journals before the new one are closed: every event they hold is numbered up to eventSeq now.
       const historyMark = async (): Promise<{ seq: number }> => ({ seq: await this.deliveredThrough(this.eventSeq) });
-      this.journal.snapshot(() => this.allItems(), historyMark).catch((err: Error) => this.options.warn(`snapshot failed: ${err.message}`));
+      this.journal.snapshot(() => this.allItems(), historyMark, () => this.pauseRecords()).catch((err: Error) => this.options.warn(`snapshot failed: ${err.message}`));
     }
+  }
+
+  /** A record for each paused queue: the snapshot's part of the queues' own state. */
+  private pauseRecords(): string {
+    let records = '';
+    for (const slot of this.slots.values()) if (slot.queue.paused) records += pausedRecord(slot.keyJson, true);
+    return records;
   }
 
   private *allItems(): Iterable<[queueJson: string, item: Item]> {

@@ -32,6 +32,8 @@ import { jsonString } from '../json-text.js';
 //   ["i", queue, id, ord, body, postedBy, postedAt, idempotencyKey, ...state]  the same, for a body that holds a line break
 //   ["u", queue, id, ...state]                                                an item's state after a change
 //   ["d", queue, id]                                                          the item is gone (retention)
+//   ["q", queue, paused]            the queue is paused (true) or not (false) from here on (decisions §8.4); a
+//                                   snapshot holds one for each paused queue, before its items
 //   ["e", seq, [event, ...]]        task events, written with the change they describe; seq numbers the last
 //   ["m", seq]                      the task history holds every event up to seq
 //   ["m", seq, file, size]          the same, as builds before the history kept its own position wrote it: `file` then had `size` bytes
@@ -97,8 +99,20 @@ export function markRecord(mark: HistoryMark): string {
   return `["m",${mark.seq}]\n`;
 }
 
+/** The queue's pause (decisions §8.4): its whole state, so that replaying it again converges as item records do. */
+export function pausedRecord(queueJson: string, paused: boolean): string {
+  return `["q",${queueJson},${paused}]\n`;
+}
+
 /** Every live item found on disk, by queue. */
 export type LoadedItems = Map<string, Map<string, Item>>;
+
+/** What start-up found of items and queues. */
+export interface LoadedState {
+  items: LoadedItems;
+  /** The keys of the queues paused as of the last record. */
+  paused: Set<string>;
+}
 
 /**
  * The task history holds every event up to `seq`. `file` and `size` come only from stores written
@@ -211,7 +225,7 @@ export class Journal {
   }
 
   /** Loads snapshot and journals and opens the journal for appending. */
-  async open(): Promise<{ items: LoadedItems; events: LoadedEvents }> {
+  async open(): Promise<{ items: LoadedItems; paused: Set<string>; events: LoadedEvents }> {
     const { dir, warn } = this.options;
     await makeDir(dir);
     this.meta = new Low<Meta>(new JSONFile<Meta>(path.join(dir, 'meta.json')), { format: 1, generation: 0, snapshotAt: null, snapshotItems: 0, mark: null });
@@ -228,11 +242,12 @@ export class Journal {
     this.generation = this.meta.data.generation;
 
     const items: LoadedItems = new Map();
+    const state: LoadedState = { items, paused: new Set() };
     const mark = this.meta.data.mark ?? null;
     const events: LoadedEvents = { mark, pending: [], lastSeq: mark?.seq ?? 0 };
     const snapshot = path.join(dir, `snapshot-${this.generation}.jsonl`);
     if (this.generation > 0) {
-      const loaded = await readRecords(snapshot, items, events, warn, false);
+      const loaded = await readRecords(snapshot, state, events, warn, false);
       this.snapshotBytes = loaded.bytes;
     }
     const journals = (await readdir(dir))
@@ -252,14 +267,14 @@ export class Journal {
     let last = this.generation;
     let marked = false;
     for (const n of journals) {
-      marked = (await readRecords(path.join(dir, `journal-${n}.jsonl`), items, events, warn, true)).endsWithGroupEnd;
+      marked = (await readRecords(path.join(dir, `journal-${n}.jsonl`), state, events, warn, true)).endsWithGroupEnd;
       last = n;
     }
     // Appending goes on in the newest journal, which covers everything since the current snapshot.
     // Its open syncs the folder: the stale files removed above stay removed after a power cut.
     this.file = await this.openFile(path.join(dir, `journal-${last}.jsonl`), marked);
     this.current = last;
-    return { items, events };
+    return { items, paused: state.paused, events };
   }
 
   /**
@@ -297,11 +312,12 @@ export class Journal {
 
   /**
    * Starts a new generation: appends go to a new journal from now on, and `items` (all live
-   * items, iterated while the server keeps running) are streamed into the new snapshot.
+   * items, iterated while the server keeps running) are streamed into the new snapshot, after the
+   * records `queues` gives of the queues' own state (their pauses) as it is then.
    */
-  snapshot(items: () => Iterable<[queueJson: string, item: Item]>, historyMark: () => Promise<HistoryMark | null>): Promise<void> {
+  snapshot(items: () => Iterable<[queueJson: string, item: Item]>, historyMark: () => Promise<HistoryMark | null>, queues: () => string = () => ''): Promise<void> {
     if (this.compacting) return this.compacting;
-    this.compacting = this.writeSnapshot(items, historyMark).finally(() => {
+    this.compacting = this.writeSnapshot(items, historyMark, queues).finally(() => {
       this.compacting = undefined;
     });
     return this.compacting;
@@ -311,7 +327,7 @@ export class Journal {
    * `historyMark` resolves once the task history holds every event handed to it so far (all of
    * them in journals older than the new one), with its position: the older journals can go.
    */
-  private async writeSnapshot(items: () => Iterable<[queueJson: string, item: Item]>, historyMark: () => Promise<HistoryMark | null>): Promise<void> {
+  private async writeSnapshot(items: () => Iterable<[queueJson: string, item: Item]>, historyMark: () => Promise<HistoryMark | null>, queues: () => string): Promise<void> {
     const { dir } = this.options;
     const next = this.current + 1;
     const failuresBefore = this.failures;
@@ -339,7 +355,9 @@ export class Journal {
     let bytes = 0;
     let count = 0;
     try {
-      let chunk = '';
+      // Read after the switch, like the items: a record of the new journal that changed a pause
+      // since is replayed over it, and records carry the whole state, so both orders converge.
+      let chunk = queues();
       for (const [queue, item] of items()) {
         chunk += itemRecord(queue, item);
         count++;
@@ -401,7 +419,7 @@ export class Journal {
  * once the next group end is read: a last group without its end (a write a crash cut short, or
  * one that failed) is dropped whole, with a warning, and cut off too.
  */
-async function readRecords(file: string, items: LoadedItems, events: LoadedEvents, warn: (line: string) => void, truncateTorn: boolean): Promise<{ bytes: number; endsWithGroupEnd: boolean }> {
+async function readRecords(file: string, state: LoadedState, events: LoadedEvents, warn: (line: string) => void, truncateTorn: boolean): Promise<{ bytes: number; endsWithGroupEnd: boolean }> {
   let fd: number;
   try {
     fd = await new Promise<number>((resolve, reject) => openCallback(file, 'r', (err, fd) => (err ? reject(err) : resolve(fd))));
@@ -458,7 +476,7 @@ async function readRecords(file: string, items: LoadedItems, events: LoadedEvent
         let ok: boolean;
         if (body === undefined && line === GROUP_END_TEXT) {
           // The group before it is whole: its records count now.
-          for (const [r, b] of group) if (!applyRecord(r, b, items, events)) warn(`${path.basename(file)}: a record of a whole group is corrupt and was skipped`);
+          for (const [r, b] of group) if (!applyRecord(r, b, state, events)) warn(`${path.basename(file)}: a record of a whole group is corrupt and was skipped`);
           group = [];
           groupLines = 0;
           framed = true;
@@ -471,7 +489,7 @@ async function readRecords(file: string, items: LoadedItems, events: LoadedEvent
             group.push([record, body]);
             groupLines++;
             ok = true;
-          } else ok = applyRecord(record, body, items, events);
+          } else ok = applyRecord(record, body, state, events);
         }
         if (!ok) {
           if (torn !== undefined) warn(`${path.basename(file)}: record ${lineNo - 1} is corrupt and was skipped`);
@@ -523,7 +541,7 @@ const P = 0x70; // p
 const TAB = 0x09;
 
 /** Applies one record: the fields of the line (or of the part before the tab, when a `body` follows it). */
-function applyRecord(record: unknown[], body: string | undefined, items: LoadedItems, events: LoadedEvents): boolean {
+function applyRecord(record: unknown[], body: string | undefined, state: LoadedState, events: LoadedEvents): boolean {
   if (record[0] === 'e' && record.length === 3 && typeof record[1] === 'number' && Array.isArray(record[2])) {
     const seq = record[1];
     if (seq > (events.mark?.seq ?? 0)) events.pending.push([seq, record[2] as TaskEvent[]]);
@@ -540,8 +558,14 @@ function applyRecord(record: unknown[], body: string | undefined, items: LoadedI
     }
     return true;
   }
+  if (record[0] === 'q' && record.length === 3 && typeof record[1] === 'string' && typeof record[2] === 'boolean') {
+    if (record[2]) state.paused.add(record[1]);
+    else state.paused.delete(record[1]);
+    return true;
+  }
   if (typeof record[1] !== 'string' || typeof record[2] !== 'string') return false;
   const [type, queue, id] = record as [string, string, string];
+  const items = state.items;
   let byId = items.get(queue);
   if (!byId) items.set(queue, (byId = new Map()));
   if (type === 'p' && record.length === 19 && body !== undefined && body.length === record[18]) {

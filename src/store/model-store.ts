@@ -16,10 +16,12 @@ export interface ModelDisk {
   queues: Map<string, Map<string, ItemRecord>>;
   /** The last claim order given, by queue key. */
   lastOrd: Map<string, number>;
+  /** The keys of the paused queues (decisions §8.4). */
+  paused: Set<string>;
 }
 
 export function newModelDisk(): ModelDisk {
-  return { queues: new Map(), lastOrd: new Map() };
+  return { queues: new Map(), lastOrd: new Map(), paused: new Set() };
 }
 
 export interface ModelStoreOptions {
@@ -106,11 +108,22 @@ export class ModelStore implements Store {
     const pending = items.filter((r) => r.status === 'pending').sort((a, b) => a.ord - b.ord);
     const leased = items.filter((r) => r.status === 'claimed' || r.status === 'processing').sort((a, b) => (a.leaseUntil ?? 0) - (b.leaseUntil ?? 0) || a.ord - b.ord);
     return {
+      paused: this.disk.paused.has(ref.key),
       counts,
       oldestPendingAt: pending.length > 0 ? Math.min(...pending.map((r) => r.postedAt)) : null,
       oldest: pending.slice(0, limits.oldest).map((r) => ({ id: r.id, postedAt: r.postedAt, attempts: r.attempts })),
       leases: leased.slice(0, limits.leases).map((r) => ({ id: r.id, worker: r.leaseWorker ?? '', until: r.leaseUntil ?? 0, attempts: r.attempts })),
     };
+  }
+
+  /** A paused queue leases nothing; a resume tells held claims to look again (decisions §8.4). */
+  async setPaused(ref: QueueRef, paused: boolean): Promise<boolean> {
+    this.prepare(ref);
+    const was = this.disk.paused.has(ref.key);
+    if (paused) this.disk.paused.add(ref.key);
+    else this.disk.paused.delete(ref.key);
+    if (was && !paused) this.notifier?.notify(claimTopic(ref.key));
+    return paused;
   }
 
   async get(ref: QueueRef, id: string): Promise<StatusRecord | null> {
@@ -153,6 +166,7 @@ export class ModelStore implements Store {
 
   private claimNow(ref: QueueRef, input: ClaimInput): Claimed | null {
     const items = this.prepare(ref);
+    if (this.disk.paused.has(ref.key)) return null;
     const now = this.now();
     const candidates = [...items.values()].filter((r) => rules.claimable(r, now)).sort((a, b) => a.ord - b.ord);
     const found = candidates.find((r) => input.criteria === undefined || matches(JSON.parse(r.body) as Record<string, unknown>, input.criteria));

@@ -67,6 +67,8 @@ export type StatusCounts = Record<ItemStatus, number>;
 
 /** One queue as operators see it (decisions §5.1). */
 export interface QueueOverview {
+  /** Whether the queue is paused (decisions §8.4): it leases nothing until it is resumed. */
+  paused: boolean;
   counts: StatusCounts;
   /** `postedAt` of the oldest pending item (claimable or waiting out a retry delay), or null. */
   oldestPendingAt: number | null;
@@ -256,12 +258,13 @@ export interface Store {
   postMany(queue: QueueRef, inputs: readonly PostInput[]): Promise<PostOutcome[]>;
   /**
    * Leases the oldest claimable item that passes the criteria (by claim order), or null when none
-   * does. Exactly once under concurrency: two claims never lease the same item.
+   * does (or the queue is paused, see {@link setPaused}). Exactly once under concurrency: two
+   * claims never lease the same item.
    */
   claim(queue: QueueRef, input: ClaimInput): Promise<Claimed | null>;
   /**
    * Leases up to `max` of the oldest claimable items that pass the criteria, oldest first
-   * (decisions §3.8 `max`), all in one durable write; [] when none does.
+   * (decisions §3.8 `max`), all in one durable write; [] when none does or the queue is paused.
    */
   claimMany(queue: QueueRef, input: ClaimInput, max: number): Promise<Claimed[]>;
   /**
@@ -285,6 +288,18 @@ export interface Store {
    * may show deadlines already past as not yet applied.
    */
   overview(queue: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview>;
+  /**
+   * Pauses the queue (`paused` true) or resumes it (decisions §8.4), and resolves with the state
+   * it is left in once that is durable; setting the state it already has changes nothing (and
+   * still resolves only once that state is durable). While paused, `claim` and `claimMany` lease
+   * nothing (null, []); everything else goes on as before: posts, fetches, submissions, and every
+   * deadline. The pause belongs to the host/name pair, as the queue's items do: it survives a
+   * restart, and a deletion of the queue's definition (the queue put back is still paused).
+   * A resume announces the queue's claim topic once durable, so that held claims look again at
+   * once; on a shared database a pause holds for a claim on every node as soon as it is
+   * acknowledged.
+   */
+  setPaused(queue: QueueRef, paused: boolean): Promise<boolean>;
   /**
    * The queue's definition was put or deleted (decisions §2.4): a store that keeps timers for its
    * deadlines files them again under the rules in force, so that a deadline the change brought

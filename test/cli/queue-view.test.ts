@@ -11,6 +11,7 @@ function detailFrom(skew: number): QueueDetail {
   return {
     host: 'jobs.test',
     name: 'skewed',
+    paused: false,
     counts: { pending: 2, claimed: 1, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 },
     // Measured by the server: its now minus the oldest item's postedAt.
     oldestPendingAgeMs: 90_000,
@@ -45,6 +46,7 @@ function entry(host: string, name: string, figures: { pending: number; finished:
   return {
     host,
     name,
+    paused: false,
     counts: { pending: figures.pending, claimed: 3, processing: 12, finished: figures.finished, failed: 2345, timedout: 1, cancelled: 0 },
     oldestPendingAgeMs: figures.ageMs,
     rates: { posted: 12.5, claimed: 0.25, finished: 10.5, failed: 0.05 },
@@ -135,5 +137,36 @@ describe('svcq queues fits the terminal: columns are left out or names cut, neve
       for (const column of ['claimed/s', 'posted/s', 'oldest pending', 'processing']) expect(text).to.include(column);
       expect(text).to.not.include('not shown');
     }
+  });
+});
+
+describe('svcq queues and svcq queue mark a paused queue (decisions §8.4)', () => {
+  withoutColour();
+
+  const paused = (q: QueueEntry): QueueEntry => ({ ...q, paused: true });
+  const queues = [
+    paused(entry('jobs.example.com', 'thumbnails', { pending: 1_234_567, finished: 123_456, ageMs: 30 * 3_600_000 })),
+    entry('jobs.example.com', 'emails', { pending: 12, finished: 0, ageMs: 59 * 60_000 + 59_000 }),
+    paused(entry('a-very-long-host-name-for-queues.internal.example.com', 'resize-uploaded-images-for-the-gallery-eu', { pending: 3, finished: 98_765_432, ageMs: 1500 })),
+  ];
+
+  for (const columns of [undefined, 200, 120, 100, 80, 60]) {
+    it(`${columns === undefined ? 'into a pipe' : `at ${columns} columns`}: "(paused)" follows each paused queue's name, whole, and only theirs; names are cut no further for it (other columns give way first), and no line is wider`, () => {
+      const text = queueListTable({ queues }, columns);
+      if (columns !== undefined) for (const line of text.split('\n')) expect(stringWidth(line), line).to.be.at.most(columns);
+      const lines = text.split('\n');
+      const thumbnails = lines.find((l) => l.includes('thumbnails'))!;
+      const emails = lines.find((l) => l.includes('emails'))!;
+      const gallery = lines.find((l) => /resize.*-eu/.test(l))!;
+      expect(thumbnails).to.include('thumbnails (paused)');
+      expect(emails).to.not.include('(paused)');
+      expect(gallery).to.match(/resize.*-eu \(paused\)/);
+    });
+  }
+
+  it('svcq queue says the queue is paused, and how to resume it; a queue not paused says nothing of it', () => {
+    const detail = { ...paused(entry('jobs.test', 'held', { pending: 2, finished: 0, ageMs: 1000 })), oldest: [], leases: [] };
+    expect(queueDetailView(detail, NOW).split('\n')[1]).to.equal('paused: its claims find nothing until svcq resume jobs.test/held');
+    expect(queueDetailView({ ...detail, paused: false }, NOW)).to.not.include('paused');
   });
 });

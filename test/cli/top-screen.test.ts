@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import stringWidth from 'string-width';
 import type { QueueDetail, QueueEntry } from '../../src/operators/answers.js';
 import { advance, clockOffset, initialState, move, type TopState } from '../../src/cli/top/model.js';
-import { screenLines } from '../../src/cli/top/screen.js';
+import { screenLines, snapshotTable } from '../../src/cli/top/screen.js';
 import { localTime } from '../../src/cli/view/format.js';
 import { withoutColour } from '../support/colour.js';
 
@@ -13,6 +13,7 @@ function entry(host: string, name: string, pending = 0): QueueEntry {
   return {
     host,
     name,
+    paused: false,
     counts: { pending, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 },
     oldestPendingAgeMs: pending > 0 ? 1500 : null,
     rates: { posted: 0, claimed: 0, finished: 0, failed: 0 },
@@ -252,6 +253,7 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     const big: QueueEntry = {
       host: 'jobs.example.com',
       name: 'thumbnails',
+      paused: false,
       counts: { pending: 1_234_567_890, claimed: 3, processing: 12, finished: 123_456, failed: 2345, timedout: 12, cancelled: 7 },
       oldestPendingAgeMs: 30 * 3_600_000,
       rates: { posted: 12.5, claimed: 11.25, finished: 10.5, failed: 0.05 },
@@ -282,5 +284,28 @@ describe('svcq top draws a screen that fits the terminal (decisions §5.1: opera
     const header = lines.find((l) => l.includes('PENDING'))!;
     const row = lines.find((l) => l.startsWith('>'))!;
     expect(row.indexOf('1234567890') + '1234567890'.length).to.equal(header.indexOf('PENDING') + 'PENDING'.length);
+  });
+});
+
+describe('svcq top marks a paused queue (decisions §8.4)', () => {
+  withoutColour();
+
+  const queues = [{ ...entry('jobs.test', 'held-queue', 4), paused: true }, entry('jobs.test', 'running', 2), { ...entry('a-rather-long-host-name.example.com', 'resize-uploaded-images-for-the-gallery-eu', 1), paused: true }];
+
+  for (const columns of [160, 100, 80]) {
+    it(`at ${columns} columns "(paused)" follows each paused queue's name, whole (the name is cut for it where the row is short of room), in its row and in the selected queue's title, and no line is wider`, () => {
+      const lines = screenLines(stateWith(queues, { paused: true }), { columns, rows: 30 }, VIEW, NOW);
+      for (const line of lines) expect(stringWidth(line), line).to.be.at.most(columns);
+      expect(lines.find((l) => l.startsWith('>'))).to.match(columns >= 100 ? /held-queue \(paused\)/ : /h\S*…\S*e \(paused\)/);
+      expect(lines.find((l) => l.includes('running'))).to.not.include('(paused)');
+      expect(lines.find((l) => l.includes(' a-r'))).to.match(/ r\S*…\S*u \(paused\)/);
+      expect(lines.find((l) => l.startsWith('jobs.test/held-queue'))).to.match(/^jobs\.test\/held-queue \(paused\)/);
+    });
+  }
+
+  it('off a terminal, the snapshot table marks it too', () => {
+    const text = snapshotTable(queues, null);
+    expect(text.split('\n').find((l) => l.includes('held-queue'))).to.include('held-queue (paused)');
+    expect(text.split('\n').find((l) => l.includes('running'))).to.not.include('(paused)');
   });
 });

@@ -165,4 +165,22 @@ const n: number = (await c.post('q', { n: 1 })).id;
     expect((await c.item('thumbnails', a)).result).to.deep.equal({ via: 'done' });
     expect((await c.item('thumbnails', b)).result).to.deep.equal({ via: 'raw' });
   });
+
+  it('pause and resume take a queue by host and name with the master token (decisions §8.4): a paused queue leases nothing; an undefined pair rejects with code no-such-queue', async () => {
+    await defineQueue(server, HOST, 'paused', { access: { post: ['resizer'], work: ['resizer'] } });
+    const operator = new SvcqClient({ url: server.url, token: server.masterToken });
+    const worker = new SvcqClient({ url: server.url, host: HOST, token: TOKEN });
+    const id = (await worker.post('paused', { n: 1 })).id;
+    expect(await operator.pause(HOST, 'paused')).to.deep.equal({ paused: true });
+    expect(await operator.pause(HOST, 'paused')).to.deep.equal({ paused: true });
+    expect(await worker.claim('paused', { worker: 'w' })).to.deep.include({ ok: true, empty: true });
+    expect(await operator.resume(HOST, 'paused')).to.deep.equal({ paused: false });
+    expect(await worker.claim('paused', { worker: 'w' })).to.deep.include({ id });
+    const missing = await operator.pause(HOST, 'no-such-queue').catch((err: unknown) => err);
+    expect(missing).to.be.instanceOf(ClientError);
+    expect(missing).to.include({ code: 'no-such-queue', status: 404, message: 'no such queue' });
+    // A user's token is not the master token: the wall.
+    const walled = await new SvcqClient({ url: server.url, token: TOKEN }).resume(HOST, 'paused').catch((err: unknown) => err);
+    expect(walled).to.include({ code: 'wall', status: 404 });
+  });
 });

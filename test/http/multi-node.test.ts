@@ -180,6 +180,35 @@ describe('several nodes on one PostgreSQL database (decisions §6.1)', function 
     }
   });
 
+  it('a pause acknowledged by one node holds at once for claims on the others; a resume on a third wakes a claim held on the second within milliseconds (decisions §6.1, §8.4)', async () => {
+    await defineEverywhere('paused', {});
+    const operator = async (node: TestServer, path: string, method = 'GET'): Promise<Json> => {
+      const r = await fetch(`${node.url}/api/v2/queues/${HOST}/paused${path}`, { method, headers: { authorization: `Bearer ${MASTER}` } });
+      expect(r.status, path).to.equal(200);
+      return (await r.json()) as Json;
+    };
+    const first = (await call(nodes[0]!, '/paused', JSON.stringify({ n: 1 }))).json.id;
+    expect(await operator(nodes[0]!, '/pause', 'POST')).to.deep.equal({ paused: true });
+    // No waiting: the pause is read from the database by each claim.
+    for (const node of nodes) {
+      expect((await call(node, '/paused/claim', '{}')).json).to.deep.equal({ ok: true, empty: true });
+      expect((await call(node, '/paused/claim', JSON.stringify({ max: 5 }))).json).to.deep.equal({ ok: true, items: [] });
+      expect((await operator(node, '')).paused).to.equal(true);
+    }
+    let answered = false;
+    const held = call(nodes[1]!, '/paused/claim', JSON.stringify({ wait: 10 })).finally(() => (answered = true));
+    await sleep(300);
+    // A post on another node wakes the held claim, which finds the queue paused and waits on.
+    await call(nodes[2]!, '/paused', JSON.stringify({ n: 2 }));
+    await sleep(300);
+    expect(answered, 'answered while paused').to.equal(false);
+    const resumedAt = Date.now();
+    expect(await operator(nodes[2]!, '/resume', 'POST')).to.deep.equal({ paused: false });
+    expect((await held).json.id).to.equal(first);
+    expect(Date.now() - resumedAt, 'wake-up time').to.be.below(500);
+    for (const node of nodes) expect((await operator(node, '')).paused).to.equal(false);
+  });
+
   it('one idempotency key posted concurrently to every node creates one item (decisions §6.1, §3.5)', async () => {
     await defineEverywhere('once', {});
     const answers = await Promise.all(Array.from({ length: 30 }, (_, i) => call(nodes[i % 3]!, '/once', '{}', 'POST', { 'idempotency-key': 'order-42' })));

@@ -139,6 +139,12 @@ describe('docs/openapi.yaml describes what a real server answers (black box)', (
     await call('GET', '/api/v2/queues/%ZZ/gone', 400, master);
     expect((await call('GET', '/api/v2/metrics', 200, master)).text).to.include('svcq_items_posted_total');
     for (const path of ['/api/v2/queues', `/api/v2/queues/${HOST}/${q}`, '/api/v2/metrics']) await call('GET', path, 404);
+    for (const [action, paused] of [['pause', true], ['resume', false]] as const) {
+      expect(json(await call('POST', `/api/v2/queues/${HOST}/${q}/${action}`, 200, master))).to.deep.equal({ paused });
+      expect(json(await call('POST', `/api/v2/queues/${HOST}/gone/${action}`, 404, master))).to.deep.equal({ error: 'no such queue' });
+      await call('POST', `/api/v2/queues/%ZZ/gone/${action}`, 400, master);
+      await call('POST', `/api/v2/queues/${HOST}/${q}/${action}`, 404);
+    }
 
     // Past the routes: the wall, another API version, a preflight under /api/.
     await call('GET', '/api/v2/nothing', 404, master);

@@ -106,7 +106,8 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
     // By host, then by name.
     expect(mine.map((e) => `${e.host}/${e.name}`)).to.deep.equal([`${OTHER_HOST}/${empty.name}`, ...[`${HOST}/${q.name}`, `${HOST}/${timing.name}`].sort()]);
     const entry = mine.find((e) => e.name === q.name)!;
-    expect(Object.keys(entry)).to.deep.equal(['host', 'name', 'counts', 'oldestPendingAgeMs', 'rates']);
+    expect(Object.keys(entry)).to.deep.equal(['host', 'name', 'paused', 'counts', 'oldestPendingAgeMs', 'rates']);
+    expect(entry.paused).to.equal(false);
     expect(entry.counts).to.deep.equal(EXPECTED_COUNTS);
     expect(entry.rates).to.deep.equal(EXPECTED_RATES);
     expect(Number.isInteger(entry.oldestPendingAgeMs)).to.equal(true);
@@ -116,6 +117,7 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
     expect(none).to.deep.equal({
       host: OTHER_HOST,
       name: empty.name,
+      paused: false,
       counts: { pending: 0, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 },
       oldestPendingAgeMs: null,
       rates: { posted: 0, claimed: 0, finished: 0, failed: 0 },
@@ -255,6 +257,7 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
         svcq_items_timedout_total: 'counter',
         svcq_items_cancelled_total: 'counter',
         svcq_queue_oldest_pending_age_seconds: 'gauge',
+        svcq_queue_paused: 'gauge',
         svcq_http_request_duration_seconds: 'histogram',
         svcq_store_commit_duration_seconds: 'histogram',
         svcq_store_commit_batch_size: 'histogram',

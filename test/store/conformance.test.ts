@@ -855,6 +855,139 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
       });
     });
 
+    describe('pausing (decisions §8.4)', () => {
+      it('a paused queue leases nothing: a claim, a claim with criteria and a claim of up to max find nothing; a resume leases again, oldest first', async () => {
+        const q = queue();
+        const ids = [await post(q, { kind: 'a' }), await post(q, { kind: 'b' })];
+        expect(await s().setPaused(q, true)).to.equal(true);
+        expect(await claimId(q)).to.equal(null);
+        expect(await claimId(q, { kind: 'b' })).to.equal(null);
+        expect(await s().claimMany(q, { worker: 'w' }, 5)).to.deep.equal([]);
+        expect(await s().claimMany(q, { worker: 'w', criteria: { kind: 'a' } }, 5)).to.deep.equal([]);
+        expect(await s().counts(q)).to.deep.equal({ pending: 2 });
+        expect(await s().setPaused(q, false)).to.equal(false);
+        expect(await claimId(q)).to.equal(ids[0]);
+        expect((await s().claimMany(q, { worker: 'w' }, 5)).map((c) => c.id)).to.deep.equal([ids[1]]);
+      });
+
+      it('everything but leasing goes on while paused: posts, fetches, progress, results, errors and cancels are taken as ever', async () => {
+        const q = queue({ maxAttempts: 2 });
+        const [a, b, c] = [await post(q), await post(q), await post(q)];
+        await claimId(q);
+        await claimId(q);
+        await s().setPaused(q, true);
+        const d = await post(q, { late: true }, 'key-d');
+        expect(await post(q, { again: true }, 'key-d')).to.equal(d);
+        expect((await s().postMany(q, [{ body: '{}', postedBy: 'p' }]))[0]).to.deep.include({ status: 'pending', created: true });
+        expect(await s().progress(q, a, '{"pct":50}')).to.deep.equal({ accepted: true, status: 'processing' });
+        expect(await s().result(q, a, '{}')).to.deep.equal({ accepted: true, status: 'finished' });
+        expect(await s().error(q, b, '{}')).to.deep.equal({ accepted: true, status: 'pending' });
+        expect(await s().cancel(q, c)).to.deep.equal({ accepted: true, status: 'cancelled' });
+        expect(await s().get(q, d)).to.deep.include({ status: 'pending', attempts: 0 });
+        expect(await claimId(q)).to.equal(null);
+        expect(await s().counts(q)).to.deep.equal({ pending: 3, finished: 1, cancelled: 1 });
+      });
+
+      it('deadlines go on while paused: a lease ends and re-queues its item, a timeout and retention fall on time', async () => {
+        const q = queue({ leaseSeconds: 10, timeoutSeconds: 100, retainSeconds: 20 });
+        const leased = await post(q);
+        const done = await post(q);
+        const waiting = await post(q);
+        await claimId(q);
+        await claimId(q);
+        await s().result(q, done, '{}');
+        await s().setPaused(q, true);
+        advance(10_000);
+        await h.settle?.();
+        expect(await status(q, leased)).to.equal('pending');
+        advance(10_000);
+        await h.settle?.();
+        expect(await status(q, done)).to.equal(null);
+        advance(80_000);
+        await h.settle?.();
+        expect(await status(q, waiting)).to.equal('timedout');
+        expect(await status(q, leased)).to.equal('timedout');
+        expect(await claimId(q)).to.equal(null);
+      });
+
+      it('pause and resume are idempotent, and the overview says which the queue is; other queues are not paused', async () => {
+        const q = queue();
+        const other = queue();
+        const id = await post(other);
+        expect((await s().overview(q, { oldest: 0, leases: 0 })).paused).to.equal(false);
+        expect(await s().setPaused(q, true)).to.equal(true);
+        expect(await s().setPaused(q, true)).to.equal(true);
+        expect((await s().overview(q, { oldest: 0, leases: 0 })).paused).to.equal(true);
+        expect((await s().overview(other, { oldest: 0, leases: 0 })).paused).to.equal(false);
+        expect(await claimId(other)).to.equal(id);
+        expect(await s().setPaused(q, false)).to.equal(false);
+        expect(await s().setPaused(q, false)).to.equal(false);
+        expect((await s().overview(q, { oldest: 0, leases: 0 })).paused).to.equal(false);
+        expect(await s().setPaused(other, false)).to.equal(false);
+        expect((await s().overview(other, { oldest: 0, leases: 0 })).paused).to.equal(false);
+      });
+
+      it('a pause survives a restart, and so does a resume; a queue paused before it held any item is paused too', async () => {
+        const q = queue();
+        const empty = queue();
+        const resumed = queue();
+        const id = await post(q);
+        await s().setPaused(q, true);
+        await s().setPaused(empty, true);
+        await s().setPaused(resumed, true);
+        await s().setPaused(resumed, false);
+        await h.reopen();
+        expect(await claimId(q)).to.equal(null);
+        expect((await s().overview(q, { oldest: 0, leases: 0 })).paused).to.equal(true);
+        expect((await s().overview(empty, { oldest: 0, leases: 0 })).paused).to.equal(true);
+        expect((await s().overview(resumed, { oldest: 0, leases: 0 })).paused).to.equal(false);
+        await h.reopen();
+        await s().setPaused(q, false);
+        await h.reopen();
+        expect(await claimId(q)).to.equal(id);
+      });
+
+      it('the pause belongs to the host/name pair, as the items do: a queue deleted and put back is still paused', async () => {
+        let q = queue();
+        const id = await post(q);
+        await s().setPaused(q, true);
+        configs.delete(q.key);
+        s().rulesChanged?.(q.key);
+        await h.reopen();
+        q = redefine(q, { leaseSeconds: 20 });
+        s().rulesChanged?.(q.key);
+        expect(await claimId(q)).to.equal(null);
+        await s().setPaused(q, false);
+        expect(await claimId(q)).to.equal(id);
+      });
+
+      it('a held claim keeps waiting while paused, past items posted meanwhile, and is answered as soon as the queue is resumed', async () => {
+        const q = queue();
+        const early = await post(q, { early: true });
+        await s().setPaused(q, true);
+        const started = Date.now();
+        let answered = false;
+        const waiting = h.waits.claim(q, { worker: 'patient', waitMs: 20_000 }).finally(() => (answered = true));
+        await sleep(50);
+        await post(q, { late: true });
+        await sleep(200);
+        expect(answered, 'answered while paused').to.equal(false);
+        await s().setPaused(q, false);
+        expect((await waiting)?.id).to.equal(early);
+        expect(Date.now() - started).to.be.below(10_000);
+      });
+
+      it('a held claim of up to max keeps waiting while paused and takes what it may once resumed', async () => {
+        const q = queue();
+        await s().setPaused(q, true);
+        const ids = [await post(q), await post(q)];
+        const waiting = h.waits.claimMany(q, { worker: 'patient', waitMs: 20_000, max: 5 });
+        await sleep(100);
+        await s().setPaused(q, false);
+        expect((await waiting).map((c) => c.id)).to.deep.equal(ids);
+      });
+    });
+
     describe('durability (decisions §6: a restart brings back every item, lease and status)', () => {
       it('a posted item survives a restart, record and claim order included', async () => {
         const q = queue();
@@ -1134,7 +1267,7 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
 
       it('overview of a queue that holds nothing is all zeros', async () => {
         const o = await s().overview(queue(), { oldest: 20, leases: 100 });
-        expect(o).to.deep.equal({ counts: { pending: 0, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 }, oldestPendingAt: null, oldest: [], leases: [] });
+        expect(o).to.deep.equal({ paused: false, counts: { pending: 0, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 }, oldestPendingAt: null, oldest: [], leases: [] });
       });
     });
   });

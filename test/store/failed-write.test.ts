@@ -184,6 +184,28 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
     expect(events).to.deep.equal(['posted', 'claimed', 'finished']);
   });
 
+  it('a pause or a resume whose write fails is refused and taken back: claims go on as before it, then and after a restart (§6, §8.4)', async () => {
+    const q = ref('paused');
+    const a = await store.post(q, { body: '{"n":1}', postedBy: 'public' });
+    disk.failing = true;
+    expect(await rejection(store.setPaused(q, true))).to.be.instanceOf(StoreUnavailable);
+    disk.failing = false;
+    expect((await store.overview(q, { oldest: 0, leases: 0 })).paused).to.equal(false);
+    expect((await store.claim(q, { worker: 'w' }))?.id).to.equal(a.id);
+    await store.setPaused(q, true);
+    const b = await store.post(q, { body: '{"n":2}', postedBy: 'public' });
+    disk.failing = true;
+    expect(await rejection(store.setPaused(q, false))).to.be.instanceOf(StoreUnavailable);
+    disk.failing = false;
+    expect(await store.claim(q, { worker: 'w' })).to.equal(null);
+    await close();
+    await open();
+    expect((await store.overview(q, { oldest: 0, leases: 0 })).paused).to.equal(true);
+    expect(await store.claim(q, { worker: 'w' })).to.equal(null);
+    await store.setPaused(q, false);
+    expect((await store.claim(q, { worker: 'w' }))?.id).to.equal(b.id);
+  });
+
   it('what a write cut short put on disk is never read back after a restart (§6)', async () => {
     const q = ref('partial');
     const kept = await store.post(q, { body: '{"n":1}', postedBy: 'public' });

@@ -63,7 +63,8 @@ type Command =
   | { op: 'counts' }
   | { op: 'advance'; ms: number }
   | { op: 'define'; config: number }
-  | { op: 'restart'; closedMs: number };
+  | { op: 'restart'; closedMs: number }
+  | { op: 'pause'; paused: boolean };
 
 const durations = fc.oneof(fc.constantFrom(1, 999, 1000, 2000, 3000, 5000, 7000, 10_000, 15_000, 20_000, 25_000, 30_000, 60_000), fc.integer({ min: 1, max: 70_000 }));
 const item = fc.nat({ max: 12 });
@@ -80,6 +81,9 @@ const command: fc.Arbitrary<Command> = fc.oneof(
   { weight: 4, arbitrary: fc.record({ op: fc.constant('advance' as const), ms: durations }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('define' as const), config: fc.nat({ max: CONFIGS.length - 1 }) }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('restart' as const), closedMs: fc.oneof(fc.constant(0), durations) }) },
+  // Pause and resume (decisions §8.4): claims then find nothing while everything else goes on.
+  // Resumes twice as often as pauses, so that a sequence does not spend most of its claims paused.
+  { weight: 1, arbitrary: fc.record({ op: fc.constant('pause' as const), paused: fc.constantFrom(true, false, false) }) },
 );
 
 /**
@@ -90,7 +94,7 @@ const command: fc.Arbitrary<Command> = fc.oneof(
 interface TurnCall {
   queue: number;
   c:
-    | Extract<Command, { op: 'post' | 'claim' | 'postMany' | 'claimMany' }>
+    | Extract<Command, { op: 'post' | 'claim' | 'postMany' | 'claimMany' | 'pause' }>
     | { op: 'progress' | 'result' | 'error' | 'cancel'; item: number };
 }
 
@@ -103,6 +107,8 @@ const turnCall: fc.Arbitrary<TurnCall> = fc.record({
     { weight: 1, arbitrary: fc.record({ op: fc.constant('postMany' as const), items: fc.array(fc.record({ kind: fc.constantFrom('a', 'b', 'c'), key: fc.option(fc.constantFrom('k1', 'k2', 'k4'), { freq: 3 }) }), { minLength: 1, maxLength: 3 }) }) },
     { weight: 1, arbitrary: fc.record({ op: fc.constant('claimMany' as const), criteria: fc.constant(0), worker: fc.constantFrom('w1', 'w2'), max: fc.integer({ min: 1, max: 3 }) }) },
     { weight: 6, arbitrary: fc.record({ op: fc.constantFrom('progress' as const, 'result' as const, 'error' as const, 'cancel' as const), item }) },
+    // A pause or a resume in the transaction of the claims around it.
+    { weight: 1, arbitrary: fc.record({ op: fc.constant('pause' as const), paused: fc.boolean() }) },
   ),
 });
 
@@ -155,6 +161,8 @@ function start(side: Side, q: QueueRef, c: TurnCall['c'], id: string, tag: strin
       return store.claimMany(q, { worker: c.worker, criteria: CRITERIA[c.criteria] }, c.max);
     case 'cancel':
       return store.cancel(q, id);
+    case 'pause':
+      return store.setPaused(q, c.paused);
     case 'progress':
     case 'result':
     case 'error':
@@ -285,7 +293,8 @@ async function run(side: Side, q: QueueRef, c: Command, step: number): Promise<u
     case 'progress':
     case 'result':
     case 'error':
-    case 'cancel': {
+    case 'cancel':
+    case 'pause': {
       // Every command a request makes but a read (answered above).
       const raw = await start(side, q, c as TurnCall['c'], 'item' in c ? idFor(side, c.item) : UNKNOWN_ID, String(step));
       register(side, raw);
@@ -354,7 +363,7 @@ async function sequence(subject: { name: string; factory: StoreFactory }, initia
 describe('the embedded store against the reference model (model-based, fast-check)', function () {
   this.timeout(60_000 + RUNS * 500);
 
-  it(`answers every caller as the model does over ${RUNS} random sequences of posts, batch posts, claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, clock advances, definition changes and restarts (decisions §3, §3.8, §5.1, §6)`, async () => {
+  it(`answers every caller as the model does over ${RUNS} random sequences of posts, batch posts, claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, clock advances, definition changes and restarts (decisions §3, §3.8, §5.1, §6, §8.4)`, async () => {
     await fc.assert(
       fc.asyncProperty(fc.nat({ max: CONFIGS.length - 1 }), fc.array(command, { maxLength: MAX_COMMANDS, size: 'max' }), (initial, commands) => sequence({ name: 'embedded', factory: embedded }, initial, commands)),
       { numRuns: RUNS },
@@ -377,7 +386,7 @@ describe('the PostgreSQL store against the reference model (model-based, fast-ch
     });
   }
 
-  it(`answers every caller as the model does over ${PG_RUNS} random sequences of posts, batch posts, claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, clock advances, definition changes and restarts (decisions §3, §3.8, §5.1, §6, §6.1)`, async () => {
+  it(`answers every caller as the model does over ${PG_RUNS} random sequences of posts, batch posts, claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, clock advances, definition changes and restarts (decisions §3, §3.8, §5.1, §6, §6.1, §8.4)`, async () => {
     if (!('factory' in pg)) return;
     const factory = pg.factory;
     await fc.assert(
@@ -386,7 +395,7 @@ describe('the PostgreSQL store against the reference model (model-based, fast-ch
     );
   });
 
-  it(`answers calls made in one turn on two queues (one transaction) as the model does running them in the order the fold does, over ${PG_RUNS} random sequences of such turns, clock advances and definition changes (decisions §3, §3.8, §6, §6.1)`, async () => {
+  it(`answers calls made in one turn on two queues (one transaction) as the model does running them in the order the fold does, over ${PG_RUNS} random sequences of such turns (pauses and resumes among the calls), clock advances and definition changes (decisions §3, §3.8, §6, §6.1, §8.4)`, async () => {
     if (!('factory' in pg)) return;
     const factory = pg.factory;
     await fc.assert(

@@ -7,6 +7,8 @@
 export interface QueueEntry {
   host: string;
   name: string;
+  /** decisions §8.4 */
+  paused: boolean;
   counts: Record<string, number>;
   oldestPendingAgeMs: number | null;
   rates: Record<string, number>;

@@ -4,7 +4,7 @@ import type { QueueDetail, QueueEntry } from '../../operators/answers.js';
 import type { Snapshot } from '../../tools/stats.js';
 import { clip, clipMiddle, localTime, printable, table } from '../view/format.js';
 import { bar, diskSummary, memorySummary } from '../view/panel.js';
-import { agePaint, humanAge, humanRate, leaseLeftText, paintAge, serverNowOf } from '../view/queues.js';
+import { agePaint, humanAge, humanRate, leaseLeftText, paintAge, pausedMark, pausedMarkWidth, serverNowOf } from '../view/queues.js';
 import { HISTORY, keyOf, sparkline, type TopState } from './model.js';
 
 type Align = 'left' | 'right';
@@ -23,6 +23,17 @@ function cell(raw: string, width: number, align: Align, paint?: (s: string) => s
   const gap = ' '.repeat(Math.max(0, width - stringWidth(clipped)));
   const padded = align === 'left' ? clipped + gap : gap + clipped;
   return paint ? paint(padded) : padded;
+}
+
+/**
+ * A queue's name in a column of `width` cells, cut in its middle if need be, and a paused queue's
+ * mark right after it, whole (decisions §8.4): the name gives way to the mark.
+ */
+function nameCell(q: QueueEntry, width: number): string {
+  const mark = pausedMarkWidth(q);
+  if (mark === 0) return cell(q.name, width, 'left', chalk.bold, 'middle');
+  const name = cell(q.name, Math.max(1, Math.min(width - mark, stringWidth(printable(q.name)))), 'left', chalk.bold, 'middle');
+  return name + pausedMark(q) + ' '.repeat(Math.max(0, width - stringWidth(name) - mark));
 }
 
 /** The least width of a figure column; a wider figure widens its column (a figure is never cut). */
@@ -59,7 +70,7 @@ function queueCells(q: QueueEntry): Array<{ text: string; paint?: (s: string) =>
 
 /** One snapshot as a table, for `svcq top` into a pipe or a file. */
 export function snapshotTable(queues: QueueEntry[], health: Snapshot | null): string {
-  const rows = queues.map((q) => [q.host, q.name, ...queueCells(q).map((c) => (c.paint ? c.paint(c.text) : c.text)), paintAge(q.oldestPendingAgeMs)]);
+  const rows = queues.map((q) => [q.host, q.name + pausedMark(q), ...queueCells(q).map((c) => (c.paint ? c.paint(c.text) : c.text)), paintAge(q.oldestPendingAgeMs)]);
   const head = ['host', 'queue', 'pending', 'in flight', 'finished/s', 'failed/s', 'oldest pending'];
   const body = queues.length === 0 ? 'no queues defined' : table(head, rows, ['left', 'left', 'right', 'right', 'right', 'right', 'right']);
   return `${healthLine(health, null)}\n${body}`;
@@ -168,7 +179,7 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
     const series = state.throughput.get(keyOf(q)) ?? [];
     const row = [
       cell(q.host, hostWidth, 'left', undefined, 'middle'),
-      cell(q.name, nameWidth, 'left', chalk.bold, 'middle'),
+      nameCell(q, nameWidth),
       ...figureCells(q).map((c, i) => cell(c.text, figureWidths[i]!, 'right', c.paint)),
       ...(sparkWidth > 0 ? [chalk.green(sparkline(series, sparkWidth, perMinute))] : []),
     ].join(' ');
@@ -215,7 +226,7 @@ export function screenLines(state: TopState, size: ScreenSize, view: ViewOptions
  */
 function rowWidths(queues: QueueEntry[], columns: number, figureWidths: number[]): { hostWidth: number; nameWidth: number; sparkWidth: number } {
   const hostWhole = Math.max(4, ...queues.map((q) => stringWidth(printable(q.host))));
-  const nameWhole = Math.max(5, ...queues.map((q) => stringWidth(printable(q.name))));
+  const nameWhole = Math.max(5, ...queues.map((q) => stringWidth(printable(q.name)) + pausedMarkWidth(q)));
   let hostWidth = Math.min(NAME_CUT, hostWhole);
   let nameWidth = Math.min(NAME_CUT, nameWhole);
   // What the names (and the sparkline) may have: the row less the selection mark, the names'
@@ -246,7 +257,8 @@ function rowWidths(queues: QueueEntry[], columns: number, figureWidths: number[]
 function detailLines(detail: QueueDetail | null, selected: string | null, room: number, columns: number, now: number): string[] {
   if (!selected) return [];
   const lines: string[] = [];
-  const title = cell(selected, Math.min(stringWidth(selected), columns - 1), 'left', undefined, 'middle');
+  const mark = detail && keyOf(detail) === selected ? pausedMarkWidth(detail) : 0;
+  const title = cell(selected, Math.max(1, Math.min(stringWidth(selected), columns - 1 - mark)), 'left', undefined, 'middle');
   if (!detail || keyOf(detail) !== selected) return [chalk.bold(title), chalk.dim(' loading…')];
   const c = detail.counts;
   // The counts follow the title, on the lines below it where they do not fit beside it: a figure
@@ -259,8 +271,8 @@ function detailLines(detail: QueueDetail | null, selected: string | null, room: 
     ['posted/s', humanRate(detail.rates.posted)],
     ['claimed/s', humanRate(detail.rates.claimed)],
   ];
-  let line = chalk.bold.cyan(title);
-  let width = stringWidth(title);
+  let line = chalk.bold.cyan(title) + pausedMark(detail);
+  let width = stringWidth(title) + mark;
   for (const [label, figure] of figures) {
     const pair = `${label} ${figure}`;
     if (width + 2 + pair.length > columns) {

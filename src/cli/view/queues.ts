@@ -48,6 +48,24 @@ function rate(perSecond: number, paint?: (s: string) => string): string {
   return paint ? paint(text) : text;
 }
 
+/**
+ * What follows a paused queue's name wherever svcq shows queues (decisions §8.4): in `svcq queues`,
+ * `svcq queue` and `svcq top`. It is never cut: it widens the name's column in `svcq queues` (a
+ * narrow terminal leaves out other columns first), and in `svcq top`, whose columns are fixed, a
+ * long name is cut to make room for it.
+ */
+export const PAUSED_MARK = ' (paused)';
+
+/** The mark, painted, after a paused queue's name; nothing after another's. */
+export function pausedMark(q: Pick<QueueEntry, 'paused'>): string {
+  return q.paused ? chalk.yellow(PAUSED_MARK) : '';
+}
+
+/** The cells the mark takes after the queue's name. */
+export function pausedMarkWidth(q: Pick<QueueEntry, 'paused'>): number {
+  return q.paused ? PAUSED_MARK.length : 0;
+}
+
 /** One column of `svcq queues`: its heading and a queue's cell (painted; its width is that of its text). */
 interface ListColumn {
   head: string;
@@ -57,7 +75,7 @@ interface ListColumn {
 
 const LIST_COLUMNS = {
   host: { head: 'host', align: 'left', cell: (q) => q.host },
-  queue: { head: 'queue', align: 'left', cell: (q) => chalk.bold(q.name) },
+  queue: { head: 'queue', align: 'left', cell: (q) => chalk.bold(q.name) + pausedMark(q) },
   pending: { head: 'pending', align: 'right', cell: (q) => count(q.counts.pending) },
   claimed: { head: 'claimed', align: 'right', cell: (q) => count(q.counts.claimed) },
   processing: { head: 'processing', align: 'right', cell: (q) => count(q.counts.processing) },
@@ -105,7 +123,7 @@ const NAME_LEAST = 12;
 /** Between two columns of the table drawn without borders. */
 const GAP = '  ';
 
-/** Where the host and the queue's name are cut, in terminal cells. */
+/** Where the host and the queue's name are cut, in terminal cells (a paused queue's mark comes after its name's cells). */
 interface NameCut {
   host: number;
   queue: number;
@@ -160,10 +178,10 @@ export function queueListTable(list: QueueList, columns?: number): string {
   return [plainTable(list.queues, keys, cut), ...notes.flatMap((n) => wrap(n, columns))].join('\n');
 }
 
-/** A queue's cells for `keys`, the host and the queue's name cut as `cut` says (in their middle). */
+/** A queue's cells for `keys`, the host and the queue's name cut as `cut` says (in their middle; a paused queue's mark after it, whole). */
 function plainCells(q: QueueEntry, keys: ListKey[], cut: NameCut): string[] {
   const fit = (text: string, cells: number): string => (stringWidth(text) <= cells ? text : clipMiddle(text, cells - 1));
-  return keys.map((k) => (k === 'host' ? fit(q.host, cut.host) : k === 'queue' ? chalk.bold(fit(q.name, cut.queue)) : LIST_COLUMNS[k].cell(q)));
+  return keys.map((k) => (k === 'host' ? fit(q.host, cut.host) : k === 'queue' ? chalk.bold(fit(q.name, cut.queue)) + pausedMark(q) : LIST_COLUMNS[k].cell(q)));
 }
 
 /** Each column's width: its heading's or its widest cell's. */
@@ -177,8 +195,11 @@ function widthWithNames(queues: QueueEntry[], keys: ListKey[]): (cut: NameCut) =
   const whole = { host: Infinity, queue: Infinity };
   const figures = columnWidths(queues, keys.filter((k) => k !== 'host' && k !== 'queue'), whole).reduce((sum, w) => sum + w, 0);
   const gaps = (keys.length - 1) * GAP.length;
-  const [host, queue] = columnWidths(queues, ['host', 'queue'], whole) as [number, number];
-  return (cut) => figures + gaps + Math.max('host'.length, Math.min(cut.host, host)) + Math.max('queue'.length, Math.min(cut.queue, queue));
+  const [host] = columnWidths(queues, ['host'], whole) as [number];
+  const names = queues.map((q) => ({ width: stringWidth(q.name), mark: pausedMarkWidth(q) }));
+  // Each name whole or cut to `cells`, a paused one's mark after it.
+  const queue = (cells: number): number => Math.max(...names.map(({ width, mark }) => Math.min(width, cells) + mark));
+  return (cut) => figures + gaps + Math.max('host'.length, Math.min(cut.host, host)) + Math.max('queue'.length, queue(cut.queue));
 }
 
 /** The table without borders: a bold heading, columns two spaces apart, no space at a line's end. */
@@ -226,6 +247,7 @@ export function serverNowOf(q: QueueDetail, localNow = Date.now()): number {
 export function queueDetailView(q: QueueDetail, now = serverNowOf(q)): string {
   const lines: string[] = [];
   lines.push(`${chalk.bold.cyan(`${q.host}/${q.name}`)}  oldest pending ${paintAge(q.oldestPendingAgeMs)}`);
+  if (q.paused) lines.push(chalk.yellow(`paused: its claims find nothing until svcq resume ${q.host}/${q.name}`));
   lines.push('');
   const c = q.counts;
   lines.push(

@@ -234,6 +234,17 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 11,
+    description: 'paused queues',
+    sql: `
+      -- A paused queue leases nothing (decisions §8.4). Kept with the queue's key, not with its
+      -- definition: a queue deleted and put back is still paused, as its items are still there.
+      -- Every claim reads it in its own statement (see postgres-store.ts), so a pause holds on
+      -- every node from its COMMIT on. A constant default: the table is not rewritten.
+      ALTER TABLE svcq_queues ADD COLUMN paused boolean NOT NULL DEFAULT false;
+    `,
+  },
 ];
 
 /** Any constant the whole database agrees on: the lock that serialises migrations across nodes. */
