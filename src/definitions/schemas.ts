@@ -70,19 +70,34 @@ const userSchema = {
   },
 } as const;
 
-/** One ajv instance for definitions and one for queue item schemas, both built once. */
+/**
+ * One ajv instance for definitions and one for queue item schemas, each built once, when the
+ * first definition is read: compiling them takes tens of milliseconds, which a server started on
+ * a root without definitions does not spend before it listens.
+ */
 const addFormats = addFormatsModule.default;
-// allErrors: a definition with several mistakes is reported whole, not one mistake per try.
-const definitionsAjv = new Ajv2020({ allErrors: true, strict: false });
-const validateQueueDef = definitionsAjv.compile(queueSchema);
-const validateUserDef = definitionsAjv.compile(userSchema);
+let definitionValidators: { queue: ValidateFunction; user: ValidateFunction } | undefined;
+function validators(): { queue: ValidateFunction; user: ValidateFunction } {
+  if (!definitionValidators) {
+    // allErrors: a definition with several mistakes is reported whole, not one mistake per try.
+    const ajv = new Ajv2020({ allErrors: true, strict: false });
+    definitionValidators = { queue: ajv.compile(queueSchema), user: ajv.compile(userSchema) };
+  }
+  return definitionValidators;
+}
 
 /** The options every item schema is compiled with. */
 const ITEM_AJV_OPTIONS = { allErrors: true, strict: false } as const;
 
 /** Checks item schemas against the JSON Schema meta-schema, compiled once; it keeps nothing of a schema it checked. */
-const schemaChecker = new Ajv2020(ITEM_AJV_OPTIONS);
-addFormats(schemaChecker);
+let metaSchemaChecker: Ajv2020 | undefined;
+function schemaChecker(): Ajv2020 {
+  if (!metaSchemaChecker) {
+    metaSchemaChecker = new Ajv2020(ITEM_AJV_OPTIONS);
+    addFormats(metaSchemaChecker);
+  }
+  return metaSchemaChecker;
+}
 
 export type ItemValidator = ValidateFunction;
 
@@ -97,7 +112,7 @@ export type ItemValidator = ValidateFunction;
  * meta-schema compiled, so that the instance made here compiles only the schema itself.
  */
 export function compileItemSchema(schema: Record<string, unknown> | boolean): ItemValidator {
-  schemaChecker.validateSchema(schema, true);
+  schemaChecker().validateSchema(schema, true);
   const ajv = new Ajv2020({ ...ITEM_AJV_OPTIONS, validateSchema: false });
   addFormats(ajv);
   return ajv.compile(schema);
@@ -203,12 +218,14 @@ export function parseDefinition(at: DefinitionPath, bytes: Buffer | string): Par
   const record = value as Record<string, unknown>;
   const problems: string[] = [];
   if (at.kind === 'user') {
+    const validateUserDef = validators().user;
     if (!validateUserDef(value)) problems.push(...describeAjvErrors(validateUserDef.errors!, value));
     const name = record['svc-user-name'];
     if (typeof name === 'string' && name !== at.name) problems.push(`svc-user-name "${name}" must equal the file name "${at.name}"`);
     if (problems.length > 0) return refused(file, problems);
     return { kind: 'user', user: value as unknown as UserDefinition };
   }
+  const validateQueueDef = validators().queue;
   if (!validateQueueDef(value)) problems.push(...describeAjvErrors(validateQueueDef.errors!, value));
   const access = record.access;
   if (typeof access === 'object' && access !== null) {
