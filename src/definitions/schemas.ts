@@ -71,19 +71,25 @@ const userSchema = {
 } as const;
 
 /**
- * One ajv instance for definitions and one for queue item schemas, each built once, when the
- * first definition is read: compiling them takes tens of milliseconds, which a server started on
- * a root without definitions does not spend before it listens.
+ * The definitions' validators, each compiled when the first definition of its kind is read, and
+ * the item-schema checker below, made at the first item schema: compiling them takes tens of
+ * milliseconds, which a server need not spend before it listens on a root without them (nor
+ * `svcq sync` on a folder without them).
  */
 const addFormats = addFormatsModule.default;
-let definitionValidators: { queue: ValidateFunction; user: ValidateFunction } | undefined;
-function validators(): { queue: ValidateFunction; user: ValidateFunction } {
-  if (!definitionValidators) {
-    // allErrors: a definition with several mistakes is reported whole, not one mistake per try.
-    const ajv = new Ajv2020({ allErrors: true, strict: false });
-    definitionValidators = { queue: ajv.compile(queueSchema), user: ajv.compile(userSchema) };
+// allErrors: a definition with several mistakes is reported whole, not one mistake per try.
+// validateSchema: these two schemas are ours and fixed; checking them against the meta-schema
+// would compile that too (the item-schema checker needs it; these do not).
+let definitionsAjv: Ajv2020 | undefined;
+const definitionValidators = new Map<'queue' | 'user', ValidateFunction>();
+function definitionValidator(kind: 'queue' | 'user'): ValidateFunction {
+  let validate = definitionValidators.get(kind);
+  if (!validate) {
+    definitionsAjv ??= new Ajv2020({ allErrors: true, strict: false, validateSchema: false });
+    validate = definitionsAjv.compile(kind === 'queue' ? queueSchema : userSchema);
+    definitionValidators.set(kind, validate);
   }
-  return definitionValidators;
+  return validate;
 }
 
 /** The options every item schema is compiled with. */
@@ -218,14 +224,14 @@ export function parseDefinition(at: DefinitionPath, bytes: Buffer | string): Par
   const record = value as Record<string, unknown>;
   const problems: string[] = [];
   if (at.kind === 'user') {
-    const validateUserDef = validators().user;
+    const validateUserDef = definitionValidator('user');
     if (!validateUserDef(value)) problems.push(...describeAjvErrors(validateUserDef.errors!, value));
     const name = record['svc-user-name'];
     if (typeof name === 'string' && name !== at.name) problems.push(`svc-user-name "${name}" must equal the file name "${at.name}"`);
     if (problems.length > 0) return refused(file, problems);
     return { kind: 'user', user: value as unknown as UserDefinition };
   }
-  const validateQueueDef = validators().queue;
+  const validateQueueDef = definitionValidator('queue');
   if (!validateQueueDef(value)) problems.push(...describeAjvErrors(validateQueueDef.errors!, value));
   const access = record.access;
   if (typeof access === 'object' && access !== null) {
