@@ -6,7 +6,8 @@
  * @oclif/core alone is some 150 files, and every package name is looked up folder by folder.
  * Bundled, a start reads a few files of one folder:
  *
- * - `run.js`: oclif's `execute`, which `bin/run.js` calls;
+ * - `run.js`: oclif's `execute`, which `bin/run.js` calls, and what starts the server thread
+ *   of `svcq serve` ahead of it (server-thread.ts);
  * - `hooks.js`: the `init` and `command_not_found` hooks (package.json `oclif.hooks`);
  * - one file per command, `command.<id>.js` (`command.logs.show.js`): oclif loads the command
  *   run, and what that command imports, nothing else. It finds them through `commands/`, a
@@ -77,7 +78,7 @@ const bundledCommand = (id: string): string => `command.${id.replaceAll(':', '.'
 
 /** The entries written from a line of source rather than from a file. */
 const GENERATED: Record<string, string> = {
-  run: `export { execute } from '@oclif/core';\n`,
+  run: `export { execute } from '@oclif/core';\nexport const prestartServer = () => import('./src/http/server-thread.ts').then((m) => m.prestartServerThread());\n`,
   hooks: `export { default as init } from './src/cli/init-hook.ts';\nexport { default as commandNotFound } from './src/cli/not-found-hook.ts';\n`,
 };
 

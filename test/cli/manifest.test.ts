@@ -1,8 +1,9 @@
 import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, readdirSync, readFileSync, symlinkSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { copyBuiltPackage } from '../support/package-copy.js';
 import { cleanupTemp, REPO, tempDir } from '../support/server.js';
 
 interface ManifestCommand {
@@ -59,9 +60,8 @@ describe('the command manifest written by npm run build (every svcq start lists 
   it('without it (a copy of the package without oclif.manifest.json), every command still runs from the bundle: a command that exits 1 says one sentence, not oclif\'s "EEXIT"', () => {
     const dir = tempDir();
     try {
-      for (const part of ['bin', 'dist', 'package.json']) cpSync(path.join(REPO, part), path.join(dir, part), { recursive: true });
-      symlinkSync(path.join(REPO, 'node_modules'), path.join(dir, 'node_modules'), 'dir');
-      const run = spawnSync(process.execPath, [path.join(dir, 'bin/run.js'), 'version', '--url', 'http://127.0.0.1:1'], { encoding: 'utf8' });
+      const bin = copyBuiltPackage(dir, { manifest: false });
+      const run = spawnSync(process.execPath, [bin, 'version', '--url', 'http://127.0.0.1:1'], { encoding: 'utf8' });
       expect(run.status).to.equal(1);
       expect(run.stdout).to.match(/^svcq \S+ \(api \d+\); the server could not be asked\n$/);
       expect(run.stderr).to.equal('svcq: cannot reach http://127.0.0.1:1 (connection refused)\n');
