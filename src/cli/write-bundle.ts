@@ -6,8 +6,7 @@
  * @oclif/core alone is some 150 files, and every package name is looked up folder by folder.
  * Bundled, a start reads a few files of one folder:
  *
- * - `run.js`: oclif's `execute`, which `bin/run.js` calls, and what starts the server thread
- *   of `svcq serve` ahead of it (server-thread.ts);
+ * - `run.js`: what `bin/run.js` calls (main.ts), oclif's `execute` and what comes before it;
  * - `hooks.js`: the `init` and `command_not_found` hooks (package.json `oclif.hooks`);
  * - one file per command, `command.<id>.js` (`command.logs.show.js`): oclif loads the command
  *   run, and what that command imports, nothing else. It finds them through `commands/`, a
@@ -76,9 +75,8 @@ export function commandSources(dir = path.join(PACKAGE_ROOT, 'commands'), prefix
 /** The name of the bundled file of the command `id` (in the bundle's folder). */
 const bundledCommand = (id: string): string => `command.${id.replaceAll(':', '.')}.js`;
 
-/** The entries written from a line of source rather than from a file. */
+/** The entries written from a few lines of source rather than from a file. */
 const GENERATED: Record<string, string> = {
-  run: `export { execute } from '@oclif/core';\nexport const prestartServer = () => import('./src/http/server-thread.ts').then((m) => m.prestartServerThread());\n`,
   hooks: `export { default as init } from './src/cli/init-hook.ts';\nexport { default as commandNotFound } from './src/cli/not-found-hook.ts';\n`,
 };
 
@@ -98,6 +96,7 @@ export async function writeBundle(metafile?: string): Promise<number> {
   const result = await build({
     absWorkingDir: PACKAGE_ROOT,
     entryPoints: {
+      run: 'src/cli/main.ts',
       ...Object.fromEntries(Object.keys(GENERATED).map((name) => [name, `svcq-entry:${name}`])),
       ...Object.fromEntries(commands.map(([id, file]) => [path.basename(bundledCommand(id), '.js'), file])),
       'server-worker': 'src/http/server-worker.ts',
