@@ -6,12 +6,13 @@
  * Each DIR is a checkout with a built `dist/` and its node_modules (default: this one); several
  * are compared side by side, taking turns within every round. Each round times, one after the
  * other: `node -e 0`; `svcq --version`; `svcq queues` against a server (started once, from the
- * first DIR, with three queues defined); and `svcq serve --port 0` on a fresh root, up to its
- * `listening on` line (the server is then stopped, untimed). Every figure is a wall-clock time
- * from spawn to exit (to the line, for serve), so the process start that `node -e 0` pays is in
- * each. Reported per case: the median, the fastest and the slowest, and the median of the
- * per-round ratios to `node -e 0` (the machine drifts between rounds; a ratio within a round
- * less so).
+ * first DIR, with three queues defined); and `svcq serve --port 0` up to its `listening on` line
+ * (the server is then stopped, untimed), on a new root (it creates the master token, the store
+ * and the day-files, each synced to disk) and restarted on a root with three queue definitions
+ * (which it validates before it listens) that a first start, untimed, left. Every figure is a
+ * wall-clock time from spawn to exit (to the line, for serve), so the process start that
+ * `node -e 0` pays is in each. Reported per case: the median, the middle half and the extremes,
+ * and the median over the median of every `node -e 0` run.
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -92,31 +93,30 @@ function startServe(dir: string, root: string, extra: string[] = []): Promise<{ 
 }
 
 /** A root with three queues of one host defined, as `svcq queues` lists them. */
-function definedRoot(): string {
-  const root = path.join(temp, 'served');
+function definedRoot(root: string): string {
   const defs = path.join(root, 'jobs.example.com/svc-queues');
   mkdirSync(defs, { recursive: true });
   for (const name of ['thumbnails', 'mail', 'reports']) writeFileSync(path.join(defs, `${name}.json`), '{"leaseSeconds":30}\n');
   return root;
 }
 
-const median = (xs: number[]): number => {
+/** The value below which a fraction `q` of `xs` lies (linear between neighbours). */
+function quantile(xs: number[], q: number): number {
   const s = [...xs].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
-};
+  const at = (s.length - 1) * q;
+  const lo = Math.floor(at);
+  return s[lo]! + (s[Math.min(lo + 1, s.length - 1)]! - s[lo]!) * (at - lo);
+}
 
-const CASES = ['node -e 0', 'svcq --version', 'svcq queues', 'svcq serve → listening on'] as const;
+const CASES = ['node -e 0', 'svcq --version', 'svcq queues', 'svcq serve, new root', 'svcq serve, restart, 3 queues'] as const;
 type Case = (typeof CASES)[number];
 
 async function main(): Promise<void> {
-  process.stdout.write(`load average at start: ${loadavg().map((l) => l.toFixed(2)).join(' ')}; ${runs} runs after ${warmup} warm-up rounds; ${dirs.length} checkout(s)\n`);
+  process.stdout.write(`load average at start: ${loadavg().map((l) => l.toFixed(2)).join(' ')}; ${runs} rounds after ${warmup} warm-up rounds; ${dirs.length} checkout(s)\n`);
   const token = 'startup-bench-master-token-0123456789abcdef';
-  const server = await startServe(dirs[0]!, definedRoot(), ['--master-token', token]);
+  const server = await startServe(dirs[0]!, definedRoot(path.join(temp, 'served')), ['--master-token', token]);
   const env = { ...process.env, SVCQ_URL: server.url, SVCQ_TOKEN: token };
-  // times[dir][case], and the same round's `node -e 0` for each figure's ratio.
   const times = dirs.map(() => new Map<Case, number[]>(CASES.map((c) => [c, []])));
-  const ratios = dirs.map(() => new Map<Case, number[]>(CASES.map((c) => [c, []])));
   try {
     for (let round = 0; round < warmup + runs; round++) {
       // Take turns: the checkout that goes first changes from round to round.
@@ -129,29 +129,35 @@ async function main(): Promise<void> {
         const queues = await timeRun([bin, 'queues'], env);
         if (!queues.output.includes('thumbnails')) throw new Error(`svcq queues did not list the queues: ${queues.output}`);
         const root = path.join(temp, `serve-${round}-${d}`);
-        const serve = await startServe(dir, root);
-        await serve.stop();
+        const fresh = await startServe(dir, root);
+        await fresh.stop();
+        // A restart: the root holds the master token, the store and the day-files of a first start.
+        const defined = definedRoot(`${root}-defined`);
+        await (await startServe(dir, defined)).stop();
+        const restart = await startServe(dir, defined);
+        await restart.stop();
         rmSync(root, { recursive: true, force: true });
+        rmSync(defined, { recursive: true, force: true });
         if (round < warmup) continue;
-        const figures: Record<Case, number> = { 'node -e 0': base, 'svcq --version': version, 'svcq queues': queues.ms, 'svcq serve → listening on': serve.ms };
-        for (const c of CASES) {
-          times[d]!.get(c)!.push(figures[c]);
-          ratios[d]!.get(c)!.push(figures[c] / base);
-        }
+        const figures: Record<Case, number> = { 'node -e 0': base, 'svcq --version': version, 'svcq queues': queues.ms, 'svcq serve, new root': fresh.ms, 'svcq serve, restart, 3 queues': restart.ms };
+        for (const c of CASES) times[d]!.get(c)!.push(figures[c]);
       }
     }
   } finally {
     await server.stop();
     rmSync(temp, { recursive: true, force: true });
   }
-  process.stdout.write('\n| checkout | case | median ms | fastest–slowest ms | × node -e 0 (median of rounds) |\n|---|---|---:|---:|---:|\n');
-  dirs.forEach((dir, d) => {
-    for (const c of CASES) {
+  // `node -e 0` is the same program whichever checkout it is timed beside: the ratios divide by
+  // the median of all its runs.
+  const node = quantile(times.flatMap((t) => t.get('node -e 0')!), 0.5);
+  process.stdout.write('\n| case | checkout | median ms | middle half (p25–p75) | fastest–slowest | median ÷ median of node -e 0 |\n|---|---|---:|---:|---:|---:|\n');
+  for (const c of CASES) {
+    dirs.forEach((dir, d) => {
       const t = times[d]!.get(c)!;
-      const r = ratios[d]!.get(c)!;
-      process.stdout.write(`| ${path.basename(dir)} | ${c} | ${median(t).toFixed(0)} | ${Math.min(...t).toFixed(0)}–${Math.max(...t).toFixed(0)} | ${c === 'node -e 0' ? '1' : `${median(r).toFixed(2)}× (${Math.min(...r).toFixed(2)}–${Math.max(...r).toFixed(2)})`} |\n`);
-    }
-  });
+      const mid = quantile(t, 0.5);
+      process.stdout.write(`| ${c} | ${path.basename(dir)} | ${mid.toFixed(0)} | ${quantile(t, 0.25).toFixed(0)}–${quantile(t, 0.75).toFixed(0)} | ${Math.min(...t).toFixed(0)}–${Math.max(...t).toFixed(0)} | ${(mid / node).toFixed(2)}× |\n`);
+    });
+  }
 }
 
 await main();
