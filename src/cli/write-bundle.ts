@@ -7,7 +7,7 @@
  * Bundled, a start reads a few files of one folder:
  *
  * - `run.js`: what `bin/run.js` calls (main.ts), oclif's `execute` and what comes before it;
- * - `hooks.js`: the `init` and `command_not_found` hooks (package.json `oclif.hooks`);
+ * - `init-hook.js` and `not-found-hook.js`, the hooks package.json `oclif.hooks` names;
  * - one file per command, `command.<id>.js` (`command.logs.show.js`): oclif loads the command
  *   run, and what that command imports, nothing else. It finds them through `commands/`, a
  *   folder laid out as `commands/` in the sources is (`commands/logs/show.js`), each file of which
@@ -25,7 +25,7 @@
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { build, type Plugin } from 'esbuild';
+import { build } from 'esbuild';
 
 /** The package root: this file runs from `<root>/dist/src/cli/`. */
 const PACKAGE_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -75,19 +75,6 @@ export function commandSources(dir = path.join(PACKAGE_ROOT, 'commands'), prefix
 /** The name of the bundled file of the command `id` (in the bundle's folder). */
 const bundledCommand = (id: string): string => `command.${id.replaceAll(':', '.')}.js`;
 
-/** The entries written from a few lines of source rather than from a file. */
-const GENERATED: Record<string, string> = {
-  hooks: `export { default as init } from './src/cli/init-hook.ts';\nexport { default as commandNotFound } from './src/cli/not-found-hook.ts';\n`,
-};
-
-const generatedEntries: Plugin = {
-  name: 'svcq-entries',
-  setup(b) {
-    b.onResolve({ filter: /^svcq-entry:/ }, (args) => ({ path: args.path.slice('svcq-entry:'.length), namespace: 'svcq-entry' }));
-    b.onLoad({ filter: /.*/, namespace: 'svcq-entry' }, (args) => ({ contents: GENERATED[args.path], loader: 'ts', resolveDir: PACKAGE_ROOT }));
-  },
-};
-
 /** Writes the bundle; the number of files written. With `metafile`, esbuild's account of what went where is written there too. */
 export async function writeBundle(metafile?: string): Promise<number> {
   const out = path.join(PACKAGE_ROOT, BUNDLE_DIR);
@@ -97,7 +84,8 @@ export async function writeBundle(metafile?: string): Promise<number> {
     absWorkingDir: PACKAGE_ROOT,
     entryPoints: {
       run: 'src/cli/main.ts',
-      ...Object.fromEntries(Object.keys(GENERATED).map((name) => [name, `svcq-entry:${name}`])),
+      'init-hook': 'src/cli/init-hook.ts',
+      'not-found-hook': 'src/cli/not-found-hook.ts',
       ...Object.fromEntries(commands.map(([id, file]) => [path.basename(bundledCommand(id), '.js'), file])),
       'server-worker': 'src/http/server-worker.ts',
       'stats-worker': 'src/tools/stats-worker.ts',
@@ -113,7 +101,6 @@ export async function writeBundle(metafile?: string): Promise<number> {
     external: EXTERNAL,
     define: DEFINE,
     banner: { js: BANNER },
-    plugins: [generatedEntries],
     // Class and function names as in the sources (esbuild would rename a few that clash).
     keepNames: true,
     legalComments: 'none',
