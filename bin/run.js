@@ -1,4 +1,6 @@
 #!/usr/bin/env node
-import { execute } from '@oclif/core';
+// svcq as `npm run build` bundles it into dist/cli/ (src/cli/write-bundle.ts): oclif and every
+// command in a few files of one folder, and src/cli/main.ts, which runs them.
+import { main } from '../dist/cli/run.js';
 
-await execute({ dir: import.meta.url });
+await main(import.meta.url);

@@ -7,6 +7,10 @@
  * With it, only the command asked for is loaded: `svcq queues --help` starts in about half the
  * time. The manifest is made by oclif's own loader, with the manifest ignored, so it holds what
  * oclif would have found; being written at each build, it follows the built commands.
+ *
+ * The commands are those of the bundle (write-bundle.ts), written just before: each command's
+ * `relativePath`, the file oclif loads to run it, is one of `dist/cli/commands/`. bin/dev.js,
+ * which runs the sources, takes the list and loads each command from commands/ instead.
  */
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';

@@ -1,7 +1,6 @@
 import { readFile, stat } from 'node:fs/promises';
 import { fsReason, scanDefinitions, sha256Hex } from '../definitions/manifest.js';
 import { parseDefinitionPath } from '../definitions/names.js';
-import { parseIncomingDefinition } from '../definitions/schemas.js';
 import { ClientError, type SvcqClient } from './client.js';
 
 /** One local definition ready to upload. */
@@ -90,6 +89,9 @@ export async function loadLocalDefinitions(dir: string): Promise<{ definitions: 
   // What cannot be read is unknown: taken for absent, the server's copy would be deleted.
   for (const u of unreadable) invalid.push({ path: u.path, error: `${u.path}: ${u.problem}`, problems: [u.problem] });
   const definitions: LocalDefinition[] = [];
+  // The schemas (and ajv, which compiles them) are loaded only here, where they are needed: the
+  // client library, and every other command, start without them.
+  const { parseIncomingDefinition } = await import('../definitions/schemas.js');
   for (const def of found) {
     let bytes: Buffer;
     try {

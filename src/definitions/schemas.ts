@@ -70,19 +70,40 @@ const userSchema = {
   },
 } as const;
 
-/** One ajv instance for definitions and one for queue item schemas, both built once. */
+/**
+ * The definitions' validators, each compiled when the first definition of its kind is read, and
+ * the item-schema checker below, made at the first item schema: compiling them takes tens of
+ * milliseconds, which a server need not spend before it listens on a root without them (nor
+ * `svcq sync` on a folder without them).
+ */
 const addFormats = addFormatsModule.default;
 // allErrors: a definition with several mistakes is reported whole, not one mistake per try.
-const definitionsAjv = new Ajv2020({ allErrors: true, strict: false });
-const validateQueueDef = definitionsAjv.compile(queueSchema);
-const validateUserDef = definitionsAjv.compile(userSchema);
+// validateSchema: these two schemas are ours and fixed; checking them against the meta-schema
+// would compile that too (the item-schema checker needs it; these do not).
+let definitionsAjv: Ajv2020 | undefined;
+const definitionValidators = new Map<'queue' | 'user', ValidateFunction>();
+function definitionValidator(kind: 'queue' | 'user'): ValidateFunction {
+  let validate = definitionValidators.get(kind);
+  if (!validate) {
+    definitionsAjv ??= new Ajv2020({ allErrors: true, strict: false, validateSchema: false });
+    validate = definitionsAjv.compile(kind === 'queue' ? queueSchema : userSchema);
+    definitionValidators.set(kind, validate);
+  }
+  return validate;
+}
 
 /** The options every item schema is compiled with. */
 const ITEM_AJV_OPTIONS = { allErrors: true, strict: false } as const;
 
 /** Checks item schemas against the JSON Schema meta-schema, compiled once; it keeps nothing of a schema it checked. */
-const schemaChecker = new Ajv2020(ITEM_AJV_OPTIONS);
-addFormats(schemaChecker);
+let metaSchemaChecker: Ajv2020 | undefined;
+function schemaChecker(): Ajv2020 {
+  if (!metaSchemaChecker) {
+    metaSchemaChecker = new Ajv2020(ITEM_AJV_OPTIONS);
+    addFormats(metaSchemaChecker);
+  }
+  return metaSchemaChecker;
+}
 
 export type ItemValidator = ValidateFunction;
 
@@ -97,7 +118,7 @@ export type ItemValidator = ValidateFunction;
  * meta-schema compiled, so that the instance made here compiles only the schema itself.
  */
 export function compileItemSchema(schema: Record<string, unknown> | boolean): ItemValidator {
-  schemaChecker.validateSchema(schema, true);
+  schemaChecker().validateSchema(schema, true);
   const ajv = new Ajv2020({ ...ITEM_AJV_OPTIONS, validateSchema: false });
   addFormats(ajv);
   return ajv.compile(schema);
@@ -203,12 +224,14 @@ export function parseDefinition(at: DefinitionPath, bytes: Buffer | string): Par
   const record = value as Record<string, unknown>;
   const problems: string[] = [];
   if (at.kind === 'user') {
+    const validateUserDef = definitionValidator('user');
     if (!validateUserDef(value)) problems.push(...describeAjvErrors(validateUserDef.errors!, value));
     const name = record['svc-user-name'];
     if (typeof name === 'string' && name !== at.name) problems.push(`svc-user-name "${name}" must equal the file name "${at.name}"`);
     if (problems.length > 0) return refused(file, problems);
     return { kind: 'user', user: value as unknown as UserDefinition };
   }
+  const validateQueueDef = definitionValidator('queue');
   if (!validateQueueDef(value)) problems.push(...describeAjvErrors(validateQueueDef.errors!, value));
   const access = record.access;
   if (typeof access === 'object' && access !== null) {

@@ -3,7 +3,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import FindMyWay from 'find-my-way';
 import cors from 'cors';
 import { Ajv2020 } from 'ajv/dist/2020.js';
-import type { ErrorObject } from 'ajv';
+import type { ErrorObject, ValidateFunction } from 'ajv';
 import type { Operation } from '../definitions/schemas.js';
 import type { QueueRuntime } from '../definitions/registry.js';
 import { allows, type AccessPolicy } from '../engine/config.js';
@@ -37,8 +37,13 @@ const CLAIM_DEPTH = 64;
 /** How deep an item may nest to be checked against a queue's schema (items of a queue without one are stored as text, at any depth). */
 const SCHEMA_DEPTH = 512;
 
-const requestAjv = new Ajv2020({ allErrors: true, strict: false });
-const validateClaim = requestAjv.compile<ClaimRequest>(CLAIM_REQUEST_SCHEMA);
+/**
+ * The claim request's validator, compiled at the first claim rather than at every start (where
+ * it took 30 ms). validateSchema: the schema is ours and fixed; checking it against the JSON
+ * Schema meta-schema would compile that first, which took most of that time.
+ */
+let claimValidator: ValidateFunction<ClaimRequest> | undefined;
+const claimRequestValidator = (): ValidateFunction<ClaimRequest> => (claimValidator ??= new Ajv2020({ allErrors: true, strict: false, validateSchema: false }).compile<ClaimRequest>(CLAIM_REQUEST_SCHEMA));
 
 const preflight = cors({
   origin: '*',
@@ -116,6 +121,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     if (nestedDeeperThan(body, CLAIM_DEPTH)) throw new Rejected([{ path: '/criteria', message: `the claim request nests deeper than ${CLAIM_DEPTH} levels` }]);
     const input = body.trim() === '' ? {} : parseObject(body, 'the claim request');
     // A malformed max or done is refused here, before anything of the request is applied (decisions §3.8).
+    const validateClaim = claimRequestValidator();
     if (!validateClaim(input)) throw new Rejected(ajvErrors(validateClaim.errors ?? []));
     const { criteria, wait, max, done } = input;
     // A name every store can keep as it was sent (PostgreSQL's text holds no U+0000, and turns a

@@ -12,24 +12,48 @@ import type { RunningServer, ServeOptions } from './server.js';
  */
 export const YOUNG_GENERATION_MB = 192;
 
-export type ToServerThread = { type: 'close' };
+export type ToServerThread = { type: 'start'; options: Omit<ServeOptions, 'warn'> } | { type: 'close' };
 export type FromServerThread =
   | { type: 'listening'; url: string; port: number; masterToken: string; masterTokenFile?: string; masterTokenCreated: boolean }
   | { type: 'closed' }
   | { type: 'failed'; message: string; code?: string };
 
+/** A server thread started ahead of its options (see {@link prestartServerThread}), and what it did before anyone listened. */
+let prestarted: { worker: Worker; early: Array<['error', Error] | ['exit', number]> } | undefined;
+
+function serverWorker(): Worker {
+  const { entry, eval: fromSources } = threadEntry(import.meta.url, 'server-worker');
+  return new Worker(entry, { eval: fromSources, resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MB } });
+}
+
 /**
- * `startServer` on a worker thread with a larger young generation (`svcq serve` runs this way).
- * Resolves once it listens; a failure to start rejects with the original message and `code`.
- * If the thread dies later (an uncaught error), `onCrash` is told.
+ * Starts the server thread before its options are known: `svcq serve` calls this as soon as it
+ * sees its command, so that the thread loads the server's modules (some 70 ms) while oclif loads
+ * and parses the flags on this one. The thread waits for {@link startServerThread} to send the
+ * options. Until then it does not keep the process alive: a `svcq serve --help` ends as usual.
+ */
+export function prestartServerThread(): void {
+  if (prestarted) return;
+  const worker = serverWorker();
+  const early: Array<['error', Error] | ['exit', number]> = [];
+  worker.on('error', (err) => early.push(['error', err]));
+  worker.on('exit', (code) => early.push(['exit', code]));
+  worker.unref();
+  prestarted = { worker, early };
+}
+
+/**
+ * `startServer` on a worker thread with a larger young generation (`svcq serve` runs this way):
+ * the thread {@link prestartServerThread} started, or a new one. Resolves once it listens; a
+ * failure to start rejects with the original message and `code`. If the thread dies later (an
+ * uncaught error), `onCrash` is told.
  */
 export function startServerThread(options: Omit<ServeOptions, 'warn'>, onCrash: (err: Error) => void): Promise<RunningServer> {
-  const { entry, eval: fromSources } = threadEntry(import.meta.url, 'server-worker');
-  const worker = new Worker(entry, {
-    eval: fromSources,
-    workerData: options,
-    resourceLimits: { maxYoungGenerationSizeMb: YOUNG_GENERATION_MB },
-  });
+  const taken = prestarted;
+  prestarted = undefined;
+  const worker = taken?.worker ?? serverWorker();
+  worker.removeAllListeners();
+  worker.ref();
   let closing: Promise<void> | undefined;
   let onClosed: (err?: Error) => void = () => {};
   return new Promise<RunningServer>((resolve, reject) => {
@@ -69,5 +93,8 @@ export function startServerThread(options: Omit<ServeOptions, 'warn'>, onCrash: 
       else if (closing) onClosed(code === 0 ? undefined : new Error(`the server thread exited (${code}) while closing`));
       else onCrash(new Error(`the server thread exited (${code})`));
     });
+    // What a thread started ahead did before these listeners: it failed to load, say.
+    for (const [event, value] of taken?.early ?? []) worker.emit(event, value);
+    worker.postMessage({ type: 'start', options } satisfies ToServerThread);
   });
 }

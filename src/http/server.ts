@@ -15,7 +15,6 @@ import { openTools } from '../tools/index.js';
 import { payloadsDir } from '../tools/files.js';
 import { placeStaged, sweepStaged } from '../durable-files.js';
 import { Operators } from '../operators/operators.js';
-import { createApp } from './app.js';
 import type { ServerContext } from './context.js';
 import { FileMasterTokenStore, resolveMasterToken, resolveSharedMasterToken } from './master-token.js';
 import { createQueueRouter } from './queue-router.js';
@@ -195,7 +194,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
   };
   // A held claim or fetch whose queue is deleted, or whose caller loses the access, gets the wall at once (decisions §2.4).
   registry.onHostChange((host) => ctx.waits.definitionsChanged(host));
-  const app = createApp(ctx);
+  const app = apiInBackground(ctx, warn);
   const queues = createQueueRouter(ctx);
 
   /** Logs the exchange once the response has been handed to the socket (one shared listener: no closure per request). */
@@ -476,6 +475,28 @@ function hostProblem(req: IncomingMessage): string | undefined {
     if (name.length === 4 && name.toLowerCase() === 'host') hosts++;
   }
   return hosts > 1 ? 'the request has more than one Host header' : undefined;
+}
+
+/**
+ * The Express app that answers `/api/…` (management, tools, operators), loaded in the background
+ * from the start rather than before it: Express and its body parsers were a third of the time a
+ * server took to listen, and the queue endpoints, which take most requests, use neither. An
+ * `/api/` request that comes before it is loaded waits for it, as any request that comes before
+ * the start has finished waits for that. One that cannot be loaded (an installation missing a
+ * file) is said once, and every `/api/` request is answered 500 with why.
+ */
+function apiInBackground(ctx: ServerContext, warn: (line: string) => void): (req: IncomingMessage, res: ServerResponse) => void {
+  let app: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
+  const loading = import('./app.js').then(({ createApp }) => (app = createApp(ctx)));
+  const failed = (err: Error): string => `the /api/ endpoints could not be loaded (${err.message})`;
+  loading.catch((err: Error) => warn(failed(err)));
+  return (req, res) => {
+    if (app) return app(req, res);
+    loading.then(
+      (loaded) => loaded(req, res),
+      (err: Error) => sendJson(res, 500, { error: failed(err) }),
+    );
+  };
 }
 
 /** Whether a request URL is for the Express app (`/api…`) rather than the queue domain. */

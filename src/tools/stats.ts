@@ -3,7 +3,6 @@ import { makeDir } from '../durable-files.js';
 import os from 'node:os';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
-import si from 'systeminformation';
 import { threadEntry } from '../thread-entry.js';
 import { parseStatFile, removeOldDayFiles, statFileName, utcDay, type StatType } from './files.js';
 
@@ -105,8 +104,16 @@ function readCpu(): CpuStats | null {
   };
 }
 
+/**
+ * systeminformation, loaded at the first probe that needs it: only the stats thread takes
+ * snapshots, and the server thread, which starts that thread, need not load it too.
+ */
+type SystemInformation = typeof import('systeminformation');
+let systemInformation: Promise<SystemInformation> | undefined;
+const si = (): Promise<SystemInformation> => (systemInformation ??= import('systeminformation').then((m) => m.default));
+
 async function readMemory(): Promise<MemoryStats | null> {
-  const mem = await si.mem().catch(() => null);
+  const mem = await (await si()).mem().catch(() => null);
   if (mem && finite(mem.total, mem.available, mem.free) && mem.total > 0) {
     return { total: mem.total, used: mem.total - mem.available, available: mem.available, free: mem.free };
   }
@@ -127,13 +134,13 @@ async function readDisk(): Promise<DiskStats | null> {
 }
 
 async function readDiskIo(): Promise<DiskIoStats | null> {
-  const io = await si.fsStats();
+  const io = await (await si()).fsStats();
   if (!io || !finite(io.rx, io.wx)) return null;
   return { readBytes: io.rx, writeBytes: io.wx };
 }
 
 async function readNetIo(): Promise<NetIoStats | null> {
-  const ifaces = (await si.networkStats('*')).filter((n) => n.iface !== 'lo' && finite(n.rx_bytes, n.tx_bytes));
+  const ifaces = (await (await si()).networkStats('*')).filter((n) => n.iface !== 'lo' && finite(n.rx_bytes, n.tx_bytes));
   if (ifaces.length === 0) return null;
   return { rxBytes: ifaces.reduce((sum, n) => sum + n.rx_bytes, 0), txBytes: ifaces.reduce((sum, n) => sum + n.tx_bytes, 0) };
 }

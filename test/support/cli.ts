@@ -21,6 +21,10 @@ export function runCli(args: string[], options: { env?: Record<string, string>; 
       clearTimeout(timer);
       resolve({ code, stdout, stderr });
     });
+    // A command that ends before it reads its input (--help, say) may close the pipe first.
+    proc.stdin.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code !== 'EPIPE') reject(err);
+    });
     proc.stdin.end(options.input ?? '');
   });
 }
