@@ -1,16 +1,16 @@
-import { cpSync, existsSync, readFileSync } from 'node:fs';
+import { cpSync, existsSync, readFileSync, symlinkSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import { fencedBlocks, freePort, markedBlocks, normalise, runBlocks, startBackground, type Block, type Started } from './docs/doc-blocks.js';
-import { BIN, REPO, cleanupTemp, tempDir } from './support/server.js';
+import { REPO, cleanupTemp, tempDir } from './support/server.js';
 
 /**
  * The path a newcomer takes: README.md's start command, then the walkthrough of
  * examples/README.md (twice: a second try must work as well as the first), then the README's own
  * tour and HTTP calls, then the examples of docs/ (http.md's walk through an item's life,
  * browsers.md, operators.md, reference.md, behaviour.md), all against the one server the README
- * started, each document in a terminal of its own. The only changes to what a reader pastes: the
- * built binary instead of `npx svcq` (same program, without npm's start-up), a free port instead
+ * started, each document in a terminal of its own. The only changes to what a reader pastes: a
+ * free port instead
  * of 8080 everywhere (the README's server gets it as SVCQ_PORT, and its commands as SVCQ_URL, the
  * defaults it stands for), and temp folders instead of the repository root and /tmp/svcq-demo.
  */
@@ -35,8 +35,10 @@ describe('README.md, then examples/README.md, then the examples of docs/, in ord
     demo = tempDir('svcq-demo-');
     // The repository root, as far as the documents use it: the examples folder beside ./data.
     cpSync(path.join(REPO, 'examples'), path.join(work, 'examples'), { recursive: true });
+    // ./bin/run.js as the documents write it: this checkout's, run through a link to its bin/.
+    symlinkSync(path.join(REPO, 'bin'), path.join(work, 'bin'));
     port = await freePort();
-    adapt = (code) => code.replaceAll('npx svcq', `"${process.execPath}" "${BIN}"`).replaceAll('8080', String(port)).replaceAll('/tmp/svcq-demo', demo);
+    adapt = (code) => code.replaceAll('8080', String(port)).replaceAll('/tmp/svcq-demo', demo);
     env = { ...process.env };
     for (const key of Object.keys(env)) if (key.startsWith('SVCQ_')) delete env[key];
   });
@@ -50,14 +52,14 @@ describe('README.md, then examples/README.md, then the examples of docs/, in ord
   it("starts the server with the README's command, and it listens where the README says", async () => {
     const start = readmeBlocks[0]!;
     expect(start.kind).to.equal('background');
-    expect(start.code.trim()).to.equal('npx svcq serve --root ./data');
+    expect(start.code.trim()).to.equal('./bin/run.js serve --root ./data');
     expect(readme).to.contain('`listening on http://127.0.0.1:8080`');
     server = await startBackground({ ...start, code: adapt(start.code) }, work, { ...env, SVCQ_PORT: String(port) });
     expect(server.output()).to.contain(`listening on http://127.0.0.1:${port}`);
     expect(existsSync(path.join(work, 'data/_svcq/master-token'))).to.equal(true);
     // The walkthrough's server is this one: if it shows a start command, it is the README's.
-    const serveLines = fencedBlocks(walkthrough).flatMap((b) => b.code.split('\n')).filter((l) => l.includes('svcq serve'));
-    expect(serveLines).to.deep.equal(['npx svcq serve --root ./data']);
+    const serveLines = fencedBlocks(walkthrough).flatMap((b) => b.code.split('\n')).filter((l) => l.includes(' serve'));
+    expect(serveLines).to.deep.equal(['./bin/run.js serve --root ./data']);
   });
 
   const walk = async (name: string): Promise<{ stdout: string; stderr: string }> => {

@@ -1,11 +1,11 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import pg from 'pg';
 import { fencedBlocks, freePort, markedBlocks, runBlocks, section, type Block, type Started } from './docs/doc-blocks.js';
-import { BIN, REPO, cleanupTemp, tempDir } from './support/server.js';
+import { REPO, cleanupTemp, tempDir } from './support/server.js';
 import { postgresPresent, postgresUnderTest } from './store/support/stores.js';
 
 /**
@@ -13,7 +13,7 @@ import { postgresPresent, postgresUnderTest } from './store/support/stores.js';
  * three nodes on it, definitions pushed through one, an item posted through another and worked
  * through the third, then read back through the first (decisions §6.1); then the page's nginx
  * in front of them and its Prometheus targets scraped. The only changes to what a reader pastes:
- * the built binary for `npx svcq`, free ports for the page's, and a database of the test's own
+ * free ports for the page's, and a database of the test's own
  * on the server of SVCQ_TEST_PG_URL.
  */
 const doc = readFileSync(path.join(REPO, 'docs/scaling.md'), 'utf8');
@@ -100,12 +100,13 @@ describe('docs/scaling.md "Run several nodes", in order (decisions §6.1; STYLE:
   before(async () => {
     work = tempDir('svcq-scaling-');
     cpSync(path.join(REPO, 'examples'), path.join(work, 'examples'), { recursive: true });
+    // ./bin/run.js as the page writes it: this checkout's, run through a link to its bin/.
+    symlinkSync(path.join(REPO, 'bin'), path.join(work, 'bin'));
     ports = await Promise.all([...nodePorts, balancerPort!].map(() => freePort()));
     const url = new URL(target.url);
     url.pathname = `/${name}`;
     adapt = (code) => {
       let out = code
-        .replaceAll('npx svcq', `"${process.execPath}" "${BIN}"`)
         .replaceAll('-h 127.0.0.1 -U postgres svcq_jobs', `-h ${base.hostname} -p ${base.port || '5432'} -U ${decodeURIComponent(base.username) || 'postgres'} ${name}`)
         .replaceAll('postgres://postgres@127.0.0.1:5432/svcq_jobs', url.toString());
       [...nodePorts, balancerPort!].forEach((port, i) => (out = out.replaceAll(`:${port}`, `:${ports[i]}`).replaceAll(`--port ${port}`, `--port ${ports[i]}`)));
