@@ -194,6 +194,10 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
     );
     await db.admin.query('ANALYZE svcq_items');
     const claimed = await store.claimMany(q, { worker: 'e' }, 3);
+    const overview = await store.overview(q, { oldest: 3, leases: 0 });
+    // Claimable items of priority 100 come before any waiting item; after the three claimed.
+    expect(overview.oldest.map((o) => o.postedAt)).to.deep.equal([1000, 1000, 1000]);
+    expect(overview.oldest.map((o) => o.id)).to.not.include.members(claimed.map((c) => c.id));
     const rows = (await db.admin.query<{ priority: number; posted_at: string }>(`SELECT priority, posted_at FROM svcq_items WHERE id = ANY($1::text[])`, [claimed.map((c) => c.id)])).rows;
     // Priority 100 holds delayed items (n even) and claimable ones (n odd, n % 201 = 200).
     expect(rows.map((r) => [r.priority, Number(r.posted_at)]), 'the highest priority, never a delayed item').to.deep.equal([[100, 1000], [100, 1000], [100, 1000]]);
@@ -207,6 +211,20 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
         // No delayed row read and dropped on the way.
         expect(plan, plan).to.not.match(/svcq_items_pending[\s\S]*Rows Removed by Filter/);
       }
+      // The operators' list of the first pending items, claimable or waiting, in claim order: the
+      // first 20 of each read from its index, and only those 40 sorted.
+      const { rows: planRows } = await db.admin.query<{ 'QUERY PLAN': string }>(
+        `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT id, posted_at, attempts FROM (
+           (SELECT id, posted_at, attempts, priority, ord FROM svcq_items WHERE queue = 'h/q' AND status = 'pending' AND available_at = 0 ORDER BY (-priority), ord LIMIT 20)
+           UNION ALL
+           (SELECT id, posted_at, attempts, priority, ord FROM svcq_items WHERE queue = 'h/q' AND status = 'pending' AND available_at > 0 ORDER BY (-priority), ord LIMIT 20)
+         ) AS o ORDER BY (-priority), ord LIMIT 20`,
+      );
+      const oldest = planRows.map((r) => r['QUERY PLAN']).join('\n');
+      expect(oldest, oldest).to.match(/Index Scan using svcq_items_pending on svcq_items \(actual rows=20 /);
+      expect(oldest, oldest).to.match(/Index Scan using svcq_items_waiting on svcq_items \w+ \(actual rows=20 /);
+      expect(oldest, oldest).to.match(/Append \(actual rows=40 /);
+      expect(oldest, oldest).to.not.match(/Seq Scan/);
     } finally {
       client.release();
     }

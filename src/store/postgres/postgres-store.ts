@@ -859,7 +859,16 @@ export class PostgresStore implements Store, EventOutbox {
           [ref.key],
         ),
         limits.oldest > 0
-          ? this.read<{ id: string; posted_at: number; attempts: number }>(`SELECT id, posted_at, attempts FROM svcq_items WHERE queue = $1 AND status = 'pending' ORDER BY (-priority), ord LIMIT $2`, [ref.key, limits.oldest])
+          ? this.read<{ id: string; posted_at: number; attempts: number }>(
+              // In claim order (decisions §8.1): the first claimable items and the first waiting
+              // ones, each read in the order of its own index, then the two short lists merged.
+              `SELECT id, posted_at, attempts FROM (
+                 (SELECT id, posted_at, attempts, priority, ord FROM svcq_items WHERE queue = $1 AND status = 'pending' AND available_at = 0 ORDER BY (-priority), ord LIMIT $2)
+                 UNION ALL
+                 (SELECT id, posted_at, attempts, priority, ord FROM svcq_items WHERE queue = $1 AND status = 'pending' AND available_at > 0 ORDER BY (-priority), ord LIMIT $2)
+               ) AS o ORDER BY (-priority), ord LIMIT $2`,
+              [ref.key, limits.oldest],
+            )
           : null,
         limits.leases > 0
           ? this.read<{ id: string; lease_worker: string | null; lease_until: number | null; attempts: number }>(

@@ -259,6 +259,9 @@ export const MIGRATIONS: readonly Migration[] = [
       -- (as it did for retry delays), which moves the item into the index.
       DROP INDEX svcq_items_pending;
       CREATE INDEX svcq_items_pending ON svcq_items (queue, (-priority), ord) WHERE status = 'pending' AND available_at = 0;
+      -- Items waiting for their time, in claim order: the operators' view lists the first pending
+      -- items of both kinds without sorting them all.
+      CREATE INDEX svcq_items_waiting ON svcq_items (queue, (-priority), ord) WHERE status = 'pending' AND available_at > 0;
     `,
   },
 ];
