@@ -223,15 +223,14 @@ const UNMATCHED_KEPT = 64;
  */
 export class Queue {
   readonly items = new Map<string, Item>();
-  /** Claimable items of priority 0 (most queues use no other), by claim order. */
-  private readonly pending: BTree<number, Item> = new BTree<number, Item>();
+  /** Claimable items, in claim order (decisions §8.1). */
+  private readonly pending = new ClaimOrder();
   /**
-   * Claimable items by priority (decisions §8.1), each tree by claim order; priority 0 is
-   * `pending`. `ranks` lists the priorities that have a tree, highest first: at most 201, so a
-   * claim finds its tree in constant time and its item in O(log n).
+   * Pending items not claimable before a later time (a delay, a retry delay), in claim order: the
+   * operators' views list the first of them without a scan. The `delayed` heap moves each into
+   * `pending` when its time comes.
    */
-  private readonly trees = new Map<number, BTree<number, Item>>([[0, this.pending]]);
-  private ranks: number[] = [0];
+  private readonly waiting = new ClaimOrder();
   private readonly byKey = new Map<string, Item>();
   private readonly leases = new DeadlineHeap<Item>();
   private readonly delayed = new DeadlineHeap<Item>();
@@ -361,7 +360,7 @@ export class Queue {
   /** Files an item under the index or deadlines its state calls for. Stale heap entries are skipped when popped. */
   private index(item: Item): void {
     const d = rules.deadlines(item, this.config);
-    if (item.status === 'pending' && d.retry === null) this.makePending(item);
+    this.fileIfPending(item, d.retry);
     if (d.retry !== null) this.delayed.push(d.retry, item);
     if (d.lease !== null) this.leases.push(d.lease, item);
     if (d.timeout !== null) this.timeouts.push(d.timeout, item);
@@ -370,52 +369,23 @@ export class Queue {
 
   /** Makes an item claimable; one that kept an earlier place is checked again by criteria claims. */
   private makePending(item: Item): void {
-    const priority = item.priority;
-    if (priority === 0) this.pending.set(item.ord, item);
-    else this.treeOf(priority).set(item.ord, item);
+    this.pending.add(item);
     if (this.unmatched.size === 0) return;
+    const priority = item.priority;
     for (const [key, through] of this.unmatched) if (!before(through, priority, item.ord)) this.unmatched.set(key, { priority, ord: item.ord - 1 });
   }
 
-  /** The tree of claimable items of a priority, made when first needed. */
-  private treeOf(priority: number): BTree<number, Item> {
-    let tree = this.trees.get(priority);
-    if (!tree) {
-      this.trees.set(priority, (tree = new BTree<number, Item>()));
-      this.ranks = [...this.trees.keys()].sort((a, b) => b - a);
-    }
-    return tree;
+  /** Files a pending item where its state puts it: claimable, or waiting for its time. */
+  private fileIfPending(item: Item, retry: number | null): void {
+    if (item.status !== 'pending') return;
+    if (retry === null) this.makePending(item);
+    else this.waiting.add(item);
   }
 
-  /** Takes an item out of the claimable index, if it is there. */
+  /** Takes an item out of the claim-order indexes, if it is there. */
   private unfile(item: Item): void {
-    const tree = item.priority === 0 ? this.pending : this.trees.get(item.priority);
-    if (tree !== undefined && tree.get(item.ord) === item) tree.delete(item.ord);
-  }
-
-  /** Whether the item is in the claimable index. */
-  private filed(item: Item): boolean {
-    const tree = item.priority === 0 ? this.pending : this.trees.get(item.priority);
-    return tree !== undefined && tree.get(item.ord) === item;
-  }
-
-  /** The first claimable item in claim order (decisions §8.1: highest priority, then oldest). */
-  private first(): Item | undefined {
-    if (this.ranks.length === 1) return this.pending.size > 0 ? this.pending.get(this.pending.minKey()!) : undefined;
-    for (const priority of this.ranks) {
-      const tree = this.trees.get(priority)!;
-      if (tree.size > 0) return tree.get(tree.minKey()!);
-    }
-    return undefined;
-  }
-
-  /** Claimable items in claim order, after place `after`. */
-  private *walk(after: Place): Iterable<Item> {
-    for (const priority of this.ranks) {
-      if (priority > after.priority) continue;
-      const tree = this.trees.get(priority)!;
-      for (const [, item] of tree.entries(priority === after.priority ? after.ord + 1 : undefined)) yield item;
-    }
+    this.pending.remove(item);
+    this.waiting.remove(item);
   }
 
   /** Leases the oldest pending item that passes every criterion, or returns null (always while paused). */
@@ -435,7 +405,7 @@ export class Queue {
     if (this.paused) return null;
     let found: Item | undefined;
     if (criteria === undefined || Object.keys(criteria).length === 0) {
-      found = this.first();
+      found = this.pending.first();
       return found ? this.lease(found, worker, now) : null;
     }
     // Criteria holding a number past a double's range (1e400 reads as Infinity, which JSON text
@@ -444,7 +414,7 @@ export class Queue {
     const from = (key !== undefined ? this.unmatched.get(key) : undefined) ?? after ?? START;
     let through = from;
     let parsed = 0;
-    for (const item of this.walk(from)) {
+    for (const item of this.pending.walk(from)) {
       if (parsed === budget) {
         if (key !== undefined) this.remember(key, through);
         return through;
@@ -529,7 +499,7 @@ export class Queue {
     if (now.retry !== null && now.retry !== was.retry) this.delayed.push(now.retry, item);
     if (now.timeout !== null && now.timeout !== was.timeout) this.timeouts.push(now.timeout, item);
     if (now.retention !== null && now.retention !== was.retention) this.retention.push(now.retention, item);
-    if (item.status === 'pending' && now.retry === null) this.makePending(item);
+    this.fileIfPending(item, now.retry);
     return { item, before, events: t.events };
   }
 
@@ -596,37 +566,26 @@ export class Queue {
   }
 
   /**
-   * The oldest pending items (claim order), at most `limit`: the first claimable ones, and those
-   * waiting out a retry delay (few: only items re-queued in the last retryDelaySeconds).
+   * The first pending items in claim order, at most `limit`: the first claimable ones and the first
+   * of those waiting for their time, merged.
    */
   oldestPending(limit: number): Item[] {
     const out: Item[] = [];
-    for (const item of this.walk(START)) {
-      if (out.length >= limit) break;
-      out.push(item);
+    for (const walk of [this.pending.walk(START), this.waiting.walk(START)]) {
+      let n = 0;
+      for (const item of walk) {
+        if (n++ >= limit) break;
+        out.push(item);
+      }
     }
-    const delayed = this.waitingRetry();
-    if (delayed.length === 0) return out;
-    return [...out, ...delayed].sort(rules.claimOrder).slice(0, limit);
+    return out.sort(rules.claimOrder).slice(0, limit);
   }
 
   /** postedAt of the oldest pending item, or null. */
   oldestPendingAt(): number | null {
-    let at: number | null = null;
-    for (const tree of this.trees.values()) {
-      const item = tree.size > 0 ? tree.get(tree.minKey()!)! : undefined;
-      if (item !== undefined && (at === null || item.postedAt < at)) at = item.postedAt;
-    }
-    for (const item of this.waitingRetry()) if (at === null || item.postedAt < at) at = item.postedAt;
-    return at;
-  }
-
-  private waitingRetry(): Item[] {
-    const seen = new Set<Item>();
-    for (const [, item] of this.delayed.entries()) {
-      if (item.status === 'pending' && this.items.get(item.id) === item && !this.filed(item)) seen.add(item);
-    }
-    return [...seen];
+    const a = this.pending.oldestPostedAt();
+    const b = this.waiting.oldestPostedAt();
+    return a === null ? b : b === null ? a : Math.min(a, b);
   }
 
   /** Items under a lease (claimed or processing), soonest end first, at most `limit`. */
@@ -636,6 +595,66 @@ export class Queue {
       if ((item.status === 'claimed' || item.status === 'processing') && item.leaseUntil === at && this.items.get(item.id) === item) seen.add(item);
     }
     return [...seen].sort((a, b) => a.leaseUntil! - b.leaseUntil! || a.ord - b.ord).slice(0, limit);
+  }
+}
+
+/**
+ * Items in claim order (decisions §8.1): a B+tree by `ord` per priority. Priority 0 (most queues
+ * use no other) has its own field, so the plain path looks at one tree. `ranks` lists the
+ * priorities that have a tree, highest first: at most 201, so the first item is found in constant
+ * time plus O(log n).
+ */
+class ClaimOrder {
+  private readonly zero: BTree<number, Item> = new BTree<number, Item>();
+  private readonly trees = new Map<number, BTree<number, Item>>([[0, this.zero]]);
+  private ranks: number[] = [0];
+
+  add(item: Item): void {
+    const priority = item.priority;
+    if (priority === 0) this.zero.set(item.ord, item);
+    else this.treeOf(priority).set(item.ord, item);
+  }
+
+  remove(item: Item): void {
+    const tree = item.priority === 0 ? this.zero : this.trees.get(item.priority);
+    if (tree !== undefined && tree.get(item.ord) === item) tree.delete(item.ord);
+  }
+
+  first(): Item | undefined {
+    if (this.ranks.length === 1) return this.zero.size > 0 ? this.zero.get(this.zero.minKey()!) : undefined;
+    for (const priority of this.ranks) {
+      const tree = this.trees.get(priority)!;
+      if (tree.size > 0) return tree.get(tree.minKey()!);
+    }
+    return undefined;
+  }
+
+  /** The items after place `after`, in claim order. */
+  *walk(after: Place): Iterable<Item> {
+    for (const priority of this.ranks) {
+      if (priority > after.priority) continue;
+      const tree = this.trees.get(priority)!;
+      for (const [, item] of tree.entries(priority === after.priority ? after.ord + 1 : undefined)) yield item;
+    }
+  }
+
+  /** The earliest postedAt: each tree's first item is its oldest. */
+  oldestPostedAt(): number | null {
+    let at: number | null = null;
+    for (const tree of this.trees.values()) {
+      const item = tree.size > 0 ? tree.get(tree.minKey()!)! : undefined;
+      if (item !== undefined && (at === null || item.postedAt < at)) at = item.postedAt;
+    }
+    return at;
+  }
+
+  private treeOf(priority: number): BTree<number, Item> {
+    let tree = this.trees.get(priority);
+    if (!tree) {
+      this.trees.set(priority, (tree = new BTree<number, Item>()));
+      this.ranks = [...this.trees.keys()].sort((a, b) => b - a);
+    }
+    return tree;
   }
 }
 

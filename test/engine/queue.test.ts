@@ -23,7 +23,7 @@ function setup(def: QueueDefinition = {}) {
 
 describe('queue engine (decisions §3)', () => {
   describe('priorities and delays (decisions §8.1)', () => {
-    it('with 300,000 items waiting, most of them delayed and ahead in claim order, claims take the highest claimable priority at once and each delayed item when its time comes (decisions §8.1)', function () {
+    it('with 300,000 items waiting, most of them delayed and ahead in claim order, claims take the highest claimable priority at once and each delayed item when its time comes, and the operators\' view lists the first pending items without a scan (decisions §8.1, §5.1)', function () {
       this.timeout(20_000);
       const { q, clock, post } = setup();
       for (let i = 0; i < 200_000; i++) post({}, null, { priority: 100, delaySeconds: 60 + (i % 50) });
@@ -34,6 +34,12 @@ describe('queue engine (decisions §3)', () => {
       expect(performance.now() - t0).to.be.below(2000);
       expect(first.every((i) => i.priority >= 95 && i.availableAt === 0)).to.equal(true);
       expect(first.map((i) => i.priority)).to.deep.equal([...first.map((i) => i.priority)].sort((a, b) => b - a));
+      // The operators' view: the first pending items in claim order, waiting ones included, without a scan.
+      const t1 = performance.now();
+      for (let i = 0; i < 1000; i++) q.oldestPending(20);
+      expect(performance.now() - t1).to.be.below(2000);
+      expect(q.oldestPending(3).map((i) => i.ord)).to.deep.equal([1, 2, 3]);
+      expect(q.oldestPendingAt()).to.equal(clock.t);
       clock.t += 60_000;
       q.tick(clock.t);
       expect(q.claim('w', undefined, clock.t)!.item).to.include({ priority: 100, ord: 1 });
