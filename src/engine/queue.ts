@@ -490,7 +490,8 @@ export class Queue {
       return { item, before, events: t.events, purged: true };
     }
     const was = rules.deadlines(item, this.config);
-    this.unfile(item);
+    // Only pending items are filed in claim order (a leased one, handing in its result, is in none).
+    if (item.status === 'pending') this.unfile(item);
     this.tally[item.status]--;
     item.assign(t.record);
     this.tally[item.status]++;
