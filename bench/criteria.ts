@@ -40,12 +40,12 @@ again.sort((a, b) => a - b);
 // As the store runs it, in steps with other requests between them: other criteria, a fresh walk.
 const stepped = { kind: 'audio' };
 const steps: number[] = [];
-let step: ReturnType<Queue['claimStep']> = 0;
+let step: ReturnType<Queue['claimStep']> = null;
 do {
   const t0 = performance.now();
   step = queue.claimStep('w', stepped, Date.now(), CLAIM_STEP, step);
   steps.push(performance.now() - t0);
-} while (typeof step === 'number');
+} while (step !== null && !('item' in step));
 if (step !== null) throw new Error('a claim matched');
 console.log(`${count.toLocaleString('en-US')} items waiting, none matching; node ${process.version}`);
 console.log(`first claim with the criteria:           ${first.toFixed(1)} ms`);

@@ -44,7 +44,12 @@ function summary(r: StatusAnswer): string {
     `id        ${r.id}`,
     `status    ${r.status}`,
     `attempts  ${r.attempts}`,
+    // Post options (decisions §8.1), where the item has them.
+    // (Numbers of the record may come as exact-number values: compared by their text.)
+    ...(r.priority !== undefined && String(r.priority) !== '0' ? [`priority  ${String(r.priority)}`] : []),
+    ...(typeof r.group === 'string' ? [`group     ${r.group}`] : []),
     `posted    ${time(r.postedAt)} by ${r.postedBy}`,
+    ...(r.runAt !== undefined && r.runAt !== null ? [`runs at   ${time(Number(r.runAt))}`] : []),
     `updated   ${time(r.updatedAt)}`,
     `finished  ${time(r.finishedAt)}${took}`,
     `progress  ${body(r.progress)}`,

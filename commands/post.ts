@@ -1,7 +1,7 @@
 import { Args, Flags } from '@oclif/core';
 import cliProgress from 'cli-progress';
 import { BaseCommand, UserError, hostFlag } from '../src/cli/base-command.js';
-import { mayHavePosted, mayHavePostedSentence, parseItemArgument, parseItemsFromStdin, postBatches, postMany, postWithRetry, type ItemInput } from '../src/cli/producer.js';
+import { mayHavePosted, mayHavePostedSentence, parseItemArgument, parseItemsFromStdin, postBatches, postMany, postWithRetry, type ItemInput, type ItemOptions } from '../src/cli/producer.js';
 import type { PostAnswer } from '../src/protocol.js';
 import type { ClientError } from '../src/client/client.js';
 
@@ -12,10 +12,12 @@ Stdin may hold one object or JSON lines (one object per line): each line is post
 With --idempotency-key a repeated post returns the first item instead of creating another; with JSON lines of two or more items, line N uses KEY:N (those lines are posted one request each, so that the keys stay KEY:N), and a single object uses KEY itself.
 Without a key, a single post whose answer was lost is not sent again (it may have been created); with one, it is. A post answered 502, 503 or 504 by a proxy in front of the server (which may have passed it on) is treated the same way; either way the command then says that the item may have been posted, and how to go on safely.
 If the server cannot be reached partway through, the items already posted are printed, the rest are reported as not posted, and the exit code is 1.
-Ctrl-C (or SIGTERM) partway through sends nothing more: the requests under way finish, and the outcome is reported the same way (a second Ctrl-C ends it at once).`;
+Ctrl-C (or SIGTERM) partway through sends nothing more: the requests under way finish, and the outcome is reported the same way (a second Ctrl-C ends it at once).
+--delay or --at, --priority and --group apply to every item posted (see docs/scheduling.md): a delayed item is pending and not claimable before its time; a claim takes the highest priority first.`;
   static override examples = [
     `<%= config.bin %> post public-echo '{"text":"hello"}' --host jobs.example.com`,
     `<%= config.bin %> post thumbnails - --host jobs.example.com --token $ALICE_TOKEN < items.jsonl`,
+    `<%= config.bin %> post reminders '{"to":"ann"}' --delay 3600 --priority 5 --host jobs.example.com`,
   ];
 
   static override args = {
@@ -26,12 +28,17 @@ Ctrl-C (or SIGTERM) partway through sends nothing more: the requests under way f
   static override flags = {
     host: hostFlag,
     'idempotency-key': Flags.string({ description: 'post at most once for this key (1-200 printable characters)' }),
+    delay: Flags.integer({ description: 'not claimable for this many seconds (0-31536000)', min: 0, max: 31_536_000, exclusive: ['at'] }),
+    at: Flags.string({ description: 'not claimable before this time: ms since the Unix epoch, or an ISO 8601 time with its zone', exclusive: ['delay'] }),
+    priority: Flags.integer({ description: 'a claim takes the highest priority first (-100 to 100, default 0)', min: -100, max: 100 }),
+    group: Flags.string({ description: "the item's group (1-128 printable ASCII characters)" }),
   };
 
   async run(): Promise<PostAnswer | undefined> {
     const { args } = await this.parse(Post);
     const key = this.flags['idempotency-key'];
     if (key !== undefined && !/^[\x20-\x7e]{1,200}$/.test(key)) throw new UserError('--idempotency-key must be 1 to 200 printable ASCII characters');
+    const item = itemOptions(this.flags);
     const items = await readItems(args.item);
     if (key !== undefined && items.length > 1) {
       const longest = `${key}:${Math.max(...items.map((i, n) => i.line ?? n + 1))}`;
@@ -45,7 +52,7 @@ Ctrl-C (or SIGTERM) partway through sends nothing more: the requests under way f
       // A try that may have posted the item leaves it so, whatever the tries after it meet (a server gone).
       let doubt: ClientError | undefined;
       try {
-        result = await postWithRetry(client, args.queue, items[0]!.json, key, { onFailure: (error) => (doubt ??= mayHavePosted(error) ? error : undefined) });
+        result = await postWithRetry(client, args.queue, items[0]!.json, key, { item, onFailure: (error) => (doubt ??= mayHavePosted(error) ? error : undefined) });
       } catch (err) {
         const about = mayHavePosted(err) ? err : doubt;
         if (about) throw new UserError(mayHavePostedSentence(about, key), 1);
@@ -70,8 +77,8 @@ Ctrl-C (or SIGTERM) partway through sends nothing more: the requests under way f
     try {
       outcomes =
         key === undefined
-          ? await postBatches(client, args.queue, items, { onDone: (n) => bar?.update(n), signal: interrupt.signal })
-          : await postMany(client, args.queue, items, { idempotencyKey: key, onDone: (n) => bar?.update(n), signal: interrupt.signal });
+          ? await postBatches(client, args.queue, items, { item, onDone: (n) => bar?.update(n), signal: interrupt.signal })
+          : await postMany(client, args.queue, items, { item, idempotencyKey: key, onDone: (n) => bar?.update(n), signal: interrupt.signal });
     } finally {
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
@@ -111,6 +118,23 @@ Ctrl-C (or SIGTERM) partway through sends nothing more: the requests under way f
     }
     return undefined;
   }
+}
+
+/** The item options of the flags (decisions §8.1), checked as the server checks them. */
+function itemOptions(flags: { delay?: number; at?: string; priority?: number; group?: string }): ItemOptions {
+  const out: ItemOptions = {};
+  if (flags.delay !== undefined) out.delay = flags.delay;
+  if (flags.priority !== undefined) out.priority = flags.priority;
+  if (flags.group !== undefined) {
+    if (!/^[\x20-\x7e]{1,128}$/.test(flags.group)) throw new UserError('--group must be 1 to 128 printable ASCII characters');
+    out.group = flags.group;
+  }
+  if (flags.at !== undefined) {
+    const at = /^[0-9]+$/.test(flags.at) ? Number(flags.at) : /^\d{4}-\d\d-\d\dT.*(Z|[+-]\d\d:?\d\d)$/i.test(flags.at) ? Date.parse(flags.at) : NaN;
+    if (!Number.isSafeInteger(at)) throw new UserError(`--at must be a time in ms since the Unix epoch, or an ISO 8601 time with its zone (2026-01-31T09:00:00Z), not "${flags.at}"`);
+    out.at = at;
+  }
+  return out;
 }
 
 async function readItems(arg: string | undefined): Promise<ItemInput[]> {

@@ -134,6 +134,11 @@ export interface StatusAnswer {
   updatedAt: number;
   finishedAt: number | null;
   attempts: number;
+  /** decisions §8.1: the item's priority (0 unless posted with one) and group (null without). */
+  priority: number;
+  group: string | null;
+  /** decisions §8.1: for a pending item not claimable before a later time (a delay, a retry delay), that time in ms; else null. */
+  runAt: number | null;
   progress: unknown;
   result: unknown;
   error: unknown;

@@ -8,9 +8,9 @@ import { REPO, cleanupTemp, tempDir } from './support/server.js';
  * The path a newcomer takes: README.md's start command, then the walkthrough of
  * examples/README.md (twice: a second try must work as well as the first), then the README's own
  * tour and HTTP calls, then the examples of docs/ (http.md's walk through an item's life,
- * browsers.md, operators.md, reference.md, behaviour.md), all against the one server the README
- * started, each document in a terminal of its own. The only changes to what a reader pastes: a
- * free port instead
+ * browsers.md, operators.md, reference.md, behaviour.md, scheduling.md), all against the one
+ * server the README started, each document in a terminal of its own. The only changes to what a
+ * reader pastes: a free port instead
  * of 8080 everywhere (the README's server gets it as SVCQ_PORT, and its commands as SVCQ_URL, the
  * defaults it stands for), and temp folders instead of the repository root and /tmp/svcq-demo.
  */
@@ -157,6 +157,12 @@ describe('README.md, then examples/README.md, then the examples of docs/, in ord
     const { perBlock } = await runDoc(readFileSync(path.join(REPO, 'docs/behaviour.md'), 'utf8'), 'behaviour');
     const [first, second] = perBlock[0]!.trim().split('\n');
     expect(second).to.equal(first);
+  });
+
+  it('runs the curl blocks of docs/scheduling.md: a delayed item waits with its runAt, a higher priority is claimed first, a bad option creates nothing (decisions §8.1)', async () => {
+    const { perBlock } = await runDoc(readFileSync(path.join(REPO, 'docs/scheduling.md'), 'utf8'), 'scheduling');
+    const record = JSON.parse(perBlock[2]!) as { postedAt: number; runAt: number };
+    expect(record.runAt).to.equal(record.postedAt + 3_600_000);
   });
 
   it('stops: Ctrl-C in each worker terminal, then in the server terminal', async () => {

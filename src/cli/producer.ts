@@ -1,9 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import type { SvcqClient } from '../client/client.js';
+import type { PostOptions, SvcqClient } from '../client/client.js';
 import type { PostAnswer, StatusAnswer } from '../protocol.js';
 import { ClientError } from '../client/client.js';
 import { FailureReport, isTransient, retrying, sleep, surelyNotApplied, svcqAnswered } from '../client/backoff.js';
 import { UserError } from './base-command.js';
+
+/** An item's options (decisions §8.1): delay or time, priority, group; every item of a run gets the same. */
+export type ItemOptions = Pick<PostOptions, 'delay' | 'at' | 'priority' | 'group'>;
 
 /** One item to post: its JSON text and where it came from, for messages. */
 export interface ItemInput {
@@ -78,7 +81,7 @@ export async function postMany(
   client: SvcqClient,
   queue: string,
   items: ItemInput[],
-  options: { parallel?: number; idempotencyKey?: string; onDone?: (count: number) => void; signal?: AbortSignal } = {},
+  options: { parallel?: number; idempotencyKey?: string; onDone?: (count: number) => void; signal?: AbortSignal; item?: ItemOptions } = {},
 ): Promise<PostOutcome[]> {
   const outcomes: PostOutcome[] = new Array(items.length);
   let next = 0;
@@ -93,7 +96,7 @@ export async function postMany(
       // A try that went out and got no answer may have created the item, whatever the tries after it say.
       let unsure = false;
       try {
-        outcomes[index] = { input, result: await postWithRetry(client, queue, input.json, key, { signal: options.signal, onFailure: (error) => (unsure ||= !surelyNotApplied(error)) }) };
+        outcomes[index] = { input, result: await postWithRetry(client, queue, input.json, key, { signal: options.signal, item: options.item, onFailure: (error) => (unsure ||= !surelyNotApplied(error)) }) };
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
         // Wrong address, token or queue, no server at all, or one that still fails after the retries
@@ -128,7 +131,7 @@ const BATCH_TRIES = 8;
  * the items it already created instead of creating them twice. A batch that still fails stops the
  * ones not yet sent; those in flight finish, and every item not posted has an outcome saying why.
  */
-export async function postBatches(client: SvcqClient, queue: string, items: ItemInput[], options: { parallel?: number; onDone?: (count: number) => void; signal?: AbortSignal } = {}): Promise<PostOutcome[]> {
+export async function postBatches(client: SvcqClient, queue: string, items: ItemInput[], options: { parallel?: number; onDone?: (count: number) => void; signal?: AbortSignal; item?: ItemOptions } = {}): Promise<PostOutcome[]> {
   const batches: Array<{ from: number; to: number }> = [];
   for (let from = 0; from < items.length; ) {
     let to = from;
@@ -153,7 +156,7 @@ export async function postBatches(client: SvcqClient, queue: string, items: Item
       // A try that went out and got no answer may have created the batch: the outcome says so.
       let unsure = false;
       try {
-        answer = await retrying(() => client.postBatch(queue, slice.map((i) => i.json), `svcq-post-${run}-${b}`), {
+        answer = await retrying(() => client.postBatch(queue, slice.map((i) => i.json), `svcq-post-${run}-${b}`, { ...options.item }), {
           retryable: (err, attempt) => isTransient(err) && attempt < BATCH_TRIES - 1,
           onFailure: ({ error }) => (unsure ||= !surelyNotApplied(error)),
           signal: options.signal,
@@ -217,8 +220,8 @@ export function mayHavePostedSentence(err: ClientError, key: string | undefined)
  * 429. One that went out and got no answer, or an answer a proxy may have given after passing it
  * on (a 502, 504, a 503 of its own), may have been created, and a retry could create it twice.
  */
-export function postWithRetry(client: SvcqClient, queue: string, json: string, key: string | undefined, options: { signal?: AbortSignal; onFailure?: (error: unknown) => void } = {}): Promise<PostAnswer> {
-  return retrying(() => client.post(queue, json, key), {
+export function postWithRetry(client: SvcqClient, queue: string, json: string, key: string | undefined, options: { signal?: AbortSignal; onFailure?: (error: unknown) => void; item?: ItemOptions } = {}): Promise<PostAnswer> {
+  return retrying(() => client.post(queue, json, key, { ...options.item }), {
     retryable: (err, attempt) => isTransient(err) && attempt < 4 && (key !== undefined || surelyNotApplied(err)),
     onFailure: ({ error }) => options.onFailure?.(error),
     signal: options.signal,

@@ -42,6 +42,31 @@ export interface CallOptions {
   timeoutMs?: number;
 }
 
+/**
+ * A post's options (decisions §8.1), sent as its query parameters; a batch's apply to each of its
+ * items. The server checks them: a value out of range rejects the post (code `rejected`), naming it.
+ */
+export interface PostOptions extends CallOptions {
+  /** Not claimable for this many seconds (0–31536000). Not with `at`. */
+  delay?: number;
+  /** Not claimable before this time, ms since the Unix epoch (a time already past: at once). Not with `delay`. */
+  at?: number;
+  /** −100…100, default 0: a claim takes the highest priority first. */
+  priority?: number;
+  /** 1–128 printable ASCII characters: the item's group. */
+  group?: string;
+}
+
+/** The query of a post with these options: empty without any. */
+function postQuery(opts: PostOptions): string {
+  const query: string[] = [];
+  for (const name of ['delay', 'at', 'priority', 'group'] as const) {
+    const value = opts[name];
+    if (value !== undefined) query.push(`${name}=${encodeURIComponent(String(value))}`);
+  }
+  return query.length === 0 ? '' : `?${query.join('&')}`;
+}
+
 /** An item, a result, an error or a progress record: an object (sent as JSON.stringify makes it), or its exact JSON text. */
 export type JsonObjectOrText = string | Record<string, unknown>;
 
@@ -325,10 +350,11 @@ export class SvcqClient {
   /**
    * Posts one item. A server silent for {@link POST_TIMEOUT_MS} (unless the client or the call
    * sets `timeoutMs`) fails with code `timeout`, and the item may have been posted: repeat it with
-   * the same `idempotencyKey` to be sure it is posted once.
+   * the same `idempotencyKey` to be sure it is posted once. `opts` may carry the item's delay or
+   * time, priority and group (decisions §8.1).
    */
-  async post(queue: string, item: JsonObjectOrText, idempotencyKey?: string, opts: CallOptions = {}): Promise<PostAnswer> {
-    return this.json('POST', `/${part(queue, 'the queue name')}`, { body: jsonText(item, 'the item'), shape: 'post', queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, POST_TIMEOUT_MS) });
+  async post(queue: string, item: JsonObjectOrText, idempotencyKey?: string, opts: PostOptions = {}): Promise<PostAnswer> {
+    return this.json('POST', `/${part(queue, 'the queue name')}${postQuery(opts)}`, { body: jsonText(item, 'the item'), shape: 'post', queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, POST_TIMEOUT_MS) });
   }
   /** An item's status record; with `waitSeconds` (up to 30), held until the item is terminal or the time is up. */
   async item(queue: string, id: string, waitSeconds = 0, opts: CallOptions = {}): Promise<StatusAnswer> {
@@ -358,11 +384,12 @@ export class SvcqClient {
   /**
    * Posts up to 1,000 items in one request and one durable write (decisions §3.8); with
    * `idempotencyKey` K, item n carries the key `K:n`. One answer per item, in order: an item the
-   * server refuses does not stop the others.
+   * server refuses does not stop the others. The options of `opts` (delay or time, priority, group)
+   * apply to each item (decisions §8.1).
    */
-  async postBatch(queue: string, items: readonly JsonObjectOrText[], idempotencyKey?: string, opts: CallOptions = {}): Promise<BatchAnswer> {
+  async postBatch(queue: string, items: readonly JsonObjectOrText[], idempotencyKey?: string, opts: PostOptions = {}): Promise<BatchAnswer> {
     const texts = items.map((item, n) => jsonText(item, `item ${n}`));
-    return this.json('POST', `/${part(queue, 'the queue name')}/batch`, { body: `[${texts.join(',')}]`, shape: 'batch', queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, 2 * POST_TIMEOUT_MS) });
+    return this.json('POST', `/${part(queue, 'the queue name')}/batch${postQuery(opts)}`, { body: `[${texts.join(',')}]`, shape: 'batch', queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, 2 * POST_TIMEOUT_MS) });
   }
   /** Reports progress, or submits the result or the error of an item (`accepted: false` once it is terminal). */
   async submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: JsonObjectOrText, opts: CallOptions = {}): Promise<SubmissionAnswer> {

@@ -14,6 +14,8 @@ type BTree<K, V> = InstanceType<typeof BTreeModule.default<K, V>>;
 /** What work on an item fills in; the defaults are the state of an item as posted. */
 interface ItemWork {
   idempotencyKey: string | null;
+  priority: number;
+  group: string | null;
   updatedAt: number;
   finishedAt: number | null;
   attempts: number;
@@ -92,7 +94,7 @@ export class Item {
 
   private worked(): ItemWork {
     // What rules.workAsPosted gives, spelled out: made once per item that is worked on.
-    return (this.work ??= { idempotencyKey: null, updatedAt: this.postedAt, finishedAt: null, attempts: 0, leaseWorker: null, leaseUntil: null, availableAt: 0, progress: null, result: null, error: null, fetchedAt: null });
+    return (this.work ??= { idempotencyKey: null, priority: 0, group: null, updatedAt: this.postedAt, finishedAt: null, attempts: 0, leaseWorker: null, leaseUntil: null, availableAt: 0, progress: null, result: null, error: null, fetchedAt: null });
   }
 
   get idempotencyKey(): string | null {
@@ -100,6 +102,19 @@ export class Item {
   }
   set idempotencyKey(v: string | null) {
     if (this.work !== null || v !== null) this.worked().idempotencyKey = v;
+  }
+  /** decisions §8.1: fixed at post; an item of priority 0 and no group keeps no field for them. */
+  get priority(): number {
+    return this.work === null ? 0 : this.work.priority;
+  }
+  set priority(v: number) {
+    if (this.work !== null || v !== 0) this.worked().priority = v;
+  }
+  get group(): string | null {
+    return this.work === null ? null : this.work.group;
+  }
+  set group(v: string | null) {
+    if (this.work !== null || v !== null) this.worked().group = v;
   }
   get updatedAt(): number {
     return this.work === null ? this.postedAt : this.work.updatedAt;
@@ -208,7 +223,14 @@ const UNMATCHED_KEPT = 64;
  */
 export class Queue {
   readonly items = new Map<string, Item>();
-  private readonly pending: BTree<number, Item> = new BTree<number, Item>();
+  /** Claimable items, in claim order (decisions §8.1). */
+  private readonly pending = new ClaimOrder();
+  /**
+   * Pending items not claimable before a later time (a delay, a retry delay), in claim order: the
+   * operators' views list the first of them without a scan. The `delayed` heap moves each into
+   * `pending` when its time comes.
+   */
+  private readonly waiting = new ClaimOrder();
   private readonly byKey = new Map<string, Item>();
   private readonly leases = new DeadlineHeap<Item>();
   private readonly delayed = new DeadlineHeap<Item>();
@@ -220,7 +242,7 @@ export class Queue {
    * criteria (a fleet of workers sharing one `--criteria`) starts after it rather than parsing the
    * whole backlog again; an item that becomes pending again below it moves the mark back.
    */
-  private readonly unmatched = new Map<string, number>();
+  private readonly unmatched = new Map<string, Place>();
   private lastOrd = 0;
   /** Items removed since the heaps last dropped the entries of removed items. */
   private removedSinceRetain = 0;
@@ -253,10 +275,15 @@ export class Queue {
   }
 
   /** Posts a new item; its id must not be in the queue (the store draws ids until one is not). */
-  post(fields: { id: string; body: string; postedBy: string; idempotencyKey: string | null }, now: number): Change {
-    const { record: r, events } = rules.post({ id: fields.id, body: fields.body, postedBy: fields.postedBy, idempotencyKey: fields.idempotencyKey, ord: this.nextOrd() }, now);
+  post(fields: { id: string; body: string; postedBy: string; idempotencyKey: string | null; options?: rules.PostOptions }, now: number): Change {
+    const { record: r, events } = rules.post({ id: fields.id, body: fields.body, postedBy: fields.postedBy, idempotencyKey: fields.idempotencyKey, ord: this.nextOrd(), options: fields.options }, now);
     const item = new Item(r.id, r.ord, r.body, r.postedBy, r.postedAt, r.status);
     if (r.idempotencyKey !== null) item.idempotencyKey = r.idempotencyKey;
+    if (fields.options !== undefined) {
+      item.priority = r.priority;
+      item.group = r.group;
+      item.availableAt = r.availableAt;
+    }
     this.add(item);
     return { item, events };
   }
@@ -269,7 +296,7 @@ export class Queue {
     const previous = this.items.get(item.id);
     if (previous) {
       this.tally[previous.status]--;
-      this.pending.delete(previous.ord);
+      this.unfile(previous);
       if (previous.idempotencyKey !== null) this.byKey.delete(previous.idempotencyKey);
     }
     this.add(item);
@@ -295,7 +322,7 @@ export class Queue {
   revert(change: Change): void {
     const { item, before } = change;
     if (before === undefined) return this.remove(item.id);
-    if (this.pending.get(item.ord) === item) this.pending.delete(item.ord);
+    this.unfile(item);
     const present = this.items.get(item.id) === item;
     if (present) this.tally[item.status]--;
     item.restoreState(before);
@@ -313,7 +340,7 @@ export class Queue {
     if (!item) return;
     this.items.delete(id);
     this.tally[item.status]--;
-    this.pending.delete(item.ord);
+    this.unfile(item);
     if (item.idempotencyKey !== null && this.byKey.get(item.idempotencyKey) === item) this.byKey.delete(item.idempotencyKey);
     // Its heap entries (a timeout hours away, say) would hold it, body and all, until they come
     // due: once as many items have gone as the queue holds, the heaps keep only entries of items
@@ -333,7 +360,7 @@ export class Queue {
   /** Files an item under the index or deadlines its state calls for. Stale heap entries are skipped when popped. */
   private index(item: Item): void {
     const d = rules.deadlines(item, this.config);
-    if (item.status === 'pending' && d.retry === null) this.makePending(item);
+    this.fileIfPending(item, d.retry);
     if (d.retry !== null) this.delayed.push(d.retry, item);
     if (d.lease !== null) this.leases.push(d.lease, item);
     if (d.timeout !== null) this.timeouts.push(d.timeout, item);
@@ -342,14 +369,28 @@ export class Queue {
 
   /** Makes an item claimable; one that kept an earlier place is checked again by criteria claims. */
   private makePending(item: Item): void {
-    this.pending.set(item.ord, item);
+    this.pending.add(item);
     if (this.unmatched.size === 0) return;
-    for (const [key, through] of this.unmatched) if (through >= item.ord) this.unmatched.set(key, item.ord - 1);
+    const priority = item.priority;
+    for (const [key, through] of this.unmatched) if (!before(through, priority, item.ord)) this.unmatched.set(key, { priority, ord: item.ord - 1 });
+  }
+
+  /** Files a pending item where its state puts it: claimable, or waiting for its time. */
+  private fileIfPending(item: Item, retry: number | null): void {
+    if (item.status !== 'pending') return;
+    if (retry === null) this.makePending(item);
+    else this.waiting.add(item);
+  }
+
+  /** Takes an item out of the claim-order indexes, if it is there. */
+  private unfile(item: Item): void {
+    this.pending.remove(item);
+    this.waiting.remove(item);
   }
 
   /** Leases the oldest pending item that passes every criterion, or returns null (always while paused). */
   claim(worker: string, criteria: Criteria | undefined, now: number): Change | null {
-    return this.claimStep(worker, criteria, now, Infinity, 0) as Change | null;
+    return this.claimStep(worker, criteria, now, Infinity, null) as Change | null;
   }
 
   /**
@@ -360,20 +401,20 @@ export class Queue {
    * (which an item made pending again behind it moves back), or from `after` if the queue no
    * longer remembers these criteria.
    */
-  claimStep(worker: string, criteria: Criteria | undefined, now: number, budget: number, after: number): Change | null | number {
+  claimStep(worker: string, criteria: Criteria | undefined, now: number, budget: number, after: Place | null): Change | null | Place {
     if (this.paused) return null;
     let found: Item | undefined;
     if (criteria === undefined || Object.keys(criteria).length === 0) {
-      found = this.pending.size > 0 ? this.pending.get(this.pending.minKey()!) : undefined;
+      found = this.pending.first();
       return found ? this.lease(found, worker, now) : null;
     }
     // Criteria holding a number past a double's range (1e400 reads as Infinity, which JSON text
     // writes as null) have no text of their own to be remembered by: they walk from `after`.
     const key = hasNonFinite(criteria) ? undefined : JSON.stringify(criteria);
-    const from = (key !== undefined ? this.unmatched.get(key) : undefined) ?? after;
+    const from = (key !== undefined ? this.unmatched.get(key) : undefined) ?? after ?? START;
     let through = from;
     let parsed = 0;
-    for (const [ord, item] of this.pending.entries(from + 1)) {
+    for (const item of this.pending.walk(from)) {
       if (parsed === budget) {
         if (key !== undefined) this.remember(key, through);
         return through;
@@ -383,14 +424,14 @@ export class Queue {
         found = item;
         break;
       }
-      through = ord;
+      through = { priority: item.priority, ord: item.ord };
     }
-    if (key !== undefined && (through > from || this.unmatched.has(key))) this.remember(key, through);
+    if (key !== undefined && (through !== from || this.unmatched.has(key))) this.remember(key, through);
     return found ? this.lease(found, worker, now) : null;
   }
 
   /** Criteria `key` matched no pending item up to `through`: kept most recently used last, the least recently used dropped. */
-  private remember(key: string, through: number): void {
+  private remember(key: string, through: Place): void {
     this.unmatched.delete(key);
     if (this.unmatched.size >= UNMATCHED_KEPT) this.unmatched.delete(this.unmatched.keys().next().value!);
     this.unmatched.set(key, through);
@@ -449,7 +490,8 @@ export class Queue {
       return { item, before, events: t.events, purged: true };
     }
     const was = rules.deadlines(item, this.config);
-    if (this.pending.get(item.ord) === item) this.pending.delete(item.ord);
+    // Only pending items are filed in claim order (a leased one, handing in its result, is in none).
+    if (item.status === 'pending') this.unfile(item);
     this.tally[item.status]--;
     item.assign(t.record);
     this.tally[item.status]++;
@@ -458,7 +500,7 @@ export class Queue {
     if (now.retry !== null && now.retry !== was.retry) this.delayed.push(now.retry, item);
     if (now.timeout !== null && now.timeout !== was.timeout) this.timeouts.push(now.timeout, item);
     if (now.retention !== null && now.retention !== was.retention) this.retention.push(now.retention, item);
-    if (item.status === 'pending' && now.retry === null) this.makePending(item);
+    this.fileIfPending(item, now.retry);
     return { item, before, events: t.events };
   }
 
@@ -525,33 +567,26 @@ export class Queue {
   }
 
   /**
-   * The oldest pending items (claim order), at most `limit`: the first claimable ones, and those
-   * waiting out a retry delay (few: only items re-queued in the last retryDelaySeconds).
+   * The first pending items in claim order, at most `limit`: the first claimable ones and the first
+   * of those waiting for their time, merged.
    */
   oldestPending(limit: number): Item[] {
     const out: Item[] = [];
-    for (const [, item] of this.pending.entries()) {
-      if (out.length >= limit) break;
-      out.push(item);
+    for (const walk of [this.pending.walk(START), this.waiting.walk(START)]) {
+      let n = 0;
+      for (const item of walk) {
+        if (n++ >= limit) break;
+        out.push(item);
+      }
     }
-    const delayed = this.waitingRetry();
-    if (delayed.length === 0) return out;
-    return [...out, ...delayed].sort((a, b) => a.ord - b.ord).slice(0, limit);
+    return out.sort(rules.claimOrder).slice(0, limit);
   }
 
   /** postedAt of the oldest pending item, or null. */
   oldestPendingAt(): number | null {
-    let at: number | null = this.pending.size > 0 ? this.pending.get(this.pending.minKey()!)!.postedAt : null;
-    for (const item of this.waitingRetry()) if (at === null || item.postedAt < at) at = item.postedAt;
-    return at;
-  }
-
-  private waitingRetry(): Item[] {
-    const seen = new Set<Item>();
-    for (const [, item] of this.delayed.entries()) {
-      if (item.status === 'pending' && this.items.get(item.id) === item && this.pending.get(item.ord) !== item) seen.add(item);
-    }
-    return [...seen];
+    const a = this.pending.oldestPostedAt();
+    const b = this.waiting.oldestPostedAt();
+    return a === null ? b : b === null ? a : Math.min(a, b);
   }
 
   /** Items under a lease (claimed or processing), soonest end first, at most `limit`. */
@@ -562,6 +597,80 @@ export class Queue {
     }
     return [...seen].sort((a, b) => a.leaseUntil! - b.leaseUntil! || a.ord - b.ord).slice(0, limit);
   }
+}
+
+/**
+ * Items in claim order (decisions §8.1): a B+tree by `ord` per priority. Priority 0 (most queues
+ * use no other) has its own field, so the plain path looks at one tree. `ranks` lists the
+ * priorities that have a tree, highest first: at most 201, so the first item is found in constant
+ * time plus O(log n).
+ */
+class ClaimOrder {
+  private readonly zero: BTree<number, Item> = new BTree<number, Item>();
+  private readonly trees = new Map<number, BTree<number, Item>>([[0, this.zero]]);
+  private ranks: number[] = [0];
+
+  add(item: Item): void {
+    const priority = item.priority;
+    if (priority === 0) this.zero.set(item.ord, item);
+    else this.treeOf(priority).set(item.ord, item);
+  }
+
+  remove(item: Item): void {
+    const tree = item.priority === 0 ? this.zero : this.trees.get(item.priority);
+    if (tree !== undefined && tree.get(item.ord) === item) tree.delete(item.ord);
+  }
+
+  first(): Item | undefined {
+    if (this.ranks.length === 1) return this.zero.size > 0 ? this.zero.get(this.zero.minKey()!) : undefined;
+    for (const priority of this.ranks) {
+      const tree = this.trees.get(priority)!;
+      if (tree.size > 0) return tree.get(tree.minKey()!);
+    }
+    return undefined;
+  }
+
+  /** The items after place `after`, in claim order. */
+  *walk(after: Place): Iterable<Item> {
+    for (const priority of this.ranks) {
+      if (priority > after.priority) continue;
+      const tree = this.trees.get(priority)!;
+      for (const [, item] of tree.entries(priority === after.priority ? after.ord + 1 : undefined)) yield item;
+    }
+  }
+
+  /** The earliest postedAt: each tree's first item is its oldest. */
+  oldestPostedAt(): number | null {
+    let at: number | null = null;
+    for (const tree of this.trees.values()) {
+      const item = tree.size > 0 ? tree.get(tree.minKey()!)! : undefined;
+      if (item !== undefined && (at === null || item.postedAt < at)) at = item.postedAt;
+    }
+    return at;
+  }
+
+  private treeOf(priority: number): BTree<number, Item> {
+    let tree = this.trees.get(priority);
+    if (!tree) {
+      this.trees.set(priority, (tree = new BTree<number, Item>()));
+      this.ranks = [...this.trees.keys()].sort((a, b) => b - a);
+    }
+    return tree;
+  }
+}
+
+/** A place in claim order: a criteria walk's position (the last item it checked). */
+export interface Place {
+  readonly priority: number;
+  readonly ord: number;
+}
+
+/** Before every item. */
+const START: Place = { priority: Infinity, ord: 0 };
+
+/** Whether place `p` comes before the item of `priority` and `ord` in claim order. */
+function before(p: Place, priority: number, ord: number): boolean {
+  return p.priority > priority || (p.priority === priority && p.ord < ord);
 }
 
 /** Whether a JSON value holds a number JSON text cannot write back (Infinity, from a literal past a double's range). */

@@ -17,13 +17,17 @@ export interface ItemRecord {
   readonly postedBy: string;
   readonly postedAt: number;
   readonly idempotencyKey: string | null;
+  /** decisions §8.1: a claim takes the highest priority first (−100…100, default 0). */
+  readonly priority: number;
+  /** decisions §8.1: the item's group, or null. */
+  readonly group: string | null;
   readonly status: ItemStatus;
   readonly updatedAt: number;
   readonly finishedAt: number | null;
   readonly attempts: number;
   readonly leaseWorker: string | null;
   readonly leaseUntil: number | null;
-  /** A re-queued item is not claimable before this (retryDelaySeconds); 0 when it is. */
+  /** A delayed or re-queued item is not claimable before this (§8.1 delay, retryDelaySeconds); 0 when it is. */
   readonly availableAt: number;
   readonly progress: string | null;
   readonly result: string | null;
@@ -73,6 +77,8 @@ function next(r: ItemRecord, state: Partial<ItemState>): ItemRecord {
     postedBy: r.postedBy,
     postedAt: r.postedAt,
     idempotencyKey: r.idempotencyKey,
+    priority: r.priority,
+    group: r.group,
     status: state.status ?? r.status,
     updatedAt: state.updatedAt ?? r.updatedAt,
     finishedAt: state.finishedAt !== undefined ? state.finishedAt : r.finishedAt,
@@ -92,8 +98,82 @@ export function workAsPosted(postedAt: number): Omit<ItemState, 'status'> {
   return { updatedAt: postedAt, finishedAt: null, attempts: 0, leaseWorker: null, leaseUntil: null, availableAt: 0, progress: null, result: null, error: null, fetchedAt: null };
 }
 
-/** A new item: pending, no attempts (interface §3). */
-export function post(fields: { id: string; ord: number; body: string; postedBy: string; idempotencyKey: string | null }, now: number): Transition {
+/** A post's options (decisions §8.1), as the boundary checked them. */
+export interface PostOptions {
+  /** Seconds after postedAt before the item is claimable (0–31536000). */
+  delaySeconds?: number;
+  /** Ms since the epoch before which the item is not claimable (a time already past: at once). */
+  at?: number;
+  /** −100…100, default 0. */
+  priority?: number;
+  /** 1–128 printable ASCII characters. */
+  group?: string;
+}
+
+export const MAX_DELAY_SECONDS = 31_536_000;
+export const MIN_PRIORITY = -100;
+export const MAX_PRIORITY = 100;
+
+/** One problem with a post's query parameters: `path` is `?<name>`. */
+export interface OptionError {
+  path: string;
+  message: string;
+}
+
+const DIGITS = /^-?(0|[1-9][0-9]*)$/;
+const PRINTABLE = /^[\x20-\x7e]{1,128}$/;
+
+/**
+ * A post's query parameters as options (decisions §8.1): `delay`, `at`, `priority`, `group`, each
+ * at most once; anything else, or a value out of range, is an error naming the parameter. Values are
+ * the query's text (an array when a parameter was repeated).
+ */
+export function postOptions(query: Record<string, unknown>): { options: PostOptions; errors: OptionError[] } {
+  const options: PostOptions = {};
+  const errors: OptionError[] = [];
+  const integer = (name: string, v: unknown, min: number, max: number, what: string): number | undefined => {
+    if (typeof v !== 'string' || !DIGITS.test(v) || Number(v) < min || Number(v) > max) {
+      errors.push({ path: `?${name}`, message: `${name} must be ${what}` });
+      return undefined;
+    }
+    return Number(v);
+  };
+  for (const [name, v] of Object.entries(query)) {
+    if (Array.isArray(v)) {
+      errors.push({ path: `?${name}`, message: `${name} may be given once` });
+      continue;
+    }
+    if (name === 'delay') options.delaySeconds = integer(name, v, 0, MAX_DELAY_SECONDS, 'an integer number of seconds from 0 to 31536000');
+    else if (name === 'at') options.at = integer(name, v, 0, 8.64e15, 'an integer time in milliseconds since the Unix epoch');
+    else if (name === 'priority') options.priority = integer(name, v, MIN_PRIORITY, MAX_PRIORITY, 'an integer from -100 to 100');
+    else if (name === 'group') {
+      if (typeof v === 'string' && PRINTABLE.test(v)) options.group = v;
+      else errors.push({ path: '?group', message: 'group must be 1 to 128 printable ASCII characters' });
+    } else errors.push({ path: `?${name}`, message: `${name} is not a parameter of a post (delay, at, priority, group)` });
+  }
+  if (query.delay !== undefined && query.at !== undefined) errors.push({ path: '?at', message: 'at may not be given with delay' });
+  for (const k of Object.keys(options) as Array<keyof PostOptions>) if (options[k] === undefined) delete options[k];
+  return { options, errors };
+}
+
+/** When an item posted at `now` with these options becomes claimable: 0 for at once. */
+export function claimableFrom(options: PostOptions | undefined, now: number): number {
+  if (options === undefined) return 0;
+  const at = options.at ?? (options.delaySeconds ? now + options.delaySeconds * 1000 : 0);
+  return at > now ? at : 0;
+}
+
+/**
+ * Claim order (decisions §8.1): negative when `a` is claimed before `b`: the higher priority first,
+ * then the order of posting (`ord`, kept on re-queue).
+ */
+export function claimOrder(a: Pick<ItemRecord, 'priority' | 'ord'>, b: Pick<ItemRecord, 'priority' | 'ord'>): number {
+  return b.priority - a.priority || a.ord - b.ord;
+}
+
+/** A new item: pending, no attempts (interface §3), with its post options (decisions §8.1). */
+export function post(fields: { id: string; ord: number; body: string; postedBy: string; idempotencyKey: string | null; options?: PostOptions }, now: number): Transition {
+  const options = fields.options;
   // Spelled out rather than spread: this runs for every item posted (a batch posts a thousand).
   const record: ItemRecord = {
     id: fields.id,
@@ -101,6 +181,8 @@ export function post(fields: { id: string; ord: number; body: string; postedBy: 
     body: fields.body,
     postedBy: fields.postedBy,
     idempotencyKey: fields.idempotencyKey,
+    priority: options?.priority ?? 0,
+    group: options?.group ?? null,
     postedAt: now,
     status: 'pending',
     updatedAt: now,
@@ -108,13 +190,18 @@ export function post(fields: { id: string; ord: number; body: string; postedBy: 
     attempts: 0,
     leaseWorker: null,
     leaseUntil: null,
-    availableAt: 0,
+    availableAt: options === undefined ? 0 : claimableFrom(options, now),
     progress: null,
     result: null,
     error: null,
     fetchedAt: null,
   };
   return { record, events: [{ event: 'posted' }] };
+}
+
+/** decisions §8.1 `runAt`: for a pending item not claimable before a later time, that time; else null. */
+export function runAt(r: Pick<ItemRecord, 'status' | 'availableAt'>): number | null {
+  return r.status === 'pending' && r.availableAt > 0 ? r.availableAt : null;
 }
 
 /** Whether a claim may take the item now: pending, and past any retry delay. */
@@ -185,7 +272,7 @@ function requeueOrFail(r: ItemRecord, config: QueueConfig, now: number): ItemRec
 export interface Deadlines {
   /** The lease ends (claimed or processing). */
   lease: number | null;
-  /** A re-queued item becomes claimable (retryDelaySeconds). */
+  /** A delayed or re-queued item becomes claimable (§8.1 delay, retryDelaySeconds). */
   retry: number | null;
   /** A non-terminal item times out (timeoutSeconds after postedAt). */
   timeout: number | null;

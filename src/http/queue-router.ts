@@ -7,6 +7,7 @@ import type { ErrorObject, ValidateFunction } from 'ajv';
 import type { Operation } from '../definitions/schemas.js';
 import type { QueueRuntime } from '../definitions/registry.js';
 import { allows, type AccessPolicy } from '../engine/config.js';
+import { postOptions, type PostOptions } from '../engine/rules.js';
 import { EmbeddedStore } from '../store/embedded-store.js';
 import { QueueWithdrawn } from '../waiting/long-poll.js';
 import { StoreUnavailable, type Claimed, type PostInput, type StatusRecord, type SubmitOutcome } from '../store/store.js';
@@ -96,12 +97,13 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     });
   };
 
-  route('POST', '/:queue', 'post', async (req, res, queue, _params, _query, postedBy) => {
+  route('POST', '/:queue', 'post', async (req, res, queue, _params, query, postedBy) => {
     const body = await readBody(req, ctx.maxBody);
+    const options = postOptionsOf(query);
     const item = parseObject(body, 'the item');
     if (queue.validator) validateItem(queue.validator, item, body);
     const key = idempotencyKeyOf(req);
-    const out = await ctx.store.post(queue, { body, postedBy, idempotencyKey: key });
+    const out = await ctx.store.post(queue, options === undefined ? { body, postedBy, idempotencyKey: key } : { body, postedBy, idempotencyKey: key, options });
     sendRawJson(res, 200, `{"ok":true,"id":"${out.id}","status":"${out.status}"}`);
   });
 
@@ -194,8 +196,10 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     });
   };
 
-  route('POST', '/:queue/batch', 'post', async (req, res, queue, _params, _query, postedBy) => {
+  route('POST', '/:queue/batch', 'post', async (req, res, queue, _params, query, postedBy) => {
     const body = await readBody(req, MAX_BATCH_BYTES);
+    // A batch's options apply to each of its items (decisions §8.1).
+    const options = postOptionsOf(query);
     const key = idempotencyKeyOf(req);
     const { values, texts } = batchItems(body);
     const answers: string[] = new Array<string>(texts.length);
@@ -208,7 +212,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
         if (typeof item !== 'object' || item === null || Array.isArray(item)) throw new Rejected([{ path: '', message: 'the item must be a JSON object' }]);
         if (text.length > ctx.maxBody / 3 && Buffer.byteLength(text) > ctx.maxBody) throw new Rejected([{ path: '', message: `the item is larger than ${ctx.maxBody} bytes` }]);
         if (queue.validator) validateItem(queue.validator, item as Record<string, unknown>, text);
-        inputs.push({ body: text, postedBy, idempotencyKey: key === undefined ? undefined : `${key}:${n}` });
+        inputs.push({ body: text, postedBy, idempotencyKey: key === undefined ? undefined : `${key}:${n}`, options });
         at.push(n);
       } catch (err) {
         if (!(err instanceof Rejected)) throw err;
@@ -304,7 +308,24 @@ function answerSubmission(res: ServerResponse, outcome: SubmitOutcome | null): v
 
 /** The status record as JSON text; stored bodies are spliced in as they are. */
 export function statusJson(r: StatusRecord): string {
-  return `{"ok":true,"id":"${r.id}","status":"${r.status}","postedBy":${jsonString(r.postedBy)},"postedAt":${r.postedAt},"updatedAt":${r.updatedAt},"finishedAt":${r.finishedAt},"attempts":${r.attempts},"progress":${r.progress},"result":${r.result},"error":${r.error}}`;
+  const group = r.group === null ? 'null' : jsonString(r.group);
+  return `{"ok":true,"id":"${r.id}","status":"${r.status}","postedBy":${jsonString(r.postedBy)},"postedAt":${r.postedAt},"updatedAt":${r.updatedAt},"finishedAt":${r.finishedAt},"attempts":${r.attempts},"priority":${r.priority},"group":${group},"runAt":${r.runAt},"progress":${r.progress},"result":${r.result},"error":${r.error}}`;
+}
+
+/**
+ * A post's query parameters (decisions §8.1), checked before anything is created: undefined when
+ * there are none (a plain post carries no options), a 400 naming each bad one.
+ */
+function postOptionsOf(query: Record<string, unknown>): PostOptions | undefined {
+  let any = false;
+  for (const _ in query) {
+    any = true;
+    break;
+  }
+  if (!any) return undefined;
+  const { options, errors } = postOptions(query);
+  if (errors.length > 0) throw new Rejected(errors);
+  return options;
 }
 
 /**

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
-import { Queue, type Change, type Item, type Outcome, type SavedState } from '../engine/queue.js';
+import { Queue, type Change, type Item, type Outcome, type Place, type SavedState } from '../engine/queue.js';
 import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, pausedRecord, updateRecord, type HistoryMark } from './journal.js';
 import type { WriteFn } from './append-file.js';
 import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
@@ -173,7 +173,7 @@ export class EmbeddedStore implements Store, EventOutbox {
         return { id: earlier.id, status: earlier.status, created: false };
       }
     }
-    const change = slot.queue.post({ id, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, this.now());
+    const change = slot.queue.post({ id, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null, options: input.options }, this.now());
     const durable = this.commit(slot, [change], true, staged && [staged]);
     const outcome: PostOutcome = { id: change.item.id, status: change.item.status, created: true };
     await durable;
@@ -223,7 +223,7 @@ export class EmbeddedStore implements Store, EventOutbox {
         if (staged[n]) drop.push(staged[n]);
         continue;
       }
-      const change = slot.queue.post({ id: ids[n] ?? this.newId(slot.queue), body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, now);
+      const change = slot.queue.post({ id: ids[n] ?? this.newId(slot.queue), body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null, options: input.options }, now);
       changes.push(change);
       if (staged[n]) keep.push(staged[n]);
       outcomes.push({ id: change.item.id, status: change.item.status, created: true });
@@ -237,8 +237,8 @@ export class EmbeddedStore implements Store, EventOutbox {
     const slot = this.prepare(ref);
     // With criteria, a claim may have a long backlog to walk: it parses CLAIM_STEP bodies at a
     // time and lets other requests run between steps (with a million waiting, about 15 ms each).
-    let step = slot.queue.claimStep(input.worker, input.criteria, this.now(), CLAIM_STEP, 0);
-    while (typeof step === 'number') {
+    let step = slot.queue.claimStep(input.worker, input.criteria, this.now(), CLAIM_STEP, null);
+    while (step !== null && !('item' in step)) {
       await new Promise((resolve) => setImmediate(resolve));
       if (this.closed || input.signal?.aborted) return null;
       step = slot.queue.claimStep(input.worker, input.criteria, this.now(), CLAIM_STEP, step);
@@ -255,11 +255,11 @@ export class EmbeddedStore implements Store, EventOutbox {
   async claimMany(ref: QueueRef, input: ClaimInput, max: number): Promise<Claimed[]> {
     const slot = this.prepare(ref);
     const changes: Change[] = [];
-    let after = 0;
+    let after: Place | null = null;
     while (changes.length < max) {
       const step = slot.queue.claimStep(input.worker, input.criteria, this.now(), CLAIM_STEP, after);
       if (step === null) break;
-      if (typeof step === 'number') {
+      if (!('item' in step)) {
         after = step;
         // Claims made so far are applied: other requests may run between steps, as for one claim.
         await new Promise((resolve) => setImmediate(resolve));

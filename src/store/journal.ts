@@ -30,6 +30,8 @@ import { jsonString } from '../json-text.js';
 //   ["p", queue, id, ord, postedBy, postedAt, idempotencyKey, ...state, n] TAB body
 //                                   a whole item (post, snapshot); its body follows the tab as posted, n UTF-16 units
 //   ["i", queue, id, ord, body, postedBy, postedAt, idempotencyKey, ...state]  the same, for a body that holds a line break
+//   either with priority and group after the rest (["p", …, n, priority, group]): an item posted with
+//                                   them (decisions §8.1); an item of priority 0 and no group has neither
 //   ["u", queue, id, ...state]                                                an item's state after a change
 //   ["d", queue, id]                                                          the item is gone (retention)
 //   ["q", queue, paused]            the queue is paused (true) or not (false) from here on (decisions §8.4); a
@@ -70,13 +72,14 @@ function stateText(item: Item): string {
  */
 export function itemRecord(queueJson: string, item: Item): string {
   const { body } = item;
+  const ranked = !item.untouched && (item.priority !== 0 || item.group !== null) ? `,${item.priority},${text(item.group)}` : '';
   if (body.includes('\n')) {
-    return `["i",${queueJson},"${item.id}",${item.ord},${JSON.stringify(body)},${jsonString(item.postedBy)},${item.postedAt},${text(item.idempotencyKey)},${stateText(item)}]\n`;
+    return `["i",${queueJson},"${item.id}",${item.ord},${JSON.stringify(body)},${jsonString(item.postedBy)},${item.postedAt},${text(item.idempotencyKey)},${stateText(item)}${ranked}]\n`;
   }
   const at = `${item.postedAt}`;
   // An item as posted (nothing has worked on it yet) has the default state: no getter calls.
   const state = item.untouched ? `"${item.status}",${at},null,0,null,null,0,null,null,null,null` : stateText(item);
-  return `["p",${queueJson},"${item.id}",${item.ord},${jsonString(item.postedBy)},${at},${text(item.idempotencyKey)},${state},${body.length}]\t${body}\n`;
+  return `["p",${queueJson},"${item.id}",${item.ord},${jsonString(item.postedBy)},${at},${text(item.idempotencyKey)},${state},${body.length}${ranked}]\t${body}\n`;
 }
 
 export function updateRecord(queueJson: string, item: Item): string {
@@ -540,6 +543,12 @@ const QUOTE = 0x22; // "
 const P = 0x70; // p
 const TAB = 0x09;
 
+/** An item's priority and group, as a record carries them after its other fields. */
+function ranked(item: Item, priority: unknown, group: unknown): void {
+  if (typeof priority === 'number') item.priority = priority;
+  if (typeof group === 'string') item.group = group;
+}
+
 /** Applies one record: the fields of the line (or of the part before the tab, when a `body` follows it). */
 function applyRecord(record: unknown[], body: string | undefined, state: LoadedState, events: LoadedEvents): boolean {
   if (record[0] === 'e' && record.length === 3 && typeof record[1] === 'number' && Array.isArray(record[2])) {
@@ -568,20 +577,22 @@ function applyRecord(record: unknown[], body: string | undefined, state: LoadedS
   const items = state.items;
   let byId = items.get(queue);
   if (!byId) items.set(queue, (byId = new Map()));
-  if (type === 'p' && record.length === 19 && body !== undefined && body.length === record[18]) {
+  if (type === 'p' && (record.length === 19 || record.length === 21) && body !== undefined && body.length === record[18]) {
     const r = record as [string, string, string, number, string, number, string | null, ...StateFields, number];
     const item = new Item(id, r[3], body, r[4], r[5], r[7]);
     item.idempotencyKey = r[6];
     applyState(item, r.slice(7, 18) as StateFields);
+    if (record.length === 21) ranked(item, record[19], record[20]);
     byId.set(id, item);
     return true;
   }
   if (body !== undefined) return false;
-  if (type === 'i' && record.length === 19) {
+  if (type === 'i' && (record.length === 19 || record.length === 21)) {
     const r = record as [string, string, string, number, string, string, number, string | null, ...StateFields];
     const item = new Item(id, r[3], r[4], r[5], r[6], r[8]);
     item.idempotencyKey = r[7];
-    applyState(item, r.slice(8) as StateFields);
+    applyState(item, r.slice(8, 19) as StateFields);
+    if (record.length === 21) ranked(item, record[19], record[20]);
     byId.set(id, item);
     return true;
   }

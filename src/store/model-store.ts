@@ -74,7 +74,7 @@ export class ModelStore implements Store {
     while (items.has(id));
     const ord = (this.disk.lastOrd.get(ref.key) ?? 0) + 1;
     this.disk.lastOrd.set(ref.key, ord);
-    const { record } = rules.post({ id, ord, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, this.now());
+    const { record } = rules.post({ id, ord, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null, options: input.options }, this.now());
     this.put(ref.key, items, record);
     return { id, status: record.status, created: true };
   }
@@ -105,7 +105,7 @@ export class ModelStore implements Store {
     const items = [...(this.disk.queues.get(ref.key)?.values() ?? [])];
     const counts = fullCounts({});
     for (const r of items) counts[r.status]++;
-    const pending = items.filter((r) => r.status === 'pending').sort((a, b) => a.ord - b.ord);
+    const pending = items.filter((r) => r.status === 'pending').sort(rules.claimOrder);
     const leased = items.filter((r) => r.status === 'claimed' || r.status === 'processing').sort((a, b) => (a.leaseUntil ?? 0) - (b.leaseUntil ?? 0) || a.ord - b.ord);
     return {
       paused: this.disk.paused.has(ref.key),
@@ -168,7 +168,7 @@ export class ModelStore implements Store {
     const items = this.prepare(ref);
     if (this.disk.paused.has(ref.key)) return null;
     const now = this.now();
-    const candidates = [...items.values()].filter((r) => rules.claimable(r, now)).sort((a, b) => a.ord - b.ord);
+    const candidates = [...items.values()].filter((r) => rules.claimable(r, now)).sort(rules.claimOrder);
     const found = candidates.find((r) => input.criteria === undefined || matches(JSON.parse(r.body) as Record<string, unknown>, input.criteria));
     if (!found) return null;
     const { record } = rules.claim(found, ref.config, input.worker, now);

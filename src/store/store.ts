@@ -1,7 +1,8 @@
 import type { QueueConfig } from '../engine/config.js';
 import type { Criteria } from '../engine/criteria.js';
 import type { ItemStatus, TaskEventKind } from '../engine/item.js';
-import type { ItemRecord } from '../engine/rules.js';
+import type { ItemRecord, PostOptions } from '../engine/rules.js';
+import { runAt } from '../engine/rules.js';
 
 /** Which queue an operation is for, with its rules as they stand for this request. */
 export interface QueueRef {
@@ -17,6 +18,8 @@ export interface PostInput {
   body: string;
   postedBy: string;
   idempotencyKey?: string;
+  /** decisions §8.1: delay or time, priority, group. */
+  options?: PostOptions;
 }
 
 export interface PostOutcome {
@@ -55,6 +58,11 @@ export interface StatusRecord {
   updatedAt: number;
   finishedAt: number | null;
   attempts: number;
+  /** decisions §8.1 */
+  priority: number;
+  group: string | null;
+  /** decisions §8.1: for a pending item not claimable before a later time (a delay, a retry delay), that time; else null. */
+  runAt: number | null;
   progress: string | null;
   result: string | null;
   error: string | null;
@@ -104,6 +112,9 @@ export function statusOf(r: ItemRecord): StatusRecord {
     updatedAt: r.updatedAt,
     finishedAt: r.finishedAt,
     attempts: r.attempts,
+    priority: r.priority,
+    group: r.group,
+    runAt: runAt(r),
     progress: r.progress,
     result: r.result,
     error: r.error,

@@ -122,6 +122,21 @@ const n: number = (await c.post('q', { n: 1 })).id;
     expect((await c.cancel('thumbnails', held)).status).to.equal('cancelled');
   });
 
+  it('post and postBatch send delay, at, priority and group as the post\'s options, and a bad one is rejected naming it (decisions §8.1, docs/client.md)', async () => {
+    const c = new SvcqClient({ url: server.url, host: HOST, token: TOKEN });
+    const first = await c.post('thumbnails', { n: 'later' }, undefined, { delay: 600, priority: 3, group: 'g 1' });
+    const record = await c.item('thumbnails', first.id);
+    expect(record).to.deep.include({ priority: 3, group: 'g 1', runAt: record.postedAt + 600_000 });
+    const at = Date.now() + 3_600_000;
+    const batch = await c.postBatch('thumbnails', [{ n: 1 }, { n: 2 }], undefined, { at, priority: -2 });
+    for (const entry of batch.items) expect(await c.item('thumbnails', (entry as { id: string }).id)).to.deep.include({ priority: -2, runAt: at, group: null });
+    const err = await c.post('thumbnails', { n: 1 }, undefined, { priority: 1000 }).then(() => undefined, (e: unknown) => e);
+    expect(err).to.be.instanceOf(ClientError);
+    expect((err as ClientError).code).to.equal('rejected');
+    expect((err as ClientError).message).to.match(/\?priority|priority/);
+    for (const id of [first.id, ...batch.items.map((e) => (e as { id: string }).id)]) await c.cancel('thumbnails', id);
+  });
+
   it('an abandoned long poll fails with code aborted, which is not transient (a retry loop does not retry the caller\'s own choice)', async () => {
     const c = new SvcqClient({ url: server.url, host: HOST, token: TOKEN });
     const err = await c.claim('thumbnails', { worker: 'w', wait: 30, criteria: { never: 'matches' } }, { signal: AbortSignal.timeout(300) }).then(() => undefined, (e: unknown) => e);

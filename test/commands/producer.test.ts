@@ -527,6 +527,42 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
     expect(Date.now() - started, 'it waited past the timeout').to.be.below(10_000);
   });
 
+  it('post --delay, --priority and --group set the item\'s options, and item shows priority, group and when it runs (decisions §8.1)', async () => {
+    const queue = queueName('prio');
+    await defineQueue(server, queue);
+    const run = await cli(['post', queue, '{"n":1}', '--delay', '3600', '--priority', '7', '--group', 'tenant-1', '--json']);
+    expect(run.code, run.stderr).to.equal(0);
+    const { id } = JSON.parse(run.stdout) as { id: string };
+    const record = await getItem(server, queue, id);
+    expect(record).to.deep.include({ priority: 7, group: 'tenant-1', runAt: record.postedAt + 3_600_000 });
+    const shown = await cli(['item', queue, id]);
+    expect(shown.code, shown.stderr).to.equal(0);
+    expect(shown.stdout).to.include('\npriority  7\ngroup     tenant-1\n');
+    expect(shown.stdout).to.include(`\nruns at   ${new Date(record.postedAt + 3_600_000).toISOString()}\n`);
+  });
+
+  it('post --at takes ms or an ISO time with its zone, and JSON lines take the options for each item, in batches and with a key (decisions §8.1)', async () => {
+    const queue = queueName('prio');
+    await defineQueue(server, queue);
+    const at = Date.UTC(2099, 0, 31, 9);
+    for (const [flag, extra] of [[String(at), []], ['2099-01-31T09:00:00Z', []], [String(at), ['--idempotency-key', 'k']]] as const) {
+      const run = await cli(['post', queue, '-', '--at', flag, '--priority', '-4', ...extra, '--json'], '{"a":1}\n{"a":2}\n');
+      expect(run.code, run.stderr).to.equal(0);
+      for (const line of lines(run.stdout) as Array<{ id: string }>) expect(await getItem(server, queue, line.id)).to.deep.include({ runAt: at, priority: -4, group: null });
+    }
+  });
+
+  it('post refuses --delay with --at, and a bad --priority, --at or --group, with one sentence naming the flag, exit 2, posting nothing (decisions §8.1)', async () => {
+    const queue = queueName('prio');
+    await defineQueue(server, queue);
+    for (const args of [['--delay', '5', '--at', '1'], ['--priority', '101'], ['--at', 'tomorrow'], ['--group', ''], ['--delay', '-1']]) {
+      const run = await cli(['post', queue, '{}', ...args]);
+      expect(run.code, `${args.join(' ')}: ${run.stderr}`).to.equal(2);
+      expect(run.stderr, args.join(' ')).to.match(/--(delay|at|priority|group)/);
+    }
+    expect(await pending(queue)).to.equal(0);
+  });
+
   it('item prints a readable summary, and "no such item" with exit 1 for an unknown id', async () => {
     const queue = queueName('show');
     await defineQueue(server, queue);

@@ -210,7 +210,7 @@ describe('the answer check of the black-box tests (test/support/openapi-check.ts
 
   it('takes answers the description gives: a post, a status record, the wall on any operation', () => {
     fits({ method: 'POST', target: '/resize', ...json(200, { ok: true, id: '0123456789abcdef', status: 'pending' }) });
-    const record = { ok: true, id: '0123456789abcdef', status: 'finished', postedBy: 'public', postedAt: 1, updatedAt: 2, finishedAt: 2, attempts: 1, progress: null, result: { output: 'x' }, error: null };
+    const record = { ok: true, id: '0123456789abcdef', status: 'finished', postedBy: 'public', postedAt: 1, updatedAt: 2, finishedAt: 2, attempts: 1, priority: 0, group: null, runAt: null, progress: null, result: { output: 'x' }, error: null };
     fits({ method: 'GET', target: '/resize/items/0123456789abcdef?wait=5', ...json(200, record) });
     fits({ method: 'GET', target: '/api/v2/manifest', ...wall });
     fits({ method: 'POST', target: 'http://jobs.example.com/resize/claim', ...json(200, { ok: true, empty: true }) });

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { resolveQueue } from '../../src/engine/config.js';
 import type { QueueDefinition } from '../../src/definitions/schemas.js';
 import { Item, Queue } from '../../src/engine/queue.js';
+import type { PostOptions } from '../../src/engine/rules.js';
 
 /** A copy of an item as the journal would give it back: every field, as a new object. */
 function clone(i: Item): Item {
@@ -15,12 +16,52 @@ function setup(def: QueueDefinition = {}) {
   const q = new Queue(resolveQueue(def));
   let seq = 0;
   const clock = { t: 1_000_000 };
-  const post = (body: object = {}, key: string | null = null) =>
-    q.post({ id: (seq++).toString(16).padStart(16, '0'), body: JSON.stringify(body), postedBy: 'alice', idempotencyKey: key }, clock.t).item;
+  const post = (body: object = {}, key: string | null = null, options?: PostOptions) =>
+    q.post({ id: (seq++).toString(16).padStart(16, '0'), body: JSON.stringify(body), postedBy: 'alice', idempotencyKey: key, options }, clock.t).item;
   return { q, clock, post };
 }
 
 describe('queue engine (decisions §3)', () => {
+  describe('priorities and delays (decisions §8.1)', () => {
+    it('with 300,000 items waiting, most of them delayed and ahead in claim order, claims take the highest claimable priority at once and each delayed item when its time comes, and the operators\' view lists the first pending items without a scan (decisions §8.1, §5.1)', function () {
+      this.timeout(20_000);
+      const { q, clock, post } = setup();
+      for (let i = 0; i < 200_000; i++) post({}, null, { priority: 100, delaySeconds: 60 + (i % 50) });
+      for (let i = 0; i < 100_000; i++) post({}, null, { priority: (i % 201) - 100 });
+      const t0 = performance.now();
+      const first = Array.from({ length: 1000 }, () => q.claim('w', undefined, clock.t)!.item);
+      // A thousand claims, each O(log n): well under the time of a walk past the delayed items.
+      expect(performance.now() - t0).to.be.below(2000);
+      expect(first.every((i) => i.priority >= 95 && i.availableAt === 0)).to.equal(true);
+      expect(first.map((i) => i.priority)).to.deep.equal([...first.map((i) => i.priority)].sort((a, b) => b - a));
+      // The operators' view: the first pending items in claim order, waiting ones included, without a scan.
+      const t1 = performance.now();
+      for (let i = 0; i < 1000; i++) q.oldestPending(20);
+      expect(performance.now() - t1).to.be.below(2000);
+      expect(q.oldestPending(3).map((i) => i.ord)).to.deep.equal([1, 2, 3]);
+      expect(q.oldestPendingAt()).to.equal(clock.t);
+      clock.t += 60_000;
+      q.tick(clock.t);
+      expect(q.claim('w', undefined, clock.t)!.item).to.include({ priority: 100, ord: 1 });
+    });
+
+    it('a criteria claim cut into steps walks priority by priority, and an item made claimable ahead of where it stopped is found (decisions §3.3, §8.1)', () => {
+      const { q, clock, post } = setup({ retryDelaySeconds: 0 });
+      const high = post({ kind: 'a' }, null, { priority: 5 });
+      post({ kind: 'a' });
+      post({ kind: 'a' }, null, { priority: -5 });
+      let step = q.claimStep('w', { kind: 'b' }, clock.t, 2, null);
+      expect(step).to.deep.equal({ priority: 0, ord: 2 });
+      step = q.claimStep('w', { kind: 'b' }, clock.t, 2, step as { priority: number; ord: number });
+      expect(step).to.equal(null);
+      const b = post({ kind: 'b' }, null, { priority: 9 });
+      const low = post({ kind: 'b' }, null, { priority: -9 });
+      expect(q.claim('w', { kind: 'b' }, clock.t)!.item.id).to.equal(b.id);
+      expect(q.claim('w', { kind: 'b' }, clock.t)!.item.id).to.equal(low.id);
+      expect(q.claim('w', { kind: 'a' }, clock.t)!.item.id).to.equal(high.id);
+    });
+  });
+
   describe('posting and claiming', () => {
     it('a posted item is pending with no attempts (interface §3)', () => {
       const { post } = setup();
@@ -147,14 +188,14 @@ describe('queue engine (decisions §3)', () => {
       const misses = [1, 2, 3, 4, 5].map(() => post({ kind: 'a' }));
       const match = post({ kind: 'b' });
       const steps: Array<number | string | null> = [];
-      let step = q.claimStep('w', { kind: 'b' }, clock.t, 2, 0);
-      while (typeof step === 'number') {
-        steps.push(step);
+      let step = q.claimStep('w', { kind: 'b' }, clock.t, 2, null);
+      while (step !== null && !('item' in step)) {
+        steps.push(step.ord);
         step = q.claimStep('w', { kind: 'b' }, clock.t, 2, step);
       }
       steps.push(step === null ? null : step.item.id);
       expect(steps).to.deep.equal([misses[1]!.ord, misses[3]!.ord, match.id]);
-      expect(q.claimStep('w', { kind: 'b' }, clock.t, 2, 0), 'nothing left to walk').to.equal(null);
+      expect(q.claimStep('w', { kind: 'b' }, clock.t, 2, null), 'nothing left to walk').to.equal(null);
     });
   });
 

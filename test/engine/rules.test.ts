@@ -127,3 +127,60 @@ describe('queue rules as pure functions (decisions §3)', () => {
     expect(t.record.status).to.equal('timedout');
   });
 });
+
+describe('post options as pure functions (decisions §8.1)', () => {
+  it('postOptions reads delay, at, priority and group at their bounds, and nothing else', () => {
+    expect(rules.postOptions({ delay: '0', priority: '-100', group: ' ~' })).to.deep.equal({ options: { delaySeconds: 0, priority: -100, group: ' ~' }, errors: [] });
+    expect(rules.postOptions({ delay: '31536000', priority: '100' }).options).to.deep.equal({ delaySeconds: 31_536_000, priority: 100 });
+    expect(rules.postOptions({ at: '1700000000000', group: 'x'.repeat(128) }).options).to.deep.equal({ at: 1_700_000_000_000, group: 'x'.repeat(128) });
+    expect(rules.postOptions({}).options).to.deep.equal({});
+  });
+
+  it('postOptions names each parameter out of range, unknown, repeated, or delay with at, as ?<name>', () => {
+    const paths = (query: Record<string, unknown>): string[] => rules.postOptions(query).errors.map((e) => e.path);
+    expect(paths({ delay: '31536001' })).to.deep.equal(['?delay']);
+    expect(paths({ delay: '-1' })).to.deep.equal(['?delay']);
+    expect(paths({ delay: '1.5' })).to.deep.equal(['?delay']);
+    expect(paths({ delay: '' })).to.deep.equal(['?delay']);
+    expect(paths({ delay: '01' })).to.deep.equal(['?delay']);
+    expect(paths({ priority: '101' })).to.deep.equal(['?priority']);
+    expect(paths({ priority: '-101' })).to.deep.equal(['?priority']);
+    expect(paths({ priority: 'high' })).to.deep.equal(['?priority']);
+    expect(paths({ at: '-5' })).to.deep.equal(['?at']);
+    expect(paths({ group: '' })).to.deep.equal(['?group']);
+    expect(paths({ group: 'x'.repeat(129) })).to.deep.equal(['?group']);
+    expect(paths({ group: 'tab\there' })).to.deep.equal(['?group']);
+    expect(paths({ group: 'é' })).to.deep.equal(['?group']);
+    expect(paths({ priority: ['1', '2'] })).to.deep.equal(['?priority']);
+    expect(paths({ wait: '5' })).to.deep.equal(['?wait']);
+    expect(paths({ delay: '5', at: '1700000000000' })).to.deep.equal(['?at']);
+    for (const e of rules.postOptions({ delay: 'x', colour: 'red' }).errors) expect(e.message).to.match(/^(delay|colour) /);
+  });
+
+  it('claimableFrom: postedAt + delay, or at; 0 (at once) for no delay, a delay of 0, or a time already past', () => {
+    expect(rules.claimableFrom(undefined, T0)).to.equal(0);
+    expect(rules.claimableFrom({}, T0)).to.equal(0);
+    expect(rules.claimableFrom({ delaySeconds: 0 }, T0)).to.equal(0);
+    expect(rules.claimableFrom({ delaySeconds: 3 }, T0)).to.equal(T0 + 3000);
+    expect(rules.claimableFrom({ at: T0 + 1 }, T0)).to.equal(T0 + 1);
+    expect(rules.claimableFrom({ at: T0 }, T0)).to.equal(0);
+    expect(rules.claimableFrom({ at: T0 - 1 }, T0)).to.equal(0);
+  });
+
+  it('post keeps priority and group, and a delayed item is pending with runAt; claimOrder puts the higher priority first, then the older', () => {
+    const r = rules.post({ id: '0123456789abcdef', ord: 3, body: '{}', postedBy: 'p', idempotencyKey: null, options: { delaySeconds: 2, priority: 7, group: 'g' } }, T0).record;
+    expect(r).to.include({ status: 'pending', postedAt: T0, availableAt: T0 + 2000, priority: 7, group: 'g' });
+    expect(rules.runAt(r)).to.equal(T0 + 2000);
+    expect(rules.claimable(r, T0 + 1999)).to.equal(false);
+    expect(rules.claimable(r, T0 + 2000)).to.equal(true);
+    expect(posted()).to.include({ priority: 0, group: null });
+    expect(rules.runAt(posted())).to.equal(null);
+    const items = [
+      { priority: 0, ord: 1 },
+      { priority: -1, ord: 2 },
+      { priority: 5, ord: 9 },
+      { priority: 5, ord: 4 },
+    ];
+    expect([...items].sort(rules.claimOrder)).to.deep.equal([items[3], items[2], items[0], items[1]]);
+  });
+});

@@ -209,6 +209,32 @@ describe('several nodes on one PostgreSQL database (decisions §6.1)', function 
     for (const node of nodes) expect((await operator(node, '')).paused).to.equal(false);
   });
 
+  it('priorities hold across nodes, and an item delayed on one node is taken by a claim held on another when its time comes, not before (decisions §6.1, §8.1)', async () => {
+    // Long leases: the nodes' windows with nothing due are long, and a short delay falls inside them.
+    await defineEverywhere('later', { leaseSeconds: 600, retainSeconds: 3600 });
+    const low = (await call(nodes[0]!, '/later?priority=-1', '{"n":"low"}')).json.id;
+    const plain = (await call(nodes[1]!, '/later', '{"n":"plain"}')).json.id;
+    const high = (await call(nodes[2]!, '/later?priority=9', '{"n":"high"}')).json.id;
+    const order = [];
+    for (const node of nodes) order.push((await call(node, '/later/claim', '{}')).json.id);
+    expect(order).to.deep.equal([high, plain, low]);
+    for (let round = 0; round < 3; round++) {
+      const held = [1, 2].map((k) => call(nodes[(round + k) % 3]!, '/later/claim', JSON.stringify({ wait: 10 })));
+      await sleep(200);
+      const posted = await call(nodes[round]!, '/later?delay=1', JSON.stringify({ round }));
+      const record = (await call(nodes[(round + 1) % 3]!, `/later/items/${posted.json.id as string}`)).json;
+      expect(record.runAt).to.equal((record.postedAt as number) + 1000);
+      const first = await Promise.race(held);
+      const answeredAt = Date.now();
+      expect(first.json.id).to.equal(posted.json.id);
+      expect(answeredAt, 'not before its time').to.be.at.least(record.runAt as number);
+      expect(answeredAt - (record.runAt as number), 'wake-up time after its time').to.be.below(1000);
+      // The other held claim finds nothing more: a second post ends it.
+      await call(nodes[round]!, '/later', '{}');
+      await Promise.all(held);
+    }
+  });
+
   it('one idempotency key posted concurrently to every node creates one item (decisions §6.1, §3.5)', async () => {
     await defineEverywhere('once', {});
     const answers = await Promise.all(Array.from({ length: 30 }, (_, i) => call(nodes[i % 3]!, '/once', '{}', 'POST', { 'idempotency-key': 'order-42' })));

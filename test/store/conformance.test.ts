@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { resolveQueue, type QueueConfig } from '../../src/engine/config.js';
 import type { Criteria } from '../../src/engine/criteria.js';
-import { LEASE_EXPIRED } from '../../src/engine/rules.js';
+import { LEASE_EXPIRED, type PostOptions } from '../../src/engine/rules.js';
 import type { QueueDefinition } from '../../src/definitions/schemas.js';
 import type { QueueRef, Store } from '../../src/store/store.js';
 import { embedded, model, START, type StoreFactory, type StoreUnderTest } from './support/stores.js';
@@ -100,7 +100,7 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         const out = await s().post(q, { body: '{"n":1}', postedBy: 'alice' });
         expect(out).to.deep.include({ status: 'pending', created: true });
         const record = await s().get(q, out.id);
-        expect(record).to.deep.equal({ id: out.id, status: 'pending', postedBy: 'alice', postedAt: START, updatedAt: START, finishedAt: null, attempts: 0, progress: null, result: null, error: null });
+        expect(record).to.deep.equal({ id: out.id, status: 'pending', postedBy: 'alice', postedAt: START, updatedAt: START, finishedAt: null, attempts: 0, priority: 0, group: null, runAt: null, progress: null, result: null, error: null });
       });
 
       it('ids are 16 lowercase hex characters, unique in the queue (decisions §3.5)', async () => {
@@ -985,6 +985,131 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         await sleep(100);
         await s().setPaused(q, false);
         expect((await waiting).map((c) => c.id)).to.deep.equal(ids);
+      });
+    });
+
+    describe('post options: delay, priority, group (decisions §8.1)', () => {
+      async function postWith(q: QueueRef, options: PostOptions, body: object = {}, idempotencyKey?: string): Promise<string> {
+        return (await s().post(q, { body: JSON.stringify(body), postedBy: 'producer', idempotencyKey, options })).id;
+      }
+
+      it('a claim takes the highest priority first, then the oldest within one priority (decisions §8.1)', async () => {
+        const q = queue();
+        const low = await postWith(q, { priority: -5 });
+        const plain = await post(q);
+        advance(1);
+        const high = await postWith(q, { priority: 7 });
+        const high2 = await postWith(q, { priority: 7 });
+        const mid = await postWith(q, { priority: 1 });
+        const plain2 = await post(q);
+        const got: Array<string | null> = [];
+        for (let i = 0; i < 7; i++) got.push(await claimId(q));
+        expect(got).to.deep.equal([high, high2, mid, plain, plain2, low, null]);
+      });
+
+      it('a multi-claim takes its items in claim order, priority first (decisions §8.1)', async () => {
+        const q = queue();
+        const a = await post(q);
+        const b = await postWith(q, { priority: 100 });
+        const c = await postWith(q, { priority: -100 });
+        const d = await postWith(q, { priority: 3 });
+        expect((await s().claimMany(q, { worker: 'w' }, 10)).map((x) => x.id)).to.deep.equal([b, d, a, c]);
+      });
+
+      it('a claim with criteria takes the highest priority among the items that match (decisions §8.1)', async () => {
+        const q = queue();
+        await postWith(q, { priority: 9 }, { kind: 'x' });
+        const a = await post(q, { kind: 'y' });
+        const b = await postWith(q, { priority: 2 }, { kind: 'y' });
+        expect(await claimId(q, { kind: 'y' })).to.equal(b);
+        expect(await claimId(q, { kind: 'y' })).to.equal(a);
+        expect(await claimId(q, { kind: 'y' })).to.equal(null);
+      });
+
+      it('a delayed item is pending, keeps its postedAt, is not claimable a millisecond early, and its record says runAt (decisions §8.1)', async () => {
+        const q = queue();
+        const a = await postWith(q, { delaySeconds: 10 });
+        expect(await s().get(q, a)).to.deep.include({ status: 'pending', postedAt: START, runAt: START + 10_000, priority: 0, group: null });
+        advance(9999);
+        expect(await claimId(q)).to.equal(null);
+        advance(1);
+        const b = await post(q);
+        expect(await claimId(q), 'once claimable it goes before items posted after it').to.equal(a);
+        expect(await claimId(q)).to.equal(b);
+        expect(await s().get(q, a)).to.deep.include({ status: 'claimed', runAt: null });
+      });
+
+      it('an item posted for a time (at) is claimable from that time; a time already past is at once (decisions §8.1)', async () => {
+        const q = queue();
+        const later = await postWith(q, { at: START + 5_000 });
+        const past = await postWith(q, { at: START - 5_000 });
+        expect(await s().get(q, past)).to.deep.include({ runAt: null });
+        expect(await s().get(q, later)).to.deep.include({ runAt: START + 5_000 });
+        expect(await claimId(q)).to.equal(past);
+        expect(await claimId(q)).to.equal(null);
+        advance(5_000);
+        expect(await claimId(q)).to.equal(later);
+      });
+
+      it('a delayed item of a higher priority waits its time, then goes first (decisions §8.1)', async () => {
+        const q = queue();
+        const urgent = await postWith(q, { delaySeconds: 2, priority: 50 });
+        const a = await post(q);
+        const b = await post(q);
+        expect(await claimId(q)).to.equal(a);
+        advance(2_000);
+        expect(await claimId(q)).to.equal(urgent);
+        expect(await claimId(q)).to.equal(b);
+      });
+
+      it('a retried item keeps its place within its priority, and runAt shows its retry delay (decisions §8.1, §3.2)', async () => {
+        const q = queue({ retryDelaySeconds: 5 });
+        const a = await postWith(q, { priority: 4, group: 'g1' });
+        const b = await postWith(q, { priority: 4 });
+        const c = await post(q);
+        expect(await claimId(q)).to.equal(a);
+        advance(1);
+        await s().error(q, a, '{}');
+        expect(await s().get(q, a)).to.deep.include({ status: 'pending', runAt: START + 5_001, priority: 4, group: 'g1' });
+        advance(5_000);
+        expect(await claimId(q)).to.equal(a);
+        expect(await claimId(q)).to.equal(b);
+        expect(await claimId(q)).to.equal(c);
+      });
+
+      it('a post repeating an Idempotency-Key returns the first item whatever its options (decisions §8.1)', async () => {
+        const q = queue();
+        const first = await postWith(q, { priority: 3, group: 'a' }, { n: 1 }, 'k');
+        const again = await s().post(q, { body: '{"n":2}', postedBy: 'producer', idempotencyKey: 'k', options: { priority: -3, group: 'b', delaySeconds: 60 } });
+        expect(again).to.deep.include({ id: first, created: false });
+        expect(await s().get(q, first)).to.deep.include({ priority: 3, group: 'a', runAt: null });
+        const [batch] = await s().postMany(q, [{ body: '{}', postedBy: 'producer', idempotencyKey: 'k', options: { priority: 9 } }]);
+        expect(batch).to.deep.include({ id: first, created: false });
+      });
+
+      it('options apply to each item of a batch (decisions §8.1)', async () => {
+        const q = queue();
+        const options: PostOptions = { priority: 2, group: 'batch', delaySeconds: 1 };
+        const out = await s().postMany(q, [0, 1].map((n) => ({ body: `{"n":${n}}`, postedBy: 'producer', options })));
+        for (const o of out) expect(await s().get(q, o.id)).to.deep.include({ priority: 2, group: 'batch', runAt: START + 1_000 });
+        const plain = await post(q);
+        expect(await claimId(q)).to.equal(plain);
+        advance(1_000);
+        expect([await claimId(q), await claimId(q)]).to.deep.equal(out.map((o) => o.id));
+      });
+
+      it('priority, group and a delay survive a restart, claim order included (decisions §8.1, §6)', async () => {
+        const q = queue();
+        const a = await post(q);
+        const b = await postWith(q, { priority: 1, group: 'g' });
+        const c = await postWith(q, { priority: 5, delaySeconds: 3 });
+        const before = await Promise.all([a, b, c].map((id) => s().get(q, id)));
+        await h.reopen();
+        expect(await Promise.all([a, b, c].map((id) => s().get(q, id)))).to.deep.equal(before);
+        expect(await claimId(q)).to.equal(b);
+        advance(3_000);
+        expect(await claimId(q)).to.equal(c);
+        expect(await claimId(q)).to.equal(a);
       });
     });
 

@@ -3,8 +3,9 @@ import fc from 'fast-check';
 import { resolveQueue, type QueueConfig } from '../../src/engine/config.js';
 import type { Criteria } from '../../src/engine/criteria.js';
 import type { QueueDefinition } from '../../src/definitions/schemas.js';
+import type { PostOptions } from '../../src/engine/rules.js';
 import type { QueueRef, StatusRecord } from '../../src/store/store.js';
-import { embedded, FakeClock, model, postgresUnderTest, type StoreFactory, type StoreUnderTest } from './support/stores.js';
+import { embedded, FakeClock, model, postgresUnderTest, START, type StoreFactory, type StoreUnderTest } from './support/stores.js';
 
 /**
  * The real stores against the reference model: random sequences of operations run on a store and
@@ -54,9 +55,9 @@ const CRITERIA: Array<Criteria | undefined> = [
 ];
 
 type Command =
-  | { op: 'post'; kind: string; n: number | null; key: string | null }
+  | { op: 'post'; kind: string; n: number | null; key: string | null; options: PostOptions | null }
   | { op: 'claim'; criteria: number; worker: string }
-  | { op: 'postMany'; items: Array<{ kind: string; key: string | null }> }
+  | { op: 'postMany'; items: Array<{ kind: string; key: string | null }>; options: PostOptions | null }
   | { op: 'claimMany'; criteria: number; worker: string; max: number }
   | { op: 'overview' }
   | { op: 'progress' | 'result' | 'error' | 'cancel' | 'get'; item: number }
@@ -68,14 +69,22 @@ type Command =
 
 const durations = fc.oneof(fc.constantFrom(1, 999, 1000, 2000, 3000, 5000, 7000, 10_000, 15_000, 20_000, 25_000, 30_000, 60_000), fc.integer({ min: 1, max: 70_000 }));
 const item = fc.nat({ max: 12 });
+/** Post options (decisions §8.1): a few priorities, delays around the durations the clock moves by, a time, a group. */
+const postOptions: fc.Arbitrary<PostOptions | null> = fc.option(
+  fc.oneof(
+    fc.record({ priority: fc.constantFrom(-2, 0, 1, 5), delaySeconds: fc.constantFrom(0, 1, 2, 5, 30), group: fc.constantFrom('g1', 'g2') }, { requiredKeys: [] }),
+    fc.record({ at: fc.constantFrom(START - 1000, START + 3000, START + 20_000), priority: fc.constantFrom(-2, 1) }, { requiredKeys: ['at'] }),
+  ),
+  { freq: 2 },
+);
 
 const command: fc.Arbitrary<Command> = fc.oneof(
-  { weight: 5, arbitrary: fc.record({ op: fc.constant('post' as const), kind: fc.constantFrom('a', 'b', 'c'), n: fc.option(fc.nat({ max: 3 })), key: fc.option(fc.constantFrom('k1', 'k2', 'k3'), { freq: 3 }) }) },
+  { weight: 5, arbitrary: fc.record({ op: fc.constant('post' as const), kind: fc.constantFrom('a', 'b', 'c'), n: fc.option(fc.nat({ max: 3 })), key: fc.option(fc.constantFrom('k1', 'k2', 'k3'), { freq: 3 }), options: postOptions }) },
   { weight: 5, arbitrary: fc.record({ op: fc.constant('claim' as const), criteria: fc.nat({ max: CRITERIA.length - 1 }), worker: fc.constantFrom('w1', 'w2') }) },
   { weight: 6, arbitrary: fc.record({ op: fc.constantFrom('progress' as const, 'result' as const, 'error' as const, 'cancel' as const, 'get' as const), item }) },
   { weight: 1, arbitrary: fc.constant({ op: 'counts' as const }) },
   // Batches (decisions §3.8) and the operators' view (§5.1).
-  { weight: 2, arbitrary: fc.record({ op: fc.constant('postMany' as const), items: fc.array(fc.record({ kind: fc.constantFrom('a', 'b', 'c'), key: fc.option(fc.constantFrom('k1', 'k2', 'k4'), { freq: 3 }) }), { minLength: 1, maxLength: 4 }) }) },
+  { weight: 2, arbitrary: fc.record({ op: fc.constant('postMany' as const), items: fc.array(fc.record({ kind: fc.constantFrom('a', 'b', 'c'), key: fc.option(fc.constantFrom('k1', 'k2', 'k4'), { freq: 3 }) }), { minLength: 1, maxLength: 4 }), options: postOptions }) },
   { weight: 2, arbitrary: fc.record({ op: fc.constant('claimMany' as const), criteria: fc.nat({ max: CRITERIA.length - 1 }), worker: fc.constantFrom('w1', 'w2'), max: fc.integer({ min: 1, max: 4 }) }) },
   { weight: 1, arbitrary: fc.constant({ op: 'overview' as const }) },
   { weight: 4, arbitrary: fc.record({ op: fc.constant('advance' as const), ms: durations }) },
@@ -101,10 +110,10 @@ interface TurnCall {
 const turnCall: fc.Arbitrary<TurnCall> = fc.record({
   queue: fc.nat({ max: 1 }),
   c: fc.oneof(
-    { weight: 4, arbitrary: fc.record({ op: fc.constant('post' as const), kind: fc.constantFrom('a', 'b', 'c'), n: fc.option(fc.nat({ max: 3 })), key: fc.option(fc.constantFrom('k1', 'k2', 'k3'), { freq: 3 }) }) },
+    { weight: 4, arbitrary: fc.record({ op: fc.constant('post' as const), kind: fc.constantFrom('a', 'b', 'c'), n: fc.option(fc.nat({ max: 3 })), key: fc.option(fc.constantFrom('k1', 'k2', 'k3'), { freq: 3 }), options: postOptions }) },
     // Mostly without criteria: those are the claims a fold groups.
     { weight: 4, arbitrary: fc.record({ op: fc.constant('claim' as const), criteria: fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.nat({ max: CRITERIA.length - 1 }) }), worker: fc.constantFrom('w1', 'w2') }) },
-    { weight: 1, arbitrary: fc.record({ op: fc.constant('postMany' as const), items: fc.array(fc.record({ kind: fc.constantFrom('a', 'b', 'c'), key: fc.option(fc.constantFrom('k1', 'k2', 'k4'), { freq: 3 }) }), { minLength: 1, maxLength: 3 }) }) },
+    { weight: 1, arbitrary: fc.record({ op: fc.constant('postMany' as const), items: fc.array(fc.record({ kind: fc.constantFrom('a', 'b', 'c'), key: fc.option(fc.constantFrom('k1', 'k2', 'k4'), { freq: 3 }) }), { minLength: 1, maxLength: 3 }), options: postOptions }) },
     { weight: 1, arbitrary: fc.record({ op: fc.constant('claimMany' as const), criteria: fc.constant(0), worker: fc.constantFrom('w1', 'w2'), max: fc.integer({ min: 1, max: 3 }) }) },
     { weight: 6, arbitrary: fc.record({ op: fc.constantFrom('progress' as const, 'result' as const, 'error' as const, 'cancel' as const), item }) },
     // A pause or a resume in the transaction of the claims around it.
@@ -152,9 +161,9 @@ function start(side: Side, q: QueueRef, c: TurnCall['c'], id: string, tag: strin
   const store = side.h.store;
   switch (c.op) {
     case 'post':
-      return store.post(q, { body: JSON.stringify(c.n === null ? { kind: c.kind } : { kind: c.kind, n: c.n }), postedBy: 'producer', idempotencyKey: c.key ?? undefined });
+      return store.post(q, { body: JSON.stringify(c.n === null ? { kind: c.kind } : { kind: c.kind, n: c.n }), postedBy: 'producer', idempotencyKey: c.key ?? undefined, options: c.options ?? undefined });
     case 'postMany':
-      return store.postMany(q, c.items.map((i) => ({ body: JSON.stringify({ kind: i.kind }), postedBy: 'producer', idempotencyKey: i.key ?? undefined })));
+      return store.postMany(q, c.items.map((i) => ({ body: JSON.stringify({ kind: i.kind }), postedBy: 'producer', idempotencyKey: i.key ?? undefined, options: c.options ?? undefined })));
     case 'claim':
       return store.claim(q, { worker: c.worker, criteria: CRITERIA[c.criteria] });
     case 'claimMany':
@@ -363,7 +372,7 @@ async function sequence(subject: { name: string; factory: StoreFactory }, initia
 describe('the embedded store against the reference model (model-based, fast-check)', function () {
   this.timeout(60_000 + RUNS * 500);
 
-  it(`answers every caller as the model does over ${RUNS} random sequences of posts, batch posts, claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, clock advances, definition changes and restarts (decisions §3, §3.8, §5.1, §6, §8.4)`, async () => {
+  it(`answers every caller as the model does over ${RUNS} random sequences of posts and batch posts (with delays, times, priorities and groups), claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, clock advances, definition changes and restarts (decisions §3, §3.8, §5.1, §6, §8.1, §8.4)`, async () => {
     await fc.assert(
       fc.asyncProperty(fc.nat({ max: CONFIGS.length - 1 }), fc.array(command, { maxLength: MAX_COMMANDS, size: 'max' }), (initial, commands) => sequence({ name: 'embedded', factory: embedded }, initial, commands)),
       { numRuns: RUNS },
@@ -386,7 +395,7 @@ describe('the PostgreSQL store against the reference model (model-based, fast-ch
     });
   }
 
-  it(`answers every caller as the model does over ${PG_RUNS} random sequences of posts, batch posts, claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, clock advances, definition changes and restarts (decisions §3, §3.8, §5.1, §6, §6.1, §8.4)`, async () => {
+  it(`answers every caller as the model does over ${PG_RUNS} random sequences of posts and batch posts (with delays, times, priorities and groups), claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, clock advances, definition changes and restarts (decisions §3, §3.8, §5.1, §6, §6.1, §8.1, §8.4)`, async () => {
     if (!('factory' in pg)) return;
     const factory = pg.factory;
     await fc.assert(
@@ -395,7 +404,7 @@ describe('the PostgreSQL store against the reference model (model-based, fast-ch
     );
   });
 
-  it(`answers calls made in one turn on two queues (one transaction) as the model does running them in the order the fold does, over ${PG_RUNS} random sequences of such turns (pauses and resumes among the calls), clock advances and definition changes (decisions §3, §3.8, §6, §6.1, §8.4)`, async () => {
+  it(`answers calls made in one turn on two queues (one transaction) as the model does running them in the order the fold does, over ${PG_RUNS} random sequences of such turns (pauses and resumes among the calls), clock advances and definition changes (decisions §3, §3.8, §6, §6.1, §8.1, §8.4)`, async () => {
     if (!('factory' in pg)) return;
     const factory = pg.factory;
     await fc.assert(

@@ -15,8 +15,8 @@ const target = await postgresUnderTest();
 
 /** The statements whose plan a connection keeps, with arguments for EXPLAIN EXECUTE (empty arrays: the plan is what is read). */
 const KEPT: Record<string, string> = {
-  svcq_claim: `'h/q', 0, -1, 10`,
-  svcq_insert_items: `'h/q', '{}', '{}', '{}', '{}', 0, 0, 'pending', 0, 0, 0`,
+  svcq_claim: `'h/q', -1000, -1, 10`,
+  svcq_insert_items: `'h/q', '{}', '{}', '{}', '{}', 0, 0, 'pending', 0, 0, '{}', '{}', '{}'`,
   svcq_write_items: Array(17).fill(`'{}'`).join(', '),
   svcq_finish: Array(28).fill(`'{}'`).join(', '),
   svcq_write_payloads: `'{}', '{}', '{}', '{}', '{}', 0`,
@@ -178,6 +178,53 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
       expect(plan, plan).to.not.match(/Sort|svcq_items_live/);
       // The ten items claimed, not the 100,000 read.
       expect(plan, plan).to.match(/Index Scan using svcq_items_pending on svcq_items \(actual rows=10 /);
+    } finally {
+      client.release();
+    }
+  });
+  it('with 100,000 items waiting across priorities −100…100, half of them delayed and the delayed ones first in claim order, a claim reads only the ten it takes from the pending index, with no sort (decisions §8.1; plans: claim order by priority, delayed items out of the way)', async function () {
+    if (!postgresPresent(target)) return this.skip();
+    await db.admin.query('ALTER TABLE svcq_items SET (autovacuum_enabled = off)');
+    await workload();
+    await db.admin.query(
+      `INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, status, updated_at, attempts, priority, available_at)
+       SELECT 'h/q', lpad(to_hex(n), 16, '0'), nextval('svcq_item_ord'), '{"i":1}', 'p', 1000, 'pending', 1000, 0,
+              CASE WHEN n % 2 = 0 THEN 100 ELSE (n % 201) - 100 END, CASE WHEN n % 2 = 0 THEN 9000000000000 ELSE 0 END
+         FROM generate_series(1, 100000) AS n`,
+    );
+    await db.admin.query('ANALYZE svcq_items');
+    const claimed = await store.claimMany(q, { worker: 'e' }, 3);
+    const overview = await store.overview(q, { oldest: 3, leases: 0 });
+    // Claimable items of priority 100 come before any waiting item; after the three claimed.
+    expect(overview.oldest.map((o) => o.postedAt)).to.deep.equal([1000, 1000, 1000]);
+    expect(overview.oldest.map((o) => o.id)).to.not.include.members(claimed.map((c) => c.id));
+    const rows = (await db.admin.query<{ priority: number; posted_at: string }>(`SELECT priority, posted_at FROM svcq_items WHERE id = ANY($1::text[])`, [claimed.map((c) => c.id)])).rows;
+    // Priority 100 holds delayed items (n even) and claimable ones (n odd, n % 201 = 200).
+    expect(rows.map((r) => [r.priority, Number(r.posted_at)]), 'the highest priority, never a delayed item').to.deep.equal([[100, 1000], [100, 1000], [100, 1000]]);
+    expect(claimed.map((c) => c.attempts)).to.deep.equal([1, 1, 1]);
+    const client = await connection().connect();
+    try {
+      for (const generic of [true, false]) {
+        const plan = await planRun(client, 'svcq_claim', KEPT.svcq_claim!, generic);
+        expect(plan, plan).to.match(/Index Scan using svcq_items_pending on svcq_items \(actual rows=10 /);
+        expect(plan, plan).to.not.match(/Sort|Seq Scan/);
+        // No delayed row read and dropped on the way.
+        expect(plan, plan).to.not.match(/svcq_items_pending[\s\S]*Rows Removed by Filter/);
+      }
+      // The operators' list of the first pending items, claimable or waiting, in claim order: the
+      // first 20 of each read from its index, and only those 40 sorted.
+      const { rows: planRows } = await db.admin.query<{ 'QUERY PLAN': string }>(
+        `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT id, posted_at, attempts FROM (
+           (SELECT id, posted_at, attempts, priority, ord FROM svcq_items WHERE queue = 'h/q' AND status = 'pending' AND available_at = 0 ORDER BY (-priority), ord LIMIT 20)
+           UNION ALL
+           (SELECT id, posted_at, attempts, priority, ord FROM svcq_items WHERE queue = 'h/q' AND status = 'pending' AND available_at > 0 ORDER BY (-priority), ord LIMIT 20)
+         ) AS o ORDER BY (-priority), ord LIMIT 20`,
+      );
+      const oldest = planRows.map((r) => r['QUERY PLAN']).join('\n');
+      expect(oldest, oldest).to.match(/Index Scan using svcq_items_pending on svcq_items \(actual rows=20 /);
+      expect(oldest, oldest).to.match(/Index Scan using svcq_items_waiting on svcq_items \w+ \(actual rows=20 /);
+      expect(oldest, oldest).to.match(/Append \(actual rows=40 /);
+      expect(oldest, oldest).to.not.match(/Seq Scan/);
     } finally {
       client.release();
     }

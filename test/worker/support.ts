@@ -29,6 +29,10 @@ export interface ItemStatus {
   id: string;
   status: string;
   attempts: number;
+  postedAt: number;
+  priority: number;
+  group: string | null;
+  runAt: number | null;
   progress: unknown;
   result: unknown;
   error: unknown;

@@ -109,7 +109,7 @@ const MAX_FOLD = 256;
 /** Times a transaction rolled back by a deadlock, a serialization failure or a lost race is run again. */
 const MAX_RETRIES = 5;
 
-const COLUMNS = 'ctid, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at, version';
+const COLUMNS = 'ctid, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at, version, priority, grp';
 
 interface ItemRow {
   /** Where the row's current version lies in the table, as text ('(page,slot)'): its guarded write finds it there. */
@@ -132,6 +132,8 @@ interface ItemRow {
   error: string | null;
   fetched_at: number | null;
   version: number;
+  priority: number;
+  grp: string | null;
 }
 
 /** A record as read, with the version its guarded write must find, and where. */
@@ -152,6 +154,8 @@ function recordOf(row: ItemRow): Loaded {
       postedBy: row.posted_by,
       postedAt: row.posted_at,
       idempotencyKey: row.idempotency_key,
+      priority: row.priority,
+      group: row.grp,
       status: row.status,
       updatedAt: row.updated_at,
       finishedAt: row.finished_at,
@@ -855,7 +859,16 @@ export class PostgresStore implements Store, EventOutbox {
           [ref.key],
         ),
         limits.oldest > 0
-          ? this.read<{ id: string; posted_at: number; attempts: number }>(`SELECT id, posted_at, attempts FROM svcq_items WHERE queue = $1 AND status = 'pending' ORDER BY ord LIMIT $2`, [ref.key, limits.oldest])
+          ? this.read<{ id: string; posted_at: number; attempts: number }>(
+              // In claim order (decisions §8.1): the first claimable items and the first waiting
+              // ones, each read in the order of its own index, then the two short lists merged.
+              `SELECT id, posted_at, attempts FROM (
+                 (SELECT id, posted_at, attempts, priority, ord FROM svcq_items WHERE queue = $1 AND status = 'pending' AND available_at = 0 ORDER BY (-priority), ord LIMIT $2)
+                 UNION ALL
+                 (SELECT id, posted_at, attempts, priority, ord FROM svcq_items WHERE queue = $1 AND status = 'pending' AND available_at > 0 ORDER BY (-priority), ord LIMIT $2)
+               ) AS o ORDER BY (-priority), ord LIMIT $2`,
+              [ref.key, limits.oldest],
+            )
           : null,
         limits.leases > 0
           ? this.read<{ id: string; lease_worker: string | null; lease_until: number | null; attempts: number }>(
@@ -973,7 +986,7 @@ export class PostgresStore implements Store, EventOutbox {
 
   /**
    * Claims without criteria, in the order they were made, each taking the oldest claimable items
-   * left (`ORDER BY ord LIMIT … FOR UPDATE SKIP LOCKED` for all of them at once: rows another
+   * left (`ORDER BY (-priority), ord LIMIT … FOR UPDATE SKIP LOCKED` for all of them at once: rows another
    * transaction holds are skipped, never waited for). Each row is checked again with
    * rules.claimable once locked: another node may have changed it since this statement began.
    */
@@ -994,6 +1007,7 @@ export class PostgresStore implements Store, EventOutbox {
     const ahead = tx.requeued(ref.key) ? tx.flush() : undefined;
     ahead?.catch(() => undefined);
     let after = -1;
+    let afterRank = -1000;
     while (at < calls.length) {
       let need = 0;
       for (let i = at; i < calls.length; i++) if (!calls[i]!.input.signal?.aborted) need += calls[i]!.max - out[i]!.length;
@@ -1002,9 +1016,9 @@ export class PostgresStore implements Store, EventOutbox {
       const limit = need + tx.stagedPending(ref.key);
       const reading = tx.query<ItemRow>(
         named('svcq_claim', `SELECT ${COLUMNS} FROM svcq_items
-          WHERE queue = $1 AND status = 'pending' AND available_at <= $2 AND ord > $3 AND ${NOT_PAUSED}
-          ORDER BY ord LIMIT $4 FOR UPDATE SKIP LOCKED`, 'ordered'),
-        [ref.key, tx.now, after, limit],
+          WHERE queue = $1 AND status = 'pending' AND available_at = 0 AND ((-priority), ord) > ($2::integer, $3) AND ${NOT_PAUSED}
+          ORDER BY (-priority), ord LIMIT $4 FOR UPDATE SKIP LOCKED`, 'ordered'),
+        [ref.key, afterRank, after, limit],
       );
       if (ahead) {
         // Its failure, if any, is the cause (the claim behind it then fails too).
@@ -1014,6 +1028,7 @@ export class PostgresStore implements Store, EventOutbox {
       const rows = (await reading).rows;
       if (rows.length === 0) break;
       after = rows[rows.length - 1]!.ord;
+      afterRank = -rows[rows.length - 1]!.priority;
       for (const row of rows) {
         settled();
         if (at >= calls.length) break;
@@ -1047,22 +1062,25 @@ export class PostgresStore implements Store, EventOutbox {
     if (tx.requeued(ref.key)) await tx.flush();
     const prefilter = prefilterOf(criteria);
     let after = -1;
+    let afterRank = -1000;
     while (out.length < max) {
       if (input.signal?.aborted) break;
       const need = max - out.length;
       const page = (
-        await tx.query<{ id: string; ord: number; body: string }>(
-          named('svcq_claim_page', `SELECT id, ord, body FROM svcq_items
-            WHERE queue = $1 AND status = 'pending' AND available_at <= $2 AND ord > $3 AND ${NOT_PAUSED}
+        await tx.query<{ id: string; ord: number; priority: number; body: string }>(
+          named('svcq_claim_page', `SELECT id, ord, priority, body FROM svcq_items
+            WHERE queue = $1 AND status = 'pending' AND available_at = 0 AND ((-priority), ord) > ($2::integer, $3) AND ${NOT_PAUSED}
               AND ${PREFILTER_SQL}
-            ORDER BY ord LIMIT $4`, 'custom-ordered'),
-          [ref.key, tx.now, after, CLAIM_PAGE, ...prefilter],
+            ORDER BY (-priority), ord LIMIT $4`, 'custom-ordered'),
+          [ref.key, afterRank, after, CLAIM_PAGE, ...prefilter],
         )
       ).rows;
       if (page.length === 0) break;
       const matching = page.filter((p) => passes(p.body, criteria));
       const candidates = matching.slice(0, need);
-      after = candidates.length < matching.length ? candidates[candidates.length - 1]!.ord : page[page.length - 1]!.ord;
+      const last = candidates.length < matching.length ? candidates[candidates.length - 1]! : page[page.length - 1]!;
+      after = last.ord;
+      afterRank = -last.priority;
       if (candidates.length === 0) continue;
       const rows = (
         await tx.query<ItemRow>(
@@ -1071,7 +1089,7 @@ export class PostgresStore implements Store, EventOutbox {
           // found by reading every live item of the queue; now each id is probed by primary key.
           named('svcq_claim_matching', `SELECT ${COLUMNS} FROM svcq_items
             WHERE queue = $1 AND id = ANY($2::text[]) AND (status = 'pending') IS TRUE AND available_at <= $3
-            ORDER BY ord FOR UPDATE SKIP LOCKED`),
+            ORDER BY (-priority), ord FOR UPDATE SKIP LOCKED`),
           [ref.key, candidates.map((c) => c.id), tx.now],
         )
       ).rows;
@@ -1132,7 +1150,7 @@ export class PostgresStore implements Store, EventOutbox {
         const input = inputs[n]!;
         const id = this.newId();
         tx.postedBy.set(`${ref.key}\n${id}`, group);
-        return rules.post({ id, ord: 0, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null }, tx.now);
+        return rules.post({ id, ord: 0, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null, options: input.options }, tx.now);
       });
       const first = records[0]!.record;
       const inserting = tx.query<{ id: string; ord: number }>(
@@ -1141,8 +1159,8 @@ export class PostgresStore implements Store, EventOutbox {
          ), ords AS (
            SELECT v, row_number() OVER (ORDER BY v) AS n FROM (SELECT nextval('svcq_item_ord') AS v FROM generate_series(1, $6::integer)) AS s
          )
-         INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, attempts, available_at)
-         SELECT $1, input.id, ords.v, input.body, input.posted_by, $7, input.idempotency_key, $8, $9, $10, $11
+         INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, attempts, available_at, priority, grp)
+         SELECT $1, input.id, ords.v, input.body, input.posted_by, $7, input.idempotency_key, $8, $9, $10, coalesce(($11::bigint[])[input.n], 0), coalesce(($12::smallint[])[input.n], 0), ($13::text[])[input.n]
            FROM input JOIN ords USING (n) ORDER BY input.n
          ON CONFLICT DO NOTHING
          RETURNING id, ord`, 'generic'),
@@ -1157,7 +1175,11 @@ export class PostgresStore implements Store, EventOutbox {
           first.status,
           first.updatedAt,
           first.attempts,
-          first.availableAt,
+          // Post options (decisions §8.1), per item; null when none of them has any, so that a
+          // plain post sends nothing more.
+          records.some((t) => t.record.availableAt !== 0) ? records.map((t) => t.record.availableAt) : null,
+          records.some((t) => t.record.priority !== 0) ? records.map((t) => t.record.priority) : null,
+          records.some((t) => t.record.group !== null) ? records.map((t) => t.record.group) : null,
         ],
       );
       if (ahead.length > 0) {

@@ -245,6 +245,25 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE svcq_queues ADD COLUMN paused boolean NOT NULL DEFAULT false;
     `,
   },
+  {
+    version: 12,
+    description: 'item priority and group; claim order by priority',
+    sql: `
+      -- decisions §8.1. Constant defaults: the table is not rewritten.
+      ALTER TABLE svcq_items ADD COLUMN priority smallint NOT NULL DEFAULT 0, ADD COLUMN grp text;
+      -- Claims walk claimable items in claim order: the highest priority first, then ord
+      -- (replacing the index by ord alone). Keyed on -priority, so that a claim's page cursor is
+      -- one row comparison, ((-priority), ord) > ($r, $o), which the index answers as a range.
+      -- Only items with no time to wait for are in it: a million delayed items cost a claim
+      -- nothing. The sweep that starts each transaction sets available_at to 0 once it has passed
+      -- (as it did for retry delays), which moves the item into the index.
+      DROP INDEX svcq_items_pending;
+      CREATE INDEX svcq_items_pending ON svcq_items (queue, (-priority), ord) WHERE status = 'pending' AND available_at = 0;
+      -- Items waiting for their time, in claim order: the operators' view lists the first pending
+      -- items of both kinds without sorting them all.
+      CREATE INDEX svcq_items_waiting ON svcq_items (queue, (-priority), ord) WHERE status = 'pending' AND available_at > 0;
+    `,
+  },
 ];
 
 /** Any constant the whole database agrees on: the lock that serialises migrations across nodes. */
