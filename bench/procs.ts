@@ -1,8 +1,9 @@
 /**
- * Child processes of a bench run: the svcq server, load generators, Redis and the BullMQ driver.
+ * Child processes of a bench run: the svcq server, load generators, Redis and the BullMQ and
+ * RabbitMQ drivers (and the pid of the RabbitMQ server already running on the machine).
  * Every child is registered so that an error or Ctrl-C still ends all of them.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { cpSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -205,6 +206,8 @@ export interface BullmqSpec {
   inFlight: number;
   itemBytes: number;
   timeoutMs: number;
+  /** The server process (redis-server) whose CPU time the driver reads at its first add and at its last completion. */
+  cpuPid?: number;
 }
 
 export interface BullmqResult {
@@ -213,6 +216,10 @@ export interface BullmqResult {
   elapsedMs: number;
   rate: number;
   timedOut: boolean;
+  /** CPU time (user + system) of `cpuPid` over exactly the measured window, in ms. */
+  serverCpuMs?: number;
+  /** The driver's own CPU time over the same window, in ms. */
+  clientCpuMs?: number;
 }
 
 export function runBullmq(spec: BullmqSpec): Promise<BullmqResult> {
@@ -231,8 +238,71 @@ export function freePort(): Promise<number> {
   });
 }
 
+/**
+ * The full cycle through a server's client library (bench/svcq-client-load.ts) or against
+ * RabbitMQ (bench/rabbitmq-load.ts): `inFlight` producers send `jobs` items while a worker of
+ * concurrency `inFlight` returns a result for each; the driver reads `cpuPid`'s CPU time at its
+ * first post and at its last result.
+ */
+export interface CycleSpec {
+  jobs: number;
+  inFlight: number;
+  itemBytes: number;
+  timeoutMs: number;
+  cpuPid: number;
+  /** svcq: the server's base URL; RabbitMQ: the amqp:// URL. */
+  url: string;
+  /** svcq: the queue domain (Host header). */
+  host?: string;
+  /** svcq: a queue defined for this round; RabbitMQ: the name of the quorum queue to declare (and delete afterwards). */
+  queue: string;
+}
+
+export interface CycleResult {
+  completed: number;
+  posted: number;
+  errors: number;
+  firstError?: string;
+  elapsedMs: number;
+  rate: number;
+  timedOut: boolean;
+  serverCpuMs: number;
+  clientCpuMs: number;
+}
+
+export function runSvcqClient(spec: CycleSpec): Promise<CycleResult> {
+  return runChild<CycleResult>('svcq-client-load.ts', spec, spec.timeoutMs + 60_000);
+}
+
+export function runRabbitmq(spec: CycleSpec): Promise<CycleResult> {
+  return runChild<CycleResult>('rabbitmq-load.ts', spec, spec.timeoutMs + 60_000);
+}
+
+/**
+ * The pid of the RabbitMQ node running on this machine (its beam.smp process, the one whose
+ * command line boots `rabbit`), or undefined when none runs.
+ */
+export function rabbitmqPid(): number | undefined {
+  let out: string;
+  try {
+    out = execFileSync('pgrep', ['-f', 'beam.smp'], { encoding: 'utf8' });
+  } catch {
+    // pgrep exits 1 when nothing matches.
+    return undefined;
+  }
+  const pids = out.split('\n').filter(Boolean).map(Number);
+  return pids.find((pid) => {
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').includes('-s rabbit boot');
+    } catch {
+      return false;
+    }
+  });
+}
+
 export interface Redis {
   port: number;
+  pid: number;
   stop(): Promise<void>;
 }
 
@@ -251,6 +321,7 @@ export async function startRedis(dir: string): Promise<Redis> {
   await waitForLine(proc, output, /Ready to accept connections/, 20_000, 'redis-server');
   return {
     port,
+    pid: proc.pid!,
     async stop() {
       if (proc.exitCode !== null || proc.signalCode !== null) return;
       const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));

@@ -3,6 +3,7 @@ import chalk from 'chalk';
 import Table from 'cli-table3';
 import type { LoadResult } from './protocol.js';
 import type { BullmqResult } from './procs.js';
+import { besideVerdicts, type BesideRun } from './beside.js';
 
 export interface RestartFigures {
   waiting: number;
@@ -69,6 +70,8 @@ export interface BenchRun {
   floor?: { plain: LoadResult; durable: LoadResult; durableCycle: LoadResult; durableUndici?: LoadResult; durableLatency: LoadResult };
   backlogs: BacklogRun[];
   profile?: { file: string; cycle: LoadResult; top: string };
+  /** `--vs rabbitmq`: svcq through its client library beside RabbitMQ's quorum queue (and BullMQ), with each server's CPU per job. */
+  beside?: BesideRun;
 }
 
 export interface Row {
@@ -127,6 +130,7 @@ function medianPair(b: BacklogRun, kind: 'post' | 'cycle'): Pair {
 /** The goals from the performance issue, checked against this run; the backlog goals use its largest size. */
 export function verdicts(run: BenchRun): Verdict[] {
   const out: Verdict[] = [];
+  for (const v of run.beside ? besideVerdicts(run.beside) : []) out.push({ target: v.target, measured: `median of ${v.ratios.length} rounds (${list(v.ratios)}) = ${fmt(v.ratio, 2)}×`, pass: v.pass });
   if (run.bullmq) {
     const ratios = bullmqRatios(run);
     const ratio = median(ratios);

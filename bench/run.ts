@@ -6,6 +6,10 @@
  *   --duration 5             seconds per throughput phase
  *   --quick                  sizes 20000, 1.5 s phases, 8,000-job cycles: the whole run in about a minute
  *   --vs bullmq              also run the full cycle against BullMQ on a private redis-server
+ *   --vs rabbitmq,bullmq     also the full cycle through svcq's client library beside RabbitMQ's
+ *                            quorum queue (and BullMQ), with each server's CPU per job (bench/beside.ts)
+ *   --vs-only                with --vs: only those comparisons, none of the other phases
+ *   --amqp URL               the RabbitMQ node (default amqp://guest:guest@127.0.0.1:5672)
  *   --rounds 5               paired rounds for every ratio (1 with --quick): see bench/README.md
  *   --cpu-prof               also profile the server over one cycle phase and summarise it
  *   --keep                   keep the temp roots (printed) instead of removing them
@@ -22,6 +26,7 @@ import { summariseProfile } from './profile-summary.js';
 import { execFileSync } from 'node:child_process';
 import { BENCH_DIR, REPO, snapshotBuild, killAll, runBullmq, runLoad, startFloor, startRedis, startSvcq, type BullmqResult, type Svcq } from './procs.js';
 import { BATCH_SIZE, CLAIM_MAX, type LoadMode, type LoadResult, type LoadSpec } from './protocol.js';
+import { besideVerdicts, renderBeside, runBeside, type BesideRun, type System } from './beside.js';
 import { renderTable, sizeName, verdicts, type BacklogRun, type BenchRun, type Pair, type RestartFigures } from './report.js';
 
 const HOST = 'bench.test';
@@ -34,6 +39,8 @@ const { values: opts } = parseArgs({
     duration: { type: 'string' },
     quick: { type: 'boolean', default: false },
     vs: { type: 'string' },
+    'vs-only': { type: 'boolean', default: false },
+    amqp: { type: 'string', default: 'amqp://guest:guest@127.0.0.1:5672' },
     rounds: { type: 'string' },
     'cpu-prof': { type: 'boolean', default: false },
     keep: { type: 'boolean', default: false },
@@ -52,11 +59,15 @@ function positiveInts(text: string, flag: string): number[] {
 const sizes = positiveInts(opts.sizes ?? (opts.quick ? '20000' : '100000,1000000'), 'sizes').sort((a, b) => a - b);
 const durationS = Number(opts.duration ?? (opts.quick ? 1.5 : 5));
 if (!(durationS > 0 && durationS <= 600)) throw new Error(`--duration must be seconds between 0 and 600, not "${opts.duration}"`);
-if (opts.vs !== undefined && opts.vs !== 'bullmq') throw new Error(`--vs only knows "bullmq", not "${opts.vs}"`);
+const peers = (opts.vs ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+for (const p of peers) if (p !== 'bullmq' && p !== 'rabbitmq') throw new Error(`--vs knows "bullmq" and "rabbitmq", not "${p}"`);
+if (opts['vs-only'] && peers.length === 0) throw new Error('--vs-only needs --vs');
 const inFlight = positiveInts(opts['in-flight'], 'in-flight')[0]!;
 const itemBytes = positiveInts(opts['item-bytes'], 'item-bytes')[0]!;
 const durationMs = durationS * 1000;
 const rounds = positiveInts(opts.rounds ?? (opts.quick ? '1' : '5'), 'rounds')[0]!;
+/** Rounds of the comparison beside RabbitMQ (and BullMQ): three unless --rounds says otherwise. */
+const besideRounds = opts.rounds === undefined ? 3 : rounds;
 // Long enough for the JIT and for V8 to grow its young generation to full size after a (re)start.
 const warmupMs = Math.min(3000, durationMs);
 const PREFILL_IN_FLIGHT = 64;
@@ -329,6 +340,33 @@ async function startBullmq(): Promise<Peer> {
 }
 
 /**
+ * svcq through its client library beside RabbitMQ's quorum queue and/or BullMQ (bench/beside.ts),
+ * on a server of its own, CYCLE_JOBS per round, in `besideRounds` rounds of rotating order.
+ */
+async function besidePhases(): Promise<BesideRun> {
+  const systems: System[] = ['svcq', ...(['rabbitmq', 'bullmq'] as const).filter((p) => peers.includes(p))];
+  log(`beside ${systems.slice(1).join(' and ')}: starting svcq serve`);
+  const server = await startSvcq({ root: tempRoot('beside'), masterToken: MASTER });
+  try {
+    return await runBeside({
+      systems,
+      jobs: CYCLE_JOBS,
+      inFlight,
+      itemBytes,
+      rounds: besideRounds,
+      amqpUrl: opts.amqp,
+      svcq: server,
+      host: HOST,
+      defineQueue: (name) => defineQueues(server, [name]),
+      redisDir: tempRoot('beside-redis'),
+      log,
+    });
+  } finally {
+    await server.stop();
+  }
+}
+
+/**
  * The bare node:http handler of bench/floor-server.ts: answering at once, then answering after an
  * O_DSYNC group write at the post phase's connections, at the full cycle's (producers and workers),
  * at the full cycle's with undici as the client, and at one in flight for latency.
@@ -394,7 +432,24 @@ async function main(): Promise<void> {
     empty: undefined as unknown as BenchRun['empty'],
     backlogs: [],
   };
-  const peer = opts.vs === 'bullmq' ? await startBullmq() : undefined;
+  const header = (): void => {
+    console.log('');
+    console.log(chalk.bold(`svcq bench ${run.date} — ${run.machine.cpus}× ${run.machine.cpuModel}, ${run.machine.memGiB} GiB, node ${run.machine.node}; svcq ${build.commit}${build.dirty ? ' + uncommitted src changes' : ''}; ${itemBytes}-byte items, ${durationS} s per phase`));
+    const busy = run.load.start > 0.5 ? chalk.yellow(' — the machine was busy before the run: figures are low') : '';
+    console.log(`1-minute load average: ${run.load.start.toFixed(2)} at start, ${run.load.end.toFixed(2)} at end${busy}`);
+  };
+  if (peers.includes('rabbitmq') || opts['vs-only']) run.beside = await besidePhases();
+  if (opts['vs-only']) {
+    run.load.end = os.loadavg()[0]!;
+    const file = path.join(BENCH_DIR, 'results', `${stamp}-vs.json`);
+    const { empty: _empty, backlogs: _backlogs, ...only } = run;
+    writeFileSync(file, `${JSON.stringify({ ...only, verdicts: besideVerdicts(run.beside!) }, null, 2)}\n`);
+    header();
+    console.log(renderBeside(run.beside!));
+    console.log(`\nwritten: ${path.relative(process.cwd(), file)}`);
+    return;
+  }
+  const peer = peers.includes('bullmq') ? await startBullmq() : undefined;
   try {
     Object.assign(run, await emptyPhases(peer));
   } finally {
@@ -407,11 +462,9 @@ async function main(): Promise<void> {
 
   const file = path.join(BENCH_DIR, 'results', `${stamp}.json`);
   writeFileSync(file, `${JSON.stringify({ ...run, verdicts: verdicts(run) }, null, 2)}\n`);
-  console.log('');
-  console.log(chalk.bold(`svcq bench ${run.date} — ${run.machine.cpus}× ${run.machine.cpuModel}, ${run.machine.memGiB} GiB, node ${run.machine.node}; svcq ${build.commit}${build.dirty ? ' + uncommitted src changes' : ''}; ${itemBytes}-byte items, ${durationS} s per phase`));
-  const busy = run.load.start > 0.5 ? chalk.yellow(' — the machine was busy before the run: figures are low') : '';
-  console.log(`1-minute load average: ${run.load.start.toFixed(2)} at start, ${run.load.end.toFixed(2)} at end${busy}`);
+  header();
   console.log(renderTable(run));
+  if (run.beside) console.log(`\n${renderBeside(run.beside)}`);
   if (run.profile) console.log(`\n${chalk.bold('Server CPU profile over a full-cycle phase')} (${run.profile.file})\n${run.profile.top}`);
   console.log(`\nwritten: ${path.relative(process.cwd(), file)}`);
 }
