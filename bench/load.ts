@@ -7,6 +7,7 @@ import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { Client } from 'undici';
 import { BATCH_SIZE, CLAIM_MAX, makeItem, RESULT_PREFIX, summarise, type LoadResult, type LoadSpec } from './protocol.js';
+import { cpuMsOf } from './procs.js';
 
 const spec = JSON.parse(process.argv[2] ?? '') as LoadSpec;
 const targets = (spec.urls ?? [spec.url]).map((u) => new URL(u));
@@ -127,6 +128,7 @@ let empties = 0;
 let firstError: string | undefined;
 const latencies: number[] = [];
 const cpu0 = process.cpuUsage();
+const serverCpu0 = spec.cpuPid === undefined ? 0 : cpuMsOf(spec.cpuPid);
 const t0 = performance.now();
 const deadline = t0 + spec.durationMs;
 // A dead server turns every request into an instant error: give up rather than spin.
@@ -337,6 +339,7 @@ else await Promise.all(Array.from({ length: spec.inFlight }, (_, i) => loop(i)))
 // A cycle phase is measured up to its last result (or its deadline).
 const elapsedMs = spec.mode === 'cycle' || spec.mode === 'handin' ? (count >= spec.maxCount ? lastResultAt : Math.min(performance.now(), deadline)) - t0 : performance.now() - t0;
 const cpu = process.cpuUsage(cpu0);
+const serverCpuMs = spec.cpuPid === undefined ? undefined : cpuMsOf(spec.cpuPid) - serverCpu0;
 for (const c of connections) c.close();
 
 const result: LoadResult = {
@@ -347,6 +350,7 @@ const result: LoadResult = {
   elapsedMs,
   rate: elapsedMs > 0 ? (count * 1000) / elapsedMs : 0,
   clientCpuMs: (cpu.user + cpu.system) / 1000,
+  serverCpuMs,
   latency: spec.recordLatency ? summarise(Float64Array.from(latencies)) : undefined,
   firstError,
 };

@@ -38,6 +38,8 @@ export interface LoadSpec {
   recordLatency: boolean;
   /** The HTTP client: the generator's own raw-socket client (default), or undici (the client inside Node's fetch). */
   client?: 'raw' | 'undici';
+  /** The server process: the generator reads its CPU time at the phase's start and end, into `serverCpuMs`. */
+  cpuPid?: number;
 }
 
 export interface LatencySummary {
@@ -61,7 +63,7 @@ export interface LoadResult {
   rate: number;
   /** CPU time (user + system) the load generator spent over the phase, in ms. */
   clientCpuMs: number;
-  /** CPU time the server spent over the phase, in ms (filled in by the orchestrator). */
+  /** CPU time the server spent over the phase, in ms (filled in by the orchestrator, or by the generator given `cpuPid`). */
   serverCpuMs?: number;
   /** Milliseconds, present when recordLatency was set. */
   latency?: LatencySummary;

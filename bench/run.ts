@@ -9,6 +9,8 @@
  *   --vs rabbitmq,bullmq     also the full cycle through svcq's client library beside RabbitMQ's
  *                            quorum queue (and BullMQ), with each server's CPU per job (bench/beside.ts)
  *   --vs-only                with --vs: only those comparisons, none of the other phases
+ *   --vs-svcq client         svcq's side of those: its client library (client, the default) or the
+ *                            bench's own hand-in loop over raw sockets (handin)
  *   --amqp URL               the RabbitMQ node (default amqp://guest:guest@127.0.0.1:5672)
  *   --rounds 5               paired rounds for every ratio (1 with --quick): see bench/README.md
  *   --cpu-prof               also profile the server over one cycle phase and summarise it
@@ -26,7 +28,7 @@ import { summariseProfile } from './profile-summary.js';
 import { execFileSync } from 'node:child_process';
 import { BENCH_DIR, REPO, snapshotBuild, killAll, runBullmq, runLoad, startFloor, startRedis, startSvcq, type BullmqResult, type Svcq } from './procs.js';
 import { BATCH_SIZE, CLAIM_MAX, type LoadMode, type LoadResult, type LoadSpec } from './protocol.js';
-import { besideVerdicts, renderBeside, runBeside, type BesideRun, type System } from './beside.js';
+import { besideVerdicts, renderBeside, runBeside, type BesideRun, type SvcqDriver, type System } from './beside.js';
 import { renderTable, sizeName, verdicts, type BacklogRun, type BenchRun, type Pair, type RestartFigures } from './report.js';
 
 const HOST = 'bench.test';
@@ -40,6 +42,7 @@ const { values: opts } = parseArgs({
     quick: { type: 'boolean', default: false },
     vs: { type: 'string' },
     'vs-only': { type: 'boolean', default: false },
+    'vs-svcq': { type: 'string', default: 'client' },
     amqp: { type: 'string', default: 'amqp://guest:guest@127.0.0.1:5672' },
     rounds: { type: 'string' },
     'cpu-prof': { type: 'boolean', default: false },
@@ -62,6 +65,8 @@ if (!(durationS > 0 && durationS <= 600)) throw new Error(`--duration must be se
 const peers = (opts.vs ?? '').split(',').map((s) => s.trim()).filter(Boolean);
 for (const p of peers) if (p !== 'bullmq' && p !== 'rabbitmq') throw new Error(`--vs knows "bullmq" and "rabbitmq", not "${p}"`);
 if (opts['vs-only'] && peers.length === 0) throw new Error('--vs-only needs --vs');
+if (opts['vs-svcq'] !== 'client' && opts['vs-svcq'] !== 'handin') throw new Error(`--vs-svcq is "client" or "handin", not "${opts['vs-svcq']}"`);
+const svcqDriver: SvcqDriver = opts['vs-svcq'];
 const inFlight = positiveInts(opts['in-flight'], 'in-flight')[0]!;
 const itemBytes = positiveInts(opts['item-bytes'], 'item-bytes')[0]!;
 const durationMs = durationS * 1000;
@@ -350,6 +355,7 @@ async function besidePhases(): Promise<BesideRun> {
   try {
     return await runBeside({
       systems,
+      svcqDriver,
       jobs: CYCLE_JOBS,
       inFlight,
       itemBytes,
