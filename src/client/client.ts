@@ -4,12 +4,16 @@ import type { Manifest } from '../definitions/manifest.js';
 import type { PauseAnswer } from '../operators/answers.js';
 import { arrayElements, objectMembers } from '../json-text.js';
 import { answerMismatch, type AnswerShape } from './answer-shapes.js';
+import { PostCoalescer } from './coalesce.js';
 import { IDEMPOTENCY_KEY_RULE, isIdempotencyKey, type BatchAnswer, type ClaimAnswer, type ClaimManyAnswer, type ClaimRequest, type PostAnswer, type StatusAnswer, type SubmissionAnswer } from '../protocol.js';
 
 export const CLIENT_API = 2;
 
 /** How long a post waits for its answer (a batch twice as long) before it counts as a `timeout`. */
 export const POST_TIMEOUT_MS = 60_000;
+
+/** An item larger than this (bytes) is posted on its own: the server's default --max-body, so its refusal is the plain post's 413. */
+const COALESCE_ALONE_CHARS = 1024 * 1024;
 
 /** How long any other call waits for its answer, past the wait it asked the server for (a long poll). */
 export const CALL_TIMEOUT_MS = 30_000;
@@ -32,6 +36,12 @@ export interface ClientOptions {
   tokenHint?: string;
   /** What the wall's sentence adds when a queue call was sent without `host`, after the host it went to (the command line names its flag). */
   hostHint?: string;
+  /**
+   * Posts made while an earlier one (of the same queue and options) is on its way go out together
+   * as one batch, each call settling with its own item's answer (docs/client.md, "Posts that
+   * coalesce"). Default true; false sends every post on its own.
+   */
+  coalesce?: boolean;
 }
 
 /** Options every call takes. */
@@ -159,6 +169,11 @@ export function answerText(answer: object): string | undefined {
  */
 export class SvcqClient {
   private readonly base: URL;
+  private readonly coalescer = new PostCoalescer({
+    one: (queue, query, text) => this.json('POST', `/${part(queue, 'the queue name')}${query}`, { body: text, shape: 'post', queueHost: true, ...this.limits({}, 0, POST_TIMEOUT_MS) }),
+    many: (queue, query, texts) => this.json('POST', `/${part(queue, 'the queue name')}/batch${query}`, { body: `[${texts.join(',')}]`, shape: 'batch', queueHost: true, ...this.limits({}, 0, POST_TIMEOUT_MS) }),
+    refused: (entry) => explain(400, entry, ''),
+  });
 
   constructor(readonly options: ClientOptions) {
     try {
@@ -352,8 +367,19 @@ export class SvcqClient {
    * sets `timeoutMs`) fails with code `timeout`, and the item may have been posted: repeat it with
    * the same `idempotencyKey` to be sure it is posted once. `opts` may carry the item's delay or
    * time, priority and group (decisions §8.1).
+   *
+   * Unless the client was made with `coalesce: false`, posts made while an earlier one of the same
+   * queue and options is on its way go out together as one batch (see {@link PostCoalescer}); a
+   * post with an idempotency key, its own `signal` or `timeoutMs`, or an item over 1 MiB goes on
+   * its own, as it would without coalescing.
    */
   async post(queue: string, item: JsonObjectOrText, idempotencyKey?: string, opts: PostOptions = {}): Promise<PostAnswer> {
+    if (this.options.coalesce !== false && idempotencyKey === undefined && opts.signal === undefined && opts.timeoutMs === undefined) {
+      const text = jsonText(item, 'the item');
+      // Checked here as the plain post would check them, so a bad name fails this call alone.
+      part(queue, 'the queue name');
+      if (text.length <= COALESCE_ALONE_CHARS || Buffer.byteLength(text) <= COALESCE_ALONE_CHARS) return this.coalescer.post(queue, postQuery(opts), text);
+    }
     return this.json('POST', `/${part(queue, 'the queue name')}${postQuery(opts)}`, { body: jsonText(item, 'the item'), shape: 'post', queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, POST_TIMEOUT_MS) });
   }
   /** An item's status record; with `waitSeconds` (up to 30), held until the item is terminal or the time is up. */
