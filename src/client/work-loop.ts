@@ -120,8 +120,6 @@ const SUBMIT_TIMEOUT_MS = 30_000;
 const EMPTY_BACKOFF_CAP_MS = 2000;
 /** After the first signal, how long a claim already sent may still bring back an item (see `stop`). */
 const CLAIM_SETTLE_MS = 1000;
-/** How often a command killed before it could start (see {@link Job}) is started again. */
-const MAX_RESTARTS = 5;
 /** A record larger than this (in bytes) is submitted on its own rather than handed in with a claim (a claim's body is bounded). */
 const HAND_IN_MAX_BYTES = 64 * 1024;
 /** Most bytes of records one claim carries: well inside the server's 1 MiB body. */
