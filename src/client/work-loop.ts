@@ -190,6 +190,8 @@ export class WorkLoop {
   /** The lease a claim gave, in ms (for how far ahead to claim). */
   private leaseMs = 0;
   private readonly startedAt = Date.now();
+  /** Items that claims on their way asked for beyond one each (see `claim`). */
+  private aheadAsked = 0;
   /** Releases of items claimed ahead that a stop left unstarted: the loop ends once they are answered. */
   private readonly releases = new Set<Promise<void>>();
   /** The failure that ended the loop, if one did (a claim the server refused: the wall, say). */
@@ -330,10 +332,21 @@ export class WorkLoop {
     const concurrency = Math.max(1, this.options.concurrency);
     // Before a job has ended the pace is unknown: each slot claims its own item, none ahead
     // (unless asked to claim ahead from the first claim on: up to the prefetch).
-    if (this.options.eagerPrefetch && this.jobMs <= 0) return Math.max(1, prefetch - this.ready.length);
+    if (this.options.eagerPrefetch && this.jobMs <= 0) return Math.max(1, prefetch - this.ready.length - this.aheadAsked);
     if (this.jobMs <= 0 || this.leaseMs <= 0) return 1;
     const startable = Math.floor((concurrency * this.leaseMs) / 2 / this.jobMs);
     return Math.max(1, Math.min(prefetch, startable - this.ready.length));
+  }
+
+  private async claim(): Promise<'stop' | 'empty' | 'empty-early' | ClaimedItem[]> {
+    const max = this.claimSize();
+    // What this claim asks for beyond its own slot's item counts against the prefetch of the claims beside it.
+    this.aheadAsked += max - 1;
+    try {
+      return await this.claimUpTo(max);
+    } finally {
+      this.aheadAsked -= max - 1;
+    }
   }
 
   /**
@@ -341,9 +354,8 @@ export class WorkLoop {
    * time. `empty-early`: the server answered empty in less than half the time the claim asked it
    * to wait.
    */
-  private async claim(): Promise<'stop' | 'empty' | 'empty-early' | ClaimedItem[]> {
+  private async claimUpTo(max: number): Promise<'stop' | 'empty' | 'empty-early' | ClaimedItem[]> {
     const { queue, worker, criteria, waitSeconds } = this.options;
-    const max = this.claimSize();
     const prefetching = !this.options.once && (this.options.prefetch ?? 1) > 1;
     const carried = this.takeHandIns();
     // Hand-ins ride only on a claim that is answered at once: held for a long poll, they would be
