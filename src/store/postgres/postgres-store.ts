@@ -1,19 +1,21 @@
-import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import type { QueueConfig } from '../../engine/config.js';
-import { matches } from '../../engine/criteria.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../../engine/item.js';
 import * as rules from '../../engine/rules.js';
-import type { EventDraft, ItemRecord, Submission, Transition } from '../../engine/rules.js';
+import type { ItemRecord, RetryWish, Submission } from '../../engine/rules.js';
 import { claimTopic, itemTopic, type Notifier } from '../../waiting/notifier.js';
-import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StatusRecord, type Store, type StoreObserver, type SubmitOutcome } from '../store.js';
-import { PREFILTER_SQL, prefilterOf } from './pg-criteria.js';
+import { fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StatusRecord, type Store, type StoreObserver, type SubmitOutcome } from '../store.js';
 import { FailureStreak } from '../failure-streak.js';
-import { failureKind, StaleWrite } from './pg-errors.js';
+import { claimMatching, claimPlain, type PlainClaim } from './pg-claims.js';
+import { Deadlines, refOf } from './pg-deadlines.js';
+import { failureKind } from './pg-errors.js';
 import { ANSWER_TIMEOUT_MS, answered, keepConnectionErrors, watch } from './pg-guard.js';
 import { PgEventOutbox } from './pg-event-outbox.js';
-import { readPayload, writePayloads, type Payload } from './pg-payloads.js';
+import { readPayload, writePayloads } from './pg-payloads.js';
+import { insertPosts, ItemIds } from './pg-posts.js';
+import { submitMany, type SubmissionCall } from './pg-submissions.js';
+import { applyDue, COLUMNS, finishTx, lock, named, recordOf, TYPES, Tx, type ItemRow } from './pg-tx.js';
 import { migrate } from './schema.js';
 
 export interface PostgresStoreOptions {
@@ -76,22 +78,6 @@ const PURGE_BATCH = 10_000;
 
 /** Count deltas folded into svcq_counts per statement. */
 const COMPACT_BATCH = 10_000;
-/** Rows a deadline sweep locks and applies per statement. */
-const SWEEP_BATCH = 500;
-/**
- * The periodic sweep passes over a queue in its quiet window (nothing in it can fall due for two
- * more sweeps) this many times in a row at most, then sweeps it anyway.
- */
-const QUIET_PASSES = 30;
-/**
- * What a quiet window allows for: a transaction of another node that began this much earlier
- * (by its clock) than the sweep that opened the window, and commits a deadline after it.
- */
-const QUIET_SLACK_MS = 10_000;
-/** Deadlines that fall within this many milliseconds of each other are applied by one sweep. */
-const WAKE_STEP_MS = 25;
-/** Pending rows a claim with criteria reads (without locking) per step of its walk. */
-const CLAIM_PAGE = 500;
 /** Transactions a store runs at once, unless told otherwise. */
 const CONCURRENT_TRANSACTIONS = 2;
 /**
@@ -109,397 +95,23 @@ const MAX_FOLD = 256;
 /** Times a transaction rolled back by a deadlock, a serialization failure or a lost race is run again. */
 const MAX_RETRIES = 5;
 
-const COLUMNS = 'ctid, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at, version, priority, grp';
 
-interface ItemRow {
-  /** Where the row's current version lies in the table, as text ('(page,slot)'): its guarded write finds it there. */
-  ctid: string;
-  id: string;
-  ord: number;
-  body: string;
-  posted_by: string;
-  posted_at: number;
-  idempotency_key: string | null;
-  status: ItemStatus;
-  updated_at: number;
-  finished_at: number | null;
-  attempts: number;
-  lease_worker: string | null;
-  lease_until: number | null;
-  available_at: number;
-  progress: string | null;
-  result: string | null;
-  error: string | null;
-  fetched_at: number | null;
-  version: number;
-  priority: number;
-  grp: string | null;
-}
 
-/** A record as read, with the version its guarded write must find, and where. */
-interface Loaded {
-  record: ItemRecord;
-  version: number;
-  ctid: string;
-}
 
-function recordOf(row: ItemRow): Loaded {
-  return {
-    version: row.version,
-    ctid: row.ctid,
-    record: {
-      id: row.id,
-      ord: row.ord,
-      body: row.body,
-      postedBy: row.posted_by,
-      postedAt: row.posted_at,
-      idempotencyKey: row.idempotency_key,
-      priority: row.priority,
-      group: row.grp,
-      status: row.status,
-      updatedAt: row.updated_at,
-      finishedAt: row.finished_at,
-      attempts: row.attempts,
-      leaseWorker: row.lease_worker,
-      leaseUntil: row.lease_until,
-      availableAt: row.available_at,
-      progress: row.progress,
-      result: row.result,
-      error: row.error,
-      fetchedAt: row.fetched_at,
-    },
-  };
-}
 
-/**
- * How a prepared statement is planned (see {@link Tx.query}):
- * - `custom`, the connection's default: planned again at every run, with its values. A plan cached
- *   while a table was small (no statistics yet, or none ever without autovacuum) would read the
- *   whole queue once it is large: an UPDATE … FROM unnest took 12 ms per call at 8,000 rows, and
- *   a lookup by `queue = $1 AND id = ANY($2)` planned on an empty table took 53 ms at 100,000.
- * - `generic`: planned once per connection, without its values, and that plan kept. Only for
- *   statements with one sensible plan whatever the table's size, planned with sequential scans
- *   off so that an empty table does not make one look cheaper: a claim walking the pending index,
- *   inserts from arrays, and writes that find their rows by `ctid` (a TID scan). Planning is most
- *   of what these statements cost the database (a claim of 12 items: 127 µs planned at each run,
- *   48 µs on its kept plan; the last write of a transaction of 36 calls: 798 µs and 487 µs).
- * - `ordered`: `generic`, planned with sorts off too, for the claim, which must walk the pending
- *   index in claim order. Statistics taken while a queue had no pending item (most of the time
- *   for a queue whose workers keep up) estimate one pending row, and the plan made from them read
- *   the queue's live items through `(queue, posted_at)` and sorted them: every claim then read the
- *   whole backlog (40 ms at 60,000 pending items). Only the pending index gives claim order
- *   without a sort.
- * - `custom-ordered`: `custom`, with sorts off, for the pages of pending rows a claim with
- *   criteria reads in claim order (the same statistics had each page read and sort the backlog).
- */
-type Plan = 'custom' | 'generic' | 'ordered' | 'custom-ordered';
 
-/** A statement the store prepares once per connection under `name`, and how it is planned. */
-interface Statement {
-  name: string;
-  text: string;
-  plan?: Plan;
-}
 
-/** A statement prepared under `name`: every statement the store runs often. A fresh object per call (pg sets its values). */
-function named(name: string, text: string, plan: Plan = 'custom'): Statement {
-  return { name, text, plan };
-}
 
-/**
- * Sent where a transaction's statements change from one plan to the other (simple-query SETs,
- * undone by COMMIT or ROLLBACK; sent without waiting, in order with the statements around them).
- */
-const PLAN_SETTINGS: Record<Plan, string> = {
-  custom: 'SET LOCAL plan_cache_mode TO DEFAULT; SET LOCAL enable_seqscan TO DEFAULT; SET LOCAL enable_sort TO DEFAULT',
-  generic: 'SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort TO DEFAULT',
-  ordered: 'SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off',
-  'custom-ordered': 'SET LOCAL plan_cache_mode TO DEFAULT; SET LOCAL enable_seqscan TO DEFAULT; SET LOCAL enable_sort = off',
-};
 
-/** bigint columns come back as numbers: every value the store keeps in one (ms times, claim order, versions) is far below 2^53. */
-const TYPES = {
-  getTypeParser(oid: number, format?: 'text' | 'binary') {
-    if (oid === 20) return (value: string) => Number(value);
-    return pg.types.getTypeParser(oid, format);
-  },
-} as pg.CustomTypesConfig;
 
-/** One change to one item, for the task events, the notifier and the observer. */
-interface Change {
-  ref: QueueRef;
-  record: ItemRecord;
-  events: EventDraft[];
-  purged: boolean;
-}
 
-/** A write waiting to be sent: the row's version and status as read, its record as it becomes. */
-interface PendingWrite {
-  ref: QueueRef;
-  version: number;
-  ctid: string;
-  from: ItemStatus;
-  /** When the item was claimable from, as read (0: at once). */
-  fromAvailableAt: number;
-  record: ItemRecord;
-  purged: boolean;
-}
 
-/** One transaction: its connection, its time, and what it changed so far. */
-class Tx {
-  readonly changes: Change[] = [];
-  private pending = new Map<string, PendingWrite>();
-  /** Queues this transaction registered in svcq_queues. */
-  readonly registered = new Set<string>();
-  /** Queues this transaction resumed: their held claims look again once it commits. */
-  readonly resumed = new Set<string>();
-  /** Queues swept to the end by this transaction: nothing is due in them before the time given (once committed). */
-  readonly quiet = new Map<string, { rules: string; until: number }>();
-  /** Payloads to archive before COMMIT, the latest of each (host, queue, id, kind). */
-  readonly payloads = new Map<string, Payload>();
-  /** Net change of the items counted per queue and status ('<queue>\n<status>'), written to svcq_count_deltas before COMMIT. */
-  readonly deltas = new Map<string, number>();
-  /** Groups of calls started so far (each numbered by this count as it starts). */
-  groups = 0;
-  /** Items this transaction posts, by '<queue>\n<id>', and the group that posts each. */
-  readonly postedBy = new Map<string, number>();
 
-  /**
-   * The time its rules apply at: when it began, moved later to the last change of any row it
-   * reads (one committed after it began: another node applied a deadline as it fell, say), so an
-   * item's changes are never stamped before the one they follow: a lease re-granted after a
-   * sweep ended the one before it starts no earlier than that sweep.
-   */
-  now: number;
 
-  /** How the statements sent now are planned (the connection's default at BEGIN). */
-  private plan: Plan = 'custom';
-  /** The connection's socket (node-postgres keeps it as `connection.stream`), when it can hold writes. */
-  private readonly socket: { cork(): void; uncork(): void } | undefined;
-  private holding = false;
 
-  constructor(
-    readonly client: pg.PoolClient,
-    /** Its time when it began (what a quiet window allows for). */
-    readonly started: number,
-  ) {
-    this.now = started;
-    const stream = (client as unknown as { connection?: { stream?: { cork?: unknown; uncork?: unknown } } }).connection?.stream;
-    this.socket = typeof stream?.cork === 'function' && typeof stream.uncork === 'function' ? (stream as { cork(): void; uncork(): void }) : undefined;
-  }
 
-  /**
-   * Holds the statements sent from now on in the socket until {@link send}: the statements a
-   * transaction sends in one go (BEGIN and the groups' first statements; the last write and
-   * COMMIT) leave in one write, not one each.
-   */
-  hold(): void {
-    if (this.holding || !this.socket) return;
-    this.holding = true;
-    this.socket.cork();
-  }
 
-  /** Sends what {@link hold} held. Called before every wait for the database. */
-  send(): void {
-    if (!this.holding) return;
-    this.holding = false;
-    this.socket!.uncork();
-  }
 
-  /** Sends a statement of this transaction, switching how statements are planned first where it needs the other way. */
-  query<R extends pg.QueryResultRow = pg.QueryResultRow>(statement: Statement, values: unknown[]): Promise<pg.QueryResult<R>> {
-    const plan = statement.plan ?? 'custom';
-    if (plan !== this.plan) {
-      this.plan = plan;
-      // A failure fails the statement behind it too, and that is handled.
-      this.client.query(PLAN_SETTINGS[plan]).catch(() => undefined);
-    }
-    return this.client.query<R>(statement, values);
-  }
-
-  /** Records a rule's transition of a loaded row; written by the next {@link flush}. */
-  stage(ref: QueueRef, loaded: Loaded, t: Transition): void {
-    const slot = `${ref.key}\n${t.record.id}`;
-    const earlier = this.pending.get(slot);
-    if (earlier) {
-      earlier.record = t.record;
-      earlier.purged = t.purged === true;
-    } else this.pending.set(slot, { ref, version: loaded.version, ctid: loaded.ctid, from: loaded.record.status, fromAvailableAt: loaded.record.availableAt, record: t.record, purged: t.purged === true });
-    this.changes.push({ ref, record: t.record, events: t.events, purged: t.purged === true });
-  }
-
-  /** Counts `n` more (or fewer) items of the queue in `status` once this transaction commits. */
-  count(key: string, status: ItemStatus, n: number): void {
-    const slot = `${key}\n${status}`;
-    this.deltas.set(slot, (this.deltas.get(slot) ?? 0) + n);
-  }
-
-  /** Archives a payload with this transaction when the queue's rules say so (decisions §5). */
-  archive(ref: QueueRef, id: string, kind: PayloadKind, body: string): void {
-    if (!ref.config.archivePayloads) return;
-    this.payloads.set(`${ref.key}\n${id}\n${kind}`, { host: ref.host, queue: ref.name, id, kind, body });
-  }
-
-  /**
-   * The record of a row just read, as this transaction has it: its own staged change when it made
-   * one (not yet written: the row still shows what it read), null when it purged the item, else
-   * the row's. A change staged on it keeps the version first read.
-   */
-  current(ref: QueueRef, row: ItemRow): Loaded | null {
-    const w = this.pending.get(`${ref.key}\n${row.id}`);
-    if (w) return w.purged ? null : { record: w.record, version: w.version, ctid: w.ctid };
-    const loaded = recordOf(row);
-    if (loaded.record.updatedAt > this.now) this.now = loaded.record.updatedAt;
-    return loaded;
-  }
-
-  /**
-   * Whether a staged change made an item of the queue claimable sooner than the table shows (an
-   * error handed in with a claim re-queued it, decisions §3.8; or re-queued an item that was
-   * waiting out a longer retry delay, set before its queue's definition shortened it): a claim
-   * must then see it in the table, so the writes go first.
-   */
-  requeued(key: string): boolean {
-    for (const w of this.pending.values()) {
-      if (w.ref.key !== key || w.purged || w.record.status !== 'pending') continue;
-      if (w.from !== 'pending' || sooner(w.record.availableAt, w.fromAvailableAt)) return true;
-    }
-    return false;
-  }
-
-  /** Items of the queue this transaction read pending and staged a change of: the table still shows them pending. */
-  stagedPending(key: string): number {
-    let n = 0;
-    for (const w of this.pending.values()) if (w.ref.key === key && w.from === 'pending') n++;
-    return n;
-  }
-
-  /** Whether a staged change purges an item of the queue: its idempotency key must be free for a post that follows. */
-  purges(key: string): boolean {
-    for (const w of this.pending.values()) if (w.ref.key === key && w.purged) return true;
-    return false;
-  }
-
-  /** The staged writes, taken (the next ones start afresh), with the count changes they make. */
-  takeWrites(): { updates: PendingWrite[]; deletes: PendingWrite[] } {
-    const updates: PendingWrite[] = [];
-    const deletes: PendingWrite[] = [];
-    for (const w of this.pending.values()) {
-      // Counted with the writes: a write that does not land fails the transaction.
-      if (w.purged) {
-        this.count(w.ref.key, w.from, -1);
-        deletes.push(w);
-      } else {
-        if (w.record.status !== w.from) {
-          this.count(w.ref.key, w.from, -1);
-          this.count(w.ref.key, w.record.status, 1);
-        }
-        updates.push(w);
-      }
-    }
-    this.pending = new Map();
-    return { updates, deletes };
-  }
-
-  /**
-   * Writes every staged record now, with one statement: an UPDATE and a DELETE each guarded on
-   * the version the row had when it was read (under its row lock, so a mismatch means a bug or a
-   * lost lock: the transaction is rolled back and run again). Used where a later statement of the
-   * transaction must see the rows as changed (the sweep's next batch); otherwise the writes go with
-   * the task events at the end ({@link PostgresStore.finish}).
-   */
-  async flush(): Promise<void> {
-    if (this.pending.size === 0) return;
-    const { updates, deletes } = this.takeWrites();
-    const res = await this.query<{ updated: number; deleted: number }>(named('svcq_write_items', `WITH ${WRITE_ITEMS}
-       SELECT (SELECT count(*) FROM upd)::integer AS updated, (SELECT count(*) FROM del)::integer AS deleted`, 'generic'), writeParams(updates, deletes));
-    checkWritten(res.rows[0]!, updates, deletes);
-  }
-}
-
-/**
- * The guarded UPDATE (`upd`) and DELETE (`del`) of staged records as CTEs, parameters $1–$17 (see
- * {@link writeParams}): one row of unnest per item, found where this transaction read it (its
- * `ctid`, by a TID scan: the one plan, whatever the table's size, so it is planned once) and
- * matched on its id and the version read. The row is locked by this transaction since it was
- * read, so it is still there unless this transaction wrote it since (then its version is past).
- * A row last written by a transaction with a later id than this one's (`writer`, see schema
- * version 9) fails the guard too: the transaction runs again with a new id, so the task history,
- * read in the order of transaction ids, holds every item's events in the order they happened.
- */
-const WRITE_ITEMS = `upd AS (
-    UPDATE svcq_items AS i
-       SET status = u.status, updated_at = u.updated_at, finished_at = u.finished_at, attempts = u.attempts,
-           lease_worker = u.lease_worker, lease_until = u.lease_until, available_at = u.available_at,
-           progress = u.progress, result = u.result, error = u.error, fetched_at = u.fetched_at,
-           version = i.version + 1, writer = pg_current_xact_id()
-      FROM unnest($1::tid[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[], $7::integer[], $8::text[],
-                  $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::bigint[])
-           AS u(ctid, id, version, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at)
-     WHERE i.ctid = ANY($1::tid[]) AND i.ctid = u.ctid AND i.id = u.id AND i.version = u.version AND i.writer <= pg_current_xact_id()
-    RETURNING 1
-  ), del AS (
-    DELETE FROM svcq_items AS i USING unnest($15::tid[], $16::text[], $17::bigint[]) AS d(ctid, id, version)
-     WHERE i.ctid = ANY($15::tid[]) AND i.ctid = d.ctid AND i.id = d.id AND i.version = d.version AND i.writer <= pg_current_xact_id()
-    RETURNING 1
-  )`;
-
-function writeParams(updates: readonly PendingWrite[], deletes: readonly PendingWrite[]): unknown[] {
-  const r = updates.map((w) => w.record);
-  return [
-    updates.map((w) => w.ctid),
-    r.map((x) => x.id),
-    updates.map((w) => w.version),
-    r.map((x) => x.status),
-    r.map((x) => x.updatedAt),
-    r.map((x) => x.finishedAt),
-    r.map((x) => x.attempts),
-    r.map((x) => x.leaseWorker),
-    r.map((x) => x.leaseUntil),
-    r.map((x) => x.availableAt),
-    r.map((x) => x.progress),
-    r.map((x) => x.result),
-    r.map((x) => x.error),
-    r.map((x) => x.fetchedAt),
-    deletes.map((w) => w.ctid),
-    deletes.map((w) => w.record.id),
-    deletes.map((w) => w.version),
-  ];
-}
-
-/** A guarded write that found another version than the one read fails the transaction (it runs again). */
-function checkWritten(done: { updated: number; deleted: number }, updates: readonly PendingWrite[], deletes: readonly PendingWrite[]): void {
-  if (done.updated !== updates.length) throw new StaleWrite(`${updates.length - done.updated} item(s)`);
-  if (done.deleted !== deletes.length) throw new StaleWrite(`${deletes.length - done.deleted} purged item(s)`);
-}
-
-/**
- * The pause (decisions §8.4), checked in the claim's own statement, whose first parameter is the
- * queue's key. Read there, the pause is the database's, rather than a set of paused queues kept in
- * each node's memory and refreshed by notifications: a claim whose statement starts after a pause
- * committed (on any node) finds nothing, with nothing to keep fresh on each node and no window in
- * which a node that missed a notification still leases. It costs a claim next to nothing: the
- * subquery names no column of the items, so PostgreSQL runs it once per statement (an InitPlan:
- * one probe of svcq_queues' primary key, a table of one row per queue) as a one-time filter ahead
- * of the walk of the pending index, which it skips whole when the queue is paused; and a statement
- * claims for every plain claim of its queue in the transaction. (Measured on a backlog of 100,000:
- * 111.8 µs a claim statement with it, 111.2 µs without, round trip included.)
- */
-const NOT_PAUSED = 'NOT EXISTS (SELECT 1 FROM svcq_queues WHERE key = $1 AND paused)';
-
-interface PlainClaim {
-  input: ClaimInput;
-  max: number;
-}
-
-interface SubmissionCall {
-  id: string;
-  apply: (r: ItemRecord, now: number) => Submission;
-  /** The payload an accepted submission archives (progress, result, error; none for a cancel). */
-  payload?: { kind: PayloadKind; body: string };
-  /** Whether it can make its item pending again (an error handed in with attempts left); no other submission can. */
-  requeues?: boolean;
-}
 
 /** A call waiting for its transaction. */
 interface Op {
@@ -575,15 +187,8 @@ export class PostgresStore implements Store, EventOutbox {
   private state: 'new' | 'open' | 'closed' = 'new';
   private queue: Op[] = [];
   private running = 0;
-  /** Transactions under way, for the oldest one's time (see {@link PostgresStore.quiet}). */
+  /** Transactions under way, for the oldest one's time (see Deadlines' quiet windows). */
   private readonly live = new Set<Tx>();
-  /**
-   * Per queue, a time before which nothing in it can be due, under the rules it was worked out
-   * for: the transactions that run before it skip the sweep of the queue.
-   */
-  private readonly quietUntil = new Map<string, { rules: string; until: number }>();
-  /** Per queue, the periodic sweeps in a row that passed over it (see {@link QUIET_PASSES}). */
-  private readonly quietPasses = new Map<string, number>();
   private sweeps = 0;
   private scheduled = false;
   /** When the last transaction started (performance.now()), and the timer that may start a second one. */
@@ -592,18 +197,10 @@ export class PostgresStore implements Store, EventOutbox {
   private readonly idle: Array<() => void> = [];
   private sweepTimer: NodeJS.Timeout | undefined;
   private sweeping = false;
-  /**
-   * Queues to sweep when a deadline falls, by the time it falls (rounded up to WAKE_STEP_MS): a
-   * deadline is applied as it falls rather than at the next periodic sweep. Only deadlines within
-   * two sweep intervals are kept here; the periodic sweep finds the later ones as they come near.
-   */
-  private readonly wakes = new Map<number, Set<string>>();
-  private wakeTimer: NodeJS.Timeout | undefined;
-  private wakeTimerAt = Infinity;
-  /** Queues known to be in svcq_queues already. */
-  private readonly known = new Set<string>();
-  private ids = Buffer.alloc(0);
-  private idsAt = 0;
+  /** The deadlines of the queues: their sweeps, quiet windows and wake-ups. */
+  private readonly deadlines: Deadlines;
+  /** Item ids, and the queues known to be registered. */
+  private readonly itemIds = new ItemIds();
   private readonly transactions: FailureStreak;
   private readonly outbox: PgEventOutbox;
   private purgeTimer: NodeJS.Timeout | undefined;
@@ -614,6 +211,15 @@ export class PostgresStore implements Store, EventOutbox {
     this.sweepEvery = options.sweepIntervalMs ?? 1000;
     this.warn = options.warn ?? (() => undefined);
     this.transactions = new FailureStreak(this.warn, 'transactions on PostgreSQL succeed again');
+    this.deadlines = new Deadlines({
+      now: this.now,
+      sweepEvery: this.sweepEvery,
+      configFor: options.configFor,
+      live: this.live,
+      isOpen: () => this.state === 'open',
+      // A sweep that fails is warned of by the periodic sweep, which runs again in a moment.
+      sweep: (ref) => void this.submitOp({ ref, run: async () => null, sweep: true }).catch(() => undefined),
+    });
     this.outbox = new PgEventOutbox(() => (this.state === 'open' ? this.pool : undefined), { pollMs: options.eventPollMs, warn: this.warn, answerTimeoutMs: options.transactionTimeoutMs });
   }
 
@@ -658,7 +264,7 @@ export class PostgresStore implements Store, EventOutbox {
     }
     this.pool = pool;
     this.state = 'open';
-    if (this.wakesOn()) {
+    if (this.deadlines.wakesOn()) {
       this.sweepTimer = setInterval(() => this.sweepAll(), this.sweepEvery);
       this.sweepTimer.unref();
     }
@@ -741,7 +347,7 @@ export class PostgresStore implements Store, EventOutbox {
     const wasOpen = this.state === 'open';
     this.state = 'closed';
     clearInterval(this.sweepTimer);
-    clearTimeout(this.wakeTimer);
+    this.deadlines.close();
     clearTimeout(this.purgeTimer);
     this.outbox.close();
     if (!wasOpen) return;
@@ -760,13 +366,13 @@ export class PostgresStore implements Store, EventOutbox {
 
   async claim(ref: QueueRef, input: ClaimInput): Promise<Claimed | null> {
     if (input.signal?.aborted) return null;
-    const got = await this.submitOp<Claimed[]>(input.criteria === undefined ? { ref, claim: { input, max: 1 } } : { ref, run: (tx) => this.claimMatching(tx, ref, input, input.criteria!, 1) });
+    const got = await this.submitOp<Claimed[]>(input.criteria === undefined ? { ref, claim: { input, max: 1 } } : { ref, run: (tx) => claimMatching(tx, ref, input, input.criteria!, 1) });
     return got[0] ?? null;
   }
 
   async claimMany(ref: QueueRef, input: ClaimInput, max: number): Promise<Claimed[]> {
     if (input.signal?.aborted || max <= 0) return [];
-    return this.submitOp<Claimed[]>(input.criteria === undefined ? { ref, claim: { input, max } } : { ref, run: (tx) => this.claimMatching(tx, ref, input, input.criteria!, max) });
+    return this.submitOp<Claimed[]>(input.criteria === undefined ? { ref, claim: { input, max } } : { ref, run: (tx) => claimMatching(tx, ref, input, input.criteria!, max) });
   }
 
   /**
@@ -789,9 +395,9 @@ export class PostgresStore implements Store, EventOutbox {
     return this.submitOp<StatusRecord | null>({
       ref,
       run: async (tx) => {
-        const loaded = await this.lock(tx, ref, id);
+        const loaded = await lock(tx, ref, id);
         if (!loaded) return null;
-        const r = this.applyDue(tx, ref, loaded);
+        const r = applyDue(tx, ref, loaded);
         if (!r) return null;
         const stamp = rules.fetched(r, tx.now);
         if (stamp) tx.stage(ref, loaded, stamp);
@@ -808,8 +414,13 @@ export class PostgresStore implements Store, EventOutbox {
     return this.submission(ref, id, (r, now) => rules.result(r, body, now), { kind: 'result', body });
   }
 
-  error(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
-    return this.submission(ref, id, (r, now) => rules.error(r, ref.config, body, now), { kind: 'error', body }, true);
+  error(ref: QueueRef, id: string, body: string, wish?: RetryWish): Promise<SubmitOutcome | null> {
+    return this.submission(ref, id, (r, now) => rules.error(r, ref.config, body, now, wish), { kind: 'error', body }, true);
+  }
+
+  release(ref: QueueRef, id: string, delaySeconds: number): Promise<SubmitOutcome | null> {
+    // It can make its item claimable at once, as an error handed in can.
+    return this.submission(ref, id, (r, now) => rules.release(r, delaySeconds, now), undefined, true);
   }
 
   cancel(ref: QueueRef, id: string): Promise<SubmitOutcome | null> {
@@ -928,405 +539,15 @@ export class PostgresStore implements Store, EventOutbox {
     return this.submitOp({ ref, submit: { id, apply, payload, requeues } });
   }
 
-  /**
-   * Submissions to one queue, in the order they were made: their rows locked with one statement
-   * (in id order, the same order on every node, so that two such transactions do not deadlock),
-   * what is due applied to each first, then each rule in turn (two submissions for one item see
-   * each other, as one after the other), all written with one UPDATE.
-   */
-  private async submitMany(tx: Tx, ref: QueueRef, calls: readonly SubmissionCall[]): Promise<Array<SubmitOutcome | null>> {
-    const ids = [...new Set(calls.map((c) => c.id))];
-    // Written as a join with the ids (not `id = ANY($2)`), so that the plan kept from an empty table
-    // probes the primary key with both columns; locked in id order, after the sort.
-    const res = await tx.query<ItemRow>(
-      named('svcq_lock_items', `SELECT ${COLUMNS} FROM svcq_items WHERE (queue, id) = ANY (SELECT $1, unnest($2::text[])) ORDER BY id FOR UPDATE`, 'generic'),
-      [ref.key, ids],
-    );
-    const loaded = new Map<string, Loaded>();
-    const current = new Map<string, ItemRecord | null>();
-    for (const row of res.rows) {
-      const l = tx.current(ref, row);
-      if (!l) continue;
-      loaded.set(row.id, l);
-      current.set(row.id, this.applyDue(tx, ref, l));
-    }
-    const out = calls.map((call) => {
-      const r = current.get(call.id);
-      if (!r) return null;
-      const outcome = call.apply(r, tx.now);
-      if (outcome.transition) {
-        const l = loaded.get(call.id)!;
-        tx.stage(ref, l, outcome.transition);
-        if (outcome.accepted && call.payload) tx.archive(ref, call.id, call.payload.kind, call.payload.body);
-        // What the change made due at once (a retention of 0 s purges a finished item) applies
-        // before the next call, as every call applies what is due first: a later call of this
-        // transaction finds the item gone, and a post finds its idempotency key free.
-        const due = rules.due(outcome.transition.record, ref.config, tx.now);
-        if (due) tx.stage(ref, l, due);
-        current.set(call.id, due ? (due.purged ? null : due.record) : outcome.transition.record);
-      }
-      return { accepted: outcome.accepted, status: outcome.status };
-    });
-    return out;
-  }
 
-  /** One item read under its row lock, as the transaction has it. */
-  private async lock(tx: Tx, ref: QueueRef, id: string): Promise<Loaded | null> {
-    const res = await tx.query<ItemRow>(named('svcq_load_locked', `SELECT ${COLUMNS} FROM svcq_items WHERE queue = $1 AND id = $2 FOR UPDATE`), [ref.key, id]);
-    return res.rows[0] ? tx.current(ref, res.rows[0]) : null;
-  }
 
-  /** Stages what rules.due says for a locked row; the record after it, or null when it was purged. */
-  private applyDue(tx: Tx, ref: QueueRef, loaded: Loaded): ItemRecord | null {
-    const t = rules.due(loaded.record, ref.config, tx.now);
-    if (!t) return loaded.record;
-    tx.stage(ref, loaded, t);
-    return t.purged ? null : t.record;
-  }
 
-  /**
-   * Claims without criteria, in the order they were made, each taking the oldest claimable items
-   * left (`ORDER BY (-priority), ord LIMIT … FOR UPDATE SKIP LOCKED` for all of them at once: rows another
-   * transaction holds are skipped, never waited for). Each row is checked again with
-   * rules.claimable once locked: another node may have changed it since this statement began.
-   */
-  private async claimPlain(tx: Tx, ref: QueueRef, calls: readonly PlainClaim[]): Promise<Claimed[][]> {
-    // Groups started after this one may post before a later page of it is read: their items come
-    // after these claims in the fold's order, so these claims pass them by.
-    const group = tx.groups;
-    const postedLater = (id: string): boolean => (tx.postedBy.get(`${ref.key}\n${id}`) ?? -1) > group;
-    const out: Claimed[][] = calls.map(() => []);
-    let at = 0;
-    const settled = (): void => {
-      while (at < calls.length && (out[at]!.length >= calls[at]!.max || calls[at]!.input.signal?.aborted)) at++;
-    };
-    settled();
-    // Items an error made pending again must be in the table for the claim: the writes go out
-    // ahead of its first statement, in the same go (the group's statement is sent at once, in
-    // its place among the transaction's).
-    const ahead = tx.requeued(ref.key) ? tx.flush() : undefined;
-    ahead?.catch(() => undefined);
-    let after = -1;
-    let afterRank = -1000;
-    while (at < calls.length) {
-      let need = 0;
-      for (let i = at; i < calls.length; i++) if (!calls[i]!.input.signal?.aborted) need += calls[i]!.max - out[i]!.length;
-      // Rows this transaction changed already still show pending: asked for on top, so that one
-      // page is enough unless a deadline fell on some row.
-      const limit = need + tx.stagedPending(ref.key);
-      const reading = tx.query<ItemRow>(
-        named('svcq_claim', `SELECT ${COLUMNS} FROM svcq_items
-          WHERE queue = $1 AND status = 'pending' AND available_at = 0 AND ((-priority), ord) > ($2::integer, $3) AND ${NOT_PAUSED}
-          ORDER BY (-priority), ord LIMIT $4 FOR UPDATE SKIP LOCKED`, 'ordered'),
-        [ref.key, afterRank, after, limit],
-      );
-      if (ahead) {
-        // Its failure, if any, is the cause (the claim behind it then fails too).
-        reading.catch(() => undefined);
-        await ahead;
-      }
-      const rows = (await reading).rows;
-      if (rows.length === 0) break;
-      after = rows[rows.length - 1]!.ord;
-      afterRank = -rows[rows.length - 1]!.priority;
-      for (const row of rows) {
-        settled();
-        if (at >= calls.length) break;
-        if (postedLater(row.id)) continue;
-        // Its own earlier change in this transaction counts (an item it claimed or finished already).
-        const loaded = tx.current(ref, row);
-        if (!loaded) continue;
-        const r = this.applyDue(tx, ref, loaded);
-        if (!r || !rules.claimable(r, tx.now)) continue;
-        const t = rules.claim(r, ref.config, calls[at]!.input.worker, tx.now);
-        tx.stage(ref, loaded, t);
-        out[at]!.push(claimedOf(t.record));
-      }
-      settled();
-      // A page short of what was asked for took every claimable row there was: asking again
-      // would find none (and would see what later calls of this transaction posted meanwhile).
-      if (rows.length < limit) break;
-    }
-    return out;
-  }
 
-  /**
-   * Leases up to `max` of the oldest claimable items that pass the criteria. The pending rows are
-   * read in claim order a page at a time without locks (narrowed by the database where that keeps
-   * the semantics exactly, see pg-criteria.ts), matched here with the engine's `matches()`
-   * (decisions §3.3: one definition of matching), and only the matching ones are locked (SKIP
-   * LOCKED), so FIFO holds among matching items and a claim never holds rows it does not take.
-   */
-  private async claimMatching(tx: Tx, ref: QueueRef, input: ClaimInput, criteria: Record<string, unknown>, max: number): Promise<Claimed[]> {
-    const out: Claimed[] = [];
-    if (tx.requeued(ref.key)) await tx.flush();
-    const prefilter = prefilterOf(criteria);
-    let after = -1;
-    let afterRank = -1000;
-    while (out.length < max) {
-      if (input.signal?.aborted) break;
-      const need = max - out.length;
-      const page = (
-        await tx.query<{ id: string; ord: number; priority: number; body: string }>(
-          named('svcq_claim_page', `SELECT id, ord, priority, body FROM svcq_items
-            WHERE queue = $1 AND status = 'pending' AND available_at = 0 AND ((-priority), ord) > ($2::integer, $3) AND ${NOT_PAUSED}
-              AND ${PREFILTER_SQL}
-            ORDER BY (-priority), ord LIMIT $4`, 'custom-ordered'),
-          [ref.key, afterRank, after, CLAIM_PAGE, ...prefilter],
-        )
-      ).rows;
-      if (page.length === 0) break;
-      const matching = page.filter((p) => passes(p.body, criteria));
-      const candidates = matching.slice(0, need);
-      const last = candidates.length < matching.length ? candidates[candidates.length - 1]! : page[page.length - 1]!;
-      after = last.ord;
-      afterRank = -last.priority;
-      if (candidates.length === 0) continue;
-      const rows = (
-        await tx.query<ItemRow>(
-          // The status is tested as (…) IS TRUE, which no partial index's condition is proved
-          // from: with statistics taken while nothing was pending, status = 'pending' had the rows
-          // found by reading every live item of the queue; now each id is probed by primary key.
-          named('svcq_claim_matching', `SELECT ${COLUMNS} FROM svcq_items
-            WHERE queue = $1 AND id = ANY($2::text[]) AND (status = 'pending') IS TRUE AND available_at <= $3
-            ORDER BY (-priority), ord FOR UPDATE SKIP LOCKED`),
-          [ref.key, candidates.map((c) => c.id), tx.now],
-        )
-      ).rows;
-      for (const row of rows) {
-        if (out.length >= max) break;
-        // Locked now, and read as it is now: another node may have applied a deadline to it
-        // meanwhile, or this transaction changed it already.
-        const loaded = tx.current(ref, row);
-        if (!loaded) continue;
-        const r = this.applyDue(tx, ref, loaded);
-        if (!r || !rules.claimable(r, tx.now)) continue;
-        const t = rules.claim(r, ref.config, input.worker, tx.now);
-        tx.stage(ref, loaded, t);
-        out.push(claimedOf(t.record));
-      }
-    }
-    return out;
-  }
 
-  /**
-   * Creates the items of one or more posts to a queue with one INSERT. Idempotency keys rest on
-   * the unique index: `ON CONFLICT DO NOTHING` waits for a concurrent insert of the same key to
-   * commit or roll back, so concurrent posts with one key create one item on every node; the
-   * earlier item is then read. A key repeated within the batch names its first item.
-   */
-  private async insertPosts(tx: Tx, ref: QueueRef, inputs: readonly PostInput[]): Promise<PostOutcome[]> {
-    const group = tx.groups;
-    const out: Array<PostOutcome | undefined> = new Array(inputs.length);
-    // Inputs whose key an earlier input of this batch carries: they name that input's item.
-    const firstWithKey = new Map<string, number>();
-    const repeats: Array<[number, number]> = [];
-    let todo: number[] = [];
-    for (let n = 0; n < inputs.length; n++) {
-      const key = inputs[n]!.idempotencyKey;
-      if (key !== undefined) {
-        const first = firstWithKey.get(key);
-        if (first !== undefined) {
-          repeats.push([n, first]);
-          continue;
-        }
-        firstWithKey.set(key, n);
-      }
-      todo.push(n);
-    }
-    // Ahead of the INSERT, in the same go (the group's statement is sent at once, in its place
-    // among the transaction's): the writes, when a purge frees an idempotency key for these
-    // posts, and the queue's registration, the first time this node posts to it.
-    const ahead: Array<Promise<unknown>> = [];
-    if (tx.purges(ref.key)) ahead.push(tx.flush());
-    if (!this.known.has(ref.key) && !tx.registered.has(ref.key)) {
-      ahead.push(tx.query(named('svcq_register_queue', 'INSERT INTO svcq_queues (key) VALUES ($1) ON CONFLICT DO NOTHING'), [ref.key]));
-      tx.registered.add(ref.key);
-    }
-    for (const p of ahead) p.catch(() => undefined);
-    for (let round = 0; todo.length > 0; round++) {
-      if (round === 10) throw new Error('could not create the items: their ids or idempotency keys kept colliding');
-      const records = todo.map((n) => {
-        const input = inputs[n]!;
-        const id = this.newId();
-        tx.postedBy.set(`${ref.key}\n${id}`, group);
-        return rules.post({ id, ord: 0, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null, options: input.options }, tx.now);
-      });
-      const first = records[0]!.record;
-      const inserting = tx.query<{ id: string; ord: number }>(
-        named('svcq_insert_items', `WITH input AS (
-           SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS t(id, body, posted_by, idempotency_key, n)
-         ), ords AS (
-           SELECT v, row_number() OVER (ORDER BY v) AS n FROM (SELECT nextval('svcq_item_ord') AS v FROM generate_series(1, $6::integer)) AS s
-         )
-         INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, attempts, available_at, priority, grp)
-         SELECT $1, input.id, ords.v, input.body, input.posted_by, $7, input.idempotency_key, $8, $9, $10, coalesce(($11::bigint[])[input.n], 0), coalesce(($12::smallint[])[input.n], 0), ($13::text[])[input.n]
-           FROM input JOIN ords USING (n) ORDER BY input.n
-         ON CONFLICT DO NOTHING
-         RETURNING id, ord`, 'generic'),
-        [
-          ref.key,
-          records.map((t) => t.record.id),
-          records.map((t) => t.record.body),
-          records.map((t) => t.record.postedBy),
-          records.map((t) => t.record.idempotencyKey),
-          records.length,
-          first.postedAt,
-          first.status,
-          first.updatedAt,
-          first.attempts,
-          // Post options (decisions §8.1), per item; null when none of them has any, so that a
-          // plain post sends nothing more.
-          records.some((t) => t.record.availableAt !== 0) ? records.map((t) => t.record.availableAt) : null,
-          records.some((t) => t.record.priority !== 0) ? records.map((t) => t.record.priority) : null,
-          records.some((t) => t.record.group !== null) ? records.map((t) => t.record.group) : null,
-        ],
-      );
-      if (ahead.length > 0) {
-        // Their failure, if any, is the cause (the INSERT behind it then fails too).
-        inserting.catch(() => undefined);
-        await Promise.all(ahead.splice(0));
-      }
-      const res = await inserting;
-      const ords = new Map(res.rows.map((row) => [row.id, row.ord]));
-      const conflicted: number[] = [];
-      records.forEach((t, i) => {
-        const n = todo[i]!;
-        const ord = ords.get(t.record.id);
-        if (ord === undefined) return void conflicted.push(n);
-        const record: ItemRecord = { ...t.record, ord };
-        tx.changes.push({ ref, record, events: t.events, purged: false });
-        tx.count(ref.key, record.status, 1);
-        tx.archive(ref, record.id, 'item', record.body);
-        out[n] = { id: record.id, status: record.status, created: true };
-      });
-      // Not inserted: the key names an earlier item (read it), or the random id was taken (try another).
-      const keys = conflicted.map((n) => inputs[n]!.idempotencyKey).filter((k): k is string => k !== undefined);
-      const earlier = new Map<string, { id: string; status: ItemStatus }>();
-      if (keys.length > 0) {
-        const found = await tx.query<{ id: string; status: ItemStatus; idempotency_key: string }>(
-          named('svcq_find_keys', 'SELECT id, status, idempotency_key FROM svcq_items WHERE queue = $1 AND idempotency_key = ANY($2::text[])'),
-          [ref.key, keys],
-        );
-        for (const row of found.rows) earlier.set(row.idempotency_key, row);
-      }
-      todo = [];
-      for (const n of conflicted) {
-        const key = inputs[n]!.idempotencyKey;
-        const item = key === undefined ? undefined : earlier.get(key);
-        // An earlier item purged by another node between the INSERT and the read: insert again.
-        if (item) out[n] = { id: item.id, status: item.status, created: false };
-        else todo.push(n);
-      }
-    }
-    for (const [n, first] of repeats) {
-      const o = out[first]!;
-      out[n] = { id: o.id, status: o.status, created: false };
-    }
-    return out as PostOutcome[];
-  }
 
-  /**
-   * Applies what is due in a queue at the transaction's time, 500 rows per statement, rows that
-   * other transactions hold skipped (they are being changed by whoever holds them, and a call
-   * that needs one of them locks it and applies rules.due itself).
-   */
-  private async sweepQueue(tx: Tx, ref: QueueRef, periodic: boolean): Promise<void> {
-    const c = ref.config;
-    for (;;) {
-      const res = await tx.query<ItemRow>(
-        named('svcq_sweep', `SELECT ${COLUMNS} FROM svcq_items WHERE queue = $1 AND id = ANY(ARRAY(
-             SELECT id FROM svcq_items WHERE queue = $1 AND status IN ('claimed', 'processing') AND lease_until <= $2
-           UNION ALL
-             SELECT id FROM svcq_items WHERE queue = $1 AND available_at > 0 AND available_at <= $2
-           UNION ALL
-             SELECT id FROM svcq_items WHERE queue = $1 AND $3::boolean AND status IN ('pending', 'claimed', 'processing') AND posted_at <= $4
-           UNION ALL
-             SELECT id FROM svcq_items WHERE queue = $1 AND $5::boolean AND finished_at <= $6
-           UNION ALL
-             SELECT id FROM svcq_items WHERE queue = $1 AND $7::boolean AND fetched_at <= $6
-         )) LIMIT ${SWEEP_BATCH} FOR UPDATE SKIP LOCKED`),
-        // The ids first, as an array probed through the primary key (as a join, the generic plan
-        // of the prepared statement read every row of the queue). Only pending items have an
-        // available_at above 0 (every other transition sets it to 0), so the retry branch names no
-        // status: with one, statistics taken while nothing was pending had it read the queue's
-        // pending index whole (280 ms at 1,000,000 pending items) instead of the
-        // (queue, available_at) index. Only terminal items have
-        // finished_at or fetched_at: the retention branches read the
-        // (queue, finished_at) and (queue, fetched_at) indexes by range. (With a status condition
-        // the planner took the (queue, status) index and read every finished item of the queue.)
-        [ref.key, tx.now, c.timeoutMs !== null, tx.now - (c.timeoutMs ?? 0), c.retainFrom === 'finished', tx.now - c.retainMs, c.retainFrom === 'fetched'],
-      );
-      let changed = 0;
-      for (const row of res.rows) {
-        const loaded = tx.current(ref, row);
-        if (!loaded) continue;
-        if (this.applyDue(tx, ref, loaded) !== loaded.record) changed++;
-      }
-      // The next batch must not find these rows due again.
-      await tx.flush();
-      if (res.rows.length < SWEEP_BATCH) return this.findQuiet(tx, ref, periodic);
-      if (changed === 0) return;
-    }
-  }
 
-  /**
-   * A deadline just committed ends the queue's quiet window by then at the latest, and the window
-   * of a transaction still under way that found one before this commit: a change made under
-   * other rules than the window's (a call that read the definition before it changed, or rules in
-   * force for a moment between two changes of it) can set one sooner than the window allows for.
-   */
-  private endQuietBy(key: string, at: number): void {
-    const quiet = this.quietUntil.get(key);
-    if (quiet && at < quiet.until) this.quietUntil.set(key, { rules: quiet.rules, until: at });
-    for (const other of this.live) {
-      const found = other.quiet.get(key);
-      if (found && at < found.until) other.quiet.set(key, { rules: found.rules, until: at });
-    }
-  }
 
-  /** Whether nothing in the queue can be due at `now` (its last sweep's window, under the same rules). */
-  private isQuiet(ref: QueueRef, now: number): boolean {
-    const quiet = this.quietUntil.get(ref.key);
-    return quiet !== undefined && now < quiet.until && quiet.rules === rulesKey(ref.config);
-  }
 
-  /**
-   * After a sweep that applied everything due it could lock: the time before which nothing in the
-   * queue can be due, kept once the transaction commits (the calls of later transactions then skip
-   * the sweep, which is most of a transaction's work on a busy queue). That is the soonest deadline
-   * the rows show now, or the soonest any transaction could set from now on: every deadline a
-   * rule sets is at least the shortest of lease, retry delay, timeout and retention after the time
-   * of the transaction that sets it, which is no earlier than the oldest transaction of this store
-   * still under way, and (QUIET_SLACK_MS) than another node's. A row another transaction holds
-   * still shows the deadline it had, so its window is closed until it moves. The periodic sweep
-   * ignores the window, and the window ends when the queue's rules change.
-   */
-  private async findQuiet(tx: Tx, ref: QueueRef, periodic: boolean): Promise<void> {
-    const c = ref.config;
-    const span = Math.min(c.leaseMs, c.retryDelayMs > 0 ? c.retryDelayMs : Infinity, c.timeoutMs ?? Infinity, c.retainMs);
-    // Too short a span for a window; a periodic sweep still looks for the soonest deadline, to wake for it.
-    if (span <= 2 * QUIET_SLACK_MS && !periodic) return;
-    const res = await tx.query<{ at: number | null }>(
-      named(
-        'svcq_next_deadline',
-        `SELECT LEAST(
-           (SELECT min(lease_until) FROM svcq_items WHERE queue = $1 AND status IN ('claimed', 'processing')),
-           (SELECT min(available_at) FROM svcq_items WHERE queue = $1 AND available_at > 0 AND status = 'pending'),
-           (SELECT min(posted_at) FROM svcq_items WHERE queue = $1 AND status IN ('pending', 'claimed', 'processing')) + $2::bigint,
-           (SELECT min(finished_at) FROM svcq_items WHERE queue = $1 AND finished_at IS NOT NULL) + $3::bigint,
-           (SELECT min(fetched_at) FROM svcq_items WHERE queue = $1 AND fetched_at IS NOT NULL) + $4::bigint
-         ) AS at`,
-      ),
-      [ref.key, c.timeoutMs, c.retainFrom === 'finished' ? c.retainMs : null, c.retainFrom === 'fetched' ? c.retainMs : null],
-    );
-    let oldest = tx.started;
-    for (const other of this.live) oldest = Math.min(oldest, other.started);
-    const at = res.rows[0]?.at ?? null;
-    if (at !== null) this.wakeFor(ref.key, at);
-    if (span <= 2 * QUIET_SLACK_MS) return;
-    tx.quiet.set(ref.key, { rules: rulesKey(c), until: Math.min(at ?? Infinity, oldest + span - QUIET_SLACK_MS) });
-  }
 
   /** Queues a call for the next transaction. */
   private submitOp<T>(op: Omit<Op, 'resolve' | 'reject'>): Promise<T> {
@@ -1410,12 +631,12 @@ export class PostgresStore implements Store, EventOutbox {
         const quiet = new Set<string>();
         for (const ref of queues.values()) {
           const periodic = ops.some((op) => op.sweep && op.ref.key === ref.key);
-          if (!periodic && this.isQuiet(ref, tx.now)) {
+          if (!periodic && this.deadlines.isQuiet(ref, tx.now)) {
             quiet.add(ref.key);
             continue;
           }
           this.sweeps++;
-          const sweeping = this.sweepQueue(tx, ref, periodic);
+          const sweeping = this.deadlines.sweepQueue(tx, ref, periodic);
           tx.send();
           await sweeping;
         }
@@ -1471,7 +692,7 @@ export class PostgresStore implements Store, EventOutbox {
           let running: Promise<void>;
           tx.groups++;
           if (op.posts) {
-            running = this.insertPosts(tx, op.ref, group.flatMap((g) => g.posts!)).then((outcomes) => {
+            running = insertPosts(tx, op.ref, group.flatMap((g) => g.posts!), this.itemIds).then((outcomes) => {
               let at = 0;
               for (const g of group) {
                 results.set(g, outcomes.slice(at, at + g.posts!.length));
@@ -1479,9 +700,9 @@ export class PostgresStore implements Store, EventOutbox {
               }
             });
           } else if (op.claim) {
-            running = this.claimPlain(tx, op.ref, group.map((g) => g.claim!)).then((claimed) => group.forEach((g, i) => results.set(g, claimed[i])));
+            running = claimPlain(tx, op.ref, group.map((g) => g.claim!)).then((claimed) => group.forEach((g, i) => results.set(g, claimed[i])));
           } else {
-            running = this.submitMany(tx, op.ref, group.map((g) => g.submit!)).then((answers) => group.forEach((g, i) => results.set(g, answers[i])));
+            running = submitMany(tx, op.ref, group.map((g) => g.submit!)).then((answers) => group.forEach((g, i) => results.set(g, answers[i])));
             submitting.set(op.ref.key, group.some((g) => g.submit!.requeues === true));
           }
           // Awaited by settle(); a failure meanwhile is not an unhandled rejection.
@@ -1493,7 +714,7 @@ export class PostgresStore implements Store, EventOutbox {
         // The last writes and the COMMIT go out together. A write that fails (a guard included,
         // see migration 6) aborts the transaction, and the COMMIT behind it then rolls it back.
         tx.hold();
-        const finishing = this.finish(tx);
+        const finishing = finishTx(tx);
         const archiving = tx.payloads.size > 0 ? writePayloads(tx, [...tx.payloads.values()], tx.now) : undefined;
         committing = client.query('COMMIT');
         tx.send();
@@ -1545,78 +766,14 @@ export class PostgresStore implements Store, EventOutbox {
     for (const op of ops) op.reject(refusal);
   }
 
-  /**
-   * The transaction's staged writes, the task events of its changes and its net change of the
-   * counts, in one statement before its COMMIT (one round trip: on a busy node, round trips to the
-   * database cost more than the statements' work).
-   */
-  private async finish(tx: Tx): Promise<void> {
-    const { updates, deletes } = tx.takeWrites();
-    const ts: number[] = [];
-    const hosts: string[] = [];
-    const names: string[] = [];
-    const ids: string[] = [];
-    const kinds: string[] = [];
-    const attempts: number[] = [];
-    const statuses: string[] = [];
-    const workers: Array<string | null> = [];
-    for (const c of tx.changes) {
-      for (const e of c.events) {
-        ts.push(tx.now);
-        hosts.push(c.ref.host);
-        names.push(c.ref.name);
-        ids.push(c.record.id);
-        kinds.push(e.event);
-        attempts.push(e.attempts ?? c.record.attempts);
-        statuses.push(e.status ?? c.record.status);
-        workers.push(e.worker ?? null);
-      }
-    }
-    const countQueues: string[] = [];
-    const countStatuses: string[] = [];
-    const countDeltas: number[] = [];
-    for (const [slot, n] of tx.deltas) {
-      if (n === 0) continue;
-      const nl = slot.indexOf('\n');
-      countQueues.push(slot.slice(0, nl));
-      countStatuses.push(slot.slice(nl + 1));
-      countDeltas.push(n);
-    }
-    if (updates.length === 0 && deletes.length === 0 && ts.length === 0 && countDeltas.length === 0) return;
-    const res = await tx.query<{ updated: number; deleted: number }>(
-      named('svcq_finish', `WITH ${WRITE_ITEMS}, events AS (
-         INSERT INTO svcq_events (ts, host, queue, id, event, attempts, status, worker)
-         SELECT * FROM unnest($18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[], $23::integer[], $24::text[], $25::text[])
-       ), counted AS (
-         -- The net change of the counts goes with the changes (decisions §5.1).
-         INSERT INTO svcq_count_deltas (queue, status, delta) SELECT * FROM unnest($26::text[], $27::text[], $28::integer[])
-       ), done AS (
-         SELECT (SELECT count(*) FROM upd)::integer AS updated, (SELECT count(*) FROM del)::integer AS deleted
-       )
-       -- A guard that failed aborts the transaction here: the COMMIT sent behind this statement then rolls it back.
-       SELECT updated, deleted,
-              CASE WHEN updated = cardinality($2::text[]) AND deleted = cardinality($16::text[]) THEN 0
-                   ELSE svcq_stale_write((cardinality($2::text[]) + cardinality($16::text[]) - updated - deleted) || ' item(s)') END AS stale
-         FROM done`, 'generic'),
-      [...writeParams(updates, deletes), ts, hosts, names, ids, kinds, attempts, statuses, workers, countQueues, countStatuses, countDeltas],
-    );
-    checkWritten(res.rows[0]!, updates, deletes);
-  }
 
   /** After a COMMIT: the long polls, the observer, and the queues now known to be registered. */
   private committed(tx: Tx, ms: number): void {
     this.transactions.succeeded();
-    for (const key of tx.registered) this.known.add(key);
-    for (const [key, quiet] of tx.quiet) this.quietUntil.set(key, quiet);
+    for (const key of tx.registered) this.itemIds.known.add(key);
+    this.deadlines.committed(tx);
     for (const key of tx.resumed) this.options.notifier?.notify(claimTopic(key));
     if (tx.changes.length === 0) return;
-    for (const c of tx.changes) {
-      if (c.purged) continue;
-      const at = rules.nextDeadline(c.record, c.ref.config);
-      if (at === null) continue;
-      this.endQuietBy(c.ref.key, at);
-      if (this.wakesOn()) this.wakeFor(c.ref.key, at);
-    }
     if (tx.changes.some((c) => c.events.length > 0)) this.outbox.soon();
     const notifier = this.options.notifier;
     const kinds = new Map<string, TaskEventKind[]>();
@@ -1668,59 +825,9 @@ export class PostgresStore implements Store, EventOutbox {
     return total;
   }
 
-  /** Whether deadlines get a sweep as they fall: only where the periodic sweep runs too. */
-  private wakesOn(): boolean {
-    return this.sweepEvery > 0 && this.options.configFor !== undefined && this.state === 'open';
-  }
 
-  /**
-   * Sweeps the queue when `at` comes (a deadline of one of its items falls then), if that is
-   * within two sweep intervals; a deadline already past (its row was held by another transaction)
-   * is looked at again 100 ms later.
-   */
-  private wakeFor(key: string, at: number): void {
-    if (!this.wakesOn()) return;
-    const now = this.now();
-    if (at > now + 2 * this.sweepEvery) return;
-    const slot = Math.ceil((at > now ? at : now + 100) / WAKE_STEP_MS) * WAKE_STEP_MS;
-    const keys = this.wakes.get(slot);
-    if (keys) keys.add(key);
-    else this.wakes.set(slot, new Set([key]));
-    this.armWake(slot);
-  }
 
-  private armWake(slot: number): void {
-    if (slot >= this.wakeTimerAt) return;
-    clearTimeout(this.wakeTimer);
-    this.wakeTimerAt = slot;
-    this.wakeTimer = setTimeout(() => this.wake(), Math.max(0, slot - this.now()));
-    this.wakeTimer.unref();
-  }
 
-  /** Sweeps the queues whose deadlines have come, then waits for the next. */
-  private wake(): void {
-    this.wakeTimer = undefined;
-    this.wakeTimerAt = Infinity;
-    const configFor = this.options.configFor;
-    if (this.state !== 'open' || !configFor) return;
-    const now = this.now();
-    const due = new Set<string>();
-    let next = Infinity;
-    for (const [slot, keys] of this.wakes) {
-      if (slot > now) next = Math.min(next, slot);
-      else {
-        for (const key of keys) due.add(key);
-        this.wakes.delete(slot);
-      }
-    }
-    if (next < Infinity) this.armWake(next);
-    for (const key of due) {
-      const config = configFor(key);
-      if (!config) continue;
-      // A sweep that fails is warned of by the periodic sweep, which runs again in a moment.
-      this.submitOp({ ref: refOf(key, config), run: async () => null, sweep: true }).catch(() => undefined);
-    }
-  }
 
   /** Every known queue swept once (the item counts compacted first); a sweep still under way is not doubled. */
   private sweepAll(): void {
@@ -1737,7 +844,7 @@ export class PostgresStore implements Store, EventOutbox {
    * The periodic sweep's work, run now: folds the count deltas, then applies what is due at the
    * store's time in every queue that ever held an item and that `configFor` knows. A queue in its
    * quiet window for two more sweep intervals is passed over (nothing in it can fall due before
-   * then, see {@link findQuiet}; a sweep near the window's end sets the wake-up for the deadline
+   * then, see Deadlines; a sweep near the window's end sets the wake-up for the deadline
    * that ends it), but swept at least every {@link QUIET_PASSES} sweeps all the same: idle queues
    * cost the database next to nothing. Resolves once done (a test on a fake clock calls it where
    * time would have moved the sweep).
@@ -1753,12 +860,7 @@ export class PostgresStore implements Store, EventOutbox {
       const config = configFor(key);
       if (!config || this.state !== 'open') continue;
       const ref = refOf(key, config);
-      const passes = this.quietPasses.get(key) ?? 0;
-      if (passes < QUIET_PASSES && this.isQuiet(ref, horizon)) {
-        this.quietPasses.set(key, passes + 1);
-        continue;
-      }
-      this.quietPasses.delete(key);
+      if (this.deadlines.passOver(ref, horizon)) continue;
       // Nothing to run but the sweep that precedes every transaction's calls.
       sweeps.push(this.submitOp({ ref, run: async () => null, sweep: true }));
     }
@@ -1770,33 +872,10 @@ export class PostgresStore implements Store, EventOutbox {
     return this.sweeps;
   }
 
-  /** 16 lowercase hex characters, random (decisions §3.5); a collision in the queue is caught by the primary key. */
-  private newId(): string {
-    if (this.idsAt + 8 > this.ids.length) {
-      this.ids = randomBytes(4096);
-      this.idsAt = 0;
-    }
-    const id = this.ids.toString('hex', this.idsAt, this.idsAt + 8);
-    this.idsAt += 8;
-    return id;
-  }
 }
 
-/** Whether an item claimable from `a` is claimable before one claimable from `b` (0: at once). */
-function sooner(a: number, b: number): boolean {
-  return b !== 0 && (a === 0 || a < b);
-}
 
-/** A queue's reference from its key ('<host>/<name>') and its current rules. */
-function refOf(key: string, config: QueueConfig): QueueRef {
-  const slash = key.indexOf('/');
-  return { key, host: key.slice(0, slash), name: key.slice(slash + 1), config };
-}
 
-/** What decides when an item's deadlines fall: a quiet window holds only under the rules it was found for. */
-function rulesKey(c: QueueConfig): string {
-  return `${c.leaseMs} ${c.retryDelayMs} ${c.timeoutMs} ${c.retainFrom} ${c.retainMs}`;
-}
 
 /** The calls an op runs together with in one statement: posts, plain claims, submissions of one queue; null for the others. */
 function groupOf(op: Op): string | null {
@@ -1806,13 +885,3 @@ function groupOf(op: Op): string | null {
   return null;
 }
 
-/** decisions §3.3 by the engine's own `matches`; a body that is not a JSON object matches nothing. */
-function passes(body: string, criteria: Record<string, unknown>): boolean {
-  let item: unknown;
-  try {
-    item = JSON.parse(body);
-  } catch {
-    return false;
-  }
-  return item !== null && typeof item === 'object' && !Array.isArray(item) && matches(item as Record<string, unknown>, criteria);
-}
