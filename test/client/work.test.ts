@@ -202,8 +202,7 @@ describe('client.work(): the library\'s worker loop (decisions §1.3, §3.2, §3
     expect((err as ClientError).code).to.equal('wall');
   });
 
-  // Skipped until the server side lands: needs the server side of decisions §8.2 (retryIn on the error endpoint and hand-ins).
-  it.skip('§8.2: a RetryIn error passes its wish on: the item is not claimable before then', async () => {
+  it('§8.2: a RetryIn error passes its wish on: the item is not claimable before then', async () => {
     const q = await queue({ maxAttempts: 3 });
     const { id } = await client.post(q, { n: 1 });
     const working = client.work(q, () => {
@@ -220,8 +219,7 @@ describe('client.work(): the library\'s worker loop (decisions §1.3, §3.2, §3
     await working.stop();
   });
 
-  // Skipped until the server side lands: needs the server side of decisions §8.2 (final on the error endpoint and hand-ins).
-  it.skip('§8.2: a Final error fails the item at once, attempts left or not', async () => {
+  it('§8.2: a Final error fails the item at once, attempts left or not', async () => {
     const q = await queue({ maxAttempts: 5 });
     const { id } = await client.post(q, { n: 1 });
     const working = client.work(q, () => {
@@ -233,8 +231,7 @@ describe('client.work(): the library\'s worker loop (decisions §1.3, §3.2, §3
     await working.stop();
   });
 
-  // Skipped until the server side lands: needs the server side of decisions §8.2 (POST /<queue>/items/<id>/release).
-  it.skip('§8.2: a Release hands the item back, its attempt not counted', async () => {
+  it('§8.2: a Release hands the item back, its attempt not counted', async () => {
     const q = await queue({ maxAttempts: 5 });
     const { id } = await client.post(q, { n: 1 });
     const rec = recorder();
@@ -247,8 +244,7 @@ describe('client.work(): the library\'s worker loop (decisions §1.3, §3.2, §3
     expect(status).to.include({ status: 'pending', attempts: 0 });
   });
 
-  // Skipped until the server side lands: needs the server side of decisions §8.2 (POST /<queue>/items/<id>/release).
-  it.skip('§8.2: stop() releases the items claimed ahead that were not started: they are claimable at once, attempts not counted', async () => {
+  it('§8.2: stop() releases the items claimed ahead that were not started: they are claimable at once, attempts not counted', async () => {
     const q = await queue({ leaseSeconds: 300 });
     const ids = (await Promise.all(Array.from({ length: 5 }, (_, n) => client.post(q, { n })))).map((a) => a.id);
     const rec = recorder();

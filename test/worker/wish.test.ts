@@ -42,8 +42,7 @@ describe('svcq work passes a failing command\'s wish on: `::retry-in N`, `::fina
     expect(item.result).to.deep.equal({ fine: true });
   });
 
-  // Skipped until the server side lands: needs final on the error endpoint and in hand-ins (decisions §8.2).
-  it.skip('"::final" fails the item at once, attempts left or not, handed in with the next claim or on its own', async () => {
+  it('"::final" fails the item at once, attempts left or not, handed in with the next claim or on its own', async () => {
     for (const handIn of ['--hand-in', '--no-hand-in']) {
       const queue = queueName('wish');
       await defineQueue(server, queue, { maxAttempts: 5 });
@@ -56,8 +55,7 @@ describe('svcq work passes a failing command\'s wish on: `::retry-in N`, `::fina
     }
   });
 
-  // Skipped until the server side lands: needs retryIn on the error endpoint and in hand-ins (decisions §8.2).
-  it.skip('"::retry-in N" puts the next attempt N seconds off, handed in with the next claim or on its own', async () => {
+  it('"::retry-in N" puts the next attempt N seconds off, handed in with the next claim or on its own', async () => {
     for (const handIn of ['--hand-in', '--no-hand-in']) {
       const queue = queueName('wish');
       await defineQueue(server, queue, { maxAttempts: 5 });
@@ -71,8 +69,7 @@ describe('svcq work passes a failing command\'s wish on: `::retry-in N`, `::fina
     }
   });
 
-  // Skipped until the server side lands: needs POST /<queue>/items/<id>/release (decisions §8.2).
-  it.skip('a stop releases the items claimed ahead that were not started: pending again at once, attempts not counted', async () => {
+  it('a stop releases the items claimed ahead that were not started: pending again at once, attempts not counted', async () => {
     const queue = queueName('wish');
     await defineQueue(server, queue, { leaseSeconds: 300 });
     const ids = [await postItem(server, queue, { n: 0, s: 0 })];
