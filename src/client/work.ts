@@ -174,7 +174,10 @@ class FunctionRunner implements ItemRunner {
     let settle!: (outcome: RunOutcome) => void;
     const done = new Promise<RunOutcome>((resolve) => (settle = resolve));
     let timer: NodeJS.Timeout | undefined;
+    let finished = false;
     const finish = (outcome: RunOutcome): void => {
+      if (finished) return;
+      finished = true;
       clearTimeout(timer);
       settle(outcome);
     };
@@ -184,7 +187,8 @@ class FunctionRunner implements ItemRunner {
       itemText: claimed.itemText,
       signal: controller.signal,
       progress: (record) => {
-        if (controller.signal.aborted) return;
+        // Once the run has ended its progress is moot: the result may be on its way already.
+        if (finished || controller.signal.aborted) return;
         if (typeof record === 'number' && Number.isInteger(record)) return hooks.progress(JSON.stringify({ percent: record }));
         if (typeof record !== 'object' || record === null || Array.isArray(record)) return hooks.warning('ignored a progress that is neither an integer nor an object');
         try {
@@ -203,7 +207,8 @@ class FunctionRunner implements ItemRunner {
     }
     // Called on the next turn: a handler that throws before its first await fails its item, not the loop.
     void Promise.resolve()
-      .then(() => this.handler(claimed.item, job))
+      // Stopped before it could start (the item ended elsewhere): the handler is not called.
+      .then(() => (controller.signal.aborted ? undefined : this.handler(claimed.item, job)))
       .then(
         (value) => finish(resultOutcome(value)),
         (err: unknown) => finish(errorOutcome(err)),
