@@ -68,8 +68,9 @@ export interface WorkLoopOptions {
   /** Hand results and errors in with the next claim (decisions §3.8 `done`); default true. */
   handIns?: boolean;
   /**
-   * Start items claimed ahead as soon as the pace is known from one claim's lease, not only once a
-   * job has ended (the library's `prefetch`); default false, as `svcq work --prefetch` does.
+   * Claim ahead from the first claim on, before a job has ended and shown the pace: the claims on
+   * their way together ask for at most `prefetch` items beyond one each (the library's `prefetch`).
+   * Default false: `svcq work --prefetch` claims one item per slot until a job has ended.
    */
   eagerPrefetch?: boolean;
 }
