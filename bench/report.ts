@@ -311,7 +311,10 @@ export function prioVerdicts(run: PrioRun): Verdict[] {
     const ratios = rounds.map((d) => d.a.rate / d.b.rate);
     const m = median(ratios);
     const rates = `${fmt(median(rounds.map((d) => d.a.rate)))} vs ${fmt(median(rounds.map((d) => d.b.rate)))} ${unit}/s`;
-    out.push({ target, measured: `${fmt(m, 3)}× (rounds ${list(ratios)}; spread ${spread(ratios)}; medians ${rates})`, pass: m >= 0.9 });
+    // Server CPU per item, the steadier figure on a busy machine: the inverse ratio, so that above 1 is better here too.
+    const perItem = (x: LoadResult): number => (x.serverCpuMs ?? Number.NaN) / Math.max(1, x.count);
+    const cpu = rounds.map((d) => perItem(d.b) / perItem(d.a));
+    out.push({ target, measured: `${fmt(m, 3)}× (rounds ${list(ratios)}; spread ${spread(ratios)}; medians ${rates}); server CPU per item, inverse ratio ${fmt(median(cpu), 3)}× (rounds ${list(cpu)})`, pass: m >= 0.9 });
   };
   if (run.priority) {
     const p = run.priority;
