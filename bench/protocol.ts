@@ -38,6 +38,10 @@ export interface LoadSpec {
   recordLatency: boolean;
   /** The HTTP client: the generator's own raw-socket client (default), or undici (the client inside Node's fetch). */
   client?: 'raw' | 'undici';
+  /** Every post (and every batch) carries `?priority=N`, N drawn at random from 0 … priorities − 1 (decisions §8.1). */
+  priorities?: number;
+  /** Every post (and every batch) carries `?delay=S`. */
+  delayS?: number;
 }
 
 export interface LatencySummary {
