@@ -18,6 +18,15 @@ for (const t of targets) if (t.hostname !== '127.0.0.1') throw new Error(`the lo
 // server's whole handling of it, and the load generator shares the machine's two cores with the
 // server, so a heavy client would measure itself.
 const postPath = `/${spec.queue}`;
+const batchPath = `/${spec.queue}/batch`;
+// Post options (decisions §8.1), when the phase uses them: a fresh random priority for each request.
+const withOptions = spec.priorities !== undefined || spec.delayS !== undefined;
+const optionsQuery = (): string => {
+  const parts: string[] = [];
+  if (spec.priorities !== undefined) parts.push(`priority=${Math.floor(Math.random() * spec.priorities)}`);
+  if (spec.delayS !== undefined) parts.push(`delay=${spec.delayS}`);
+  return `?${parts.join('&')}`;
+};
 const claimPath = `/${spec.queue}/claim`;
 
 interface Reply {
@@ -146,7 +155,7 @@ function fail(what: string): void {
 async function post(conn: Sender): Promise<boolean> {
   const seq = started;
   const t = spec.recordLatency ? performance.now() : 0;
-  const reply = await conn.send(postPath, makeItem(seq, spec.itemBytes));
+  const reply = await conn.send(withOptions ? postPath + optionsQuery() : postPath, makeItem(seq, spec.itemBytes));
   if (spec.recordLatency && spec.mode !== 'loop') latencies.push(performance.now() - t);
   if (reply.status !== 200) {
     fail(`post: ${reply.status} ${reply.text}`);
@@ -180,7 +189,7 @@ async function postBatch(conn: Sender): Promise<number> {
   const seq = started;
   const items: string[] = [];
   for (let i = 0; i < BATCH_SIZE; i++) items.push(makeItem(seq * BATCH_SIZE + i, spec.itemBytes));
-  const reply = await conn.send(`/${spec.queue}/batch`, `[${items.join(',')}]`);
+  const reply = await conn.send(withOptions ? batchPath + optionsQuery() : batchPath, `[${items.join(',')}]`);
   if (reply.status !== 200) {
     fail(`batch: ${reply.status} ${reply.text}`);
     return -1;

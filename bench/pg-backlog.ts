@@ -11,7 +11,7 @@
  *   --rounds 3        paired rounds per phase and stage (the order of the sides alternates)
  *   --jobs 8000       jobs per full-cycle phase (`cycle`, `handin`; 32 producers and 32 workers)
  *   --seconds 3       length of the `post` phase (32 in flight)
- *   --stages same,other,finished
+ *   --stages same,other,finished   (or `prio`, alone: see below)
  *   --nodes 1         svcq nodes per side, on that side's database: the load generator's
  *                     connections spread over them, and the svcq CPU per job is theirs together
  *   --prefix svcq_backlog   the two databases are <prefix>_big_<pid> and <prefix>_empty_<pid>,
@@ -23,6 +23,14 @@
  * backends serving that database: this machine's PostgreSQL), and the median of the per-round
  * ratios big / empty. After the phases of a stage it times 200 `GET /api/v2/queues` and 200 status
  * reads (`GET /<queue>/items/<id>`) on each side, one at a time.
+ *
+ * Stage `prio` (decisions §8.1; `npm run bench -- --store URL --phases backlog-prio` runs it): the
+ * queue is filled with a tenth of --items delayed by a year, then --items claimable items (each
+ * batch of 1,000 with a random priority of 10, so the delayed items come first in claim order);
+ * then posts, the full cycle and claim → result
+ * (`claim`: --jobs claims, 32 in flight, each followed by the item's result) with a random priority
+ * on every post, on both sides; before each claim phase the empty side's queue is given as many
+ * items as its claims take (beside what its post phases left there).
  */
 import http from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -30,6 +38,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { COLUMNS } from '../src/store/postgres/pg-tx.js';
+import { NOT_PAUSED } from '../src/store/postgres/pg-claims.js';
 import { backendCpuSeconds, databaseUrl, query } from './pg-admin.js';
 import { cpuMsOf, killAll, runLoad, startSvcq, type Svcq } from './procs.js';
 import type { LoadMode, LoadSpec } from './protocol.js';
@@ -60,6 +71,9 @@ if (!Number.isInteger(NODES) || NODES < 1) {
   console.error('pg-backlog: --nodes takes a whole number of 1 or more');
   process.exit(2);
 }
+/** Stage `prio`: priority levels of every post, and a delay no item outlives during the run. */
+const PRIO_LEVELS = 10;
+const FAR_DELAY_S = 31_536_000;
 const HOST = 'bench.test';
 const MASTER = 'bench-master-token-0123456789abcdef';
 const QUEUE_DEF = JSON.stringify({ leaseSeconds: 300, access: { post: 'public', fetch: 'public', work: 'public' } });
@@ -150,6 +164,32 @@ async function timeRequests(s: Side, p: string, auth: boolean, n = 200): Promise
   return { p50: ms[Math.floor(n * 0.5)]!, p99: ms[Math.floor(n * 0.99)]! };
 }
 
+/**
+ * PostgreSQL's plan for one claim on the queue `backlog` of `database`: the statement `svcq_claim`
+ * of src/store/postgres/pg-claims.ts (its text repeated here: keep the two alike), prepared and
+ * planned as the store plans it (`ordered`: a generic plan, sequential scans and sorts off), run
+ * under EXPLAIN (ANALYZE, BUFFERS) for the first claim of a page (LIMIT 1) in a transaction rolled
+ * back, so the row it locks stays pending.
+ */
+async function explainClaim(database: string): Promise<string> {
+  const client = new pg.Client({ connectionString: dbUrl(database) });
+  await client.connect();
+  try {
+    const [queue] = (await client.query<{ key: string }>(`SELECT key FROM svcq_queues WHERE key LIKE '%backlog%'`)).rows;
+    if (!queue) throw new Error(`no queue backlog in ${database}`);
+    await client.query('BEGIN');
+    await client.query('SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off');
+    await client.query(`PREPARE bench_claim AS SELECT ${COLUMNS} FROM svcq_items
+        WHERE queue = $1 AND status = 'pending' AND available_at = 0 AND ((-priority), ord) > ($2::integer, $3) AND ${NOT_PAUSED}
+        ORDER BY (-priority), ord LIMIT $4 FOR UPDATE SKIP LOCKED`);
+    const rows = (await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_claim('${queue.key.replace(/'/g, "''")}', -1000, -1, 1)`)).rows;
+    await client.query('ROLLBACK');
+    return rows.map((r) => r['QUERY PLAN']).join('\n');
+  } finally {
+    await client.end();
+  }
+}
+
 async function vacuum(database: string): Promise<number> {
   const t = performance.now();
   await sql(database, 'VACUUM ANALYZE');
@@ -184,6 +224,18 @@ try {
 
   let loaded = false;
   for (const stage of opts.stages!.split(',')) {
+    const prio = stage === 'prio' ? { priorities: PRIO_LEVELS } : {};
+    if (stage === 'prio') {
+      if (loaded) throw new Error('pg-backlog: the stage prio fills the queue its own way: run it alone (--stages prio)');
+      const t = performance.now();
+      // The delayed items first: they come ahead of every claimable one of their priority in `ord`.
+      for (const [items, extra] of [[ITEMS / 10, { ...prio, delayS: FAR_DELAY_S }], [ITEMS, prio]] as const) {
+        const r = await runLoad({ mode: 'batch-post', url: big.nodes[0]!.url, host: HOST, queue: 'backlog', inFlight: 4, durationMs: 3_600_000, maxCount: Math.ceil(items / 1000), itemBytes: 190, recordLatency: false, ...extra }, 3_700_000);
+        if (r.errors > 0) throw new Error(`fill: ${r.errors} errors, the first: ${r.firstError}`);
+      }
+      log(`filled 'backlog' on big with ${ITEMS} items across ${PRIO_LEVELS} priorities and ${ITEMS / 10} delayed by ${FAR_DELAY_S} s in ${((performance.now() - t) / 1000).toFixed(1)} s`);
+      loaded = true;
+    }
     if (!loaded) {
       const t = performance.now();
       const r = await runLoad({ mode: 'batch-post', url: big.nodes[0]!.url, host: HOST, queue: 'backlog', inFlight: 4, durationMs: 3_600_000, maxCount: Math.ceil(ITEMS / 1000), itemBytes: 190, recordLatency: false }, 3_700_000);
@@ -204,26 +256,32 @@ try {
       `SELECT count(*) FILTER (WHERE status = 'pending') AS pending, count(*) FILTER (WHERE status = 'finished') AS finished, count(*) AS total FROM svcq_items`,
     );
     log(`stage ${stage}: big database holds ${counts!.total} items (${counts!.pending} pending, ${counts!.finished} finished)`);
-    for (const mode of ['post', 'cycle', 'handin'] as const) {
+    if (stage === 'prio') log(`the claim's plan on big (svcq_claim, LIMIT 1), before the phases:\n${await explainClaim(big.database)}`);
+    for (const kind of stage === 'prio' ? (['post', 'cycle', 'claim'] as const) : (['post', 'cycle', 'handin'] as const)) {
+      const mode: LoadMode = kind === 'claim' ? 'drain' : kind;
       const pairs: Array<[Figure, Figure]> = [];
       for (let r = 0; r < ROUNDS; r++) {
         const queue = stage === 'other' ? `o-${mode}-${r}` : 'backlog';
         if (stage === 'other') for (const s of sides) await define(s, queue);
-        else if (r === 0 && stage === 'same') await define(empty, queue);
+        else if (r === 0 && (stage === 'same' || stage === 'prio')) await define(empty, queue);
+        // The empty side's claims take items put there for them, as many as they claim (beside the few
+        // its post phases left).
+        if (kind === 'claim') await runLoad({ mode: 'batch-post', url: empty.nodes[0]!.url, host: HOST, queue, inFlight: 4, durationMs: 300_000, maxCount: Math.ceil(JOBS / 1000), itemBytes: 190, recordLatency: false, ...prio });
         const order = r % 2 === 0 ? [big, empty] : [empty, big];
         const got = new Map<string, Figure>();
-        for (const s of order) got.set(s.name, await phase(s, mode, queue, mode === 'post' ? {} : { maxCount: JOBS, durationMs: 300_000 }));
+        for (const s of order) got.set(s.name, await phase(s, mode, queue, { ...(mode === 'post' ? {} : { maxCount: JOBS, durationMs: 300_000 }), ...prio }));
         const b = got.get('big')!;
         const e = got.get('empty')!;
         pairs.push([b, e]);
-        log(`${stage.padEnd(8)} ${mode.padEnd(6)} round ${r + 1}: big ${b.rate.toFixed(0)}/s (svcq ${b.svcqUs.toFixed(0)} µs, db ${b.dbUs.toFixed(0)} µs per job)  empty ${e.rate.toFixed(0)}/s (svcq ${e.svcqUs.toFixed(0)} µs, db ${e.dbUs.toFixed(0)} µs)  ratio ${(b.rate / e.rate).toFixed(3)}`);
+        log(`${stage.padEnd(8)} ${kind.padEnd(6)} round ${r + 1}: big ${b.rate.toFixed(0)}/s (svcq ${b.svcqUs.toFixed(0)} µs, db ${b.dbUs.toFixed(0)} µs per job)  empty ${e.rate.toFixed(0)}/s (svcq ${e.svcqUs.toFixed(0)} µs, db ${e.dbUs.toFixed(0)} µs)  ratio ${(b.rate / e.rate).toFixed(3)}`);
       }
       log(
-        `${stage.padEnd(8)} ${mode.padEnd(6)} MEDIAN ratio ${median(pairs.map(([b, e]) => b.rate / e.rate)).toFixed(3)} (${pairs.map(([b, e]) => (b.rate / e.rate).toFixed(2)).join(', ')}); ` +
+        `${stage.padEnd(8)} ${kind.padEnd(6)} MEDIAN ratio ${median(pairs.map(([b, e]) => b.rate / e.rate)).toFixed(3)} (${pairs.map(([b, e]) => (b.rate / e.rate).toFixed(3)).join(', ')}); ` +
           `svcq µs/job big ${median(pairs.map(([b]) => b.svcqUs)).toFixed(0)} empty ${median(pairs.map(([, e]) => e.svcqUs)).toFixed(0)}; ` +
           `db µs/job big ${median(pairs.map(([b]) => b.dbUs)).toFixed(0)} empty ${median(pairs.map(([, e]) => e.dbUs)).toFixed(0)}`,
       );
     }
+    if (stage === 'prio') log(`the claim's plan on big after the phases:\n${await explainClaim(big.database)}`);
     for (const s of sides) {
       const posted = await call(s, 'POST', `/backlog`, '{"probe":true}');
       const id = (JSON.parse(posted.body) as { id: string }).id;

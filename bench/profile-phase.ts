@@ -1,7 +1,7 @@
 /**
  * Profiles the server of one build over one hot phase and summarises it:
  *
- *   node --import tsx bench/profile-phase.ts <dir> <handin|cycle|batch|drain|post> [topN] [jobs|seconds]
+ *   node --import tsx bench/profile-phase.ts <dir> <handin|cycle|batch|drain|post|claim|claim-backlog> [topN] [jobs|seconds]
  *
  * `dir` is a checkout with a built `dist/`. The server runs on the store SVCQ_STORE names (the
  * embedded one without it; on a fresh database of that server, dropped at the end); with
@@ -10,7 +10,11 @@
  * counted. The server runs under `node --cpu-prof`; after a
  * warm-up of the same phase, the window of the measured phase is summarised by
  * bench/profile-summary.ts (the busiest thread's profile: the server's). `drain` first fills the
- * queue with batch posts (outside the window). The .cpuprofile is kept under bench/results/.
+ * queue with batch posts (outside the window). `claim` is claim → result (`drain`, 32 in flight)
+ * for `jobs` items, every one posted with a random priority of 10 (decisions §8.1) just before;
+ * `claim-backlog` the same with 100,000 items delayed a year and 1,000,000 waiting across the 10
+ * priorities posted ahead of them (as `npm run bench -- --phases backlog-prio` seeds its server).
+ * The .cpuprofile is kept under bench/results/.
  */
 import { spawn } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, statSync } from 'node:fs';
@@ -107,13 +111,24 @@ const phase = async (tag: string): Promise<{ rate: number; count: number; cpuMs:
       return run('drain-batch', `b${tag}`, { inFlight: 4, durationMs: 120_000 });
     case 'post':
       return run('post', `p${tag}`, { durationMs: size * 1000 });
+    case 'claim':
+    case 'claim-backlog':
+      return run('drain', 'claims', { maxCount: size, durationMs: 120_000, priorities: 10 });
     default:
       throw new Error(`unknown phase ${which}`);
   }
 };
 
 if (which === 'drain') await run('batch-post', 'bwarm', { inFlight: 4, durationMs: 1500 });
-await phase('warm');
+if (which === 'claim' || which === 'claim-backlog') {
+  await run('cycle', 'cwarm', { maxCount: 8000, durationMs: 120_000, priorities: 10 });
+  const fill = (items: number, extra: Partial<LoadSpec>): Promise<unknown> => run('batch-post', 'claims', { inFlight: 4, maxCount: Math.ceil(items / 1000), durationMs: 3_600_000, priorities: 10, ...extra });
+  if (which === 'claim-backlog') {
+    await fill(100_000, { delayS: 31_536_000 });
+    await fill(1_000_000, {});
+  }
+  await fill(size, {});
+} else await phase('warm');
 if (which === 'drain') await run('batch-post', 'bmain', { inFlight: 4, durationMs: 3000 });
 const fromMs = performance.now() - t0;
 const r = await phase('main');

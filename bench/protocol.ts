@@ -40,6 +40,10 @@ export interface LoadSpec {
   client?: 'raw' | 'undici';
   /** The server process: the generator reads its CPU time at the phase's start and end, into `serverCpuMs`. */
   cpuPid?: number;
+  /** Every post (and every batch) carries `?priority=N`, N drawn at random from 0 … priorities − 1 (decisions §8.1). */
+  priorities?: number;
+  /** Every post (and every batch) carries `?delay=S`. */
+  delayS?: number;
 }
 
 export interface LatencySummary {

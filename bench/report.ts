@@ -287,3 +287,59 @@ export function renderTable(run: BenchRun): string {
   for (const r of errors) lines.push(chalk.red(`  ${r.errors} failed requests in a ${r.mode} phase; first: ${r.firstError ?? '?'}`));
   return lines.join('\n');
 }
+
+/** Two phases run one right after the other in one round: `a` over `b` is the round's ratio. */
+export interface Duo {
+  a: LoadResult;
+  b: LoadResult;
+}
+
+/**
+ * Priorities and delays (decisions §8.1). `priority`: on one server, post and the full cycle with
+ * every item given a random priority of `levels` (a) against the same without options (b), paired by
+ * round. `backlogPrio`: post, full cycle and claim → result (a: with `waiting` items across `levels`
+ * priorities and `delayed` items delayed far into the future; b: an empty reference server beside
+ * it), every post carrying a random priority on both sides, paired by round in slices.
+ */
+export interface PrioRun {
+  priority?: { levels: number; rounds: Array<{ post: Duo; cycle: Duo }> };
+  backlogPrio?: { levels: number; waiting: number; delayed: number; seedMs: number; rounds: Array<{ post: Duo; cycle: Duo; claim: Duo }> };
+}
+
+const spread = (ratios: number[]): string => `${fmt(Math.min(...ratios), 3)}–${fmt(Math.max(...ratios), 3)}`;
+
+/** The §8.1 phases: one line per kind with the median ratio, its spread and each round's, and the target. */
+export function prioVerdicts(run: PrioRun): Verdict[] {
+  const out: Verdict[] = [];
+  const line = (target: string, rounds: Duo[], unit: string): void => {
+    const ratios = rounds.map((d) => d.a.rate / d.b.rate);
+    const m = median(ratios);
+    const rates = `${fmt(median(rounds.map((d) => d.a.rate)))} vs ${fmt(median(rounds.map((d) => d.b.rate)))} ${unit}/s`;
+    // Server CPU per item, the steadier figure on a busy machine: the inverse ratio, so that above 1 is better here too.
+    const perItem = (x: LoadResult): number => (x.serverCpuMs ?? Number.NaN) / Math.max(1, x.count);
+    const cpu = rounds.map((d) => perItem(d.b) / perItem(d.a));
+    out.push({ target, measured: `${fmt(m, 3)}× (rounds ${list(ratios)}; spread ${spread(ratios)}; medians ${rates}); server CPU per item, inverse ratio ${fmt(median(cpu), 3)}× (rounds ${list(cpu)})`, pass: m >= 0.9 });
+  };
+  if (run.priority) {
+    const p = run.priority;
+    line(`posts with a random priority of ${p.levels} ≥ 0.9× plain posts`, p.rounds.map((r) => r.post), 'posts');
+    line(`full cycle with a random priority of ${p.levels} ≥ 0.9× the plain cycle`, p.rounds.map((r) => r.cycle), 'jobs');
+  }
+  if (run.backlogPrio) {
+    const b = run.backlogPrio;
+    const with_ = `${sizeName(b.waiting)} waiting across ${b.levels} priorities + ${sizeName(b.delayed)} delayed`;
+    line(`posts, ${with_} ≥ 0.9× empty`, b.rounds.map((r) => r.post), 'posts');
+    line(`full cycle, ${with_} ≥ 0.9× empty`, b.rounds.map((r) => r.cycle), 'jobs');
+    line(`claim → result, ${with_} ≥ 0.9× a queue holding only what is claimed`, b.rounds.map((r) => r.claim), 'jobs');
+  }
+  return out;
+}
+
+export function renderPrio(run: PrioRun): string {
+  const lines = [chalk.bold('Priorities and delays (decisions §8.1)')];
+  if (run.backlogPrio) lines.push(`  seeded ${fmt(run.backlogPrio.waiting + run.backlogPrio.delayed)} items by batch posts in ${fmt(run.backlogPrio.seedMs / 1000, 1)} s`);
+  for (const v of prioVerdicts(run)) lines.push(`  ${v.pass ? chalk.green('pass') : chalk.red('FAIL')}  ${v.target}: ${v.measured}`);
+  const all = [...(run.priority?.rounds ?? []).flatMap((r) => [r.post, r.cycle]), ...(run.backlogPrio?.rounds ?? []).flatMap((r) => [r.post, r.cycle, r.claim])].flatMap((d) => [d.a, d.b]);
+  for (const r of all.filter((x) => x.errors > 0)) lines.push(chalk.red(`  ${r.errors} failed requests in a ${r.mode} phase; first: ${r.firstError ?? '?'}`));
+  return lines.join('\n');
+}

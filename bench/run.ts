@@ -15,6 +15,11 @@
  *   --rounds 5               paired rounds for every ratio (1 with --quick): see bench/README.md
  *   --cpu-prof               also profile the server over one cycle phase and summarise it
  *   --keep                   keep the temp roots (printed) instead of removing them
+ *   --phases empty,floor,backlog   which groups of phases run (these three by default); two more,
+ *                            off by default as they take minutes: `priority` (posts and the full cycle
+ *                            with a random priority of 10 against plain ones, paired by round) and
+ *                            `backlog-prio` (posts, full cycle and claims with 1,000,000 items waiting
+ *                            across 10 priorities and 100,000 delayed, against an empty server beside it)
  */
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -29,7 +34,7 @@ import { execFileSync } from 'node:child_process';
 import { BENCH_DIR, REPO, snapshotBuild, killAll, runBullmq, runLoad, startFloor, startRedis, startSvcq, type BullmqResult, type Svcq } from './procs.js';
 import { BATCH_SIZE, CLAIM_MAX, type LoadMode, type LoadResult, type LoadSpec } from './protocol.js';
 import { besideVerdicts, renderBeside, runBeside, type BesideRun, type SvcqDriver, type System } from './beside.js';
-import { renderTable, sizeName, verdicts, type BacklogRun, type BenchRun, type Pair, type RestartFigures } from './report.js';
+import { prioVerdicts, renderPrio, renderTable, sizeName, verdicts, type BacklogRun, type BenchRun, type Duo, type Pair, type PrioRun, type RestartFigures } from './report.js';
 
 const HOST = 'bench.test';
 const MASTER = 'bench-master-token-0123456789abcdef';
@@ -49,6 +54,7 @@ const { values: opts } = parseArgs({
     keep: { type: 'boolean', default: false },
     'in-flight': { type: 'string', default: '32' },
     'item-bytes': { type: 'string', default: '190' },
+    phases: { type: 'string', default: 'empty,floor,backlog' },
   },
   strict: true,
 });
@@ -79,6 +85,15 @@ const PREFILL_IN_FLIGHT = 64;
 /** Jobs per full-cycle phase, on svcq and on BullMQ alike: each phase runs from the first post to the last result. */
 const CYCLE_JOBS = opts.quick ? 8_000 : 20_000;
 const cyclePhase = { maxCount: CYCLE_JOBS, durationMs: 120_000 };
+const PHASES = ['empty', 'floor', 'backlog', 'priority', 'backlog-prio'] as const;
+const phases = new Set(opts.phases.split(',').map((p) => p.trim()));
+for (const p of phases) if (!(PHASES as readonly string[]).includes(p)) throw new Error(`--phases knows ${PHASES.join(', ')}, not "${p}"`);
+/** Priority levels (0 … 9) and the backlog of the `backlog-prio` phases. */
+const PRIO_LEVELS = 10;
+const PRIO_WAITING = opts.quick ? 100_000 : 1_000_000;
+const PRIO_DELAYED = PRIO_WAITING / 10;
+/** Far enough into the future that no delayed item becomes claimable during the run (one year). */
+const FAR_DELAY_S = 31_536_000;
 
 const roots: string[] = [];
 function tempRoot(tag: string): string {
@@ -421,6 +436,93 @@ async function profilePhase(stamp: string): Promise<NonNullable<BenchRun['profil
   return { file: path.relative(process.cwd(), file), cycle, top: summariseProfile(file, 25, { fromMs, toMs }) };
 }
 
+/**
+ * `priority`: one server; in each round, posts and the full cycle with every item given a random
+ * priority of PRIO_LEVELS (decisions §8.1) right beside the same phases without options, each on a
+ * fresh queue, the order alternating from round to round.
+ */
+async function priorityPhases(): Promise<NonNullable<PrioRun['priority']>> {
+  log('priorities: starting svcq serve');
+  const server = await startSvcq({ root: tempRoot('prio'), masterToken: MASTER });
+  const kinds = ['post-plain', 'post-prio', 'cycle-plain', 'cycle-prio'];
+  await defineQueues(server, ['warm', 'warm-prio', ...Array.from({ length: rounds }, (_, r) => kinds.map((k) => `${k}-${r}`)).flat()]);
+  await load(server, 'cycle', 'warm', { durationMs: warmupMs });
+  await load(server, 'cycle', 'warm-prio', { durationMs: warmupMs, priorities: PRIO_LEVELS });
+  const prio = { priorities: PRIO_LEVELS };
+  const out: NonNullable<PrioRun['priority']>['rounds'] = [];
+  for (let r = 0; r < rounds; r++) {
+    const which = rounds > 1 ? ` (round ${r + 1} of ${rounds})` : '';
+    const duo = async (mode: LoadMode, what: string, extra: Partial<LoadSpec>): Promise<Duo> => {
+      const sides = [
+        async () => checked(`${what} with a random priority of ${PRIO_LEVELS}${which}`, await load(server, mode, `${mode}-prio-${r}`, { ...extra, ...prio })),
+        async () => checked(`${what}, plain${which}`, await load(server, mode, `${mode}-plain-${r}`, extra)),
+      ];
+      if (r % 2 === 1) sides.reverse();
+      const [x, y] = [await sides[0]!(), await sides[1]!()];
+      return r % 2 === 1 ? { a: y, b: x } : { a: x, b: y };
+    };
+    const post = await duo('post', 'post', {});
+    const cycle = await duo('cycle', 'full cycle', cyclePhase);
+    out.push({ post, cycle });
+  }
+  await server.stop();
+  return { levels: PRIO_LEVELS, rounds: out };
+}
+
+/**
+ * `backlog-prio`: a server holding PRIO_WAITING claimable items across PRIO_LEVELS priorities and
+ * PRIO_DELAYED items delayed a year (seeded first, so that they come ahead of every claimable item of
+ * their priority; batch posts of 1,000, each batch with a random priority), beside an empty reference server. In each round: posts, the full cycle and claim →
+ * result (`drain` for CYCLE_JOBS claims), all with a random priority on every post, each side's
+ * phase cut into SLICES taking turns with the other's. The reference's claims take items from a
+ * queue filled, just before, with as many as they claim.
+ */
+async function backlogPrioPhases(): Promise<NonNullable<PrioRun['backlogPrio']>> {
+  log(`${sizeName(PRIO_WAITING)} waiting across ${PRIO_LEVELS} priorities + ${sizeName(PRIO_DELAYED)} delayed: starting svcq serve`);
+  const server = await startSvcq({ root: tempRoot('bprio'), masterToken: MASTER });
+  await defineQueues(server, ['warm', 'backlog']);
+  await load(server, 'cycle', 'warm', { durationMs: warmupMs, priorities: PRIO_LEVELS });
+  const t0 = performance.now();
+  const seed = async (items: number, extra: Partial<LoadSpec>, what: string): Promise<void> => {
+    const r = checked(what, await load(server, 'batch-post', 'backlog', { inFlight: 4, maxCount: items / BATCH_SIZE, durationMs: 30 * 60_000, ...extra }));
+    if (r.count !== items) throw new Error(`${what}: ${r.count} of ${items} items posted (${r.errors} errors, first: ${r.firstError})`);
+  };
+  // The delayed items first: they come ahead of every claimable one in the claim order of their priority.
+  await seed(PRIO_DELAYED, { priorities: PRIO_LEVELS, delayS: FAR_DELAY_S }, `seed ${sizeName(PRIO_DELAYED)} delayed by ${FAR_DELAY_S} s`);
+  await seed(PRIO_WAITING, { priorities: PRIO_LEVELS }, `seed ${sizeName(PRIO_WAITING)} across ${PRIO_LEVELS} priorities`);
+  const seedMs = performance.now() - t0;
+
+  log('starting an empty reference server beside it');
+  const ref = await startSvcq({ root: tempRoot('bprio-ref'), masterToken: MASTER });
+  await defineQueues(ref, ['warm', ...Array.from({ length: rounds }, (_, r) => [`post-${r}`, `cycle-${r}`, `claim-${r}`]).flat()]);
+  await load(ref, 'cycle', 'warm', { durationMs: warmupMs, priorities: PRIO_LEVELS });
+  await load(server, 'cycle', 'warm', { durationMs: warmupMs, priorities: PRIO_LEVELS });
+  const prio = { priorities: PRIO_LEVELS };
+  const out: NonNullable<PrioRun['backlogPrio']>['rounds'] = [];
+  for (let r = 0; r < rounds; r++) {
+    const which = rounds > 1 ? ` (round ${r + 1} of ${rounds})` : '';
+    const pair = async (mode: LoadMode, what: string, refQueue: string, slice: Partial<LoadSpec>): Promise<Duo> => {
+      const backlog: LoadResult[] = [];
+      const empty: LoadResult[] = [];
+      for (let s = 0; s < SLICES; s++) {
+        const sides = [() => load(server, mode, 'backlog', { ...slice, ...prio }).then((x) => backlog.push(x)), () => load(ref, mode, refQueue, { ...slice, ...prio }).then((x) => empty.push(x))];
+        if ((r + s) % 2 === 1) sides.reverse();
+        for (const side of sides) await side();
+      }
+      return { a: checked(`${what}, ${sizeName(PRIO_WAITING)} + ${sizeName(PRIO_DELAYED)} delayed${which}`, merged(backlog)), b: checked(`${what}, empty reference${which}`, merged(empty)) };
+    };
+    const post = await pair('post', 'post', `post-${r}`, { durationMs: durationMs / SLICES });
+    const cycle = await pair('cycle', 'full cycle', `cycle-${r}`, { ...cyclePhase, maxCount: CYCLE_JOBS / SLICES });
+    // The reference's claim queue holds exactly what its claims take.
+    await load(ref, 'batch-post', `claim-${r}`, { inFlight: 4, maxCount: Math.ceil(CYCLE_JOBS / BATCH_SIZE), durationMs: 120_000, ...prio });
+    const claim = await pair('drain', 'claim → result', `claim-${r}`, { durationMs: 120_000, maxCount: CYCLE_JOBS / SLICES });
+    out.push({ post, cycle, claim });
+  }
+  await server.stop();
+  await ref.stop();
+  return { levels: PRIO_LEVELS, waiting: PRIO_WAITING, delayed: PRIO_DELAYED, seedMs, rounds: out };
+}
+
 async function main(): Promise<void> {
   const started = new Date();
   const stamp = started.toISOString().slice(0, 19).replace(/:/g, '-');
@@ -455,21 +557,31 @@ async function main(): Promise<void> {
     console.log(`\nwritten: ${path.relative(process.cwd(), file)}`);
     return;
   }
-  const peer = peers.includes('bullmq') ? await startBullmq() : undefined;
-  try {
-    Object.assign(run, await emptyPhases(peer));
-  } finally {
-    await peer?.stop();
+  if (phases.has('empty')) {
+    const peer = peers.includes('bullmq') ? await startBullmq() : undefined;
+    try {
+      Object.assign(run, await emptyPhases(peer));
+    } finally {
+      await peer?.stop();
+    }
   }
-  run.floor = await floorPhases();
-  for (const size of sizes) run.backlogs.push(await backlogPhases(size));
+  if (phases.has('floor')) run.floor = await floorPhases();
+  if (phases.has('backlog')) for (const size of sizes) run.backlogs.push(await backlogPhases(size));
+  const prio: PrioRun = {};
+  if (phases.has('priority')) prio.priority = await priorityPhases();
+  if (phases.has('backlog-prio')) prio.backlogPrio = await backlogPrioPhases();
   if (opts['cpu-prof']) run.profile = await profilePhase(stamp);
   run.load.end = os.loadavg()[0]!;
 
+  // The table and the targets read the empty-queue phases: without them, only the §8.1 section.
+  const full = phases.has('empty');
   const file = path.join(BENCH_DIR, 'results', `${stamp}.json`);
-  writeFileSync(file, `${JSON.stringify({ ...run, verdicts: verdicts(run) }, null, 2)}\n`);
+  // The targets against RabbitMQ are among verdicts(run); without the empty-queue phases they go alone.
+  const besideTargets = !full && run.beside ? besideVerdicts(run.beside).map((v) => ({ target: v.target, measured: `${v.ratio.toFixed(2)}× (${v.ratios.map((x) => x.toFixed(2)).join(', ')})`, pass: v.pass })) : [];
+  writeFileSync(file, `${JSON.stringify({ ...run, prio, verdicts: [...(full ? verdicts(run) : besideTargets), ...prioVerdicts(prio)] }, null, 2)}\n`);
   header();
-  console.log(renderTable(run));
+  if (full) console.log(renderTable(run));
+  if (prio.priority || prio.backlogPrio) console.log(`\n${renderPrio(prio)}`);
   if (run.beside) console.log(`\n${renderBeside(run.beside)}`);
   if (run.profile) console.log(`\n${chalk.bold('Server CPU profile over a full-cycle phase')} (${run.profile.file})\n${run.profile.top}`);
   console.log(`\nwritten: ${path.relative(process.cwd(), file)}`);
