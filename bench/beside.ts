@@ -174,7 +174,7 @@ const fmt = (n: number, digits = 0): string => n.toLocaleString('en-US', { minim
 
 /** The printed section: per system the median cycles/s and server CPU µs/job (each round's in brackets), then the ratios. */
 export function renderBeside(run: BesideRun): string {
-  const lines = [chalk.bold(`Beside ${run.systems.filter((s) => s !== 'svcq').join(' and ')}: full cycle of ${fmt(run.jobs)} jobs, ${run.inFlight} in flight, ${run.rounds.length} rounds in rotating order (median, each round's in brackets)`)];
+  const lines = [chalk.bold(`Beside ${run.systems.filter((s) => s !== 'svcq').join(' and ')}: full cycle of ${fmt(run.jobs)} jobs, ${run.inFlight} in flight, ${run.rounds.length} round${run.rounds.length === 1 ? "" : "s"} in rotating order (median, each round's in brackets)`)];
   for (const s of besideSummary(run)) {
     const name = s.system === 'svcq' ? `svcq (${run.svcqDriver === 'client' ? 'client.post + client.work' : "the bench's hand-in loop"})` : NAMES[s.system];
     lines.push(`  ${name.padEnd(36)} ${fmt(s.rate).padStart(7)} jobs/s (${s.rates.map((x) => fmt(x)).join(', ')})   server CPU ${fmt(s.cpuUsPerJob, 1).padStart(6)} µs/job (${s.cpus.map((x) => fmt(x, 1)).join(', ')})   driver ${fmt(s.clientCpuUsPerJob, 1)} µs/job   idle ${fmt(run.idleCpuMsPerS[s.system] ?? Number.NaN, 1)} ms/s`);
