@@ -66,6 +66,11 @@ export class ModelStore implements Store {
   }
 
   async post(ref: QueueRef, input: PostInput): Promise<PostOutcome> {
+    return this.postNow(ref, input);
+  }
+
+  /** A post, made at once (a schedule's tick posts with no await between its reads and its writes). */
+  private postNow(ref: QueueRef, input: PostInput): PostOutcome {
     const items = this.prepare(ref);
     if (input.idempotencyKey !== undefined) {
       for (const r of items.values()) {
@@ -144,7 +149,7 @@ export class ModelStore implements Store {
       if (!plan.state) continue;
       const next = { ...plan.state };
       for (const at of plan.post) {
-        const { id } = await this.post(ref, { body: spec.item, postedBy: postedBy(spec.name), options: { priority: spec.priority, ...(spec.group === null ? {} : { group: spec.group }) } });
+        const { id } = this.postNow(ref, { body: spec.item, postedBy: postedBy(spec.name), options: { priority: spec.priority, ...(spec.group === null ? {} : { group: spec.group }) } });
         next.lastAt = at;
         next.lastId = id;
         posted++;
