@@ -23,6 +23,7 @@ import { execFileSync } from 'node:child_process';
 import { BENCH_DIR, REPO, snapshotBuild, killAll, runBullmq, runLoad, startFloor, startRedis, startSvcq, type BullmqResult, type Svcq } from './procs.js';
 import { BATCH_SIZE, CLAIM_MAX, type LoadMode, type LoadResult, type LoadSpec } from './protocol.js';
 import { renderTable, sizeName, verdicts, type BacklogRun, type BenchRun, type Pair, type RestartFigures } from './report.js';
+import { describeSchedules, measureSchedules } from './idle-schedules.js';
 
 const HOST = 'bench.test';
 const MASTER = 'bench-master-token-0123456789abcdef';
@@ -333,6 +334,21 @@ async function startBullmq(): Promise<Peer> {
  * O_DSYNC group write at the post phase's connections, at the full cycle's (producers and workers),
  * at the full cycle's with undici as the client, and at one in flight for latency.
  */
+/**
+ * The idle server's CPU with 1,000 `every: 1` schedules (100 on each of 10 queues; decisions
+ * §8.3) over 20 s (5 with --quick), and how late their occurrences were posted.
+ */
+async function schedulePhase(): Promise<NonNullable<BenchRun['schedules']>> {
+  const server = await startSvcq({ root: tempRoot('schedules'), masterToken: MASTER });
+  try {
+    const figures = await measureSchedules(server.url, MASTER, () => server.cpuMs(), opts.quick ? 5 : 20);
+    log(`schedules: ${describeSchedules(figures)}`);
+    return figures;
+  } finally {
+    await server.stop();
+  }
+}
+
 async function floorPhases(): Promise<NonNullable<BenchRun['floor']>> {
   const dir = tempRoot('floor');
   const run = async (durable: boolean, phases: Array<[string, Partial<LoadSpec>]>): Promise<LoadResult[]> => {
@@ -401,6 +417,7 @@ async function main(): Promise<void> {
     await peer?.stop();
   }
   run.floor = await floorPhases();
+  run.schedules = await schedulePhase();
   for (const size of sizes) run.backlogs.push(await backlogPhases(size));
   if (opts['cpu-prof']) run.profile = await profilePhase(stamp);
   run.load.end = os.loadavg()[0]!;
@@ -412,6 +429,7 @@ async function main(): Promise<void> {
   const busy = run.load.start > 0.5 ? chalk.yellow(' — the machine was busy before the run: figures are low') : '';
   console.log(`1-minute load average: ${run.load.start.toFixed(2)} at start, ${run.load.end.toFixed(2)} at end${busy}`);
   console.log(renderTable(run));
+  if (run.schedules) console.log(`\n${chalk.bold('Schedules on an idle server')}: ${describeSchedules(run.schedules)}`);
   if (run.profile) console.log(`\n${chalk.bold('Server CPU profile over a full-cycle phase')} (${run.profile.file})\n${run.profile.top}`);
   console.log(`\nwritten: ${path.relative(process.cwd(), file)}`);
 }

@@ -3,7 +3,7 @@ import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
 import { Queue, type Change, type Item, type Outcome, type Place, type SavedState } from '../engine/queue.js';
 import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, pausedRecord, scheduleRecord, updateRecord, type HistoryMark } from './journal.js';
-import { planSchedule, postedBy, scheduleView, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
+import { planSchedule, postedBy, scheduleView, type ScheduleSpec, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
 import type { WriteFn } from './append-file.js';
 import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
 import { jsonString } from '../json-text.js';
@@ -340,8 +340,9 @@ export class EmbeddedStore implements Store, EventOutbox {
     const changes: Change[] = [];
     let records = '';
     const before = new Map<string, ScheduleState | undefined>();
+    const defined = states.size > 0 ? scheduleNames(ref.config.schedules) : undefined;
     for (const [name, state] of states) {
-      if (ref.config.schedules.some((spec) => spec.name === name)) continue;
+      if (defined!.has(name)) continue;
       before.set(name, state);
       states.delete(name);
       records += scheduleRecord(slot.keyJson, name, null);
@@ -879,6 +880,15 @@ function statesAfter(changes: readonly Change[]): Array<SavedState | undefined> 
     if (before) next.set(item, before);
   }
   return out;
+}
+
+const namesOf = new WeakMap<readonly ScheduleSpec[], ReadonlySet<string>>();
+
+/** The names of a queue's schedules, as a set made once per definition. */
+function scheduleNames(specs: readonly ScheduleSpec[]): ReadonlySet<string> {
+  let names = namesOf.get(specs);
+  if (!names) namesOf.set(specs, (names = new Set(specs.map((s) => s.name))));
+  return names;
 }
 
 /** Removes staged payloads that will not be published (one that cannot be removed is left to the next start's sweep). */
