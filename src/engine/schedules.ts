@@ -206,7 +206,8 @@ export interface SchedulePlan {
 
 /**
  * decisions §8.3, one tick at `now`. A schedule the store has no state for, or whose definition
- * changed, starts now: its next occurrence is the first after `now`. Otherwise the occurrences
+ * changed, starts now: its next occurrence is the first after `now` (or after what had passed
+ * already, if that is later). Otherwise the occurrences
  * in (`passedAt`, `now`] pass: those at most {@link MISSED_AFTER_MS} old are posted; older ones
  * were missed, and `missed` says how many of them are posted (none, the latest, each of the latest
  * {@link MAX_CATCH_UP}). `previousLive`: the item of the last posted occurrence is not terminal
@@ -215,7 +216,9 @@ export interface SchedulePlan {
  */
 export function planSchedule(spec: ScheduleSpec, state: ScheduleState | undefined, now: number, previousLive: boolean): SchedulePlan {
   if (!state || state.hash !== spec.hash) {
-    return { state: { hash: spec.hash, passedAt: now, lastAt: state?.lastAt ?? null, lastId: state?.lastId ?? null }, post: [] };
+    // What has passed never moves back (a node whose clock is behind, or whose definition is
+    // older, may be the one that sees the change): an occurrence posted stays passed.
+    return { state: { hash: spec.hash, passedAt: state ? Math.max(state.passedAt, now) : now, lastAt: state?.lastAt ?? null, lastId: state?.lastId ?? null }, post: [] };
   }
   if (now <= state.passedAt) return { state: null, post: [] };
   const { at } = occurrencesBetween(spec, state.passedAt, now, MAX_CATCH_UP);

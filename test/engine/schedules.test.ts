@@ -73,6 +73,8 @@ describe('schedules: what a tick posts (decisions §8.3), on a fake clock', () =
     const plan = planSchedule(s, old, T, false);
     expect(plan.post).to.deep.equal([]);
     expect(plan.state).to.deep.equal({ hash: s.hash, passedAt: T, lastAt: T - 100_000, lastId: 'aaaaaaaaaaaaaaaa' });
+    // Seen by a node whose clock is behind what has passed: what has passed stays passed.
+    expect(planSchedule(s, { ...old, passedAt: T + 5000 }, T, false).state).to.deep.include({ hash: s.hash, passedAt: T + 5000 });
   });
 
   it('occurrences within a few seconds are posted each, whatever missed says', () => {
