@@ -20,17 +20,25 @@ export function isIdempotencyKey(key: unknown): key is string {
 export const MAX_BATCH = 1000;
 export const MAX_BATCH_BYTES = 16 * 1024 * 1024;
 
-/** JSON schema of one hand-in: an item's id with exactly one of its result or its error (decisions §3.8 `done`). */
+/**
+ * JSON schema of one hand-in: an item's id with exactly one of its result or its error (decisions
+ * §3.8 `done`); an error may carry the worker's wish, `retryIn` or `final` (not both, §8.2).
+ */
 const DONE_ENTRY_SCHEMA = {
   type: 'object',
   properties: {
     id: { type: 'string' },
     result: { type: 'object' },
     error: { type: 'object' },
+    retryIn: { type: 'integer', minimum: 0, maximum: 31536000 },
+    final: { type: 'boolean' },
   },
   required: ['id'],
   additionalProperties: false,
-  oneOf: [{ required: ['result'] }, { required: ['error'] }],
+  oneOf: [
+    { required: ['result'], not: { anyOf: [{ required: ['retryIn'] }, { required: ['final'] }] } },
+    { required: ['error'], not: { required: ['retryIn', 'final'] } },
+  ],
 } as const;
 
 /** JSON schema of a claim request (`POST /<queue>/claim`); the body may also be empty. */
@@ -46,7 +54,7 @@ export const CLAIM_REQUEST_SCHEMA = {
 } as const;
 
 /** One hand-in of a claim request: the result or the error of an item claimed earlier. */
-export type DoneEntry = { id: string; result: Record<string, unknown>; error?: undefined } | { id: string; error: Record<string, unknown>; result?: undefined };
+export type DoneEntry = { id: string; result: Record<string, unknown>; error?: undefined; retryIn?: undefined; final?: undefined } | { id: string; error: Record<string, unknown>; result?: undefined; retryIn?: number; final?: boolean };
 
 /** The TypeScript type of one property schema above (only the types those schemas use). */
 type PropertyType<S> = S extends { type: 'string' } ? string : S extends { type: 'integer' } ? number : S extends { type: 'object' } ? Record<string, unknown> : S extends { type: 'array'; items: typeof DONE_ENTRY_SCHEMA } ? DoneEntry[] : never;

@@ -8,7 +8,7 @@ import { REPO, cleanupTemp, tempDir } from './support/server.js';
  * The path a newcomer takes: README.md's start command, then the walkthrough of
  * examples/README.md (twice: a second try must work as well as the first), then the README's own
  * tour and HTTP calls, then the examples of docs/ (http.md's walk through an item's life,
- * browsers.md, operators.md, reference.md, behaviour.md, scheduling.md), all against the one
+ * browsers.md, operators.md, reference.md, behaviour.md, scheduling.md, retries.md), all against the one
  * server the README started, each document in a terminal of its own. The only changes to what a
  * reader pastes: a free port instead
  * of 8080 everywhere (the README's server gets it as SVCQ_PORT, and its commands as SVCQ_URL, the
@@ -168,6 +168,12 @@ describe('README.md, then examples/README.md, then the examples of docs/, in ord
     expect(beat.next - beat.last).to.equal(1000);
     expect(item).to.include({ id: beat.lastId, postedBy: 'schedule:beat' });
     expect(item!.postedAt as number).to.be.within(beat.last, beat.last + 1000);
+  });
+
+  it('runs the curl blocks of docs/retries.md: exponential backoff, retryIn, final and release (decisions §8.2)', async () => {
+    const { perBlock } = await runDoc(readFileSync(path.join(REPO, 'docs/retries.md'), 'utf8'), 'retries');
+    const record = JSON.parse(perBlock[0]!.trim().split('\n')[2]!) as { updatedAt: number; runAt: number };
+    expect(record.runAt - record.updatedAt).to.equal(10_000);
   });
 
   it('stops: Ctrl-C in each worker terminal, then in the server terminal', async () => {

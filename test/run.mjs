@@ -28,6 +28,7 @@ const LONGEST = [
   'test/http/protocol.test.ts',
   'test/client/faults.test.ts',
   'test/client/library.test.ts',
+  'test/client/work.test.ts',
   'test/http/shutdown.test.ts',
   'test/store/postgres-notifier.test.ts',
 ];

@@ -4,12 +4,17 @@ import type { Manifest } from '../definitions/manifest.js';
 import type { PauseAnswer } from '../operators/answers.js';
 import { arrayElements, objectMembers } from '../json-text.js';
 import { answerMismatch, type AnswerShape } from './answer-shapes.js';
+import { PostCoalescer } from './coalesce.js';
+import { work, type WorkHandler, type WorkOptions, type Working } from './work.js';
 import { IDEMPOTENCY_KEY_RULE, isIdempotencyKey, type BatchAnswer, type ClaimAnswer, type ClaimManyAnswer, type ClaimRequest, type PostAnswer, type StatusAnswer, type SubmissionAnswer } from '../protocol.js';
 
 export const CLIENT_API = 2;
 
 /** How long a post waits for its answer (a batch twice as long) before it counts as a `timeout`. */
 export const POST_TIMEOUT_MS = 60_000;
+
+/** An item larger than this (bytes) is posted on its own: the server's default --max-body, so its refusal is the plain post's 413. */
+const COALESCE_ALONE_CHARS = 1024 * 1024;
 
 /** How long any other call waits for its answer, past the wait it asked the server for (a long poll). */
 export const CALL_TIMEOUT_MS = 30_000;
@@ -32,6 +37,12 @@ export interface ClientOptions {
   tokenHint?: string;
   /** What the wall's sentence adds when a queue call was sent without `host`, after the host it went to (the command line names its flag). */
   hostHint?: string;
+  /**
+   * Posts made while an earlier one (of the same queue and options) is on its way go out together
+   * as one batch, each call settling with its own item's answer (docs/client.md, "Posts that
+   * coalesce"). Default true; false sends every post on its own.
+   */
+  coalesce?: boolean;
 }
 
 /** Options every call takes. */
@@ -159,6 +170,11 @@ export function answerText(answer: object): string | undefined {
  */
 export class SvcqClient {
   private readonly base: URL;
+  private readonly coalescer = new PostCoalescer({
+    one: (queue, query, text) => this.json('POST', `/${part(queue, 'the queue name')}${query}`, { body: text, shape: 'post', queueHost: true, ...this.limits({}, 0, POST_TIMEOUT_MS) }),
+    many: (queue, query, texts) => this.json('POST', `/${part(queue, 'the queue name')}/batch${query}`, { body: `[${texts.join(',')}]`, shape: 'batch', queueHost: true, ...this.limits({}, 0, POST_TIMEOUT_MS) }),
+    refused: (entry) => explain(400, entry, ''),
+  });
 
   constructor(readonly options: ClientOptions) {
     try {
@@ -352,8 +368,19 @@ export class SvcqClient {
    * sets `timeoutMs`) fails with code `timeout`, and the item may have been posted: repeat it with
    * the same `idempotencyKey` to be sure it is posted once. `opts` may carry the item's delay or
    * time, priority and group (decisions §8.1).
+   *
+   * Unless the client was made with `coalesce: false`, posts made while an earlier one of the same
+   * queue and options is on its way go out together as one batch (see {@link PostCoalescer}); a
+   * post with an idempotency key, its own `signal` or `timeoutMs`, or an item over 1 MiB goes on
+   * its own, as it would without coalescing.
    */
   async post(queue: string, item: JsonObjectOrText, idempotencyKey?: string, opts: PostOptions = {}): Promise<PostAnswer> {
+    if (this.options.coalesce !== false && idempotencyKey === undefined && opts.signal === undefined && opts.timeoutMs === undefined) {
+      const text = jsonText(item, 'the item');
+      // Checked here as the plain post would check them, so a bad name fails this call alone.
+      part(queue, 'the queue name');
+      if (text.length <= COALESCE_ALONE_CHARS || Buffer.byteLength(text) <= COALESCE_ALONE_CHARS) return this.coalescer.post(queue, postQuery(opts), text);
+    }
     return this.json('POST', `/${part(queue, 'the queue name')}${postQuery(opts)}`, { body: jsonText(item, 'the item'), shape: 'post', queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, POST_TIMEOUT_MS) });
   }
   /** An item's status record; with `waitSeconds` (up to 30), held until the item is terminal or the time is up. */
@@ -391,9 +418,32 @@ export class SvcqClient {
     const texts = items.map((item, n) => jsonText(item, `item ${n}`));
     return this.json('POST', `/${part(queue, 'the queue name')}/batch${postQuery(opts)}`, { body: `[${texts.join(',')}]`, shape: 'batch', queueHost: true, headers: idempotencyHeader(idempotencyKey), ...this.limits(opts, 0, 2 * POST_TIMEOUT_MS) });
   }
-  /** Reports progress, or submits the result or the error of an item (`accepted: false` once it is terminal). */
-  async submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: JsonObjectOrText, opts: CallOptions = {}): Promise<SubmissionAnswer> {
-    return this.json('POST', `/${part(queue, 'the queue name')}/items/${part(id, 'the item id')}/${kind}`, { body: jsonText(record, `the ${kind}`), shape: 'submission', queueHost: true, ...this.limits(opts) });
+  /**
+   * Reports progress, or submits the result or the error of an item (`accepted: false` once it is
+   * terminal). An error may carry the worker's wish (decisions §8.2): `retryIn` seconds before the
+   * next attempt, or `final`: no further attempt.
+   */
+  async submit(queue: string, id: string, kind: 'progress' | 'result' | 'error', record: JsonObjectOrText, opts: SubmitOptions = {}): Promise<SubmissionAnswer> {
+    const query = kind !== 'error' ? '' : opts.final ? '?final=true' : opts.retryIn !== undefined ? `?retryIn=${encodeURIComponent(String(opts.retryIn))}` : '';
+    return this.json('POST', `/${part(queue, 'the queue name')}/items/${part(id, 'the item id')}/${kind}${query}`, { body: jsonText(record, `the ${kind}`), shape: 'submission', queueHost: true, ...this.limits(opts) });
+  }
+  /**
+   * Runs `handler(item, job)` for each item of `queue`, `concurrency` at once, until stopped
+   * (docs/client.md, "Working through a queue"): claims ahead up to `prefetch`, hands results and
+   * errors in with the next claim, keeps leases alive while handlers run, and waits out a server
+   * that is away. What the handler returns is the result, what it throws the error.
+   */
+  work<T = Record<string, unknown>>(queue: string, handler: WorkHandler<T>, options: WorkOptions = {}): Working {
+    return work(this, queue, handler, options);
+  }
+
+  /**
+   * Hands a leased item back (decisions §8.2): pending again, not claimable for `delay` seconds,
+   * and the claim that leased it not counted. `accepted: false` when it was not leased.
+   */
+  async release(queue: string, id: string, opts: CallOptions & { delay?: number } = {}): Promise<SubmissionAnswer> {
+    const delay = opts.delay !== undefined ? `?delay=${encodeURIComponent(String(opts.delay))}` : '';
+    return this.json('POST', `/${part(queue, 'the queue name')}/items/${part(id, 'the item id')}/release${delay}`, { shape: 'submission', queueHost: true, ...this.limits(opts) });
   }
   async cancel(queue: string, id: string, opts: CallOptions = {}): Promise<SubmissionAnswer> {
     return this.json('POST', `/${part(queue, 'the queue name')}/items/${part(id, 'the item id')}/cancel`, { shape: 'submission', queueHost: true, ...this.limits(opts) });
@@ -437,6 +487,18 @@ export interface RawHandIn {
   id: string;
   kind: 'result' | 'error';
   record: string;
+  /** An error's wish (decisions §8.2): retried not before this many seconds. */
+  retryIn?: number;
+  /** An error's wish (decisions §8.2): no further attempt. */
+  final?: boolean;
+}
+
+/** An error submission's options: the worker's wish for this failure (decisions §8.2; one of the two). */
+export interface SubmitOptions extends CallOptions {
+  /** Retry not before this many seconds (0–31536000), in place of the queue's computed delay. */
+  retryIn?: number;
+  /** No further attempt: the item fails at once. */
+  final?: boolean;
 }
 
 /** `signal` and `timeoutMs` as for every call; `handIns`: results and errors to hand in with the claim as exact texts, after any in its `done`. */
@@ -447,7 +509,7 @@ export interface ClaimOptions extends CallOptions {
 /** A claim request's text; hand-ins given raw go in its `done` as they are, after those of `body.done`. */
 function claimBody(body: ClaimRequest, handIns?: readonly RawHandIn[]): string {
   if (!handIns || handIns.length === 0) return JSON.stringify(body);
-  const done = [...(body.done ?? []).map((d) => JSON.stringify(d)), ...handIns.map((h) => `{"id":${JSON.stringify(h.id)},"${h.kind}":${h.record}}`)].join(',');
+  const done = [...(body.done ?? []).map((d) => JSON.stringify(d)), ...handIns.map((h) => `{"id":${JSON.stringify(h.id)},"${h.kind}":${h.record}${h.retryIn !== undefined ? `,"retryIn":${JSON.stringify(h.retryIn)}` : ''}${h.final ? ',"final":true' : ''}}`)].join(',');
   const head = JSON.stringify({ ...body, done: undefined });
   return head === '{}' ? `{"done":[${done}]}` : `${head.slice(0, -1)},"done":[${done}]}`;
 }

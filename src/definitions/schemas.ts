@@ -9,6 +9,9 @@ export interface QueueDefinition {
   leaseSeconds?: number;
   maxAttempts?: number;
   retryDelaySeconds?: number;
+  retryBackoff?: 'fixed' | 'exponential';
+  retryDelayMaxSeconds?: number;
+  retryJitter?: number;
   timeoutSeconds?: number | null;
   retainFrom?: 'finished' | 'fetched';
   retainSeconds?: number;
@@ -49,6 +52,9 @@ const queueSchema = {
     leaseSeconds: { type: 'integer', minimum: 1, maximum: 86400 },
     maxAttempts: { type: 'integer', minimum: 1, maximum: 1000 },
     retryDelaySeconds: { type: 'integer', minimum: 0, maximum: 86400 },
+    retryBackoff: { enum: ['fixed', 'exponential'] },
+    retryDelayMaxSeconds: { type: 'integer', minimum: 1, maximum: 31536000 },
+    retryJitter: { type: 'number', minimum: 0, maximum: 1 },
     timeoutSeconds: { oneOf: [{ type: 'integer', minimum: 1, maximum: MAX_SECONDS }, { type: 'null' }] },
     retainFrom: { enum: ['finished', 'fetched'] },
     retainSeconds: { type: 'integer', minimum: 0, maximum: MAX_SECONDS },
@@ -152,6 +158,9 @@ const FIELD_RULE: Record<string, string> = {
   leaseSeconds: 'an integer from 1 to 86400',
   maxAttempts: 'an integer from 1 to 1000',
   retryDelaySeconds: 'an integer from 0 to 86400',
+  retryBackoff: '"fixed" or "exponential"',
+  retryDelayMaxSeconds: 'an integer from 1 to 31536000',
+  retryJitter: 'a number from 0 to 1',
   timeoutSeconds: 'an integer from 1 to 1000000000000, or null',
   retainFrom: '"finished" or "fetched"',
   retainSeconds: 'an integer from 0 to 1000000000000',

@@ -6,6 +6,12 @@ export interface QueueConfig {
   leaseMs: number;
   maxAttempts: number;
   retryDelayMs: number;
+  /** decisions §8.2: how the retry delay grows with the attempts. */
+  retryBackoff: 'fixed' | 'exponential';
+  /** decisions §8.2: the longest delay exponential backoff reaches. */
+  retryDelayMaxMs: number;
+  /** decisions §8.2: each delay is shortened by a random fraction of at most this (0–1) of itself. */
+  retryJitter: number;
   timeoutMs: number | null;
   retainFrom: 'finished' | 'fetched';
   retainMs: number;
@@ -36,6 +42,9 @@ export function resolveQueue(def: QueueDefinition): QueueConfig {
     leaseMs: (def.leaseSeconds ?? 60) * 1000,
     maxAttempts: def.maxAttempts ?? 3,
     retryDelayMs: (def.retryDelaySeconds ?? 0) * 1000,
+    retryBackoff: def.retryBackoff ?? 'fixed',
+    retryDelayMaxMs: (def.retryDelayMaxSeconds ?? 86400) * 1000,
+    retryJitter: def.retryJitter ?? 0,
     timeoutMs: def.timeoutSeconds == null ? null : def.timeoutSeconds * 1000,
     retainFrom: def.retainFrom ?? 'finished',
     retainMs: (def.retainSeconds ?? 604800) * 1000,

@@ -14,6 +14,7 @@ export type TaskEventKind =
   | 'finished'
   | 'error'
   | 'requeued'
+  | 'released'
   | 'failed'
   | 'timedout'
   | 'cancelled'

@@ -454,9 +454,15 @@ export class Queue {
   }
 
   /** Records an error; the item is re-queued, or failed when its attempts are used up (decisions §3.4). */
-  error(id: string, body: string, now: number): Outcome | null {
+  error(id: string, body: string, now: number, wish?: rules.RetryWish): Outcome | null {
     const item = this.items.get(id);
-    return item ? this.submitted(item, rules.error(item, this.config, body, now)) : null;
+    return item ? this.submitted(item, rules.error(item, this.config, body, now, wish)) : null;
+  }
+
+  /** Hands a leased item back (decisions §8.2): pending again after `delaySeconds`, its attempt not counted. */
+  release(id: string, delaySeconds: number, now: number): Outcome | null {
+    const item = this.items.get(id);
+    return item ? this.submitted(item, rules.release(item, delaySeconds, now)) : null;
   }
 
   cancel(id: string, now: number): Outcome | null {

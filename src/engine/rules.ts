@@ -236,14 +236,30 @@ export function result(r: ItemRecord, body: string, now: number): Submission {
   return { accepted: true, status: record.status, transition: { record, events: [{ event: 'finished', worker: r.leaseWorker ?? undefined }] } };
 }
 
-/** Records the error; the item is re-queued while attempts remain, else failed (decisions §3.4). */
-export function error(r: ItemRecord, config: QueueConfig, body: string, now: number): Submission {
+/**
+ * Records the error; the item is re-queued while attempts remain, else failed (decisions §3.4).
+ * The worker's wish (decisions §8.2) decides this one failure: `final`, failed at once; `retryIn`,
+ * claimable again that many seconds from now in place of the queue's delay (failed all the same
+ * when no attempt is left).
+ */
+export function error(r: ItemRecord, config: QueueConfig, body: string, now: number, wish?: RetryWish): Submission {
   if (isTerminal(r.status)) return { accepted: false, status: r.status };
-  const after = requeueOrFail(next(r, { error: body }), config, now);
+  const withError = next(r, { error: body });
+  const after = wish?.final === true ? next(withError, finish('failed', now)) : requeueOrFail(withError, config, now, wish?.retryIn === undefined ? undefined : wish.retryIn * 1000);
   // Both events name the worker whose error it was, as a lease that ends names the lease's worker.
   const worker = r.leaseWorker ?? undefined;
   const events: EventDraft[] = [{ event: 'error', worker }, { event: after.status === 'failed' ? 'failed' : 'requeued', worker }];
   return { accepted: true, status: after.status, transition: { record: after, events } };
+}
+
+/**
+ * decisions §8.2 `release`: a leased item (claimed or processing) is pending again, not claimable
+ * for `delaySeconds`, and the claim that leased it is not counted. Anything else is left as it is.
+ */
+export function release(r: ItemRecord, delaySeconds: number, now: number): Submission {
+  if (r.status !== 'claimed' && r.status !== 'processing') return { accepted: false, status: r.status };
+  const record = next(r, { status: 'pending', updatedAt: now, leaseUntil: null, attempts: Math.max(0, r.attempts - 1), availableAt: delaySeconds > 0 ? now + delaySeconds * 1000 : 0 });
+  return { accepted: true, status: 'pending', transition: { record, events: [{ event: 'released', worker: r.leaseWorker ?? undefined }] } };
 }
 
 /** A non-terminal item becomes cancelled (decisions §3.6). */
@@ -263,12 +279,86 @@ function finish(status: ItemStatus, now: number): Partial<ItemState> {
   return { status, updatedAt: now, finishedAt: now, leaseUntil: null, availableAt: 0 };
 }
 
-/** decisions §3.2: pending again (keeping its place, after retryDelaySeconds) while attempts remain, else failed. */
-function requeueOrFail(r: ItemRecord, config: QueueConfig, now: number): ItemRecord {
+/**
+ * decisions §3.2: pending again (keeping its place, after the retry delay of §8.2, or after
+ * `delayMs` when the worker said how long) while attempts remain, else failed.
+ */
+function requeueOrFail(r: ItemRecord, config: QueueConfig, now: number, delayMs?: number): ItemRecord {
   if (r.attempts < config.maxAttempts) {
-    return next(r, { status: 'pending', updatedAt: now, leaseUntil: null, availableAt: config.retryDelayMs > 0 ? now + config.retryDelayMs : 0 });
+    const delay = delayMs ?? retryDelay(config, r.attempts, r.id);
+    return next(r, { status: 'pending', updatedAt: now, leaseUntil: null, availableAt: delay > 0 ? now + delay : 0 });
   }
   return next(r, finish('failed', now));
+}
+
+/** decisions §8.2: what a worker said of one failure (the error endpoint's `?retryIn`/`?final`, a hand-in's fields). */
+export interface RetryWish {
+  /** Seconds (0–31536000) before the item may be claimed again, in place of the queue's delay. */
+  retryIn?: number;
+  /** No further attempt: the item fails at once. */
+  final?: boolean;
+}
+
+/**
+ * decisions §8.2: the delay after the n-th failed attempt (n ≥ 1, the attempts the item has had),
+ * in ms: `retryDelaySeconds`, or with exponential backoff `min(retryDelayMaxSeconds,
+ * retryDelaySeconds · 2^(n−1))`, then shortened by a fraction of at most `retryJitter` of itself.
+ * The fraction is drawn from the item's id and the attempt ({@link jitterFraction}), not from a
+ * random source: spread evenly over the items that fail together, yet the same on every store and
+ * node that computes it, so that the rules stay functions of their arguments.
+ */
+export function retryDelay(config: QueueConfig, n: number, id: string): number {
+  let ms = config.retryDelayMs;
+  if (ms <= 0) return 0;
+  const attempt = Math.max(1, n);
+  if (config.retryBackoff === 'exponential') ms = Math.min(config.retryDelayMaxMs, ms * 2 ** Math.min(attempt - 1, 40));
+  if (config.retryJitter > 0) ms -= Math.floor(ms * config.retryJitter * jitterFraction(id, attempt));
+  return ms;
+}
+
+/** A number in [0, 1), evenly spread, from an item's id and an attempt (32-bit FNV-1a, then a final mix). */
+export function jitterFraction(id: string, attempt: number): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 0x01000193);
+  h = Math.imul(h ^ attempt, 0x01000193);
+  // The avalanche of murmur3's finaliser: FNV's low bits alone are poorly mixed.
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return (h >>> 0) / 2 ** 32;
+}
+
+/**
+ * The worker's wish from the error endpoint's query (decisions §8.2): `retryIn` (integer seconds
+ * 0–31536000) or `final=true`; both together, or a bad value, is an error naming the parameter.
+ * Other parameters are left alone, as they were before these two.
+ */
+export function retryWishOf(query: Record<string, unknown>): { wish?: RetryWish; errors: OptionError[] } {
+  const errors: OptionError[] = [];
+  const wish: RetryWish = {};
+  const retryIn = query.retryIn;
+  const final = query.final;
+  if (retryIn !== undefined) {
+    if (typeof retryIn === 'string' && DIGITS.test(retryIn) && Number(retryIn) >= 0 && Number(retryIn) <= MAX_DELAY_SECONDS) wish.retryIn = Number(retryIn);
+    else errors.push({ path: '?retryIn', message: 'retryIn must be an integer number of seconds from 0 to 31536000, given once' });
+  }
+  if (final !== undefined) {
+    if (final === 'true') wish.final = true;
+    else if (final !== 'false') errors.push({ path: '?final', message: 'final must be true or false, given once' });
+  }
+  if (retryIn !== undefined && wish.final === true) errors.push({ path: '?final', message: 'final may not be given with retryIn' });
+  if (errors.length > 0) return { errors };
+  return wish.retryIn === undefined && wish.final === undefined ? { errors } : { wish, errors };
+}
+
+/** The release endpoint's `?delay` (decisions §8.2): integer seconds 0–31536000, default 0. */
+export function releaseDelayOf(query: Record<string, unknown>): { delaySeconds: number; errors: OptionError[] } {
+  const delay = query.delay;
+  if (delay === undefined) return { delaySeconds: 0, errors: [] };
+  if (typeof delay === 'string' && DIGITS.test(delay) && Number(delay) >= 0 && Number(delay) <= MAX_DELAY_SECONDS) return { delaySeconds: Number(delay), errors: [] };
+  return { delaySeconds: 0, errors: [{ path: '?delay', message: 'delay must be an integer number of seconds from 0 to 31536000, given once' }] };
 }
 
 /** When each time-driven rule next applies to the item, or null where none does. Deadlines are data on the record, never timers. */

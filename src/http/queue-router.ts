@@ -7,7 +7,7 @@ import type { ErrorObject, ValidateFunction } from 'ajv';
 import type { Operation } from '../definitions/schemas.js';
 import type { QueueRuntime } from '../definitions/registry.js';
 import { allows, type AccessPolicy } from '../engine/config.js';
-import { postOptions, type PostOptions } from '../engine/rules.js';
+import { postOptions, releaseDelayOf, retryWishOf, type PostOptions, type RetryWish } from '../engine/rules.js';
 import { EmbeddedStore } from '../store/embedded-store.js';
 import { QueueWithdrawn } from '../waiting/long-poll.js';
 import { StoreUnavailable, type Claimed, type PostInput, type StatusRecord, type SubmitOutcome } from '../store/store.js';
@@ -175,14 +175,14 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     const record = (entry: DoneEntry, n: number): string => texts[n] ?? JSON.stringify(entry.result ?? entry.error);
     const apply = (entry: DoneEntry, n: number): Promise<SubmitOutcome | null> => {
       if (!ID.test(entry.id)) return Promise.resolve(null);
-      return entry.result !== undefined ? ctx.store.result(queue, entry.id, record(entry, n)) : ctx.store.error(queue, entry.id, record(entry, n));
+      return entry.result !== undefined ? ctx.store.result(queue, entry.id, record(entry, n)) : ctx.store.error(queue, entry.id, record(entry, n), wishOf(entry));
     };
     let settled: Array<SubmitOutcome | null>;
     if (ctx.store instanceof EmbeddedStore) {
       // The embedded store applies them the same way, in one commit (their payloads staged first, all or none).
-      const entries: Array<{ id: string; kind: 'result' | 'error'; body: string }> = [];
+      const entries: Array<{ id: string; kind: 'result' | 'error'; body: string; wish?: RetryWish }> = [];
       done.forEach((entry, n) => {
-        if (ID.test(entry.id)) entries.push({ id: entry.id, kind: entry.result !== undefined ? 'result' : 'error', body: record(entry, n) });
+        if (ID.test(entry.id)) entries.push({ id: entry.id, kind: entry.result !== undefined ? 'result' : 'error', body: record(entry, n), wish: wishOf(entry) });
       });
       const outcomes = entries.length > 0 ? await ctx.store.submitMany(queue, entries) : [];
       let k = 0;
@@ -224,7 +224,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     sendRawJson(res, 200, `{"ok":true,"items":[${answers.join(',')}]}`);
   });
 
-  const submission = (kind: 'progress' | 'result' | 'error'): QueueHandler => async (req, res, queue, params) => {
+  const submission = (kind: 'progress' | 'result'): QueueHandler => async (req, res, queue, params) => {
     const body = await readBody(req, ctx.maxBody);
     parseObject(body, `the ${kind} record`);
     const id = params.id ?? '';
@@ -233,7 +233,24 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
   };
   route('POST', '/:queue/items/:id/progress', 'work', submission('progress'));
   route('POST', '/:queue/items/:id/result', 'work', submission('result'));
-  route('POST', '/:queue/items/:id/error', 'work', submission('error'));
+  route('POST', '/:queue/items/:id/error', 'work', async (req, res, queue, params, query) => {
+    const body = await readBody(req, ctx.maxBody);
+    // The worker's wish for this failure (decisions §8.2): a bad one is refused with nothing applied.
+    const { wish, errors } = retryWishOf(query);
+    if (errors.length > 0) throw new Rejected(errors);
+    parseObject(body, 'the error record');
+    const id = params.id ?? '';
+    if (!ID.test(id)) throw new NoSuchItem();
+    answerSubmission(res, await ctx.store.error(queue, id, body, wish));
+  });
+  route('POST', '/:queue/items/:id/release', 'work', async (req, res, queue, params, query) => {
+    await readBody(req, ctx.maxBody);
+    const { delaySeconds, errors } = releaseDelayOf(query);
+    if (errors.length > 0) throw new Rejected(errors);
+    const id = params.id ?? '';
+    if (!ID.test(id)) throw new NoSuchItem();
+    answerSubmission(res, await ctx.store.release(queue, id, delaySeconds));
+  });
   route('POST', '/:queue/items/:id/cancel', 'post', async (req, res, queue, params) => {
     await readBody(req, ctx.maxBody);
     const id = params.id ?? '';
@@ -316,6 +333,12 @@ export function statusJson(r: StatusRecord): string {
  * A post's query parameters (decisions §8.1), checked before anything is created: undefined when
  * there are none (a plain post carries no options), a 400 naming each bad one.
  */
+/** A hand-in's wish for its error (decisions §8.2), checked already by the claim schema; undefined when it says none. */
+function wishOf(entry: DoneEntry): RetryWish | undefined {
+  if (entry.retryIn !== undefined) return { retryIn: entry.retryIn };
+  return entry.final === true ? { final: true } : undefined;
+}
+
 function postOptionsOf(query: Record<string, unknown>): PostOptions | undefined {
   let any = false;
   for (const _ in query) {

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
+import type { RetryWish } from '../engine/rules.js';
 import { Queue, type Change, type Item, type Outcome, type Place, type SavedState } from '../engine/queue.js';
 import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, pausedRecord, scheduleRecord, updateRecord, type HistoryMark } from './journal.js';
 import { planSchedule, postedBy, scheduleView, type ScheduleSpec, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
@@ -299,8 +300,12 @@ export class EmbeddedStore implements Store, EventOutbox {
     return this.submit(ref, id, 'result', body, (queue, now) => queue.result(id, body, now));
   }
 
-  error(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
-    return this.submit(ref, id, 'error', body, (queue, now) => queue.error(id, body, now));
+  error(ref: QueueRef, id: string, body: string, wish?: RetryWish): Promise<SubmitOutcome | null> {
+    return this.submit(ref, id, 'error', body, (queue, now) => queue.error(id, body, now, wish));
+  }
+
+  release(ref: QueueRef, id: string, delaySeconds: number): Promise<SubmitOutcome | null> {
+    return this.submit(ref, id, undefined, '', (queue, now) => queue.release(id, delaySeconds, now));
   }
 
   cancel(ref: QueueRef, id: string): Promise<SubmitOutcome | null> {
@@ -438,7 +443,7 @@ export class EmbeddedStore implements Store, EventOutbox {
    * staged first: one that cannot be written refuses them all, before any is applied (decisions
    * §6). Resolves to each one's outcome (null: no such item) once everything it reports is durable.
    */
-  async submitMany(ref: QueueRef, entries: ReadonlyArray<{ id: string; kind: 'result' | 'error'; body: string }>): Promise<Array<SubmitOutcome | null>> {
+  async submitMany(ref: QueueRef, entries: ReadonlyArray<{ id: string; kind: 'result' | 'error'; body: string; wish?: RetryWish }>): Promise<Array<SubmitOutcome | null>> {
     let staged: Array<StagedPayload | undefined> = [];
     if (ref.config.archivePayloads) {
       const held = this.prepare(ref);
@@ -458,10 +463,10 @@ export class EmbeddedStore implements Store, EventOutbox {
       changes = [];
       keep = [];
     };
-    for (const [n, { id, kind, body }] of entries.entries()) {
+    for (const [n, { id, kind, body, wish }] of entries.entries()) {
       slot = this.prepare(ref, beforeTick);
       const now = this.now();
-      const outcome = kind === 'result' ? slot.queue.result(id, body, now) : slot.queue.error(id, body, now);
+      const outcome = kind === 'result' ? slot.queue.result(id, body, now) : slot.queue.error(id, body, now, wish);
       const payload = staged[n];
       if (payload) (outcome?.change ? keep : drop).push(payload);
       if (!outcome) {

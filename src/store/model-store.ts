@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { matches } from '../engine/criteria.js';
 import { isTerminal, type ItemStatus } from '../engine/item.js';
 import * as rules from '../engine/rules.js';
-import type { ItemRecord, Submission } from '../engine/rules.js';
+import type { ItemRecord, RetryWish, Submission } from '../engine/rules.js';
 import { planSchedule, postedBy, scheduleView, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
 import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type QueueOverview, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome } from './store.js';
@@ -190,8 +190,12 @@ export class ModelStore implements Store {
     return this.submit(ref, id, (r, now) => rules.result(r, body, now));
   }
 
-  async error(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
-    return this.submit(ref, id, (r, now) => rules.error(r, ref.config, body, now));
+  async error(ref: QueueRef, id: string, body: string, wish?: RetryWish): Promise<SubmitOutcome | null> {
+    return this.submit(ref, id, (r, now) => rules.error(r, ref.config, body, now, wish));
+  }
+
+  async release(ref: QueueRef, id: string, delaySeconds: number): Promise<SubmitOutcome | null> {
+    return this.submit(ref, id, (r, now) => rules.release(r, delaySeconds, now));
   }
 
   async cancel(ref: QueueRef, id: string): Promise<SubmitOutcome | null> {

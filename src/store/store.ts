@@ -1,7 +1,7 @@
 import type { QueueConfig } from '../engine/config.js';
 import type { Criteria } from '../engine/criteria.js';
 import type { ItemStatus, TaskEventKind } from '../engine/item.js';
-import type { ItemRecord, PostOptions } from '../engine/rules.js';
+import type { ItemRecord, PostOptions, RetryWish } from '../engine/rules.js';
 import { runAt } from '../engine/rules.js';
 import type { ScheduleView } from '../engine/schedules.js';
 
@@ -288,8 +288,13 @@ export interface Store {
   progress(queue: QueueRef, id: string, body: string): Promise<SubmitOutcome | null>;
   /** Finishes the item unless it is terminal, whoever sends it. */
   result(queue: QueueRef, id: string, body: string): Promise<SubmitOutcome | null>;
-  /** Records an error; the item is re-queued or failed by the attempts rule (decisions §3.2, §3.4). */
-  error(queue: QueueRef, id: string, body: string): Promise<SubmitOutcome | null>;
+  /**
+   * Records an error; the item is re-queued or failed by the attempts rule (decisions §3.2, §3.4),
+   * or as the worker's wish says (decisions §8.2).
+   */
+  error(queue: QueueRef, id: string, body: string, wish?: RetryWish): Promise<SubmitOutcome | null>;
+  /** Hands a leased item back: pending again after `delaySeconds`, its attempt not counted (decisions §8.2). */
+  release(queue: QueueRef, id: string, delaySeconds: number): Promise<SubmitOutcome | null>;
   /** Cancels a non-terminal item (decisions §3.6). */
   cancel(queue: QueueRef, id: string): Promise<SubmitOutcome | null>;
   /** How many items the queue holds, by status (for tests, benchmarks and operators). */

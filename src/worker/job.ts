@@ -15,6 +15,10 @@ export const KILL_GRACE_MS = 5000;
 const GROUP_LOOK_MS = 50;
 
 const PROGRESS_PREFIX = '::progress';
+const RETRY_IN_PREFIX = '::retry-in';
+const FINAL_LINE = '::final';
+/** The longest `::retry-in` the server takes (decisions §8.2). */
+const MAX_RETRY_IN_SECONDS = 31_536_000;
 /**
  * Most of CMD's stdout kept for the result (characters). The server refuses far smaller bodies
  * (--max-body, 1 MiB by default); past this the output is not kept at all and the item gets an
@@ -60,6 +64,10 @@ export interface JobOutcome {
   started: boolean;
   /** Why CMD could not be started, if it could not. */
   spawnError?: string;
+  /** CMD's last `::retry-in N` line: its wish that a failure be retried not before N seconds (decisions §8.2). */
+  retryIn?: number;
+  /** CMD printed a `::final` line (after any `::retry-in`): its wish that a failure not be retried (decisions §8.2). */
+  final?: boolean;
 }
 
 /**
@@ -102,7 +110,19 @@ export class Job {
     const marker = this.child.stdio[3] as NodeJS.ReadableStream | null;
     marker?.on('data', () => (started = true));
     marker?.on('error', () => {});
+    let wish: { retryIn?: number; final?: boolean } = {};
     const stdout = new LineSplitter((line) => {
+      if (line.trimEnd() === FINAL_LINE) {
+        wish = { final: true };
+        return false;
+      }
+      if (line.startsWith(RETRY_IN_PREFIX) && (line.length === RETRY_IN_PREFIX.length || line[RETRY_IN_PREFIX.length] === ' ')) {
+        const text = line.slice(RETRY_IN_PREFIX.length).trim();
+        const seconds = /^\d+$/.test(text) ? Number(text) : NaN;
+        if (seconds >= 0 && seconds <= MAX_RETRY_IN_SECONDS) wish = { retryIn: seconds };
+        else spec.onWarning(`ignored a retry-in line that is not a whole number of seconds from 0 to ${MAX_RETRY_IN_SECONDS}: ${line.slice(0, 200)}`);
+        return false;
+      }
       if (line.startsWith(PROGRESS_PREFIX) && (line.length === PROGRESS_PREFIX.length || line[PROGRESS_PREFIX.length] === ' ')) {
         const record = progressRecord(line.slice(PROGRESS_PREFIX.length).trim());
         if (record === undefined) spec.onWarning(`ignored a progress line that is neither an integer nor a JSON object: ${line.slice(0, 200)}`);
@@ -151,6 +171,7 @@ export class Job {
           timedOut: this.timedOut,
           started,
           spawnError,
+          ...wish,
         });
       };
       this.child.once('error', (err) => {

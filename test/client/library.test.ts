@@ -37,9 +37,9 @@ describe('the client library, imported as svcq/client (issue: "the client librar
     cleanupTemp(project);
   });
 
-  it('the set-up, the producer and the worker of docs/client.md run as shown, from a project that installed svcq, against a server of their own', async () => {
+  it('the set-up, the producer, the worker and client.work() of docs/client.md run as shown, from a project that installed svcq, against a server of their own', async () => {
     const blocks = markedBlocks(readFileSync(path.join(REPO, 'docs/client.md'), 'utf8'), 'client');
-    expect(blocks.map((b) => b.kind)).to.deep.equal(['run', 'node', 'node']);
+    expect(blocks.map((b) => b.kind)).to.deep.equal(['run', 'node', 'node', 'node']);
     // The server the README starts, with its master token in its file: nothing defined yet.
     const own = await startServer();
     try {

@@ -184,3 +184,91 @@ describe('post options as pure functions (decisions §8.1)', () => {
     expect([...items].sort(rules.claimOrder)).to.deep.equal([items[3], items[2], items[0], items[1]]);
   });
 });
+
+describe('retries as pure functions, on a fake clock (decisions §8.2)', () => {
+  const leased = (attempts: number, cfg = config): rules.ItemRecord => {
+    let r = posted();
+    for (let n = 0; n < attempts; n++) {
+      r = rules.claim(r, cfg, 'w', T0).record;
+      if (n < attempts - 1) r = rules.error(r, cfg, '{}', T0, { retryIn: 0 }).transition!.record;
+    }
+    return r;
+  };
+
+  it('retryDelay: fixed is retryDelaySeconds at every attempt; exponential doubles from it and stops at retryDelayMaxSeconds', () => {
+    const fixed = resolveQueue({ retryDelaySeconds: 7, retryDelayMaxSeconds: 1 });
+    expect([1, 2, 5, 30].map((n) => rules.retryDelay(fixed, n, 'a'))).to.deep.equal([7000, 7000, 7000, 7000]);
+    const exp = resolveQueue({ retryDelaySeconds: 3, retryBackoff: 'exponential', retryDelayMaxSeconds: 20 });
+    expect([1, 2, 3, 4, 5, 1000].map((n) => rules.retryDelay(exp, n, 'a'))).to.deep.equal([3000, 6000, 12_000, 20_000, 20_000, 20_000]);
+    expect(rules.retryDelay(resolveQueue({ retryBackoff: 'exponential' }), 9, 'a'), 'no delay doubles to none').to.equal(0);
+    // The largest a definition allows: no overflow, the cap holds.
+    const big = resolveQueue({ retryDelaySeconds: 86400, retryBackoff: 'exponential', retryDelayMaxSeconds: 31_536_000 });
+    expect(rules.retryDelay(big, 1000, 'a')).to.equal(31_536_000_000);
+  });
+
+  it('jitter: each delay is shortened by at most retryJitter of itself, by a fraction spread evenly over items and attempts', () => {
+    const cfg = resolveQueue({ retryDelaySeconds: 1000, retryJitter: 0.4 });
+    const buckets = new Array<number>(10).fill(0);
+    for (let i = 0; i < 10_000; i++) {
+      const id = i.toString(16).padStart(16, '0');
+      const ms = rules.retryDelay(cfg, 1 + (i % 3), id);
+      expect(ms).to.be.within(600_000, 1_000_000);
+      expect(Number.isInteger(ms)).to.equal(true);
+      buckets[Math.min(9, Math.floor(rules.jitterFraction(id, 1 + (i % 3)) * 10))]!++;
+    }
+    // Each tenth holds about a tenth: none below 800 or above 1,200 of 10,000.
+    for (const n of buckets) expect(n).to.be.within(800, 1200);
+    expect(rules.retryDelay(cfg, 2, 'abc'), 'the same item and attempt, the same delay').to.equal(rules.retryDelay(cfg, 2, 'abc'));
+  });
+
+  it('error: re-queued after the backoff of its attempt; a lease end too', () => {
+    const cfg = resolveQueue({ leaseSeconds: 10, maxAttempts: 5, retryDelaySeconds: 2, retryBackoff: 'exponential' });
+    const third = leased(3, cfg);
+    expect(rules.error(third, cfg, '{}', T0).transition!.record).to.include({ status: 'pending', availableAt: T0 + 8000 });
+    const ended = rules.leaseEnded(third, cfg, T0 + 10_000)!;
+    expect(ended.record).to.include({ status: 'pending', availableAt: T0 + 10_000 + 8000 });
+  });
+
+  it('error with a wish: retryIn in place of the delay, 0 at once; final fails at once; no attempt left fails whatever retryIn says', () => {
+    const cfg = resolveQueue({ maxAttempts: 3, retryDelaySeconds: 60 });
+    const r = leased(1, cfg);
+    expect(rules.error(r, cfg, '{}', T0, { retryIn: 9 }).transition!.record).to.include({ status: 'pending', availableAt: T0 + 9000 });
+    expect(rules.error(r, cfg, '{}', T0, { retryIn: 0 }).transition!.record).to.include({ status: 'pending', availableAt: 0 });
+    const final = rules.error(r, cfg, '{"e":1}', T0, { final: true });
+    expect(final).to.deep.include({ accepted: true, status: 'failed' });
+    expect(final.transition!.record).to.include({ status: 'failed', finishedAt: T0, error: '{"e":1}', attempts: 1 });
+    expect(final.transition!.events.map((e) => e.event)).to.deep.equal(['error', 'failed']);
+    expect(rules.error(leased(3, cfg), cfg, '{}', T0, { retryIn: 5 }).status).to.equal('failed');
+  });
+
+  it('release: a leased item is pending after the delay with one attempt fewer, a "released" event; anything else is left', () => {
+    const r = leased(1);
+    const t = rules.release(r, 0, T0 + 5);
+    expect(t).to.deep.include({ accepted: true, status: 'pending' });
+    expect(t.transition!.record).to.include({ status: 'pending', attempts: 0, availableAt: 0, leaseUntil: null, updatedAt: T0 + 5, ord: r.ord });
+    expect(t.transition!.events).to.deep.equal([{ event: 'released', worker: 'w' }]);
+    expect(rules.release(r, 30, T0).transition!.record.availableAt).to.equal(T0 + 30_000);
+    const processing = rules.progress(r, config, '{}', T0).transition!.record;
+    expect(rules.release(processing, 0, T0).status).to.equal('pending');
+    expect(rules.release(posted(), 0, T0)).to.deep.equal({ accepted: false, status: 'pending' });
+    const done = rules.result(r, '{}', T0).transition!.record;
+    expect(rules.release(done, 0, T0)).to.deep.equal({ accepted: false, status: 'finished' });
+  });
+
+  it('retryWishOf and releaseDelayOf read their parameters at their bounds and name each bad one', () => {
+    expect(rules.retryWishOf({})).to.deep.equal({ errors: [] });
+    expect(rules.retryWishOf({ retryIn: '0' }).wish).to.deep.equal({ retryIn: 0 });
+    expect(rules.retryWishOf({ retryIn: '31536000', other: 'x' }).wish).to.deep.equal({ retryIn: 31_536_000 });
+    expect(rules.retryWishOf({ final: 'true' }).wish).to.deep.equal({ final: true });
+    expect(rules.retryWishOf({ final: 'false' })).to.deep.equal({ errors: [] });
+    const paths = (q: Record<string, unknown>): string[] => rules.retryWishOf(q).errors.map((e) => e.path);
+    expect(paths({ retryIn: '31536001' })).to.deep.equal(['?retryIn']);
+    expect(paths({ retryIn: '-1' })).to.deep.equal(['?retryIn']);
+    expect(paths({ retryIn: ['1', '2'] })).to.deep.equal(['?retryIn']);
+    expect(paths({ final: '1' })).to.deep.equal(['?final']);
+    expect(paths({ retryIn: '5', final: 'true' })).to.deep.equal(['?final']);
+    expect(rules.releaseDelayOf({})).to.deep.equal({ delaySeconds: 0, errors: [] });
+    expect(rules.releaseDelayOf({ delay: '31536000' }).delaySeconds).to.equal(31_536_000);
+    expect(rules.releaseDelayOf({ delay: '1e3' }).errors.map((e) => e.path)).to.deep.equal(['?delay']);
+  });
+});

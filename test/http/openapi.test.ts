@@ -96,11 +96,17 @@ describe('docs/openapi.yaml describes what a real server answers (black box)', (
       await call('POST', `/${q}/items/${id}/${kind}`, 413, { ...alice, body: TOO_LARGE });
       await call('POST', `/${q}/items/${ITEM}/${kind}`, 404, { ...alice, body: '{}' });
     }
+    // A release of an item no longer leased is answered, and changes nothing (decisions §8.2).
+    expect(json(await call('POST', `/${q}/items/${third}/release?delay=5`, 200, alice))).to.deep.equal({ ok: true, accepted: false, status: 'pending' });
+    await call('POST', `/${q}/items/${third}/release?delay=-1`, 400, alice);
+    await call('POST', `/${q}/items/${third}/error?retryIn=5&final=true`, 400, { ...alice, body: '{}' });
+    await call('POST', `/${q}/items/${third}/release`, 413, { ...alice, body: TOO_LARGE });
+    await call('POST', `/${q}/items/${ITEM}/release`, 404, alice);
     expect(json(await call('POST', `/${q}/items/${third}/cancel`, 200, onQueue))).to.include({ accepted: true, status: 'cancelled' });
     await call('POST', `/${q}/items/${third}/cancel`, 400, { ...onQueue, body: Buffer.from([0xff, 0xfe]) });
     await call('POST', `/${q}/items/${third}/cancel`, 413, { ...onQueue, body: TOO_LARGE });
     await call('POST', `/${q}/items/${ITEM}/cancel`, 404, onQueue);
-    for (const path of [`/${q}`, `/${q}/batch`, `/${q}/claim`, `/${q}/items/${ITEM}`, ...['progress', 'result', 'error', 'cancel'].map((k) => `/${q}/items/${ITEM}/${k}`)]) {
+    for (const path of [`/${q}`, `/${q}/batch`, `/${q}/claim`, `/${q}/items/${ITEM}`, ...['progress', 'result', 'error', 'release', 'cancel'].map((k) => `/${q}/items/${ITEM}/${k}`)]) {
       await call('OPTIONS', path, 204, { ...onQueue, headers: { 'access-control-request-method': 'POST', origin: 'https://example.org' } });
     }
 

@@ -1,9 +1,9 @@
 import { expect } from 'chai';
 import { resolveQueue, type QueueConfig } from '../../src/engine/config.js';
 import type { Criteria } from '../../src/engine/criteria.js';
-import { LEASE_EXPIRED, type PostOptions } from '../../src/engine/rules.js';
+import { LEASE_EXPIRED, retryDelay, type PostOptions, type RetryWish } from '../../src/engine/rules.js';
 import type { QueueDefinition } from '../../src/definitions/schemas.js';
-import type { QueueRef, Store } from '../../src/store/store.js';
+import type { QueueRef, Store, SubmitOutcome } from '../../src/store/store.js';
 import { embedded, model, START, type StoreFactory, type StoreUnderTest } from './support/stores.js';
 
 /**
@@ -1109,6 +1109,148 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         expect(await claimId(q)).to.equal(b);
         advance(3_000);
         expect(await claimId(q)).to.equal(c);
+        expect(await claimId(q)).to.equal(a);
+      });
+    });
+
+    describe('retries: backoff, the worker\'s say, release (decisions §8.2)', () => {
+      /** Claims the item (the only claimable one) and hands in an error, with the worker's wish if any. */
+      async function fail(q: QueueRef, id: string, wish?: RetryWish): Promise<SubmitOutcome | null> {
+        expect(await claimId(q)).to.equal(id);
+        return s().error(q, id, '{"why":"broken"}', wish);
+      }
+      async function runAtOf(q: QueueRef, id: string): Promise<number | null> {
+        return (await s().get(q, id))?.runAt ?? null;
+      }
+
+      it('exponential backoff doubles the delay after each failed attempt, a lease end included, up to retryDelayMaxSeconds (decisions §8.2)', async () => {
+        const q = queue({ maxAttempts: 6, leaseSeconds: 5, retryDelaySeconds: 10, retryBackoff: 'exponential', retryDelayMaxSeconds: 35 });
+        const a = await post(q);
+        const waits: number[] = [];
+        for (let n = 1; n <= 4; n++) {
+          expect(await fail(q, a)).to.deep.equal({ accepted: true, status: 'pending' });
+          const at = (await runAtOf(q, a))!;
+          waits.push(at - now());
+          advance(at - now() - 1);
+          expect(await claimId(q), `a millisecond before the delay after attempt ${n} ends`).to.equal(null);
+          advance(1);
+        }
+        // The fifth attempt's lease ends: a failed attempt as well, with the capped delay.
+        expect(await claimId(q)).to.equal(a);
+        advance(5000);
+        waits.push((await runAtOf(q, a))! - now());
+        expect(waits).to.deep.equal([10_000, 20_000, 35_000, 35_000, 35_000]);
+        expect(await s().get(q, a)).to.deep.include({ status: 'pending', attempts: 5 });
+      });
+
+      it('fixed backoff keeps retryDelaySeconds whatever the attempt; retryDelayMaxSeconds bounds only exponential backoff (decisions §8.2)', async () => {
+        const q = queue({ maxAttempts: 4, retryDelaySeconds: 40, retryDelayMaxSeconds: 5 });
+        const a = await post(q);
+        for (let n = 1; n <= 3; n++) {
+          await fail(q, a);
+          expect((await runAtOf(q, a))! - now()).to.equal(40_000);
+          advance(40_000);
+        }
+      });
+
+      it('jitter shortens each delay by at most retryJitter of itself, the same on every store, and spreads items that fail together (decisions §8.2)', async () => {
+        const q = queue({ maxAttempts: 3, retryDelaySeconds: 100, retryJitter: 0.5 });
+        const waits: number[] = [];
+        for (let n = 0; n < 20; n++) {
+          const id = await post(q);
+          await fail(q, id);
+          const wait = (await runAtOf(q, id))! - now();
+          expect(wait).to.be.within(50_000, 100_000);
+          expect(wait).to.equal(retryDelay(q.config, 1, id));
+          waits.push(wait);
+        }
+        expect(new Set(waits).size, 'twenty items failing at once are spread').to.be.greaterThan(15);
+      });
+
+      it('retryIn puts the computed delay aside for this failure: claimable again that many seconds from now, 0 at once (decisions §8.2)', async () => {
+        const q = queue({ maxAttempts: 5, retryDelaySeconds: 600 });
+        const a = await post(q);
+        expect(await fail(q, a, { retryIn: 3 })).to.deep.equal({ accepted: true, status: 'pending' });
+        expect(await s().get(q, a)).to.deep.include({ status: 'pending', attempts: 1, runAt: now() + 3000, error: '{"why":"broken"}' });
+        advance(2999);
+        expect(await claimId(q)).to.equal(null);
+        advance(1);
+        expect(await fail(q, a, { retryIn: 0 })).to.deep.equal({ accepted: true, status: 'pending' });
+        expect(await runAtOf(q, a)).to.equal(null);
+        expect(await claimId(q)).to.equal(a);
+        // Without a wish, the queue's own delay again.
+        await s().error(q, a, '{}');
+        expect((await runAtOf(q, a))! - now()).to.equal(600_000);
+      });
+
+      it('with no attempt left the item fails whatever retryIn says (decisions §8.2)', async () => {
+        const q = queue({ maxAttempts: 1 });
+        const a = await post(q);
+        expect(await fail(q, a, { retryIn: 5 })).to.deep.equal({ accepted: true, status: 'failed' });
+        expect(await s().get(q, a)).to.deep.include({ status: 'failed', attempts: 1, runAt: null, finishedAt: now() });
+      });
+
+      it('final fails the item at once with attempts left, its error kept; a terminal item takes no wish (decisions §8.2)', async () => {
+        const q = queue({ maxAttempts: 10, retryDelaySeconds: 5 });
+        const a = await post(q);
+        expect(await fail(q, a, { final: true })).to.deep.equal({ accepted: true, status: 'failed' });
+        expect(await s().get(q, a)).to.deep.include({ status: 'failed', attempts: 1, error: '{"why":"broken"}', finishedAt: now(), runAt: null });
+        expect(await s().error(q, a, '{}', { retryIn: 0 })).to.deep.equal({ accepted: false, status: 'failed' });
+        expect(await claimId(q)).to.equal(null);
+      });
+
+      it('release: a leased item is pending again in its place, its claim not counted; any other item is left as it is (decisions §8.2)', async () => {
+        const q = queue({ maxAttempts: 1 });
+        const a = await post(q);
+        const b = await post(q);
+        expect(await claimId(q)).to.equal(a);
+        expect(await s().release(q, a, 0)).to.deep.equal({ accepted: true, status: 'pending' });
+        expect(await s().get(q, a)).to.deep.include({ status: 'pending', attempts: 0, runAt: null });
+        expect(await s().release(q, a, 0)).to.deep.equal({ accepted: false, status: 'pending' });
+        // It keeps its place ahead of b, and its one attempt is still to come.
+        expect(await claimId(q)).to.equal(a);
+        await s().progress(q, a, '{"pct":10}');
+        expect(await s().release(q, a, 0)).to.deep.equal({ accepted: true, status: 'pending' });
+        expect(await claimId(q)).to.equal(a);
+        expect(await s().error(q, a, '{}')).to.deep.equal({ accepted: true, status: 'failed' });
+        expect(await s().release(q, a, 0)).to.deep.equal({ accepted: false, status: 'failed' });
+        expect(await s().get(q, a)).to.deep.include({ status: 'failed', attempts: 1 });
+        expect(await s().release(q, 'ffffffffffffffff', 0)).to.equal(null);
+        expect(await claimId(q)).to.equal(b);
+      });
+
+      it('release with a delay: not claimable before it ends; a held claim takes it then (decisions §8.2)', async () => {
+        const q = queue();
+        const a = await post(q);
+        await claimId(q);
+        expect(await s().release(q, a, 7)).to.deep.equal({ accepted: true, status: 'pending' });
+        expect(await s().get(q, a)).to.deep.include({ status: 'pending', attempts: 0, runAt: now() + 7000 });
+        advance(6999);
+        expect(await claimId(q)).to.equal(null);
+        advance(1);
+        expect(await claimId(q)).to.equal(a);
+      });
+
+      it('a release, a retryIn and a backoff delay survive a restart (decisions §6, §8.2)', async () => {
+        const q = queue({ maxAttempts: 5, retryDelaySeconds: 10, retryBackoff: 'exponential' });
+        const [a, b, c] = [await post(q), await post(q), await post(q)];
+        await fail(q, a);
+        await fail(q, b);
+        await s().error(q, b, '{}', { retryIn: 0 });
+        // b: pending again at once (attempts 1); c is next in claim order after b.
+        expect(await claimId(q)).to.equal(b);
+        await s().release(q, b, 4);
+        expect(await claimId(q)).to.equal(c);
+        await s().error(q, c, '{}', { retryIn: 2 });
+        const before = await Promise.all([a, b, c].map((id) => s().get(q, id)));
+        await h.reopen();
+        expect(await Promise.all([a, b, c].map((id) => s().get(q, id)))).to.deep.equal(before);
+        expect(before.map((r) => r!.attempts)).to.deep.equal([1, 1, 1]);
+        advance(2000);
+        expect(await claimId(q)).to.equal(c);
+        advance(2000);
+        expect(await claimId(q)).to.equal(b);
+        advance(6000);
         expect(await claimId(q)).to.equal(a);
       });
     });

@@ -3,7 +3,7 @@ import fc from 'fast-check';
 import { resolveQueue, type QueueConfig } from '../../src/engine/config.js';
 import type { Criteria } from '../../src/engine/criteria.js';
 import type { QueueDefinition } from '../../src/definitions/schemas.js';
-import type { PostOptions } from '../../src/engine/rules.js';
+import type { PostOptions, RetryWish } from '../../src/engine/rules.js';
 import type { QueueRef, StatusRecord } from '../../src/store/store.js';
 import { embedded, FakeClock, model, postgresUnderTest, START, type StoreFactory, type StoreUnderTest } from './support/stores.js';
 
@@ -37,6 +37,11 @@ const DEFINITIONS: QueueDefinition[] = [
   // turn, a post with its idempotency key, a fetch of the ended item, all meet it gone.
   { leaseSeconds: 10, maxAttempts: 2, retainSeconds: 0 },
   { leaseSeconds: 5, maxAttempts: 3, retryDelaySeconds: 3, retainFrom: 'fetched', retainSeconds: 0 },
+  // Backoff (decisions §8.2): doubling delays, capped. Without jitter: a jittered delay is drawn
+  // from the item's id, and the two sides give their items different ids (the conformance suite
+  // holds each store's jitter to rules.retryDelay).
+  { leaseSeconds: 5, maxAttempts: 4, retryDelaySeconds: 2, retryBackoff: 'exponential', retryDelayMaxSeconds: 10 },
+  { leaseSeconds: 30, maxAttempts: 3, retryDelaySeconds: 30, retryBackoff: 'exponential' },
   // Schedules (decisions §8.3), ticked by the `tick` command: every policy of missed and overlap.
   { leaseSeconds: 10, maxAttempts: 2, retainSeconds: 20, schedules: { beat: { every: 1, item: { kind: 'a' }, missed: 'all' }, slow: { every: 7, item: { kind: 'b', n: 2 }, priority: 1, overlap: 'skip' } } },
   { leaseSeconds: 5, maxAttempts: 2, schedules: { once: { every: 3, missed: 'once', item: { kind: 'c' } }, skip: { every: 2, missed: 'skip', overlap: 'skip', group: 'g1' } } },
@@ -69,6 +74,8 @@ type Command =
   | { op: 'define'; config: number }
   | { op: 'restart'; closedMs: number }
   | { op: 'pause'; paused: boolean }
+  | { op: 'errorWish'; item: number; wish: RetryWish }
+  | { op: 'release'; item: number; delay: number }
   | { op: 'tick' };
 
 const durations = fc.oneof(fc.constantFrom(1, 999, 1000, 2000, 3000, 5000, 7000, 10_000, 15_000, 20_000, 25_000, 30_000, 60_000), fc.integer({ min: 1, max: 70_000 }));
@@ -81,6 +88,9 @@ const postOptions: fc.Arbitrary<PostOptions | null> = fc.option(
   ),
   { freq: 2 },
 );
+
+/** A worker's wish for one failure (decisions §8.2). */
+const retryWish: fc.Arbitrary<RetryWish> = fc.oneof(fc.record({ retryIn: fc.constantFrom(0, 1, 3, 30) }), fc.constant({ final: true }));
 
 const command: fc.Arbitrary<Command> = fc.oneof(
   { weight: 5, arbitrary: fc.record({ op: fc.constant('post' as const), kind: fc.constantFrom('a', 'b', 'c'), n: fc.option(fc.nat({ max: 3 })), key: fc.option(fc.constantFrom('k1', 'k2', 'k3'), { freq: 3 }), options: postOptions }) },
@@ -97,6 +107,8 @@ const command: fc.Arbitrary<Command> = fc.oneof(
   // Pause and resume (decisions §8.4): claims then find nothing while everything else goes on.
   // Resumes twice as often as pauses, so that a sequence does not spend most of its claims paused.
   { weight: 1, arbitrary: fc.record({ op: fc.constant('pause' as const), paused: fc.constantFrom(true, false, false) }) },
+  { weight: 2, arbitrary: fc.record({ op: fc.constant('errorWish' as const), item, wish: retryWish }) },
+  { weight: 2, arbitrary: fc.record({ op: fc.constant('release' as const), item, delay: fc.constantFrom(0, 0, 2, 30) }) },
   // A schedule tick under the clock as it stands (decisions §8.3): what a node's ticker calls.
   { weight: 2, arbitrary: fc.constant({ op: 'tick' as const }) },
 );
@@ -109,7 +121,7 @@ const command: fc.Arbitrary<Command> = fc.oneof(
 interface TurnCall {
   queue: number;
   c:
-    | Extract<Command, { op: 'post' | 'claim' | 'postMany' | 'claimMany' | 'pause' }>
+    | Extract<Command, { op: 'post' | 'claim' | 'postMany' | 'claimMany' | 'pause' | 'errorWish' | 'release' }>
     | { op: 'progress' | 'result' | 'error' | 'cancel'; item: number };
 }
 
@@ -124,6 +136,8 @@ const turnCall: fc.Arbitrary<TurnCall> = fc.record({
     { weight: 6, arbitrary: fc.record({ op: fc.constantFrom('progress' as const, 'result' as const, 'error' as const, 'cancel' as const), item }) },
     // A pause or a resume in the transaction of the claims around it.
     { weight: 1, arbitrary: fc.record({ op: fc.constant('pause' as const), paused: fc.boolean() }) },
+    { weight: 2, arbitrary: fc.record({ op: fc.constant('errorWish' as const), item, wish: retryWish }) },
+    { weight: 2, arbitrary: fc.record({ op: fc.constant('release' as const), item, delay: fc.constantFrom(0, 2, 30) }) },
   ),
 });
 
@@ -145,7 +159,7 @@ function foldOrder(calls: readonly TurnCall[]): number[] {
     const c = call.c;
     if (c.op === 'post' || c.op === 'postMany') return `post ${call.queue}`;
     if ((c.op === 'claim' || c.op === 'claimMany') && CRITERIA[c.criteria] === undefined) return `claim ${call.queue}`;
-    if (c.op === 'progress' || c.op === 'result' || c.op === 'error' || c.op === 'cancel') return `submit ${call.queue}`;
+    if (c.op === 'progress' || c.op === 'result' || c.op === 'error' || c.op === 'cancel' || c.op === 'errorWish' || c.op === 'release') return `submit ${call.queue}`;
     return null;
   };
   const order: number[] = [];
@@ -178,6 +192,10 @@ function start(side: Side, q: QueueRef, c: TurnCall['c'], id: string, tag: strin
       return store.cancel(q, id);
     case 'pause':
       return store.setPaused(q, c.paused);
+    case 'errorWish':
+      return store.error(q, id, `{"error":"${tag}"}`, c.wish);
+    case 'release':
+      return store.release(q, id, c.delay);
     case 'progress':
     case 'result':
     case 'error':
@@ -317,6 +335,8 @@ async function run(side: Side, q: QueueRef, c: Command, step: number): Promise<u
     case 'result':
     case 'error':
     case 'cancel':
+    case 'errorWish':
+    case 'release':
     case 'pause': {
       // Every command a request makes but a read (answered above).
       const raw = await start(side, q, c as TurnCall['c'], 'item' in c ? idFor(side, c.item) : UNKNOWN_ID, String(step));
@@ -386,7 +406,7 @@ async function sequence(subject: { name: string; factory: StoreFactory }, initia
 describe('the embedded store against the reference model (model-based, fast-check)', function () {
   this.timeout(60_000 + RUNS * 500);
 
-  it(`answers every caller as the model does over ${RUNS} random sequences of posts and batch posts (with delays, times, priorities and groups), claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, schedule ticks, clock advances, definition changes and restarts (decisions §3, §3.8, §5.1, §6, §8.1, §8.3, §8.4)`, async () => {
+  it(`answers every caller as the model does over ${RUNS} random sequences of posts and batch posts (with delays, times, priorities and groups), claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, errors with the worker's wish and releases, schedule ticks, clock advances, definition changes (backoff among them) and restarts (decisions §3, §3.8, §5.1, §6, §8.1, §8.2, §8.3, §8.4)`, async () => {
     await fc.assert(
       fc.asyncProperty(fc.nat({ max: CONFIGS.length - 1 }), fc.array(command, { maxLength: MAX_COMMANDS, size: 'max' }), (initial, commands) => sequence({ name: 'embedded', factory: embedded }, initial, commands)),
       { numRuns: RUNS },
@@ -409,7 +429,7 @@ describe('the PostgreSQL store against the reference model (model-based, fast-ch
     });
   }
 
-  it(`answers every caller as the model does over ${PG_RUNS} random sequences of posts and batch posts (with delays, times, priorities and groups), claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, schedule ticks, clock advances, definition changes and restarts (decisions §3, §3.8, §5.1, §6, §6.1, §8.1, §8.3, §8.4)`, async () => {
+  it(`answers every caller as the model does over ${PG_RUNS} random sequences of posts and batch posts (with delays, times, priorities and groups), claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, errors with the worker's wish and releases, schedule ticks, clock advances, definition changes (backoff among them) and restarts (decisions §3, §3.8, §5.1, §6, §6.1, §8.1, §8.2, §8.3, §8.4)`, async () => {
     if (!('factory' in pg)) return;
     const factory = pg.factory;
     await fc.assert(
@@ -418,7 +438,7 @@ describe('the PostgreSQL store against the reference model (model-based, fast-ch
     );
   });
 
-  it(`answers calls made in one turn on two queues (one transaction) as the model does running them in the order the fold does, over ${PG_RUNS} random sequences of such turns (pauses and resumes among the calls), clock advances and definition changes (decisions §3, §3.8, §6, §6.1, §8.1, §8.4)`, async () => {
+  it(`answers calls made in one turn on two queues (one transaction) as the model does running them in the order the fold does, over ${PG_RUNS} random sequences of such turns (pauses and resumes, errors with a wish and releases among the calls), clock advances and definition changes (decisions §3, §3.8, §6, §6.1, §8.1, §8.2, §8.4)`, async () => {
     if (!('factory' in pg)) return;
     const factory = pg.factory;
     await fc.assert(

@@ -144,7 +144,7 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
     }
   });
 
-  it('the first signal starts no item claimed ahead: the stop ends with the running job, the others are left to their leases (decisions §1.3)', async () => {
+  it('the first signal starts no item claimed ahead: the stop ends with the running job, and the others are released for another worker (decisions §1.3, §8.2)', async () => {
     const queue = queueName('stop-ahead');
     await defineQueue(server, queue, { leaseSeconds: 2, maxAttempts: 3 });
     // A first short job sets the pace, so that the next claim takes several items ahead.
@@ -159,7 +159,7 @@ describe('svcq work when answers are lost, signals come and claims run ahead (de
     const claimedIds = worker.events.filter((e) => e.event === 'claimed').map((e) => e.id);
     expect(claimedIds, 'items started').to.deep.equal(ids.slice(0, 2));
     expect(worker.events.some((e) => e.event === 'warning' && /claimed ahead were not started/.test(String(e.message)))).to.equal(true);
-    // The items not started come back when their leases end, and another worker does them.
+    // The items not started are released (decisions §8.2), and another worker does them.
     const other = startWorker(server, queue, ['--exec', 'cat']);
     try {
       for (const id of ids.slice(2)) expect((await waitTerminal(server, queue, id, 20)).status).to.equal('finished');

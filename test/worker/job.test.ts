@@ -116,3 +116,33 @@ describe('stopping CMD (decisions §1.3: --timeout, a cancel, a second signal)',
     }
   });
 });
+
+describe('a failing command\'s wish (decisions §8.2: retryIn, final)', () => {
+  const run = (command: string): Promise<import('../../src/worker/job.js').JobOutcome & { warnings: string[] }> => {
+    const warnings: string[] = [];
+    const job = new Job({ command, input: '', env: {}, onProgress: () => {}, onStderrLine: () => {}, onWarning: (m) => warnings.push(m) });
+    return job.done.then((outcome) => ({ ...outcome, warnings }));
+  };
+
+  it('a `::retry-in N` line is the wish to be retried not before N seconds; it is not part of the output', async () => {
+    const outcome = await run('echo before; echo "::retry-in 30"; echo after; exit 2');
+    expect(outcome).to.include({ exitCode: 2, retryIn: 30 });
+    expect(outcome.final).to.equal(undefined);
+    expect(outcome.stdout).to.equal('before\nafter\n');
+  });
+
+  it('a `::final` line is the wish that the failure not be retried; the last of the two lines printed wins', async () => {
+    const final = await run('echo "::retry-in 5"; echo ::final; exit 1');
+    expect([final.final, final.retryIn]).to.deep.equal([true, undefined]);
+    const retry = await run('echo ::final; echo "::retry-in 5"; exit 1');
+    expect([retry.final, retry.retryIn]).to.deep.equal([undefined, 5]);
+  });
+
+  it('a `::retry-in` that is not a whole number of seconds from 0 to 31536000 is ignored, with a warning', async () => {
+    for (const bad of ['-1', '1.5', 'soon', '31536001', '']) {
+      const outcome = await run(`echo "::retry-in ${bad}"; exit 1`);
+      expect(outcome.retryIn, bad).to.equal(undefined);
+      expect(outcome.warnings, bad).to.have.length(1);
+    }
+  });
+});

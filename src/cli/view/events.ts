@@ -9,6 +9,7 @@ const PAINT: Record<string, ChalkInstance> = {
   finished: chalk.green,
   error: chalk.yellow,
   requeued: chalk.yellow,
+  released: chalk.yellow,
   failed: chalk.red,
   timedout: chalk.red,
   cancelled: chalk.magenta,

@@ -163,7 +163,10 @@ export class Deadlines {
    */
   private async findQuiet(tx: Tx, ref: QueueRef, periodic: boolean): Promise<void> {
     const c = ref.config;
-    const span = Math.min(c.leaseMs, c.retryDelayMs > 0 ? c.retryDelayMs : Infinity, c.timeoutMs ?? Infinity, c.retainMs);
+    // The shortest retry delay the rules compute: the first, shortened by the most jitter allows
+    // (decisions §8.2; a delay a worker asks for, or a release's, ends the window as it commits).
+    const retry = Math.floor(c.retryDelayMs * (1 - c.retryJitter));
+    const span = Math.min(c.leaseMs, retry > 0 ? retry : Infinity, c.timeoutMs ?? Infinity, c.retainMs);
     // Too short a span for a window; a periodic sweep still looks for the soonest deadline, to wake for it.
     if (span <= 2 * QUIET_SLACK_MS && !periodic) return;
     const res = await tx.query<{ at: number | null }>(
@@ -250,5 +253,5 @@ export function refOf(key: string, config: QueueConfig): QueueRef {
 
 /** What decides when an item's deadlines fall: a quiet window holds only under the rules it was found for. */
 function rulesKey(c: QueueConfig): string {
-  return `${c.leaseMs} ${c.retryDelayMs} ${c.timeoutMs} ${c.retainFrom} ${c.retainMs}`;
+  return `${c.leaseMs} ${c.retryDelayMs} ${c.retryJitter} ${c.timeoutMs} ${c.retainFrom} ${c.retainMs}`;
 }

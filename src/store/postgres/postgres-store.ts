@@ -3,7 +3,7 @@ import pg from 'pg';
 import type { QueueConfig } from '../../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../../engine/item.js';
 import * as rules from '../../engine/rules.js';
-import type { ItemRecord, Submission } from '../../engine/rules.js';
+import type { ItemRecord, RetryWish, Submission } from '../../engine/rules.js';
 import { claimTopic, itemTopic, type Notifier } from '../../waiting/notifier.js';
 import { fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StatusRecord, type Store, type StoreObserver, type SubmitOutcome } from '../store.js';
 import { FailureStreak } from '../failure-streak.js';
@@ -416,8 +416,13 @@ export class PostgresStore implements Store, EventOutbox {
     return this.submission(ref, id, (r, now) => rules.result(r, body, now), { kind: 'result', body });
   }
 
-  error(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
-    return this.submission(ref, id, (r, now) => rules.error(r, ref.config, body, now), { kind: 'error', body }, true);
+  error(ref: QueueRef, id: string, body: string, wish?: RetryWish): Promise<SubmitOutcome | null> {
+    return this.submission(ref, id, (r, now) => rules.error(r, ref.config, body, now, wish), { kind: 'error', body }, true);
+  }
+
+  release(ref: QueueRef, id: string, delaySeconds: number): Promise<SubmitOutcome | null> {
+    // It can make its item claimable at once, as an error handed in can.
+    return this.submission(ref, id, (r, now) => rules.release(r, delaySeconds, now), undefined, true);
   }
 
   cancel(ref: QueueRef, id: string): Promise<SubmitOutcome | null> {
