@@ -22,6 +22,7 @@ import { sendJson } from './errors.js';
 import { wallAndClose } from './wall.js';
 import { endAfterAnswer, holdContinue, lastExchange, lingering } from './unread-body.js';
 import { stderrLine } from '../server-output.js';
+import { ScheduleTicker } from '../store/schedule-ticker.js';
 
 export interface ServeOptions {
   root: string;
@@ -170,6 +171,10 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
   const master = definitions ? await resolveSharedMasterToken(options.masterToken, tokenFile, definitions.store, options.replaceMasterToken ?? false) : await resolveMasterToken(options.masterToken, tokenFile);
   // A definition change reaches the store's timers at once (a timeout brought sooner falls on time).
   registry.onQueueChange((key) => store.rulesChanged?.(key));
+  // decisions §8.3: every node ticks the schedules; the store posts each occurrence once.
+  const ticker = new ScheduleTicker(store, () => registry.queues().map((q) => ({ key: q.key, host: q.host, name: q.name, config: q.config })), warn);
+  registry.onQueueChange((key) => ticker.changed(key));
+  ticker.start();
   operators.watch(store);
   if (opened.outbox) await tools.tasks.start(opened.outbox);
 
@@ -292,6 +297,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
         await closed;
         clearTimeout(grace);
         await swept;
+        await ticker.close();
         await opened.close();
         registry.close();
         await definitions?.close();
