@@ -22,6 +22,7 @@ import { sendJson } from './errors.js';
 import { wallAndClose } from './wall.js';
 import { endAfterAnswer, holdContinue, lastExchange, lingering } from './unread-body.js';
 import { stderrLine } from '../server-output.js';
+import { benchOff } from '../bench-off.js';
 
 export interface ServeOptions {
   root: string;
@@ -161,7 +162,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
       return registry.queue(key.slice(0, slash), key.slice(slash + 1))?.config;
     },
     warn,
-    observer: operators.observer,
+    observer: benchOff.metrics ? { committed: () => undefined, events: () => undefined } : operators.observer,
   });
   const { store, notifier } = opened;
   // Made only once the store is open: a start that fails before (a database that cannot be
@@ -171,7 +172,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
   // A definition change reaches the store's timers at once (a timeout brought sooner falls on time).
   registry.onQueueChange((key) => store.rulesChanged?.(key));
   operators.watch(store);
-  if (opened.outbox) await tools.tasks.start(opened.outbox);
+  if (opened.outbox && !benchOff.history) await tools.tasks.start(opened.outbox);
 
   const stopping = new AbortController();
   const swept = sweepLeftovers(root, home, stopping.signal, warn, store instanceof EmbeddedStore ? store : undefined);
@@ -228,18 +229,20 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
     }
     const ms = performance.now() - seen.started;
     const path = q === -1 ? url : url.slice(0, q);
-    ctx.accessLog.record({
-      ts: Date.now(),
-      method: req.method ?? '',
-      host: req.headers.host ?? '',
-      path,
-      status,
-      ms: Math.round(ms * 1000) / 1000,
-      // Bytes on the wire, headers included: a response written with writeHead(status, headers) keeps no content-length to read back.
-      bytes: req.socket.bytesWritten - seen.sentBefore,
-      ip: seen.ip,
-    });
-    operators.request(isApiPath(path) ? 'api' : 'queue', status, ms / 1000);
+    if (!benchOff.accessLog) {
+      ctx.accessLog.record({
+        ts: Date.now(),
+        method: req.method ?? '',
+        host: req.headers.host ?? '',
+        path,
+        status,
+        ms: Math.round(ms * 1000) / 1000,
+        // Bytes on the wire, headers included: a response written with writeHead(status, headers) keeps no content-length to read back.
+        bytes: req.socket.bytesWritten - seen.sentBefore,
+        ip: seen.ip,
+      });
+    }
+    if (!benchOff.metrics) operators.request(isApiPath(path) ? 'api' : 'queue', status, ms / 1000);
   }
 
   ready((req, res) => {
