@@ -13,6 +13,6 @@ export const benchOff = {
   metrics: off.has('metrics'),
   /** The task history (day-files) is not written: the outbox is never drained. */
   history: off.has('history') || off.has('events'),
-  /** No task events made at all (neither in the journal nor in the history). */
+  /** No task events made at all, neither in the journal nor in the history (the embedded store). */
   events: off.has('events'),
 };
