@@ -23,6 +23,7 @@ import { wallAndClose } from './wall.js';
 import { endAfterAnswer, holdContinue, lastExchange, lingering } from './unread-body.js';
 import { stderrLine } from '../server-output.js';
 import { ScheduleTicker } from '../store/schedule-ticker.js';
+import { benchOff } from '../bench-off.js';
 
 export interface ServeOptions {
   root: string;
@@ -162,7 +163,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
       return registry.queue(key.slice(0, slash), key.slice(slash + 1))?.config;
     },
     warn,
-    observer: operators.observer,
+    observer: benchOff.metrics ? { committed: () => undefined, events: () => undefined } : operators.observer,
   });
   const { store, notifier } = opened;
   // Made only once the store is open: a start that fails before (a database that cannot be
@@ -176,7 +177,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
   registry.onQueueChange((key) => ticker.changed(key));
   ticker.start();
   operators.watch(store);
-  if (opened.outbox) await tools.tasks.start(opened.outbox);
+  if (opened.outbox && !benchOff.history) await tools.tasks.start(opened.outbox);
 
   const stopping = new AbortController();
   const swept = sweepLeftovers(root, home, stopping.signal, warn, store instanceof EmbeddedStore ? store : undefined);
@@ -233,18 +234,20 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
     }
     const ms = performance.now() - seen.started;
     const path = q === -1 ? url : url.slice(0, q);
-    ctx.accessLog.record({
-      ts: Date.now(),
-      method: req.method ?? '',
-      host: req.headers.host ?? '',
-      path,
-      status,
-      ms: Math.round(ms * 1000) / 1000,
-      // Bytes on the wire, headers included: a response written with writeHead(status, headers) keeps no content-length to read back.
-      bytes: req.socket.bytesWritten - seen.sentBefore,
-      ip: seen.ip,
-    });
-    operators.request(isApiPath(path) ? 'api' : 'queue', status, ms / 1000);
+    if (!benchOff.accessLog) {
+      ctx.accessLog.record({
+        ts: Date.now(),
+        method: req.method ?? '',
+        host: req.headers.host ?? '',
+        path,
+        status,
+        ms: Math.round(ms * 1000) / 1000,
+        // Bytes on the wire, headers included: a response written with writeHead(status, headers) keeps no content-length to read back.
+        bytes: req.socket.bytesWritten - seen.sentBefore,
+        ip: seen.ip,
+      });
+    }
+    if (!benchOff.metrics) operators.request(isApiPath(path) ? 'api' : 'queue', status, ms / 1000);
   }
 
   ready((req, res) => {

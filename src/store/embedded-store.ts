@@ -1,3 +1,4 @@
+import { benchOff } from '../bench-off.js';
 import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
@@ -747,6 +748,7 @@ export class EmbeddedStore implements Store, EventOutbox {
         pieces.push(records);
         records = '';
       }
+      if (benchOff.events) continue;
       for (const e of change.events) {
         const worker = e.worker === undefined ? '' : `,"worker":${jsonString(e.worker)}`;
         // Field order as in TaskEvent (decisions §5): ts, host, queue, id, event, attempts, worker (when there is one), status.
