@@ -1,5 +1,6 @@
 /** Turns a bench run's raw figures into the printed table, the target verdicts and the JSON file. */
 import chalk from 'chalk';
+import type { ScheduleFigures } from './idle-schedules.js';
 import Table from 'cli-table3';
 import type { LoadResult } from './protocol.js';
 import type { BullmqResult } from './procs.js';
@@ -37,6 +38,8 @@ export interface Pair {
 
 export interface BenchRun {
   date: string;
+  /** decisions §8.3: the idle server's CPU with 1,000 every-second schedules, and their lateness. */
+  schedules?: ScheduleFigures;
   machine: { cpus: number; cpuModel: string; memGiB: number; node: string; os: string };
   /** The commit the server was built from, and whether src/ or commands/ differed from it. */
   build: { commit: string; dirty: boolean };

@@ -15,7 +15,8 @@
  *   --rounds 5               paired rounds for every ratio (1 with --quick): see bench/README.md
  *   --cpu-prof               also profile the server over one cycle phase and summarise it
  *   --keep                   keep the temp roots (printed) instead of removing them
- *   --phases empty,floor,backlog   which groups of phases run (these three by default); two more,
+ *   --phases empty,floor,schedules,backlog   which groups of phases run (these four by default; `schedules`:
+ *                            the idle server's CPU with 1,000 every-second schedules); two more,
  *                            off by default as they take minutes: `priority` (posts and the full cycle
  *                            with a random priority of 10 against plain ones, paired by round) and
  *                            `backlog-prio` (posts, full cycle and claims with 1,000,000 items waiting
@@ -35,6 +36,7 @@ import { BENCH_DIR, REPO, snapshotBuild, killAll, runBullmq, runLoad, startFloor
 import { BATCH_SIZE, CLAIM_MAX, type LoadMode, type LoadResult, type LoadSpec } from './protocol.js';
 import { besideVerdicts, renderBeside, runBeside, type BesideRun, type SvcqDriver, type System } from './beside.js';
 import { prioVerdicts, renderPrio, renderTable, sizeName, verdicts, type BacklogRun, type BenchRun, type Duo, type Pair, type PrioRun, type RestartFigures } from './report.js';
+import { describeSchedules, measureSchedules } from './idle-schedules.js';
 
 const HOST = 'bench.test';
 const MASTER = 'bench-master-token-0123456789abcdef';
@@ -54,7 +56,7 @@ const { values: opts } = parseArgs({
     keep: { type: 'boolean', default: false },
     'in-flight': { type: 'string', default: '32' },
     'item-bytes': { type: 'string', default: '190' },
-    phases: { type: 'string', default: 'empty,floor,backlog' },
+    phases: { type: 'string', default: 'empty,floor,schedules,backlog' },
   },
   strict: true,
 });
@@ -85,7 +87,7 @@ const PREFILL_IN_FLIGHT = 64;
 /** Jobs per full-cycle phase, on svcq and on BullMQ alike: each phase runs from the first post to the last result. */
 const CYCLE_JOBS = opts.quick ? 8_000 : 20_000;
 const cyclePhase = { maxCount: CYCLE_JOBS, durationMs: 120_000 };
-const PHASES = ['empty', 'floor', 'backlog', 'priority', 'backlog-prio'] as const;
+const PHASES = ['empty', 'floor', 'schedules', 'backlog', 'priority', 'backlog-prio'] as const;
 const phases = new Set(opts.phases.split(',').map((p) => p.trim()));
 for (const p of phases) if (!(PHASES as readonly string[]).includes(p)) throw new Error(`--phases knows ${PHASES.join(', ')}, not "${p}"`);
 /** Priority levels (0 … 9) and the backlog of the `backlog-prio` phases. */
@@ -392,6 +394,21 @@ async function besidePhases(): Promise<BesideRun> {
  * O_DSYNC group write at the post phase's connections, at the full cycle's (producers and workers),
  * at the full cycle's with undici as the client, and at one in flight for latency.
  */
+/**
+ * The idle server's CPU with 1,000 `every: 1` schedules (100 on each of 10 queues; decisions
+ * §8.3) over 20 s (5 with --quick), and how late their occurrences were posted.
+ */
+async function schedulePhase(): Promise<NonNullable<BenchRun['schedules']>> {
+  const server = await startSvcq({ root: tempRoot('schedules'), masterToken: MASTER });
+  try {
+    const figures = await measureSchedules(server.url, MASTER, () => server.cpuMs(), opts.quick ? 5 : 20);
+    log(`schedules: ${describeSchedules(figures)}`);
+    return figures;
+  } finally {
+    await server.stop();
+  }
+}
+
 async function floorPhases(): Promise<NonNullable<BenchRun['floor']>> {
   const dir = tempRoot('floor');
   const run = async (durable: boolean, phases: Array<[string, Partial<LoadSpec>]>): Promise<LoadResult[]> => {
@@ -566,6 +583,7 @@ async function main(): Promise<void> {
     }
   }
   if (phases.has('floor')) run.floor = await floorPhases();
+  if (phases.has('schedules')) run.schedules = await schedulePhase();
   if (phases.has('backlog')) for (const size of sizes) run.backlogs.push(await backlogPhases(size));
   const prio: PrioRun = {};
   if (phases.has('priority')) prio.priority = await priorityPhases();
@@ -581,6 +599,7 @@ async function main(): Promise<void> {
   writeFileSync(file, `${JSON.stringify({ ...run, prio, verdicts: [...(full ? verdicts(run) : besideTargets), ...prioVerdicts(prio)] }, null, 2)}\n`);
   header();
   if (full) console.log(renderTable(run));
+  if (run.schedules) console.log(`\n${chalk.bold('Schedules on an idle server')}: ${describeSchedules(run.schedules)}`);
   if (prio.priority || prio.backlogPrio) console.log(`\n${renderPrio(prio)}`);
   if (run.beside) console.log(`\n${renderBeside(run.beside)}`);
   if (run.profile) console.log(`\n${chalk.bold('Server CPU profile over a full-cycle phase')} (${run.profile.file})\n${run.profile.top}`);

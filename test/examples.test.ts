@@ -159,10 +159,15 @@ describe('README.md, then examples/README.md, then the examples of docs/, in ord
     expect(second).to.equal(first);
   });
 
-  it('runs the curl blocks of docs/scheduling.md: a delayed item waits with its runAt, a higher priority is claimed first, a bad option creates nothing (decisions §8.1)', async () => {
+  it('runs the curl blocks of docs/scheduling.md: a delayed item waits with its runAt, a higher priority is claimed first, a bad option creates nothing (decisions §8.1); a schedule posts its items and the view shows next and last (decisions §8.3)', async () => {
     const { perBlock } = await runDoc(readFileSync(path.join(REPO, 'docs/scheduling.md'), 'utf8'), 'scheduling');
     const record = JSON.parse(perBlock[2]!) as { postedAt: number; runAt: number };
     expect(record.runAt).to.equal(record.postedAt + 3_600_000);
+    const [view, item] = perBlock[6]!.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    const beat = (view!.schedules as Array<{ next: number; last: number; lastId: string }>)[0]!;
+    expect(beat.next - beat.last).to.equal(1000);
+    expect(item).to.include({ id: beat.lastId, postedBy: 'schedule:beat' });
+    expect(item!.postedAt as number).to.be.within(beat.last, beat.last + 1000);
   });
 
   it('runs the curl blocks of docs/retries.md: exponential backoff, retryIn, final and release (decisions §8.2)', async () => {

@@ -20,6 +20,7 @@ const LONGEST = [
   'test/commands/item-wait.test.ts',
   'test/worker/work.test.ts',
   'test/http/multi-node.test.ts',
+  'test/http/multi-node-schedules.test.ts',
   'test/http/long-poll.test.ts',
   'test/store/crash.test.ts',
   'test/examples.test.ts',

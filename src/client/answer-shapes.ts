@@ -62,6 +62,7 @@ const SHAPES = {
       ...PAUSED,
       oldest: { type: 'array', items: shape({ id: string, postedAt: number, attempts: integer }) },
       leases: { type: 'array', items: shape({ id: string, worker: string, until: number, attempts: integer }) },
+      schedules: { type: 'array', items: shape({ name: string, next: nullable(number), last: nullable(number), lastId: nullable(string) }) },
     },
     [...Object.keys(QUEUE_ENTRY), 'oldest', 'leases'],
   ),

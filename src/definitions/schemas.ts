@@ -2,6 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
 import type { DefinitionPath } from './names.js';
+import { cronProblem, MAX_SCHEDULES, type ScheduleDefinition } from '../engine/schedules.js';
 
 /** A queue definition as stored (decisions §2.2); defaults are applied by {@link resolveQueue}. */
 export interface QueueDefinition {
@@ -18,6 +19,8 @@ export interface QueueDefinition {
   access?: Partial<Record<Operation, 'public' | string[]>>;
   schema?: Record<string, unknown> | boolean;
   description?: string;
+  /** decisions §8.3 */
+  schedules?: Record<string, ScheduleDefinition>;
 }
 
 export interface UserDefinition {
@@ -63,6 +66,26 @@ const queueSchema = {
     },
     schema: { type: ['object', 'boolean'] },
     description: { type: 'string' },
+    // decisions §8.3; exactly one of cron and every, the zone and the item are checked in parseDefinition.
+    schedules: {
+      type: 'object',
+      maxProperties: MAX_SCHEDULES,
+      propertyNames: { pattern: '^[a-z0-9][a-z0-9_-]{0,63}$' },
+      additionalProperties: {
+        type: 'object',
+        additionalProperties: false,
+        properties: {
+          cron: { type: 'string' },
+          every: { type: 'integer', minimum: 1, maximum: 31536000 },
+          timezone: { type: 'string' },
+          item: { type: 'object' },
+          priority: { type: 'integer', minimum: -100, maximum: 100 },
+          group: { type: 'string', pattern: '^[\\x20-\\x7e]{1,128}$' },
+          missed: { enum: ['skip', 'once', 'all'] },
+          overlap: { enum: ['allow', 'skip'] },
+        },
+      },
+    },
   },
 } as const;
 
@@ -148,6 +171,7 @@ const FIELD_RULE: Record<string, string> = {
   'access.work': '"public" or an array of distinct user names',
   schema: 'a JSON Schema (an object or a boolean)',
   description: 'a string',
+  schedules: 'an object of at most 100 schedules named by 1 to 64 of a-z, 0-9, _ and - (starting with a letter or digit)',
   'svc-user-name': 'a string',
   tokenSha256: '64 lowercase hexadecimal characters (the sha256 of the token)',
 };
@@ -163,7 +187,7 @@ export function describeAjvError(error: ErrorObject, value?: unknown): string {
   // A bad element of an access list is reported against the list itself: that is the field a person edits.
   for (let n = segments.length; n > 0; n--) {
     const field = segments.slice(0, n).join('.');
-    const rule = FIELD_RULE[field];
+    const rule = FIELD_RULE[field] ?? (segments[0] === 'schedules' && n === 3 ? SCHEDULE_RULE[segments[2]!] : undefined);
     if (rule) return `${field} must be ${rule} (got ${shortJson(pick(value, segments.slice(0, n)))})`;
   }
   const where = segments.join('.');
@@ -257,6 +281,40 @@ export function parseDefinition(at: DefinitionPath, bytes: Buffer | string): Par
       problems.push(`schema does not compile: ${(err as Error).message}`);
     }
   }
+  problems.push(...scheduleProblems(record.schedules, validator));
   if (problems.length > 0) return refused(file, problems);
   return { kind: 'queue', queue: value as QueueDefinition, validator };
+}
+
+/** What each schedule field must be (decisions §8.3). */
+const SCHEDULE_RULE: Record<string, string> = {
+  cron: 'a cron expression of 5 fields',
+  every: 'an integer number of seconds from 1 to 31536000',
+  timezone: 'an IANA time zone name',
+  item: 'a JSON object',
+  priority: 'an integer from -100 to 100',
+  group: '1 to 128 printable ASCII characters',
+  missed: '"skip", "once" or "all"',
+  overlap: '"allow" or "skip"',
+};
+
+/**
+ * decisions §8.3 beyond the JSON Schema: exactly one of cron and every, a cron expression croner
+ * reads, a zone this server knows, and an item the queue's own schema accepts.
+ */
+function scheduleProblems(schedules: unknown, validator: ItemValidator | null): string[] {
+  if (typeof schedules !== 'object' || schedules === null || Array.isArray(schedules)) return [];
+  const problems: string[] = [];
+  for (const [name, s] of Object.entries(schedules as Record<string, unknown>)) {
+    if (typeof s !== 'object' || s === null || Array.isArray(s)) continue;
+    const def = s as Record<string, unknown>;
+    if ((def.cron === undefined) === (def.every === undefined)) problems.push(`schedules.${name} must have exactly one of cron and every`);
+    const problem = cronProblem(typeof def.cron === 'string' ? def.cron : undefined, typeof def.timezone === 'string' ? def.timezone : undefined);
+    if (problem) problems.push(`schedules.${name}.${problem.field} ${problem.message}`);
+    const item = def.item ?? {};
+    if (validator && typeof item === 'object' && item !== null && !Array.isArray(item) && !validator(item)) {
+      problems.push(`schedules.${name}.item does not match the queue's schema: ${describeAjvErrors(validator.errors ?? [], item).join('; ')}`);
+    }
+  }
+  return problems;
 }

@@ -1,4 +1,5 @@
 import type { Operation, QueueDefinition } from '../definitions/schemas.js';
+import { resolveSchedule, type ScheduleSpec } from './schedules.js';
 
 /** A queue's rules with every default of decisions §2.2 applied. */
 export interface QueueConfig {
@@ -15,6 +16,8 @@ export interface QueueConfig {
   retainFrom: 'finished' | 'fetched';
   retainMs: number;
   archivePayloads: boolean;
+  /** decisions §8.3: the queue's schedules, by name; empty when it has none. */
+  schedules: readonly ScheduleSpec[];
 }
 
 /**
@@ -46,6 +49,7 @@ export function resolveQueue(def: QueueDefinition): QueueConfig {
     retainFrom: def.retainFrom ?? 'finished',
     retainMs: (def.retainSeconds ?? 604800) * 1000,
     archivePayloads: def['svc-queue-archivePayloads'] ?? false,
+    schedules: Object.entries(def.schedules ?? {}).map(([name, s]) => resolveSchedule(name, s)),
   };
 }
 

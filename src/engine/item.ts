@@ -30,4 +30,7 @@ export interface TaskEvent {
   attempts?: number;
   worker?: string;
   status?: ItemStatus;
+  /** decisions §8.3: on the `posted` event of an item a schedule posted, the schedule's name and the occurrence (ms). */
+  schedule?: string;
+  occurrence?: number;
 }

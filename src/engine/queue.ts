@@ -195,7 +195,7 @@ export interface Change {
    */
   before?: SavedState;
   /** Events in the order they happened. */
-  events: Array<{ event: TaskEventKind; worker?: string }>;
+  events: Array<{ event: TaskEventKind; worker?: string; schedule?: string; occurrence?: number }>;
   /** The item left the queue for good (retention): the store deletes it. */
   purged?: boolean;
 }

@@ -49,6 +49,9 @@ export interface EventDraft {
    */
   status?: ItemStatus;
   attempts?: number;
+  /** decisions §8.3: the `posted` event of an item a schedule posted names the schedule, and the occurrence (ms) it was posted for. */
+  schedule?: string;
+  occurrence?: number;
 }
 
 /** What a rule did to one item. */

@@ -88,12 +88,12 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
       const queue = ctx.registry.queue(host, params.queue ?? '');
       const allowed = allows(queue?.access ?? NOBODY, op, user ?? null);
       if (!queue || user === undefined || !allowed) return sendError(res, new NotFound());
-      const current = (): QueueRuntime | undefined => {
+      // `current`, unnamed: see readBody.
+      handler(req, res, queue, params, query, user ?? 'public', (): QueueRuntime | undefined => {
         const now = ctx.registry.queue(queue.host, queue.name);
         if (!now || (key !== undefined && ctx.registry.userForKey(now.host, key) !== user)) return undefined;
         return allows(now.access, op, user) ? now : undefined;
-      };
-      handler(req, res, queue, params, query, user ?? 'public', current).catch((err: unknown) => sendError(res, queueError(err)));
+      }).catch((err: unknown) => sendError(res, queueError(err)));
     });
   };
 
@@ -363,18 +363,20 @@ export function readBody(req: IncomingMessage, limit: number): Promise<string> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
-    const onData = (chunk: Buffer): void => {
+    // Listeners made per request are left unnamed: the bundle keeps the names of named ones by a
+    // defineProperty call each time one is made (esbuild's keepNames), a cost every request paid.
+    req.on('data', (chunk: Buffer): void => {
+      // Past the limit, the rest is read and dropped while the answer (which ends the connection) lingers.
+      if (size > limit) return;
       size += chunk.length;
       if (size > limit) {
-        req.off('data', onData);
-        // The rest is read and dropped while the answer (which ends the connection) lingers.
+        chunks.length = 0;
         req.resume();
         reject(tooLarge(limit));
         return;
       }
       chunks.push(chunk);
-    };
-    req.on('data', onData);
+    });
     req.on('end', () => {
       const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
       if (isUtf8(bytes)) resolve(bytes.toString('utf8'));

@@ -22,6 +22,8 @@ import { sendJson } from './errors.js';
 import { wallAndClose } from './wall.js';
 import { endAfterAnswer, holdContinue, lastExchange, lingering } from './unread-body.js';
 import { stderrLine } from '../server-output.js';
+import { ScheduleTicker } from '../store/schedule-ticker.js';
+import { benchOff } from '../bench-off.js';
 
 export interface ServeOptions {
   root: string;
@@ -161,7 +163,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
       return registry.queue(key.slice(0, slash), key.slice(slash + 1))?.config;
     },
     warn,
-    observer: operators.observer,
+    observer: benchOff.metrics ? { committed: () => undefined, events: () => undefined } : operators.observer,
   });
   const { store, notifier } = opened;
   // Made only once the store is open: a start that fails before (a database that cannot be
@@ -170,8 +172,12 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
   const master = definitions ? await resolveSharedMasterToken(options.masterToken, tokenFile, definitions.store, options.replaceMasterToken ?? false) : await resolveMasterToken(options.masterToken, tokenFile);
   // A definition change reaches the store's timers at once (a timeout brought sooner falls on time).
   registry.onQueueChange((key) => store.rulesChanged?.(key));
+  // decisions §8.3: every node ticks the schedules; the store posts each occurrence once.
+  const ticker = new ScheduleTicker(store, () => registry.queues().map((q) => ({ key: q.key, host: q.host, name: q.name, config: q.config })), warn);
+  registry.onQueueChange((key) => ticker.changed(key));
+  ticker.start();
   operators.watch(store);
-  if (opened.outbox) await tools.tasks.start(opened.outbox);
+  if (opened.outbox && !benchOff.history) await tools.tasks.start(opened.outbox);
 
   const stopping = new AbortController();
   const swept = sweepLeftovers(root, home, stopping.signal, warn, store instanceof EmbeddedStore ? store : undefined);
@@ -228,18 +234,20 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
     }
     const ms = performance.now() - seen.started;
     const path = q === -1 ? url : url.slice(0, q);
-    ctx.accessLog.record({
-      ts: Date.now(),
-      method: req.method ?? '',
-      host: req.headers.host ?? '',
-      path,
-      status,
-      ms: Math.round(ms * 1000) / 1000,
-      // Bytes on the wire, headers included: a response written with writeHead(status, headers) keeps no content-length to read back.
-      bytes: req.socket.bytesWritten - seen.sentBefore,
-      ip: seen.ip,
-    });
-    operators.request(isApiPath(path) ? 'api' : 'queue', status, ms / 1000);
+    if (!benchOff.accessLog) {
+      ctx.accessLog.record({
+        ts: Date.now(),
+        method: req.method ?? '',
+        host: req.headers.host ?? '',
+        path,
+        status,
+        ms: Math.round(ms * 1000) / 1000,
+        // Bytes on the wire, headers included: a response written with writeHead(status, headers) keeps no content-length to read back.
+        bytes: req.socket.bytesWritten - seen.sentBefore,
+        ip: seen.ip,
+      });
+    }
+    if (!benchOff.metrics) operators.request(isApiPath(path) ? 'api' : 'queue', status, ms / 1000);
   }
 
   ready((req, res) => {
@@ -292,6 +300,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
         await closed;
         clearTimeout(grace);
         await swept;
+        await ticker.close();
         await opened.close();
         registry.close();
         await definitions?.close();

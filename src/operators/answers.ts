@@ -1,3 +1,4 @@
+import type { ScheduleView } from '../engine/schedules.js';
 import type { StatusCounts } from '../store/store.js';
 import type { QueueRates } from './rates.js';
 
@@ -25,6 +26,8 @@ export interface QueueDetail extends QueueEntry {
   oldest: Array<{ id: string; postedAt: number; attempts: number }>;
   /** Up to 100 current leases, soonest end first. */
   leases: Array<{ id: string; worker: string; until: number; attempts: number }>;
+  /** decisions §8.3: the queue's schedules, their next and last occurrences (absent from servers before them). */
+  schedules?: ScheduleView[];
 }
 
 /** Where a client asks for the list (the `/api/v2` prefix included). */

@@ -63,8 +63,8 @@ export class Operators {
     const queue = this.registry.queue(host, name);
     if (!queue) return null;
     const ref = refOf(queue);
-    const overview = await this.storeOf().overview(ref, DETAIL_LIMITS);
-    return { ...this.entry(ref, overview, this.now()), oldest: overview.oldest, leases: overview.leases };
+    const [overview, schedules] = await Promise.all([this.storeOf().overview(ref, DETAIL_LIMITS), this.storeOf().schedules(ref)]);
+    return { ...this.entry(ref, overview, this.now()), oldest: overview.oldest, leases: overview.leases, schedules };
   }
 
   /**

@@ -1,9 +1,11 @@
+import { benchOff } from '../bench-off.js';
 import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
 import type { RetryWish } from '../engine/rules.js';
 import { Queue, type Change, type Item, type Outcome, type Place, type SavedState } from '../engine/queue.js';
-import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, pausedRecord, updateRecord, type HistoryMark } from './journal.js';
+import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, pausedRecord, scheduleRecord, updateRecord, type HistoryMark } from './journal.js';
+import { planSchedule, postedBy, scheduleView, type ScheduleSpec, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
 import type { WriteFn } from './append-file.js';
 import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
 import { jsonString } from '../json-text.js';
@@ -47,6 +49,8 @@ interface QueueSlot {
   queue: Queue;
   timer: NodeJS.Timeout | undefined;
   timerAt: number;
+  /** The states of the queue's schedules, by name (decisions §8.3). */
+  schedules: Map<string, ScheduleState>;
 }
 
 const DEFAULT_CONFIG = resolveQueue({});
@@ -121,7 +125,7 @@ export class EmbeddedStore implements Store, EventOutbox {
   }
 
   async open(): Promise<void> {
-    const { items: loaded, paused, events } = await this.journal.open();
+    const { items: loaded, paused, schedules, events } = await this.journal.open();
     // The outbox starts with every durable event the history did not say it holds.
     this.eventSeq = events.lastSeq;
     this.delivered = events.mark?.seq ?? 0;
@@ -135,6 +139,7 @@ export class EmbeddedStore implements Store, EventOutbox {
       for (const item of items.values()) slot.queue.restore(item);
     }
     for (const key of paused) this.slotFor(key, this.options.configFor(key) ?? DEFAULT_CONFIG).queue.paused = true;
+    for (const [key, states] of schedules) if (states.size > 0) this.slotFor(key, this.options.configFor(key) ?? DEFAULT_CONFIG).schedules = states;
     // Leases that ended while the server was down are re-queued (or failed) by the usual rule; a
     // queue without a definition waits for it, and its rules (see configFor).
     for (const slot of this.slots.values()) if (this.options.configFor(slot.key)) this.runTick(slot);
@@ -330,6 +335,60 @@ export class EmbeddedStore implements Store, EventOutbox {
   }
 
   /**
+   * See {@link Store.tickSchedules}. The items and the schedules' new states are applied in memory
+   * at once, with no await in between (nothing else runs on this thread meanwhile), and journalled
+   * in one group: after a crash both are back, or neither. A write that fails takes both back.
+   */
+  async tickSchedules(ref: QueueRef): Promise<number> {
+    const slot = this.prepare(ref);
+    const now = this.now();
+    const states = slot.schedules;
+    const changes: Change[] = [];
+    let records = '';
+    const before = new Map<string, ScheduleState | undefined>();
+    const defined = states.size > 0 ? scheduleNames(ref.config.schedules) : undefined;
+    for (const [name, state] of states) {
+      if (defined!.has(name)) continue;
+      before.set(name, state);
+      states.delete(name);
+      records += scheduleRecord(slot.keyJson, name, null);
+    }
+    for (const spec of ref.config.schedules) {
+      const state = states.get(spec.name);
+      const previous = state?.lastId == null ? undefined : slot.queue.items.get(state.lastId);
+      const plan = planSchedule(spec, state, now, previous !== undefined && !isTerminal(previous.status));
+      if (!plan.state) continue;
+      const next = { ...plan.state };
+      for (const at of plan.post) {
+        const change = slot.queue.post({ id: this.newId(slot.queue), body: spec.item, postedBy: postedBy(spec.name), idempotencyKey: null, options: spec.priority === 0 && spec.group === null ? undefined : { priority: spec.priority, ...(spec.group === null ? {} : { group: spec.group }) } }, now);
+        change.events = [{ event: 'posted', schedule: spec.name, occurrence: at }];
+        changes.push(change);
+        next.lastAt = at;
+        next.lastId = change.item.id;
+      }
+      before.set(spec.name, state);
+      states.set(spec.name, next);
+      records += scheduleRecord(slot.keyJson, spec.name, next);
+    }
+    if (records === '') return 0;
+    const undo = (): void => {
+      for (const [name, state] of before) {
+        if (state) states.set(name, state);
+        else states.delete(name);
+      }
+    };
+    await this.commit(slot, changes, true, undefined, { records, undo });
+    return changes.length;
+  }
+
+  async schedules(ref: QueueRef): Promise<ScheduleView[]> {
+    if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
+    const states = this.slots.get(ref.key)?.schedules;
+    const now = this.now();
+    return ref.config.schedules.map((spec) => scheduleView(spec, states?.get(spec.name), now));
+  }
+
+  /**
    * See {@link Store.setPaused}. The pause is applied in memory at once, as the item changes are,
    * and journalled as one record of its own; a write that fails takes it back with the changes
    * journalled with it (see {@link takeBack}).
@@ -522,6 +581,7 @@ export class EmbeddedStore implements Store, EventOutbox {
         queue: new Queue(config),
         timer: undefined,
         timerAt: Infinity,
+        schedules: new Map(),
       };
       this.slots.set(key, slot);
     }
@@ -532,14 +592,16 @@ export class EmbeddedStore implements Store, EventOutbox {
    * Journals changes with their task events in one write, resolving once it is durable (and the
    * payload archived). The history file gets the events right after, off the request's path.
    */
-  private commit(slot: QueueSlot, changes: Change[], created = false, staged?: StagedPayload[]): Promise<void> {
+  private commit(slot: QueueSlot, changes: Change[], created = false, staged?: StagedPayload[], queueState?: { records: string; undo: () => void }): Promise<void> {
     const { pieces, lines, count, ts } = this.describe(slot, changes, created);
+    // The queue's own state changed with the items (a schedule's last occurrence): in the same group.
+    if (queueState) pieces.unshift(queueState.records);
     if (this.purgedSinceOpen && slot.queue.config.archivePayloads) {
       for (const c of changes) if (c.purged) this.purgedSinceOpen.set(`${slot.key}/${c.item.id}`, c.item);
     }
     const seq = this.eventSeq;
     const through = (this.changeSeq += changes.length);
-    this.unconfirmed.push({ seq: through, slot, changes });
+    this.unconfirmed.push({ seq: through, slot, changes, undo: queueState?.undo });
     const durable = this.journal.append(pieces).then(
       () => {
         this.confirm(through);
@@ -686,10 +748,12 @@ export class EmbeddedStore implements Store, EventOutbox {
         pieces.push(records);
         records = '';
       }
+      if (benchOff.events) continue;
       for (const e of change.events) {
         const worker = e.worker === undefined ? '' : `,"worker":${jsonString(e.worker)}`;
         // Field order as in TaskEvent (decisions §5): ts, host, queue, id, event, attempts, worker (when there is one), status.
-        const event = `{"ts":${ts},${slot.eventPrefix},"id":"${item.id}","event":"${e.event}","attempts":${attempts}${worker},"status":"${status}"}`;
+        const scheduled = e.schedule === undefined ? '' : `,"schedule":${jsonString(e.schedule)},"occurrence":${e.occurrence}`;
+        const event = `{"ts":${ts},${slot.eventPrefix},"id":"${item.id}","event":"${e.event}","attempts":${attempts}${worker},"status":"${status}"${scheduled}}`;
         // Made flat here, once: it is written twice (journal, history), and a string built of
         // pieces is copied whole at each write (charCodeAt makes V8 flatten it in place).
         event.charCodeAt(0);
@@ -748,10 +812,13 @@ export class EmbeddedStore implements Store, EventOutbox {
     }
   }
 
-  /** A record for each paused queue: the snapshot's part of the queues' own state. */
+  /** A record for each paused queue and each schedule's state: the snapshot's part of the queues' own state. */
   private pauseRecords(): string {
     let records = '';
-    for (const slot of this.slots.values()) if (slot.queue.paused) records += pausedRecord(slot.keyJson, true);
+    for (const slot of this.slots.values()) {
+      if (slot.queue.paused) records += pausedRecord(slot.keyJson, true);
+      for (const [name, state] of slot.schedules) records += scheduleRecord(slot.keyJson, name, state);
+    }
     return records;
   }
 
@@ -820,6 +887,15 @@ function statesAfter(changes: readonly Change[]): Array<SavedState | undefined> 
     if (before) next.set(item, before);
   }
   return out;
+}
+
+const namesOf = new WeakMap<readonly ScheduleSpec[], ReadonlySet<string>>();
+
+/** The names of a queue's schedules, as a set made once per definition. */
+function scheduleNames(specs: readonly ScheduleSpec[]): ReadonlySet<string> {
+  let names = namesOf.get(specs);
+  if (!names) namesOf.set(specs, (names = new Set(specs.map((s) => s.name))));
+  return names;
 }
 
 /** Removes staged payloads that will not be published (one that cannot be removed is left to the next start's sweep). */

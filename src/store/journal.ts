@@ -8,6 +8,7 @@ import { Item } from '../engine/queue.js';
 import { fsyncDir, makeDir, removeDurably } from '../durable-files.js';
 import { AppendFile, type AppendFileOptions, type WriteFn } from './append-file.js';
 import { jsonString } from '../json-text.js';
+import type { ScheduleState } from '../engine/schedules.js';
 
 /**
  * The embedded store's files, in `<root>/_svcq/store/`:
@@ -36,6 +37,10 @@ import { jsonString } from '../json-text.js';
 //   ["d", queue, id]                                                          the item is gone (retention)
 //   ["q", queue, paused]            the queue is paused (true) or not (false) from here on (decisions §8.4); a
 //                                   snapshot holds one for each paused queue, before its items
+//   ["s", queue, name, hash, passedAt, lastAt, lastId]
+//                                   a schedule's state (decisions §8.3), written in the same group as the items
+//                                   its occurrences posted; a snapshot holds one for each schedule, before the items
+//   ["s", queue, name]              the schedule is no longer defined: its state is forgotten
 //   ["e", seq, [event, ...]]        task events, written with the change they describe; seq numbers the last
 //   ["m", seq]                      the task history holds every event up to seq
 //   ["m", seq, file, size]          the same, as builds before the history kept its own position wrote it: `file` then had `size` bytes
@@ -107,6 +112,12 @@ export function pausedRecord(queueJson: string, paused: boolean): string {
   return `["q",${queueJson},${paused}]\n`;
 }
 
+/** A schedule's state (decisions §8.3), or its end (`state` null): the whole of it, so that replaying converges. */
+export function scheduleRecord(queueJson: string, name: string, state: ScheduleState | null): string {
+  if (!state) return `["s",${queueJson},${jsonString(name)}]\n`;
+  return `["s",${queueJson},${jsonString(name)},"${state.hash}",${state.passedAt},${state.lastAt},${state.lastId === null ? 'null' : `"${state.lastId}"`}]\n`;
+}
+
 /** Every live item found on disk, by queue. */
 export type LoadedItems = Map<string, Map<string, Item>>;
 
@@ -115,6 +126,8 @@ export interface LoadedState {
   items: LoadedItems;
   /** The keys of the queues paused as of the last record. */
   paused: Set<string>;
+  /** The schedules' states as of the last record, by queue key, then by name. */
+  schedules: Map<string, Map<string, ScheduleState>>;
 }
 
 /**
@@ -228,7 +241,7 @@ export class Journal {
   }
 
   /** Loads snapshot and journals and opens the journal for appending. */
-  async open(): Promise<{ items: LoadedItems; paused: Set<string>; events: LoadedEvents }> {
+  async open(): Promise<{ items: LoadedItems; paused: Set<string>; schedules: LoadedState['schedules']; events: LoadedEvents }> {
     const { dir, warn } = this.options;
     await makeDir(dir);
     this.meta = new Low<Meta>(new JSONFile<Meta>(path.join(dir, 'meta.json')), { format: 1, generation: 0, snapshotAt: null, snapshotItems: 0, mark: null });
@@ -245,7 +258,7 @@ export class Journal {
     this.generation = this.meta.data.generation;
 
     const items: LoadedItems = new Map();
-    const state: LoadedState = { items, paused: new Set() };
+    const state: LoadedState = { items, paused: new Set(), schedules: new Map() };
     const mark = this.meta.data.mark ?? null;
     const events: LoadedEvents = { mark, pending: [], lastSeq: mark?.seq ?? 0 };
     const snapshot = path.join(dir, `snapshot-${this.generation}.jsonl`);
@@ -277,7 +290,7 @@ export class Journal {
     // Its open syncs the folder: the stale files removed above stay removed after a power cut.
     this.file = await this.openFile(path.join(dir, `journal-${last}.jsonl`), marked);
     this.current = last;
-    return { items, paused: state.paused, events };
+    return { items, paused: state.paused, schedules: state.schedules, events };
   }
 
   /**
@@ -570,6 +583,15 @@ function applyRecord(record: unknown[], body: string | undefined, state: LoadedS
   if (record[0] === 'q' && record.length === 3 && typeof record[1] === 'string' && typeof record[2] === 'boolean') {
     if (record[2]) state.paused.add(record[1]);
     else state.paused.delete(record[1]);
+    return true;
+  }
+  if (record[0] === 's' && typeof record[1] === 'string' && typeof record[2] === 'string') {
+    let byName = state.schedules.get(record[1]);
+    if (!byName) state.schedules.set(record[1], (byName = new Map()));
+    if (record.length === 3) byName.delete(record[2]);
+    else if (record.length === 7 && typeof record[3] === 'string' && typeof record[4] === 'number') {
+      byName.set(record[2], { hash: record[3], passedAt: record[4], lastAt: typeof record[5] === 'number' ? record[5] : null, lastId: typeof record[6] === 'string' ? record[6] : null });
+    } else return false;
     return true;
   }
   if (typeof record[1] !== 'string' || typeof record[2] !== 'string') return false;

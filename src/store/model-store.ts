@@ -3,6 +3,7 @@ import { matches } from '../engine/criteria.js';
 import { isTerminal, type ItemStatus } from '../engine/item.js';
 import * as rules from '../engine/rules.js';
 import type { ItemRecord, RetryWish, Submission } from '../engine/rules.js';
+import { planSchedule, postedBy, scheduleView, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
 import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type QueueOverview, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome } from './store.js';
 
@@ -18,10 +19,12 @@ export interface ModelDisk {
   lastOrd: Map<string, number>;
   /** The keys of the paused queues (decisions §8.4). */
   paused: Set<string>;
+  /** The schedules' states, by queue key, then by name (decisions §8.3). */
+  schedules: Map<string, Map<string, ScheduleState>>;
 }
 
 export function newModelDisk(): ModelDisk {
-  return { queues: new Map(), lastOrd: new Map(), paused: new Set() };
+  return { queues: new Map(), lastOrd: new Map(), paused: new Set(), schedules: new Map() };
 }
 
 export interface ModelStoreOptions {
@@ -63,6 +66,11 @@ export class ModelStore implements Store {
   }
 
   async post(ref: QueueRef, input: PostInput): Promise<PostOutcome> {
+    return this.postNow(ref, input);
+  }
+
+  /** A post, made at once (a schedule's tick posts with no await between its reads and its writes). */
+  private postNow(ref: QueueRef, input: PostInput): PostOutcome {
     const items = this.prepare(ref);
     if (input.idempotencyKey !== undefined) {
       for (const r of items.values()) {
@@ -124,6 +132,38 @@ export class ModelStore implements Store {
     else this.disk.paused.delete(ref.key);
     if (was && !paused) this.notifier?.notify(claimTopic(ref.key));
     return paused;
+  }
+
+  /** decisions §8.3: each schedule planned at now, its items posted and its state kept in one step. */
+  async tickSchedules(ref: QueueRef): Promise<number> {
+    const items = this.prepare(ref);
+    let states = this.disk.schedules.get(ref.key);
+    if (!states) this.disk.schedules.set(ref.key, (states = new Map()));
+    const now = this.now();
+    let posted = 0;
+    for (const name of [...states.keys()]) if (!ref.config.schedules.some((s) => s.name === name)) states.delete(name);
+    for (const spec of ref.config.schedules) {
+      const state = states.get(spec.name);
+      const previous = state?.lastId == null ? undefined : items.get(state.lastId);
+      const plan = planSchedule(spec, state, now, previous !== undefined && !isTerminal(previous.status));
+      if (!plan.state) continue;
+      const next = { ...plan.state };
+      for (const at of plan.post) {
+        const { id } = this.postNow(ref, { body: spec.item, postedBy: postedBy(spec.name), options: { priority: spec.priority, ...(spec.group === null ? {} : { group: spec.group }) } });
+        next.lastAt = at;
+        next.lastId = id;
+        posted++;
+      }
+      states.set(spec.name, next);
+    }
+    return posted;
+  }
+
+  async schedules(ref: QueueRef): Promise<ScheduleView[]> {
+    if (this.state !== 'open') throw new StoreUnavailable(new Error('the store is not open'));
+    const states = this.disk.schedules.get(ref.key);
+    const now = this.now();
+    return ref.config.schedules.map((spec) => scheduleView(spec, states?.get(spec.name), now));
   }
 
   async get(ref: QueueRef, id: string): Promise<StatusRecord | null> {

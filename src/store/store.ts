@@ -3,6 +3,7 @@ import type { Criteria } from '../engine/criteria.js';
 import type { ItemStatus, TaskEventKind } from '../engine/item.js';
 import type { ItemRecord, PostOptions, RetryWish } from '../engine/rules.js';
 import { runAt } from '../engine/rules.js';
+import type { ScheduleView } from '../engine/schedules.js';
 
 /** Which queue an operation is for, with its rules as they stand for this request. */
 export interface QueueRef {
@@ -323,6 +324,18 @@ export interface Store {
    * own (PostgreSQL, every second, with the rules in force) need not implement it.
    */
   rulesChanged?(key: string): void;
+  /**
+   * decisions §8.3: applies the queue's schedules (its rules' `schedules`) at the store's now, by
+   * {@link planSchedule}: each occurrence due is posted as an item (`postedBy` `schedule:<name>`,
+   * its `posted` event naming the schedule and the occurrence), and the schedule's state (its
+   * definition's hash, what has passed, the last item) is recorded in the same atomic step as the
+   * items, conditionally: however many nodes tick at once, each occurrence passes once. A schedule
+   * no longer defined is forgotten. Resolves, once durable, with how many items were posted.
+   * Calls made together share one durable step, as other calls do.
+   */
+  tickSchedules(queue: QueueRef): Promise<number>;
+  /** decisions §8.3: the queue's schedules with their next and last occurrences, in the order of its rules. Reads only. */
+  schedules(queue: QueueRef): Promise<ScheduleView[]>;
 }
 
 /** Counts with every status present. */

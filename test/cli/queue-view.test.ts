@@ -170,3 +170,17 @@ describe('svcq queues and svcq queue mark a paused queue (decisions §8.4)', () 
     expect(queueDetailView({ ...detail, paused: false }, NOW)).to.not.include('paused');
   });
 });
+
+describe('svcq queue shows the schedules, their next and last occurrences (decisions §8.3)', () => {
+  withoutColour();
+
+  it('lists each schedule with its next and last times and its last item; a queue without schedules shows no such section', () => {
+    const plain = detailFrom(0);
+    expect(queueDetailView(plain, NOW)).to.not.include('schedules');
+    const view = queueDetailView({ ...plain, schedules: [{ name: 'nightly', next: NOW + 60_000, last: NOW - 60_000, lastId: 'dddddddddddddddd' }, { name: 'fresh', next: NOW + 1000, last: null, lastId: null }] }, NOW);
+    expect(view).to.include('schedules (2)');
+    const nightly = view.split('\n').find((l) => l.includes('nightly'))!;
+    expect(nightly).to.include('dddddddddddddddd');
+    expect(view.split('\n').find((l) => l.includes('fresh'))).to.match(/fresh.*│\s*-\s*│\s*-\s*│/);
+  });
+});

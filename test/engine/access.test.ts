@@ -32,6 +32,7 @@ describe('queue defaults (decisions §2.2)', () => {
       retainFrom: 'finished',
       retainMs: 604_800_000,
       archivePayloads: false,
+      schedules: [],
     });
   });
 });

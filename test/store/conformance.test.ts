@@ -1458,6 +1458,109 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
       });
     });
 
+    describe('schedules (decisions §8.3)', () => {
+      const every = (seconds: number, more: object = {}): QueueDefinition => ({ schedules: { tick: { every: seconds, item: { n: 1 }, ...more } } });
+      async function scheduled(q: QueueRef): Promise<Array<{ id: string; postedBy: string; postedAt: number; priority: number; group: string | null; status: string }>> {
+        const o = await s().overview(q, { oldest: 20, leases: 100 });
+        const out = [];
+        for (const { id } of o.oldest) {
+          const r = (await s().get(q, id))!;
+          out.push({ id, postedBy: r.postedBy, postedAt: r.postedAt, priority: r.priority, group: r.group, status: r.status });
+        }
+        return out;
+      }
+
+      it('a new schedule starts at its next occurrence; each occurrence posts one item, postedBy schedule:<name>, with its priority and group', async () => {
+        const q = queue(every(10, { priority: 7, group: 'g' }));
+        advance(500);
+        expect(await s().tickSchedules(q)).to.equal(0);
+        expect(await s().schedules(q)).to.deep.equal([{ name: 'tick', next: START + 10_000, last: null, lastId: null }]);
+        advance(9_000);
+        expect(await s().tickSchedules(q)).to.equal(0);
+        advance(600);
+        expect(await s().tickSchedules(q)).to.equal(1);
+        expect(await s().tickSchedules(q)).to.equal(0);
+        const items = await scheduled(q);
+        expect(items).to.have.length(1);
+        expect(items[0]).to.deep.include({ postedBy: 'schedule:tick', postedAt: START + 10_100, priority: 7, group: 'g', status: 'pending' });
+        expect(await s().schedules(q)).to.deep.equal([{ name: 'tick', next: START + 20_000, last: START + 10_000, lastId: items[0]!.id }]);
+        const claimed = await s().claim(q, { worker: 'w' });
+        expect(claimed?.item).to.equal('{"n":1}');
+      });
+
+      it('two ticks at once post each occurrence once', async () => {
+        const q = queue(every(1));
+        await s().tickSchedules(q);
+        advance(3_000);
+        const posted = await Promise.all([s().tickSchedules(q), s().tickSchedules(q), s().tickSchedules(q)]);
+        expect(posted.reduce((a, b) => a + b, 0)).to.equal(3);
+        expect(await scheduled(q)).to.have.length(3);
+      });
+
+      it('the last occurrence survives a restart: no item twice; missed "once" posts one item for the occurrences that fell while closed', async () => {
+        // Occurrences fall on multiples of 100 s since the epoch, as START is.
+        const q = queue(every(100));
+        await s().tickSchedules(q);
+        advance(100_000);
+        expect(await s().tickSchedules(q)).to.equal(1);
+        await h.reopen();
+        expect(await s().tickSchedules(q)).to.equal(0);
+        await h.reopen(() => advance(3_600_000));
+        // 35 missed (one item for them) and the one due now.
+        expect(await s().tickSchedules(q)).to.equal(2);
+        expect((await s().schedules(q))[0]!.last).to.equal(START + 3_700_000);
+        expect(await scheduled(q)).to.have.length(3);
+      });
+
+      it('missed "skip" posts none of the occurrences that fell while closed, "all" each of them', async () => {
+        const skip = queue(every(100, { missed: 'skip' }));
+        const all = queue(every(100, { missed: 'all' }));
+        await Promise.all([s().tickSchedules(skip), s().tickSchedules(all)]);
+        await h.reopen(() => advance(1_030_000));
+        expect(await s().tickSchedules(skip)).to.equal(0);
+        expect(await s().tickSchedules(all)).to.equal(10);
+        expect((await s().schedules(skip))[0]).to.deep.include({ next: START + 1_100_000, last: null });
+        expect((await s().schedules(all))[0]).to.deep.include({ next: START + 1_100_000, last: START + 1_000_000 });
+      });
+
+      it('overlap "skip": no item while the previous one is not terminal, and the occurrence passes', async () => {
+        const q = queue(every(1, { overlap: 'skip' }));
+        await s().tickSchedules(q);
+        advance(1_000);
+        expect(await s().tickSchedules(q)).to.equal(1);
+        const first = (await scheduled(q))[0]!.id;
+        advance(1_000);
+        expect(await s().tickSchedules(q)).to.equal(0);
+        await s().claim(q, { worker: 'w' });
+        await s().result(q, first, '{}');
+        expect(await s().tickSchedules(q)).to.equal(0);
+        advance(1_000);
+        expect(await s().tickSchedules(q)).to.equal(1);
+        expect((await s().schedules(q))[0]).to.deep.include({ last: START + 3_000 });
+      });
+
+      it('a changed schedule starts at its next occurrence after the change; a deleted one is forgotten', async () => {
+        let q = queue(every(10));
+        await s().tickSchedules(q);
+        advance(10_000);
+        expect(await s().tickSchedules(q)).to.equal(1);
+        advance(5_000);
+        q = redefine(q, every(10, { item: { n: 2 } }));
+        advance(5_000);
+        // The change comes with an occurrence due: it starts afresh, from now, and posts nothing.
+        expect(await s().tickSchedules(q)).to.equal(0);
+        advance(10_000);
+        expect(await s().tickSchedules(q)).to.equal(1);
+        q = redefine(q, {});
+        expect(await s().tickSchedules(q)).to.equal(0);
+        expect(await s().schedules(q)).to.deep.equal([]);
+        q = redefine(q, every(10));
+        advance(30_000);
+        expect(await s().tickSchedules(q)).to.equal(0);
+        expect((await s().schedules(q))[0]).to.deep.include({ last: null, lastId: null });
+      });
+    });
+
     describe('operators (decisions §5.1)', () => {
       it('overview counts every status, kept as items change', async () => {
         const q = await mixedQueue();

@@ -42,6 +42,9 @@ const DEFINITIONS: QueueDefinition[] = [
   // holds each store's jitter to rules.retryDelay).
   { leaseSeconds: 5, maxAttempts: 4, retryDelaySeconds: 2, retryBackoff: 'exponential', retryDelayMaxSeconds: 10 },
   { leaseSeconds: 30, maxAttempts: 3, retryDelaySeconds: 30, retryBackoff: 'exponential' },
+  // Schedules (decisions §8.3), ticked by the `tick` command: every policy of missed and overlap.
+  { leaseSeconds: 10, maxAttempts: 2, retainSeconds: 20, schedules: { beat: { every: 1, item: { kind: 'a' }, missed: 'all' }, slow: { every: 7, item: { kind: 'b', n: 2 }, priority: 1, overlap: 'skip' } } },
+  { leaseSeconds: 5, maxAttempts: 2, schedules: { once: { every: 3, missed: 'once', item: { kind: 'c' } }, skip: { every: 2, missed: 'skip', overlap: 'skip', group: 'g1' } } },
 ];
 const CONFIGS: QueueConfig[] = DEFINITIONS.map((def) => resolveQueue(def));
 /** The definitions whose items are purged the moment they end (retainSeconds 0). */
@@ -72,7 +75,8 @@ type Command =
   | { op: 'restart'; closedMs: number }
   | { op: 'pause'; paused: boolean }
   | { op: 'errorWish'; item: number; wish: RetryWish }
-  | { op: 'release'; item: number; delay: number };
+  | { op: 'release'; item: number; delay: number }
+  | { op: 'tick' };
 
 const durations = fc.oneof(fc.constantFrom(1, 999, 1000, 2000, 3000, 5000, 7000, 10_000, 15_000, 20_000, 25_000, 30_000, 60_000), fc.integer({ min: 1, max: 70_000 }));
 const item = fc.nat({ max: 12 });
@@ -105,6 +109,8 @@ const command: fc.Arbitrary<Command> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ op: fc.constant('pause' as const), paused: fc.constantFrom(true, false, false) }) },
   { weight: 2, arbitrary: fc.record({ op: fc.constant('errorWish' as const), item, wish: retryWish }) },
   { weight: 2, arbitrary: fc.record({ op: fc.constant('release' as const), item, delay: fc.constantFrom(0, 0, 2, 30) }) },
+  // A schedule tick under the clock as it stands (decisions §8.3): what a node's ticker calls.
+  { weight: 2, arbitrary: fc.constant({ op: 'tick' as const }) },
 );
 
 /**
@@ -311,6 +317,14 @@ async function run(side: Side, q: QueueRef, c: Command, step: number): Promise<u
     }
     case 'get':
       return shown(side, await store.get(q, idFor(side, c.item)));
+    case 'tick': {
+      const posted = await store.tickSchedules(q);
+      // The items it posted are labelled in claim order, as the pending list shows them.
+      const o = await store.overview(q, { oldest: 100_000, leases: 0 });
+      for (const x of o.oldest) if (!side.ids.includes(x.id)) side.ids.push(x.id);
+      const views = await store.schedules(q);
+      return { posted, views: views.map((v) => ({ ...v, lastId: v.lastId === null ? null : label(side, v.lastId) })) };
+    }
     case 'counts':
       return store.counts(q);
     case 'post':
@@ -392,7 +406,7 @@ async function sequence(subject: { name: string; factory: StoreFactory }, initia
 describe('the embedded store against the reference model (model-based, fast-check)', function () {
   this.timeout(60_000 + RUNS * 500);
 
-  it(`answers every caller as the model does over ${RUNS} random sequences of posts and batch posts (with delays, times, priorities and groups), claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, errors with the worker's wish and releases, clock advances, definition changes (backoff among them) and restarts (decisions §3, §3.8, §5.1, §6, §8.1, §8.2, §8.4)`, async () => {
+  it(`answers every caller as the model does over ${RUNS} random sequences of posts and batch posts (with delays, times, priorities and groups), claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, errors with the worker's wish and releases, schedule ticks, clock advances, definition changes (backoff among them) and restarts (decisions §3, §3.8, §5.1, §6, §8.1, §8.2, §8.3, §8.4)`, async () => {
     await fc.assert(
       fc.asyncProperty(fc.nat({ max: CONFIGS.length - 1 }), fc.array(command, { maxLength: MAX_COMMANDS, size: 'max' }), (initial, commands) => sequence({ name: 'embedded', factory: embedded }, initial, commands)),
       { numRuns: RUNS },
@@ -415,7 +429,7 @@ describe('the PostgreSQL store against the reference model (model-based, fast-ch
     });
   }
 
-  it(`answers every caller as the model does over ${PG_RUNS} random sequences of posts and batch posts (with delays, times, priorities and groups), claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, errors with the worker's wish and releases, clock advances, definition changes (backoff among them) and restarts (decisions §3, §3.8, §5.1, §6, §6.1, §8.1, §8.2, §8.4)`, async () => {
+  it(`answers every caller as the model does over ${PG_RUNS} random sequences of posts and batch posts (with delays, times, priorities and groups), claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, errors with the worker's wish and releases, schedule ticks, clock advances, definition changes (backoff among them) and restarts (decisions §3, §3.8, §5.1, §6, §6.1, §8.1, §8.2, §8.3, §8.4)`, async () => {
     if (!('factory' in pg)) return;
     const factory = pg.factory;
     await fc.assert(

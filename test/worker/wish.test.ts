@@ -4,7 +4,7 @@ import { serverForSuite } from '../support/server.js';
 import { defineQueue, getItem, killWorker, postItem, queueName, startWorker, waitTerminal, type WorkerProcess } from './support.js';
 
 describe('svcq work passes a failing command\'s wish on: `::retry-in N`, `::final` (decisions §8.2)', function () {
-  this.timeout(30_000);
+  this.timeout(60_000);
   const server = serverForSuite();
   let worker: WorkerProcess | undefined;
   afterEach(async () => {

@@ -285,6 +285,13 @@ function detailLines(detail: QueueDetail | null, selected: string | null, room: 
     }
   }
   lines.push(line);
+  // decisions §8.3: the schedules' next and last occurrences, on one line cut at the terminal's edge.
+  const schedules = detail.schedules ?? [];
+  if (schedules.length > 0) {
+    const clock = (t: number | null): string => (t === null ? '-' : localTime(t).slice(11, 19));
+    const text = ` schedules  ${schedules.map((sc) => `${sc.name} next ${clock(sc.next)} last ${clock(sc.last)}`).join(', ')}`;
+    lines.push(cell(text, Math.max(1, columns - 1), 'left'));
+  }
   // Two lists, each a title and its header (or "none"); what rows are left are shared, leases
   // first, and what one list does not need the other has.
   const rows = Math.max(0, room - lines.length - 4);

@@ -280,6 +280,18 @@ export function queueDetailView(q: QueueDetail, now = serverNowOf(q)): string {
         ['left', 'left', 'right', 'right'],
       ),
     );
+  const schedules = q.schedules ?? [];
+  if (schedules.length > 0) {
+    lines.push('');
+    lines.push(chalk.bold(`schedules (${schedules.length})`));
+    lines.push(
+      table(
+        ['name', 'next', 'last', 'last item'],
+        schedules.map((sc) => [sc.name, sc.next === null ? '-' : localTime(sc.next), sc.last === null ? '-' : localTime(sc.last), sc.lastId ?? '-']),
+        ['left', 'left', 'left', 'left'],
+      ),
+    );
+  }
   return lines.join('\n');
 }
 

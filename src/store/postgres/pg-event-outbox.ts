@@ -29,6 +29,8 @@ interface EventRow {
   attempts: number;
   status: string;
   worker: string | null;
+  schedule: string | null;
+  occurrence: number | null;
 }
 
 /**
@@ -195,7 +197,7 @@ export class PgEventOutbox implements EventOutbox {
             // the whole table on every call).
             name: 'svcq_read_events',
             text: `WITH txs AS (SELECT DISTINCT xid FROM svcq_events WHERE xid > $1::xid8 AND xid < $3::xid8 ORDER BY xid LIMIT $2)
-                   SELECT e.xid::text::bigint AS xid, e.ts, e.host, e.queue, e.id, e.event, e.attempts, e.status, e.worker
+                   SELECT e.xid::text::bigint AS xid, e.ts, e.host, e.queue, e.id, e.event, e.attempts, e.status, e.worker, e.schedule, e.occurrence
                      FROM svcq_events AS e
                     WHERE e.xid > $1::xid8 AND e.xid <= (SELECT max(xid) FROM txs)
                     ORDER BY e.xid, e.seq`,
@@ -289,5 +291,6 @@ export function horizonOf(next: bigint, running: number[]): bigint {
 /** One TaskEvent line, in decisions §5's field order (as the embedded store writes it): ts, host, queue, id, event, attempts, worker (when there is one), status. */
 function lineOf(row: EventRow): string {
   const worker = row.worker === null ? '' : `,"worker":${JSON.stringify(row.worker)}`;
-  return `{"ts":${Number(row.ts)},"host":${JSON.stringify(row.host)},"queue":${JSON.stringify(row.queue)},"id":${JSON.stringify(row.id)},"event":${JSON.stringify(row.event)},"attempts":${Number(row.attempts)}${worker},"status":${JSON.stringify(row.status)}}\n`;
+  const scheduled = row.schedule === null ? '' : `,"schedule":${JSON.stringify(row.schedule)},"occurrence":${Number(row.occurrence)}`;
+  return `{"ts":${Number(row.ts)},"host":${JSON.stringify(row.host)},"queue":${JSON.stringify(row.queue)},"id":${JSON.stringify(row.id)},"event":${JSON.stringify(row.event)},"attempts":${Number(row.attempts)}${worker},"status":${JSON.stringify(row.status)}${scheduled}}\n`;
 }

@@ -406,6 +406,10 @@ export async function finishTx(tx: Tx): Promise<void> {
   const attempts: number[] = [];
   const statuses: string[] = [];
   const workers: Array<string | null> = [];
+  // decisions §8.3: sent only when some event names a schedule (unnest pads the shorter arrays with nulls).
+  const schedules: Array<string | null> = [];
+  const occurrences: Array<number | null> = [];
+  let scheduled = false;
   for (const c of tx.changes) {
     for (const e of c.events) {
       ts.push(tx.now);
@@ -416,6 +420,9 @@ export async function finishTx(tx: Tx): Promise<void> {
       attempts.push(e.attempts ?? c.record.attempts);
       statuses.push(e.status ?? c.record.status);
       workers.push(e.worker ?? null);
+      schedules.push(e.schedule ?? null);
+      occurrences.push(e.occurrence ?? null);
+      if (e.schedule !== undefined) scheduled = true;
     }
   }
   const countQueues: string[] = [];
@@ -431,8 +438,8 @@ export async function finishTx(tx: Tx): Promise<void> {
   if (updates.length === 0 && deletes.length === 0 && ts.length === 0 && countDeltas.length === 0) return;
   const res = await tx.query<{ updated: number; deleted: number }>(
     named('svcq_finish', `WITH ${WRITE_ITEMS}, events AS (
-       INSERT INTO svcq_events (ts, host, queue, id, event, attempts, status, worker)
-       SELECT * FROM unnest($18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[], $23::integer[], $24::text[], $25::text[])
+       INSERT INTO svcq_events (ts, host, queue, id, event, attempts, status, worker, schedule, occurrence)
+       SELECT * FROM unnest($18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[], $23::integer[], $24::text[], $25::text[], $29::text[], $30::bigint[])
      ), counted AS (
        -- The net change of the counts goes with the changes (decisions §5.1).
        INSERT INTO svcq_count_deltas (queue, status, delta) SELECT * FROM unnest($26::text[], $27::text[], $28::integer[])
@@ -444,7 +451,7 @@ export async function finishTx(tx: Tx): Promise<void> {
             CASE WHEN updated = cardinality($2::text[]) AND deleted = cardinality($16::text[]) THEN 0
                  ELSE svcq_stale_write((cardinality($2::text[]) + cardinality($16::text[]) - updated - deleted) || ' item(s)') END AS stale
        FROM done`, 'generic'),
-    [...writeParams(updates, deletes), ts, hosts, names, ids, kinds, attempts, statuses, workers, countQueues, countStatuses, countDeltas],
+    [...writeParams(updates, deletes), ts, hosts, names, ids, kinds, attempts, statuses, workers, countQueues, countStatuses, countDeltas, scheduled ? schedules : [], scheduled ? occurrences : []],
   );
   checkWritten(res.rows[0]!, updates, deletes);
 }

@@ -15,6 +15,8 @@ import { PgEventOutbox } from './pg-event-outbox.js';
 import { readPayload, writePayloads } from './pg-payloads.js';
 import { insertPosts, ItemIds } from './pg-posts.js';
 import { submitMany, type SubmissionCall } from './pg-submissions.js';
+import { readSchedules, tickSchedules } from './pg-schedules.js';
+import type { ScheduleView } from '../../engine/schedules.js';
 import { applyDue, COLUMNS, finishTx, lock, named, recordOf, TYPES, Tx, type ItemRow } from './pg-tx.js';
 import { migrate } from './schema.js';
 
@@ -425,6 +427,19 @@ export class PostgresStore implements Store, EventOutbox {
 
   cancel(ref: QueueRef, id: string): Promise<SubmitOutcome | null> {
     return this.submission(ref, id, (r, now) => rules.cancel(r, now));
+  }
+
+  /** See {@link Store.tickSchedules}: one call in the store's transactions (calls made together share one). */
+  tickSchedules(ref: QueueRef): Promise<number> {
+    return this.submitOp<number>({ ref, run: (tx) => tickSchedules(tx, ref, this.itemIds) });
+  }
+
+  async schedules(ref: QueueRef): Promise<ScheduleView[]> {
+    try {
+      return await readSchedules((text, values) => this.read(text, values), ref, this.now());
+    } catch (err) {
+      throw err instanceof StoreUnavailable ? err : new StoreUnavailable(err as Error, true);
+    }
   }
 
   counts(ref: QueueRef): Promise<Partial<Record<ItemStatus, number>>> {

@@ -264,6 +264,26 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX svcq_items_waiting ON svcq_items (queue, (-priority), ord) WHERE status = 'pending' AND available_at > 0;
     `,
   },
+  {
+    version: 13,
+    description: "schedules: each one's state, and the posted events that name a schedule",
+    sql: `
+      -- decisions §8.3: one row per schedule, locked and conditionally updated in the transaction
+      -- that inserts the items its occurrences post. spec_hash: the definition the row is of (a
+      -- changed schedule starts afresh); passed_at: every occurrence at or before it has passed;
+      -- last_at, last_id: the last occurrence that posted an item, and that item.
+      CREATE TABLE svcq_schedules (
+        queue     text   NOT NULL,
+        name      text   NOT NULL,
+        spec_hash text   NOT NULL,
+        passed_at bigint NOT NULL,
+        last_at   bigint,
+        last_id   text,
+        PRIMARY KEY (queue, name)
+      );
+      ALTER TABLE svcq_events ADD COLUMN schedule text, ADD COLUMN occurrence bigint;
+    `,
+  },
 ];
 
 /** Any constant the whole database agrees on: the lock that serialises migrations across nodes. */
