@@ -124,6 +124,11 @@ export interface OptionError {
 }
 
 const DIGITS = /^-?(0|[1-9][0-9]*)$/;
+
+/** A query parameter's text as an integer from `min` to `max`, or undefined (not an integer in range, or given twice). */
+function integerParam(v: unknown, min: number, max: number): number | undefined {
+  return typeof v === 'string' && DIGITS.test(v) && Number(v) >= min && Number(v) <= max ? Number(v) : undefined;
+}
 const PRINTABLE = /^[\x20-\x7e]{1,128}$/;
 
 /**
@@ -135,11 +140,9 @@ export function postOptions(query: Record<string, unknown>): { options: PostOpti
   const options: PostOptions = {};
   const errors: OptionError[] = [];
   const integer = (name: string, v: unknown, min: number, max: number, what: string): number | undefined => {
-    if (typeof v !== 'string' || !DIGITS.test(v) || Number(v) < min || Number(v) > max) {
-      errors.push({ path: `?${name}`, message: `${name} must be ${what}` });
-      return undefined;
-    }
-    return Number(v);
+    const n = integerParam(v, min, max);
+    if (n === undefined) errors.push({ path: `?${name}`, message: `${name} must be ${what}` });
+    return n;
   };
   for (const [name, v] of Object.entries(query)) {
     if (Array.isArray(v)) {
@@ -341,8 +344,8 @@ export function retryWishOf(query: Record<string, unknown>): { wish?: RetryWish;
   const retryIn = query.retryIn;
   const final = query.final;
   if (retryIn !== undefined) {
-    if (typeof retryIn === 'string' && DIGITS.test(retryIn) && Number(retryIn) >= 0 && Number(retryIn) <= MAX_DELAY_SECONDS) wish.retryIn = Number(retryIn);
-    else errors.push({ path: '?retryIn', message: 'retryIn must be an integer number of seconds from 0 to 31536000, given once' });
+    wish.retryIn = integerParam(retryIn, 0, MAX_DELAY_SECONDS);
+    if (wish.retryIn === undefined) errors.push({ path: '?retryIn', message: 'retryIn must be an integer number of seconds from 0 to 31536000, given once' });
   }
   if (final !== undefined) {
     if (final === 'true') wish.final = true;
@@ -355,9 +358,9 @@ export function retryWishOf(query: Record<string, unknown>): { wish?: RetryWish;
 
 /** The release endpoint's `?delay` (decisions §8.2): integer seconds 0–31536000, default 0. */
 export function releaseDelayOf(query: Record<string, unknown>): { delaySeconds: number; errors: OptionError[] } {
-  const delay = query.delay;
-  if (delay === undefined) return { delaySeconds: 0, errors: [] };
-  if (typeof delay === 'string' && DIGITS.test(delay) && Number(delay) >= 0 && Number(delay) <= MAX_DELAY_SECONDS) return { delaySeconds: Number(delay), errors: [] };
+  if (query.delay === undefined) return { delaySeconds: 0, errors: [] };
+  const delaySeconds = integerParam(query.delay, 0, MAX_DELAY_SECONDS);
+  if (delaySeconds !== undefined) return { delaySeconds, errors: [] };
   return { delaySeconds: 0, errors: [{ path: '?delay', message: 'delay must be an integer number of seconds from 0 to 31536000, given once' }] };
 }
 

@@ -329,16 +329,16 @@ export function statusJson(r: StatusRecord): string {
   return `{"ok":true,"id":"${r.id}","status":"${r.status}","postedBy":${jsonString(r.postedBy)},"postedAt":${r.postedAt},"updatedAt":${r.updatedAt},"finishedAt":${r.finishedAt},"attempts":${r.attempts},"priority":${r.priority},"group":${group},"runAt":${r.runAt},"progress":${r.progress},"result":${r.result},"error":${r.error}}`;
 }
 
-/**
- * A post's query parameters (decisions §8.1), checked before anything is created: undefined when
- * there are none (a plain post carries no options), a 400 naming each bad one.
- */
 /** A hand-in's wish for its error (decisions §8.2), checked already by the claim schema; undefined when it says none. */
 function wishOf(entry: DoneEntry): RetryWish | undefined {
   if (entry.retryIn !== undefined) return { retryIn: entry.retryIn };
   return entry.final === true ? { final: true } : undefined;
 }
 
+/**
+ * A post's query parameters (decisions §8.1), checked before anything is created: undefined when
+ * there are none (a plain post carries no options), a 400 naming each bad one.
+ */
 function postOptionsOf(query: Record<string, unknown>): PostOptions | undefined {
   let any = false;
   for (const _ in query) {
