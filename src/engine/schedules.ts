@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { Cron } from 'croner';
+import type { PostOptions } from './rules.js';
 
 /**
  * Recurring items (decisions §8.3) as pure functions, the time passed in: when a schedule's
@@ -251,4 +252,10 @@ export function scheduleView(spec: ScheduleSpec, state: ScheduleState | undefine
 /** The `postedBy` of the items a schedule posts. */
 export function postedBy(name: string): string {
   return `schedule:${name}`;
+}
+
+/** The post options (decisions §8.1) of the items a schedule posts: none for priority 0 and no group, as a plain post. */
+export function scheduledOptions(spec: Pick<ScheduleSpec, 'priority' | 'group'>): PostOptions | undefined {
+  if (spec.priority === 0 && spec.group === null) return undefined;
+  return spec.group === null ? { priority: spec.priority } : { priority: spec.priority, group: spec.group };
 }

@@ -5,7 +5,7 @@ import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.
 import type { RetryWish } from '../engine/rules.js';
 import { Queue, type Change, type Item, type Outcome, type Place, type SavedState } from '../engine/queue.js';
 import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, pausedRecord, scheduleRecord, updateRecord, type HistoryMark } from './journal.js';
-import { planSchedule, postedBy, scheduleView, type ScheduleSpec, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
+import { planSchedule, postedBy, scheduledOptions, scheduleView, type ScheduleSpec, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
 import type { WriteFn } from './append-file.js';
 import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
 import { jsonString } from '../json-text.js';
@@ -360,7 +360,7 @@ export class EmbeddedStore implements Store, EventOutbox {
       if (!plan.state) continue;
       const next = { ...plan.state };
       for (const at of plan.post) {
-        const change = slot.queue.post({ id: this.newId(slot.queue), body: spec.item, postedBy: postedBy(spec.name), idempotencyKey: null, options: spec.priority === 0 && spec.group === null ? undefined : { priority: spec.priority, ...(spec.group === null ? {} : { group: spec.group }) } }, now);
+        const change = slot.queue.post({ id: this.newId(slot.queue), body: spec.item, postedBy: postedBy(spec.name), idempotencyKey: null, options: scheduledOptions(spec) }, now);
         change.events = [{ event: 'posted', schedule: spec.name, occurrence: at }];
         changes.push(change);
         next.lastAt = at;

@@ -3,7 +3,7 @@ import { matches } from '../engine/criteria.js';
 import { isTerminal, type ItemStatus } from '../engine/item.js';
 import * as rules from '../engine/rules.js';
 import type { ItemRecord, RetryWish, Submission } from '../engine/rules.js';
-import { planSchedule, postedBy, scheduleView, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
+import { planSchedule, postedBy, scheduledOptions, scheduleView, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
 import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type QueueOverview, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome } from './store.js';
 
@@ -149,7 +149,7 @@ export class ModelStore implements Store {
       if (!plan.state) continue;
       const next = { ...plan.state };
       for (const at of plan.post) {
-        const { id } = this.postNow(ref, { body: spec.item, postedBy: postedBy(spec.name), options: { priority: spec.priority, ...(spec.group === null ? {} : { group: spec.group }) } });
+        const { id } = this.postNow(ref, { body: spec.item, postedBy: postedBy(spec.name), options: scheduledOptions(spec) });
         next.lastAt = at;
         next.lastId = id;
         posted++;

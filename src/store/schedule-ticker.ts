@@ -74,8 +74,9 @@ export class ScheduleTicker {
     try {
       const now = this.now();
       const due: QueueRef[] = [];
+      const defined = new Map(this.queues().map((ref) => [ref.key, ref]));
       const live = new Set<string>();
-      for (const ref of this.queues()) {
+      for (const ref of defined.values()) {
         if (ref.config.schedules.length === 0) continue;
         live.add(ref.key);
         this.scheduled.set(ref.key, ref);
@@ -86,7 +87,7 @@ export class ScheduleTicker {
         if (live.has(key)) continue;
         this.scheduled.delete(key);
         this.nextAt.delete(key);
-        due.push(this.queues().find((q) => q.key === key) ?? { ...ref, config: { ...ref.config, schedules: [] } });
+        due.push(defined.get(key) ?? { ...ref, config: { ...ref.config, schedules: [] } });
       }
       if (due.length === 0) return;
       // Called in one turn: the store folds them into one durable step.

@@ -2,7 +2,7 @@
 // svcq_schedules, locked and updated conditionally in the same transaction as the INSERT of the
 // items its occurrences post, so however many nodes tick, each occurrence passes once.
 import { isTerminal, type ItemStatus } from '../../engine/item.js';
-import { planSchedule, postedBy, scheduleView, type ScheduleState, type ScheduleView } from '../../engine/schedules.js';
+import { planSchedule, postedBy, scheduledOptions, scheduleView, type ScheduleState, type ScheduleView } from '../../engine/schedules.js';
 import type { PostInput, QueueRef } from '../store.js';
 import { insertPosts, type ItemIds } from './pg-posts.js';
 import { named, type Tx } from './pg-tx.js';
@@ -58,7 +58,7 @@ export async function tickSchedules(tx: Tx, ref: QueueRef, ids: ItemIds): Promis
     if (!plan.state) continue;
     next.set(spec.name, { ...plan.state });
     for (const at of plan.post) {
-      inputs.push({ body: spec.item, postedBy: postedBy(spec.name), options: spec.priority === 0 && spec.group === null ? undefined : { priority: spec.priority, ...(spec.group === null ? {} : { group: spec.group }) } });
+      inputs.push({ body: spec.item, postedBy: postedBy(spec.name), options: scheduledOptions(spec) });
       posting.push({ name: spec.name, at });
     }
   }
