@@ -21,6 +21,13 @@ export interface QueueDefinition {
   description?: string;
   /** decisions §8.3 */
   schedules?: Record<string, ScheduleDefinition>;
+  /** decisions §8.5 */
+  maxActive?: number;
+  groupMaxActive?: number;
+  rateLimit?: { max: number; perSeconds: number };
+  fairness?: 'fifo' | 'groups';
+  /** decisions §8.6: the name of another queue of the same host. */
+  deadLetter?: string;
 }
 
 export interface UserDefinition {
@@ -67,6 +74,21 @@ const queueSchema = {
     schema: { type: ['object', 'boolean'] },
     description: { type: 'string' },
     // decisions §8.3; exactly one of cron and every, the zone and the item are checked in parseDefinition.
+    // decisions §8.5
+    maxActive: { type: 'integer', minimum: 1, maximum: 1000000 },
+    groupMaxActive: { type: 'integer', minimum: 1, maximum: 1000000 },
+    rateLimit: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['max', 'perSeconds'],
+      properties: {
+        max: { type: 'integer', minimum: 1, maximum: 1000000 },
+        perSeconds: { type: 'integer', minimum: 1, maximum: 86400 },
+      },
+    },
+    fairness: { enum: ['fifo', 'groups'] },
+    // decisions §8.6: a queue name (decisions §2.1); that it is not the queue itself is checked in parseDefinition.
+    deadLetter: { type: 'string', pattern: '^[a-z0-9][a-z0-9_-]{0,63}$' },
     schedules: {
       type: 'object',
       maxProperties: MAX_SCHEDULES,
@@ -172,6 +194,13 @@ const FIELD_RULE: Record<string, string> = {
   schema: 'a JSON Schema (an object or a boolean)',
   description: 'a string',
   schedules: 'an object of at most 100 schedules named by 1 to 64 of a-z, 0-9, _ and - (starting with a letter or digit)',
+  maxActive: 'an integer from 1 to 1000000',
+  groupMaxActive: 'an integer from 1 to 1000000',
+  rateLimit: 'an object { "max": integer 1–1000000, "perSeconds": integer 1–86400 }',
+  'rateLimit.max': 'an integer from 1 to 1000000',
+  'rateLimit.perSeconds': 'an integer from 1 to 86400',
+  fairness: '"fifo" or "groups"',
+  deadLetter: 'the name of another queue of the same host (1 to 64 of a-z, 0-9, _ and -, starting with a letter or digit)',
   'svc-user-name': 'a string',
   tokenSha256: '64 lowercase hexadecimal characters (the sha256 of the token)',
 };
@@ -282,6 +311,7 @@ export function parseDefinition(at: DefinitionPath, bytes: Buffer | string): Par
     }
   }
   problems.push(...scheduleProblems(record.schedules, validator));
+  if (record.deadLetter === at.name) problems.push(`deadLetter "${at.name}" names the queue itself; name another queue of the same host`);
   if (problems.length > 0) return refused(file, problems);
   return { kind: 'queue', queue: value as QueueDefinition, validator };
 }

@@ -18,6 +18,16 @@ export interface QueueConfig {
   archivePayloads: boolean;
   /** decisions §8.3: the queue's schedules, by name; empty when it has none. */
   schedules: readonly ScheduleSpec[];
+  /** decisions §8.5: at most this many items leased at once; null: no limit. */
+  maxActive: number | null;
+  /** decisions §8.5: at most this many leased items per group (items without a group form one group); null: no limit. */
+  groupMaxActive: number | null;
+  /** decisions §8.5: at most `max` items leased in any window of `windowMs`; null: no limit. */
+  rateLimit: { max: number; windowMs: number } | null;
+  /** decisions §8.5: `groups`, claims take turns among groups; `fifo`, claim order alone. */
+  fairness: 'fifo' | 'groups';
+  /** decisions §8.6: the queue of the same host that failed and timed-out items are copied to; null: none. */
+  deadLetter: string | null;
 }
 
 /**
@@ -50,6 +60,11 @@ export function resolveQueue(def: QueueDefinition): QueueConfig {
     retainMs: (def.retainSeconds ?? 604800) * 1000,
     archivePayloads: def['svc-queue-archivePayloads'] ?? false,
     schedules: Object.entries(def.schedules ?? {}).map(([name, s]) => resolveSchedule(name, s)),
+    maxActive: def.maxActive ?? null,
+    groupMaxActive: def.groupMaxActive ?? null,
+    rateLimit: def.rateLimit ? { max: def.rateLimit.max, windowMs: def.rateLimit.perSeconds * 1000 } : null,
+    fairness: def.fairness ?? 'fifo',
+    deadLetter: def.deadLetter ?? null,
   };
 }
 

@@ -18,7 +18,11 @@ export type TaskEventKind =
   | 'failed'
   | 'timedout'
   | 'cancelled'
-  | 'purged';
+  | 'purged'
+  /** decisions §8.6: a bulk retry made a failed, timed-out or cancelled item pending again. */
+  | 'retried'
+  /** decisions §8.6: a redrive moved a dead letter back to the queue it came from (and out of this one). */
+  | 'redriven';
 
 /** One line of the task history (decisions §5). */
 export interface TaskEvent {
@@ -33,4 +37,8 @@ export interface TaskEvent {
   /** decisions §8.3: on the `posted` event of an item a schedule posted, the schedule's name and the occurrence (ms). */
   schedule?: string;
   occurrence?: number;
+  /** decisions §8.6: on a `failed`/`timedout` event of a queue with `deadLetter`, the copy's id, or "undefined" when that queue was not defined. */
+  deadLetter?: string;
+  /** decisions §8.6: on a `redriven` event, where the item went: `<queue>/<new id>`. */
+  redrivenTo?: string;
 }

@@ -52,6 +52,9 @@ export interface EventDraft {
   /** decisions §8.3: the `posted` event of an item a schedule posted names the schedule, and the occurrence (ms) it was posted for. */
   schedule?: string;
   occurrence?: number;
+  /** decisions §8.6: see TaskEvent.deadLetter and TaskEvent.redrivenTo. */
+  deadLetter?: string;
+  redrivenTo?: string;
 }
 
 /** What a rule did to one item. */
@@ -270,6 +273,42 @@ export function cancel(r: ItemRecord, now: number): Submission {
   if (isTerminal(r.status)) return { accepted: false, status: r.status };
   const record = next(r, finish('cancelled', now));
   return { accepted: true, status: record.status, transition: { record, events: [{ event: 'cancelled' }] } };
+}
+
+/**
+ * decisions §8.6 bulk retry: a failed, timed-out or cancelled item is pending again in place (same
+ * id and claim order), attempts 0, finishedAt null, claimable at once; its last error stays on the
+ * record until a new attempt writes another. Any other status: null (nothing to do).
+ */
+export function retryAgain(r: ItemRecord, now: number): Transition | null {
+  if (r.status !== 'failed' && r.status !== 'timedout' && r.status !== 'cancelled') return null;
+  const record = next(r, { status: 'pending', attempts: 0, finishedAt: null, updatedAt: now, leaseWorker: null, leaseUntil: null, availableAt: 0, fetchedAt: null });
+  return { record, events: [{ event: 'retried' }] };
+}
+
+/** decisions §8.6: the `source` a dead letter's status record carries: where it came from and how it ended. */
+export interface DeadLetterSource {
+  queue: string;
+  id: string;
+  status: ItemStatus;
+  attempts: number;
+  /** The last error's JSON text, or null. */
+  error: string | null;
+}
+
+/** Whether an item's new state calls for a dead-letter copy (decisions §8.6): it just became failed or timed out. */
+export function needsDeadLetter(before: ItemStatus, after: ItemRecord, config: QueueConfig): boolean {
+  return config.deadLetter !== null && before !== after.status && (after.status === 'failed' || after.status === 'timedout');
+}
+
+/** The source record of the dead letter copied from `r` (queue `name`). */
+export function deadLetterSource(name: string, r: ItemRecord): DeadLetterSource {
+  return { queue: name, id: r.id, status: r.status, attempts: r.attempts, error: r.error };
+}
+
+/** The source as the status record shows it: `error` parsed back into JSON. */
+export function sourceJson(s: DeadLetterSource): { queue: string; id: string; status: ItemStatus; attempts: number; error: unknown } {
+  return { queue: s.queue, id: s.id, status: s.status, attempts: s.attempts, error: s.error === null ? null : JSON.parse(s.error) };
 }
 
 /** The first fetch that returns a terminal item stamps it (retention from "fetched" starts here). */

@@ -7,7 +7,7 @@ import { Queue, type Change, type Item, type Outcome, type Place, type SavedStat
 import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, pausedRecord, scheduleRecord, updateRecord, type HistoryMark } from './journal.js';
 import { planSchedule, postedBy, scheduledOptions, scheduleView, type ScheduleSpec, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
 import type { WriteFn } from './append-file.js';
-import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
+import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
 import { jsonString } from '../json-text.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
 
@@ -321,16 +321,21 @@ export class EmbeddedStore implements Store, EventOutbox {
     return out;
   }
 
+  async bulk(_ref: QueueRef, action: BulkAction, _max: number): Promise<BulkOutcome> {
+    throw new Error(`bulk ${action.kind} is not built on this store yet`);
+  }
+
   async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
     if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
     const queue = this.slots.get(ref.key)?.queue;
-    if (!queue) return { paused: false, counts: fullCounts({}), oldestPendingAt: null, oldest: [], leases: [] };
+    if (!queue) return { paused: false, counts: fullCounts({}), oldestPendingAt: null, oldest: [], leases: [], groupsWaiting: null };
     return {
       paused: queue.paused,
       counts: queue.counts(),
       oldestPendingAt: queue.oldestPendingAt(),
       oldest: limits.oldest > 0 ? queue.oldestPending(limits.oldest).map((i) => ({ id: i.id, postedAt: i.postedAt, attempts: i.attempts })) : [],
       leases: limits.leases > 0 ? queue.leased(limits.leases).map((i) => ({ id: i.id, worker: i.leaseWorker ?? '', until: i.leaseUntil ?? 0, attempts: i.attempts })) : [],
+      groupsWaiting: null,
     };
   }
 

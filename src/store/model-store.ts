@@ -5,7 +5,7 @@ import * as rules from '../engine/rules.js';
 import type { ItemRecord, RetryWish, Submission } from '../engine/rules.js';
 import { planSchedule, postedBy, scheduledOptions, scheduleView, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
-import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type QueueOverview, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome } from './store.js';
+import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type QueueOverview, type BulkAction, type BulkOutcome, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome } from './store.js';
 
 /**
  * What a {@link ModelStore} keeps between a close and the next open: its stand-in for a disk.
@@ -108,6 +108,10 @@ export class ModelStore implements Store {
     return out;
   }
 
+  async bulk(_ref: QueueRef, action: BulkAction, _max: number): Promise<BulkOutcome> {
+    throw new Error(`bulk ${action.kind} is not built on this store yet`);
+  }
+
   async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
     if (this.state !== 'open') throw new StoreUnavailable(new Error('the store is not open'));
     const items = [...(this.disk.queues.get(ref.key)?.values() ?? [])];
@@ -121,6 +125,7 @@ export class ModelStore implements Store {
       oldestPendingAt: pending.length > 0 ? Math.min(...pending.map((r) => r.postedAt)) : null,
       oldest: pending.slice(0, limits.oldest).map((r) => ({ id: r.id, postedAt: r.postedAt, attempts: r.attempts })),
       leases: leased.slice(0, limits.leases).map((r) => ({ id: r.id, worker: r.leaseWorker ?? '', until: r.leaseUntil ?? 0, attempts: r.attempts })),
+      groupsWaiting: null,
     };
   }
 

@@ -1,7 +1,8 @@
 import type { QueueConfig } from '../engine/config.js';
 import type { Criteria } from '../engine/criteria.js';
 import type { ItemStatus, TaskEventKind } from '../engine/item.js';
-import type { ItemRecord, PostOptions, RetryWish } from '../engine/rules.js';
+import type { ClaimHold } from '../engine/limits.js';
+import type { DeadLetterSource, ItemRecord, PostOptions, RetryWish } from '../engine/rules.js';
 import { runAt } from '../engine/rules.js';
 import type { ScheduleView } from '../engine/schedules.js';
 
@@ -35,6 +36,12 @@ export interface ClaimInput {
   criteria?: Criteria;
   /** Aborted when the caller went away or the server is stopping: a long walk of the backlog stops, and nothing is claimed. */
   signal?: AbortSignal;
+  /**
+   * decisions §8.5: filled in by the store when the pause or a limit held this claim back (it
+   * finds nothing, or fewer than `max`): the reason, and for the rate limit when the next lease
+   * can happen. Left as it is when nothing held the claim back.
+   */
+  held?: ClaimHold;
 }
 
 export interface Claimed {
@@ -67,7 +74,26 @@ export interface StatusRecord {
   progress: string | null;
   result: string | null;
   error: string | null;
+  /** decisions §8.6: present when a dead-letter copy of this item was made: the copy's id. */
+  deadLetterId?: string;
+  /** decisions §8.6: present on a dead letter: where it came from and how it ended. */
+  source?: DeadLetterSource;
 }
+
+/** decisions §8.6 bulk actions. `redrive` needs the queue a dead letter came from, by name, as it is defined now. */
+export type BulkAction =
+  | { kind: 'redrive'; queueNamed: (name: string) => QueueRef | undefined }
+  | { kind: 'retry'; statuses: readonly ItemStatus[] }
+  | { kind: 'cancel'; statuses: readonly ItemStatus[] };
+
+/** What one atomic batch of a bulk action did: how many items it changed, and whether more are left. */
+export interface BulkOutcome {
+  changed: number;
+  more: boolean;
+}
+
+/** The most items one atomic batch of a bulk action changes (decisions §8.6). */
+export const BULK_BATCH = 1000;
 
 export type PayloadKind = 'item' | 'progress' | 'result' | 'error';
 
@@ -85,6 +111,11 @@ export interface QueueOverview {
   oldest: Array<{ id: string; postedAt: number; attempts: number }>;
   /** Current leases (claimed or processing), soonest end first, at most `limits.leases`. */
   leases: Array<{ id: string; worker: string; until: number; attempts: number }>;
+  /**
+   * decisions §8.5: how many groups hold a claimable item, for a queue with `fairness: "groups"` or
+   * `groupMaxActive` (kept as items change: never a scan); null for other queues.
+   */
+  groupsWaiting: number | null;
 }
 
 /**
@@ -336,6 +367,17 @@ export interface Store {
   tickSchedules(queue: QueueRef): Promise<number>;
   /** decisions §8.3: the queue's schedules with their next and last occurrences, in the order of its rules. Reads only. */
   schedules(queue: QueueRef): Promise<ScheduleView[]>;
+  /**
+   * decisions §8.6: one atomic batch of a bulk action on at most `max` (≤ {@link BULK_BATCH}) of
+   * the queue's items, oldest first (claim order), each changed by its rule as it stands now:
+   * - `redrive`: pending dead letters (items with a `source`) are posted again to the queue they
+   *   came from (`queueNamed(source.queue)`; one not defined now is left where it is), as new
+   *   items with the same body, postedBy `redrive`, and removed from this queue (a `redriven` event).
+   * - `retry`: items of `statuses` (among failed, timedout, cancelled) by rules.retryAgain.
+   * - `cancel`: items of `statuses` (among pending, claimed, processing) by rules.cancel.
+   * `more`: whether items this action would change are left after the batch.
+   */
+  bulk(queue: QueueRef, action: BulkAction, max: number): Promise<BulkOutcome>;
 }
 
 /** Counts with every status present. */

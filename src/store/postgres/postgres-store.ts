@@ -5,7 +5,7 @@ import { isTerminal, type ItemStatus, type TaskEventKind } from '../../engine/it
 import * as rules from '../../engine/rules.js';
 import type { ItemRecord, RetryWish, Submission } from '../../engine/rules.js';
 import { claimTopic, itemTopic, type Notifier } from '../../waiting/notifier.js';
-import { fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type QueueRef, type StatusRecord, type Store, type StoreObserver, type SubmitOutcome } from '../store.js';
+import { fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StatusRecord, type Store, type StoreObserver, type SubmitOutcome } from '../store.js';
 import { FailureStreak } from '../failure-streak.js';
 import { claimMatching, claimPlain, type PlainClaim } from './pg-claims.js';
 import { Deadlines, refOf } from './pg-deadlines.js';
@@ -461,6 +461,10 @@ export class PostgresStore implements Store, EventOutbox {
    * applied). Counts are kept (decisions §5.1): svcq_counts plus the deltas not yet compacted,
    * whatever the number of items the queue holds.
    */
+  async bulk(_ref: QueueRef, action: BulkAction, _max: number): Promise<BulkOutcome> {
+    throw new Error(`bulk ${action.kind} is not built on this store yet`);
+  }
+
   async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
     try {
       const [paused, counts, oldestAt, oldest, leases] = await Promise.all([
@@ -511,6 +515,7 @@ export class PostgresStore implements Store, EventOutbox {
         oldestPendingAt: oldestAt.rows[0]?.at ?? null,
         oldest: (oldest?.rows ?? []).map((r) => ({ id: r.id, postedAt: r.posted_at, attempts: r.attempts })),
         leases: (leases?.rows ?? []).map((r) => ({ id: r.id, worker: r.lease_worker ?? '', until: r.lease_until ?? 0, attempts: r.attempts })),
+        groupsWaiting: null,
       };
     } catch (err) {
       throw new StoreUnavailable(err as Error, true);
