@@ -1,0 +1,258 @@
+/**
+ * `npm run bench:flow -- [--store postgres://USER@HOST:PORT/DB] [options]`: what flow control
+ * (decisions §8.5) costs, each figure a ratio against the same work without it in the same run.
+ *
+ *   --phases fairness,limits,rate   which of the three to run (all by default)
+ *   --items 1000000                 items in each backlog of the fairness phase
+ *   --groups 10000                  groups they are spread over (the first holds half the items)
+ *   --rounds 3                      paired slices (fairness) or cycles (limits) per side
+ *   --seconds 3                     seconds per drain slice (fairness)
+ *   --jobs 4000                     jobs per full cycle (limits)
+ *   --nodes 1                       servers on the database (PostgreSQL only; 3 for the multi-node figures)
+ *   --rate-seconds 30               length of the rate-limit accuracy run
+ *
+ * - fairness: two queues of --items items each over --groups groups, one with `fairness: "groups"`,
+ *   one plain FIFO. First 10,000 claims from the fair queue (100 at a time): how many groups they
+ *   reach. Then drain slices (claim and result, 8 connections) taking turns between the two queues:
+ *   the ratio of the fair queue's rate to the FIFO queue's, per round.
+ * - limits: full cycles (post, claim, result) on a queue with `maxActive` and `rateLimit` set too
+ *   high to bind, and on one without, taking turns: ratios of rate and of server CPU per job.
+ * - rate: `rateLimit { max: 1000, perSeconds: 1 }`, 40,000 items, --rate-seconds of drain from
+ *   every node: how many leased, against perSeconds·max, and (PostgreSQL: from the task events)
+ *   the most claims in any window of one second.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { Pool } from 'undici';
+import { killAll, runLoad, startSvcq, type Svcq } from './procs.js';
+import type { LoadResult, LoadSpec } from './protocol.js';
+
+const { values: opts } = parseArgs({
+  options: {
+    store: { type: 'string' },
+    phases: { type: 'string', default: 'fairness,limits,rate' },
+    items: { type: 'string', default: '1000000' },
+    groups: { type: 'string', default: '10000' },
+    rounds: { type: 'string', default: '3' },
+    seconds: { type: 'string', default: '3' },
+    jobs: { type: 'string', default: '4000' },
+    nodes: { type: 'string', default: '1' },
+    'rate-seconds': { type: 'string', default: '30' },
+  },
+});
+const ITEMS = Number(opts.items);
+const GROUPS = Number(opts.groups);
+const ROUNDS = Number(opts.rounds);
+const SECONDS = Number(opts.seconds);
+const JOBS = Number(opts.jobs);
+const NODES = opts.store ? Number(opts.nodes) : 1;
+const RATE_SECONDS = Number(opts['rate-seconds']);
+const phases = new Set(opts.phases.split(','));
+const HOST = 'flow.bench';
+const MASTER = 'master-flow-bench-0123456789abcdef';
+const t00 = performance.now();
+const log = (line: string): void => console.log(`[${((performance.now() - t00) / 1000).toFixed(0).padStart(5)} s] ${line}`);
+
+const roots: string[] = [];
+const nodes: Svcq[] = [];
+let database: { url: string; drop: () => Promise<void> } | undefined;
+
+async function freshDatabase(base: string): Promise<{ url: string; drop: () => Promise<void> }> {
+  const name = `svcq_flow_${process.pid}`;
+  const admin = new pg.Client({ connectionString: base });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  const u = new URL(base);
+  u.pathname = `/${name}`;
+  return {
+    url: u.toString(),
+    drop: async () => {
+      const a = new pg.Client({ connectionString: base });
+      await a.connect();
+      await a.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await a.end();
+    },
+  };
+}
+
+async function startNodes(): Promise<void> {
+  if (opts.store) {
+    database = await freshDatabase(opts.store);
+    process.env.SVCQ_STORE = database.url;
+  }
+  for (let n = 0; n < NODES; n++) {
+    const root = mkdtempSync(path.join(os.tmpdir(), 'svcq-flow-bench-'));
+    roots.push(root);
+    nodes.push(await startSvcq({ root, masterToken: MASTER }));
+  }
+  delete process.env.SVCQ_STORE;
+}
+
+const pools = new Map<string, Pool>();
+async function request(url: string, method: string, pathAndQuery: string, body?: string, headers: Record<string, string> = {}): Promise<{ status: number; json: Record<string, unknown> & { error?: string; empty?: boolean; items?: unknown } }> {
+  let pool = pools.get(url);
+  if (!pool) pools.set(url, (pool = new Pool(url, { connections: 16 })));
+  const res = await pool.request({ path: pathAndQuery, method: method as 'GET', headers: { host: HOST, 'content-type': 'application/json', ...headers }, body });
+  const text = await res.body.text();
+  return { status: res.statusCode, json: text ? (JSON.parse(text) as Record<string, unknown>) : {} };
+}
+
+async function define(name: string, def: Record<string, unknown>): Promise<void> {
+  const body = JSON.stringify({ access: { post: 'public', fetch: 'public', work: 'public' }, leaseSeconds: 3600, ...def });
+  const r = await request(nodes[0]!.url, 'PUT', `/api/v2/def?path=${HOST}/svc-queues/${name}.json`, body, { authorization: `Bearer ${MASTER}`, host: 'localhost' });
+  if (r.status !== 200) throw new Error(`defining ${name}: ${r.status} ${JSON.stringify(r.json)}`);
+  // Every node serves it before any load starts.
+  for (const n of nodes) {
+    for (let i = 0; (await request(n.url, 'GET', `/${name}/items/ffffffffffffffff`)).json.error === 'not found'; i++) {
+      if (i > 200) throw new Error(`${name} not served by ${n.url}`);
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }
+}
+
+/** Adds a batch of the big group (group 0) of at most 1,000 items; returns its size. */
+function bigBatch(batches: Array<{ group: number; n: number }>, left: number): number {
+  const n = Math.min(1000, left);
+  batches.push({ group: 0, n });
+  return n;
+}
+
+/** Fills `queue` with ITEMS items over GROUPS groups: group 0 holds half, in batches of 1,000 taking turns with the other groups' batches. */
+async function fill(queue: string): Promise<number> {
+  const t = performance.now();
+  const batches: Array<{ group: number; n: number }> = [];
+  const big = Math.floor(ITEMS / 2);
+  const rest = ITEMS - big;
+  const small: Array<{ group: number; n: number }> = [];
+  for (let g = 1; g < GROUPS; g++) small.push({ group: g, n: Math.floor(rest / (GROUPS - 1)) + (g - 1 < rest % (GROUPS - 1) ? 1 : 0) });
+  const bigBatches = Math.ceil(big / 1000);
+  const every = Math.max(1, Math.floor(small.length / Math.max(1, bigBatches)));
+  let bigLeft = big;
+  for (let i = 0; i < small.length; i++) {
+    if (small[i]!.n > 0) batches.push(small[i]!);
+    if (i % every === 0 && bigLeft > 0) bigLeft -= bigBatch(batches, bigLeft);
+  }
+  while (bigLeft > 0) bigLeft -= bigBatch(batches, bigLeft);
+  let next = 0;
+  let seq = 0;
+  const loop = async (): Promise<void> => {
+    while (next < batches.length) {
+      const b = batches[next++]!;
+      const body = `[${Array.from({ length: b.n }, () => `{"g":${b.group},"seq":${seq++},"pad":"${'x'.repeat(100)}"}`).join(',')}]`;
+      const r = await request(nodes[next % nodes.length]!.url, 'POST', `/${queue}/batch?group=g${b.group}`, body);
+      if (r.status !== 200) throw new Error(`batch to ${queue}: ${r.status} ${JSON.stringify(r.json).slice(0, 300)}`);
+    }
+  };
+  await Promise.all(Array.from({ length: 4 }, loop));
+  return performance.now() - t;
+}
+
+const ratio = (xs: number[]): string => {
+  const s = [...xs].sort((a, b) => a - b);
+  return `${s[Math.floor(s.length / 2)]!.toFixed(3)} (${s.map((x) => x.toFixed(3)).join(', ')})`;
+};
+
+function spec(mode: LoadSpec['mode'], queue: string, extra: Partial<LoadSpec>): LoadSpec {
+  return { mode, url: nodes[0]!.url, urls: nodes.map((n) => n.url), host: HOST, queue, inFlight: 8, durationMs: SECONDS * 1000, maxCount: Number.MAX_SAFE_INTEGER, itemBytes: 200, recordLatency: false, ...extra };
+}
+
+const cpuAll = (): number => nodes.reduce((sum, n) => sum + n.cpuMs(), 0);
+async function timed(s: LoadSpec): Promise<LoadResult> {
+  const c = cpuAll();
+  const r = await runLoad(s);
+  r.serverCpuMs = cpuAll() - c;
+  if (r.errors > 0) throw new Error(`${s.mode} on ${s.queue}: ${r.errors} errors, the first: ${r.firstError}`);
+  return r;
+}
+
+async function fairnessPhase(): Promise<void> {
+  await define('fair', { fairness: 'groups' });
+  await define('fifo', {});
+  log(`fairness: filling two queues of ${ITEMS.toLocaleString('en')} items over ${GROUPS.toLocaleString('en')} groups (the first holds half)`);
+  log(`  fair filled in ${((await fill('fair')) / 1000).toFixed(1)} s; fifo in ${((await fill('fifo')) / 1000).toFixed(1)} s`);
+  const reached = new Set<number>();
+  let claimed = 0;
+  while (claimed < 10_000) {
+    const r = await request(nodes[claimed % nodes.length]!.url, 'POST', '/fair/claim', JSON.stringify({ worker: 'turns', max: 100 }));
+    const items = (r.json.items ?? [r.json]) as unknown as Array<{ item: { g: number } }>;
+    if (r.status !== 200 || r.json.empty) throw new Error(`claim: ${r.status} ${JSON.stringify(r.json).slice(0, 200)}`);
+    for (const it of items) reached.add(it.item.g);
+    claimed += items.length;
+  }
+  log(`fairness: the first ${claimed.toLocaleString('en')} claims from the fair queue reached ${reached.size.toLocaleString('en')} of ${GROUPS.toLocaleString('en')} groups`);
+  const ratios: number[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    const fair = await timed(spec('drain', 'fair', {}));
+    const fifo = await timed(spec('drain', 'fifo', {}));
+    ratios.push(fair.rate / fifo.rate);
+    log(`  round ${round + 1}: fair ${fair.rate.toFixed(0)}/s, fifo ${fifo.rate.toFixed(0)}/s (claim and result, 8 connections)`);
+  }
+  log(`fairness: fair/fifo drain rate ${ratio(ratios)} (target ≥ 0.8)`);
+}
+
+async function limitsPhase(): Promise<void> {
+  const rates: number[] = [];
+  const cpus: number[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    await define(`lim${round}`, { maxActive: 100_000, rateLimit: { max: 1_000_000, perSeconds: 1 } });
+    await define(`plain${round}`, {});
+    const run = (q: string): Promise<LoadResult> => timed(spec('cycle', q, { maxCount: JOBS, durationMs: 120_000, inFlight: 16 }));
+    // Each round on fresh queues, the two sides in turn first.
+    let lim: LoadResult;
+    let b: LoadResult;
+    if (round % 2 === 0) {
+      lim = await run(`lim${round}`);
+      b = await run(`plain${round}`);
+    } else {
+      b = await run(`plain${round}`);
+      lim = await run(`lim${round}`);
+    }
+    rates.push(lim.rate / b.rate);
+    cpus.push(lim.serverCpuMs! / lim.count / (b.serverCpuMs! / b.count));
+    log(`  round ${round + 1}: limits ${lim.rate.toFixed(0)} jobs/s ${((lim.serverCpuMs! * 1000) / lim.count).toFixed(0)} µs CPU/job; none ${b.rate.toFixed(0)} jobs/s ${((b.serverCpuMs! * 1000) / b.count).toFixed(0)} µs CPU/job`);
+  }
+  log(`limits (set too high to bind) / none, ${NODES} node(s): rate ${ratio(rates)} (target ≥ 0.9), server CPU per job ${ratio(cpus)}`);
+}
+
+async function ratePhase(): Promise<void> {
+  await define('rl', { rateLimit: { max: 1000, perSeconds: 1 } });
+  const prefill = await runLoad(spec('batch-post', 'rl', { maxCount: 40, durationMs: 120_000, inFlight: 4 }));
+  log(`rate: ${prefill.count.toLocaleString('en')} items posted; draining for ${RATE_SECONDS} s from ${NODES} node(s)`);
+  const t0 = Date.now();
+  const drained = await runLoad(spec('drain', 'rl', { durationMs: RATE_SECONDS * 1000, inFlight: 12 }));
+  const expected = RATE_SECONDS * 1000;
+  log(`rate: ${drained.count.toLocaleString('en')} leased and finished in ${(drained.elapsedMs / 1000).toFixed(1)} s (${((drained.count / expected - 1) * 100).toFixed(2)}% from ${expected.toLocaleString('en')})`);
+  if (database) {
+    const client = new pg.Client({ connectionString: database.url });
+    await client.connect();
+    const { rows } = await client.query<{ ts: string }>(`SELECT ts FROM svcq_events WHERE queue = 'rl' AND event = 'claimed' AND ts >= $1 ORDER BY ts`, [t0 - 1000]);
+    await client.end();
+    const ts = rows.map((r) => Number(r.ts));
+    let most = 0;
+    let from = 0;
+    for (let to = 0; to < ts.length; to++) {
+      while (ts[from]! <= ts[to]! - 1000) from++;
+      most = Math.max(most, to - from + 1);
+    }
+    const span = ts.length > 1 ? ts[ts.length - 1]! - ts[0]! : 0;
+    log(`rate: ${ts.length.toLocaleString('en')} claimed events over ${(span / 1000).toFixed(1)} s; the most in any 1 s window: ${most} (limit 1,000)`);
+  }
+}
+
+try {
+  await startNodes();
+  log(`svcq flow bench: ${opts.store ? `PostgreSQL, ${NODES} node(s)` : 'embedded store'}; load ${os.loadavg()[0]!.toFixed(2)}`);
+  if (phases.has('fairness')) await fairnessPhase();
+  if (phases.has('limits')) await limitsPhase();
+  if (phases.has('rate')) await ratePhase();
+} finally {
+  for (const p of pools.values()) await p.close();
+  for (const n of nodes) await n.stop().catch(() => undefined);
+  killAll();
+  await database?.drop();
+  for (const r of roots) rmSync(r, { recursive: true, force: true });
+}
