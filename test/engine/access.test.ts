@@ -33,6 +33,11 @@ describe('queue defaults (decisions §2.2)', () => {
       retainMs: 604_800_000,
       archivePayloads: false,
       schedules: [],
+      maxActive: null,
+      groupMaxActive: null,
+      rateLimit: null,
+      fairness: 'fifo',
+      deadLetter: null,
     });
   });
 });
