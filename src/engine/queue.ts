@@ -221,10 +221,12 @@ export interface FlowState {
   count: number;
   /** The number of the first lease the rate window counts; null: the queue had no rate limit. */
   from: number | null;
-  /** Lease times by number (n, t), oldest first; those before `from` may be left out. */
+  /** Lease times by number (n, t), in any order; those before `from` may be left out. */
   times: Array<[number, number]>;
   /** Each group's last turn (the number of its last lease under fairness). */
   stamps: Map<string, number>;
+  /** Start-up only: the lease count of the snapshot read (leases journalled after it and numbered up to it are in it already). */
+  base?: number;
 }
 
 export interface Outcome {
@@ -668,7 +670,8 @@ export class Queue {
     if (rate !== null) {
       this.ring = new RateRing(rate.max, rate.windowMs);
       this.ringFrom = state.from ?? this.leaseCount;
-      if (state.from !== null) for (const [n, t] of state.times) if (n >= state.from) this.ring.note(t);
+      const from = state.from;
+      if (from !== null) for (const [, t] of state.times.filter(([n]) => n >= from).sort((a, b) => a[0] - b[0])) this.ring.note(t);
     }
     if (this.groups !== null && this.config.fairness === 'groups') this.groups = this.groupIndex(this.config);
   }

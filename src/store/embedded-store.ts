@@ -619,7 +619,7 @@ export class EmbeddedStore implements Store, EventOutbox {
       // Leases the rate window or the turns counted: in the group of the claim (decisions §8.5).
       const leases: LeaseMark[] = [];
       for (const c of changes) if (c.lease) leases.push(c.lease);
-      if (leases.length > 0) pieces.unshift(leaseRecord(slot.keyJson, leases[leases.length - 1]!.n, slot.queue.ringFrom, leases));
+      if (leases.length > 0) pieces.unshift(leaseRecord(slot.keyJson, slot.queue.leaseCount, slot.queue.ringFrom, leases));
     }
     if (this.purgedSinceOpen && slot.queue.config.archivePayloads) {
       for (const c of changes) if (c.purged) this.purgedSinceOpen.set(`${slot.key}/${c.item.id}`, c.item);

@@ -41,11 +41,12 @@ import type { ScheduleState } from '../engine/schedules.js';
 //                                   a schedule's state (decisions §8.3), written in the same group as the items
 //                                   its occurrences posted; a snapshot holds one for each schedule, before the items
 //   ["s", queue, name]              the schedule is no longer defined: its state is forgotten
-//   ["l", queue, through, from, [at, group, ...]]
+//   ["l", queue, count, from, [n, at, group, ...]]
 //                                   leases counted by a rate limit or fairness (decisions §8.5), written in the
-//                                   group of the claim: numbered up to `through`, each with its time and the group
-//                                   whose turn it was (null: no turns kept); `from` is the first lease the rate
-//                                   window counts (null: no rate limit). With no leases: the window started or ended
+//                                   group of the claim: each with its number, its time and the group whose turn it
+//                                   was (null: no turns kept); `count` is the queue's lease count then, `from` the
+//                                   first lease the rate window counts (null: no rate limit). With no leases: the
+//                                   window started or ended
 //   ["f", queue, count, from, [at, ...], [group, turn, ...]]
 //                                   the same state whole, in a snapshot: the window's leases (the last ones,
 //                                   numbered up to `count`) and every group's last turn
@@ -126,11 +127,11 @@ export function scheduleRecord(queueJson: string, name: string, state: ScheduleS
   return `["s",${queueJson},${jsonString(name)},"${state.hash}",${state.passedAt},${state.lastAt},${state.lastId === null ? 'null' : `"${state.lastId}"`}]\n`;
 }
 
-/** Leases of a claim's commit (see the records above): `through` is the number of the last. */
-export function leaseRecord(queueJson: string, through: number, from: number | null, leases: readonly LeaseMark[]): string {
+/** Leases of a claim's commit (see the records above). A claim of up to max cut into steps may hold leases that are not consecutive. */
+export function leaseRecord(queueJson: string, count: number, from: number | null, leases: readonly LeaseMark[]): string {
   let list = '';
-  for (const l of leases) list += `${list === '' ? '' : ','}${l.at},${text(l.group)}`;
-  return `["l",${queueJson},${through},${from},[${list}]]\n`;
+  for (const l of leases) list += `${list === '' ? '' : ','}${l.n},${l.at},${text(l.group)}`;
+  return `["l",${queueJson},${count},${from},[${list}]]\n`;
 }
 
 /** A queue's rate window and turns whole, for a snapshot. */
@@ -668,19 +669,19 @@ function applyFlow(record: unknown[], state: LoadedState): boolean {
     const pairs = record[5] as unknown[];
     const stamps = new Map<string, number>();
     for (let i = 0; i + 1 < pairs.length; i += 2) stamps.set(String(pairs[i]), Number(pairs[i + 1]));
-    state.flows.set(queue, { count, from, times: list.map((t, i) => [count - list.length + 1 + i, Number(t)]), stamps });
+    state.flows.set(queue, { count, from, times: list.map((t, i) => [count - list.length + 1 + i, Number(t)]), stamps, base: count });
     return true;
   }
-  if (record.length !== 5 || list.length % 2 !== 0) return false;
+  if (record.length !== 5 || list.length % 3 !== 0) return false;
   let flow = state.flows.get(queue);
-  if (!flow) state.flows.set(queue, (flow = { count: 0, from: null, times: [], stamps: new Map() }));
-  const first = count - list.length / 2 + 1;
-  for (let i = 0; i < list.length; i += 2) {
-    const n = first + i / 2;
-    // Written again over a snapshot that already counts it: once is enough.
-    if (n <= flow.count) continue;
-    flow.times.push([n, Number(list[i])]);
-    if (typeof list[i + 1] === 'string') flow.stamps.set(list[i + 1] as string, n);
+  if (!flow) state.flows.set(queue, (flow = { count: 0, from: null, times: [], stamps: new Map(), base: 0 }));
+  for (let i = 0; i < list.length; i += 3) {
+    const n = Number(list[i]);
+    // Journalled after a snapshot that already counts it: once is enough.
+    if (n <= (flow.base ?? 0)) continue;
+    flow.times.push([n, Number(list[i + 1])]);
+    const group = list[i + 2];
+    if (typeof group === 'string' && n > (flow.stamps.get(group) ?? -Infinity)) flow.stamps.set(group, n);
   }
   if (count > flow.count) flow.count = count;
   if (from !== flow.from) {
