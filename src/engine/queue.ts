@@ -463,11 +463,17 @@ export class Queue {
       return null;
     }
     if (this.limited) return this.limitedStep(worker, criteria, now, budget, after, held);
-    let found: Item | undefined;
     if (criteria === undefined || Object.keys(criteria).length === 0) {
-      found = this.pending.first();
-      return found ? this.lease(found, worker, now) : null;
+      const first = this.pending.first();
+      return first ? this.lease(first, worker, now) : null;
     }
+    const found = this.firstMatch(criteria, budget, after);
+    return found instanceof Item ? this.lease(found, worker, now) : found;
+  }
+
+  /** The criteria walk of {@link claimStep}: the first pending item in claim order that matches, null, or the place to go on from. */
+  private firstMatch(criteria: Criteria, budget: number, after: Place | null): Item | Place | null {
+    let found: Item | undefined;
     // Criteria holding a number past a double's range (1e400 reads as Infinity, which JSON text
     // writes as null) have no text of their own to be remembered by: they walk from `after`.
     const key = hasNonFinite(criteria) ? undefined : JSON.stringify(criteria);
@@ -487,7 +493,7 @@ export class Queue {
       through = { priority: item.priority, ord: item.ord };
     }
     if (key !== undefined && (through !== from || this.unmatched.has(key))) this.remember(key, through);
-    return found ? this.lease(found, worker, now) : null;
+    return found ?? null;
   }
 
   /** Criteria `key` matched no pending item up to `through`: kept most recently used last, the least recently used dropped. */
@@ -736,11 +742,13 @@ export class Queue {
    * The first claimable item in claim order that passes `criteria`: of any group (`any`,
    * `blocked`), or (`open`) of a group below groupMaxActive, noting in the place whether it passed
    * over a matching item of a group at the limit. Parses at most `budget` bodies, then returns the
-   * place to go on from (the walk of a limited queue does not use the criteria memory of plain
-   * queues: an item it passes over for its group was not found unmatched). An `open` walk that
-   * ends having passed over such an item returns the place {@link DONE}.
+   * place to go on from (only `any` uses the memory of criteria that matched nothing: an item the
+   * others pass over for its group was not found unmatched). An `open` walk that ends having
+   * passed over such an item returns the place {@link DONE}.
    */
   private matchInOrder(criteria: Criteria, budget: number, after: Place | null, kind: 'any' | 'open' | 'blocked'): Item | Place | null {
+    // Any group: the walk of a plain queue, with its memory of criteria that matched nothing.
+    if (kind === 'any') return this.firstMatch(criteria, budget, after !== null && after.walk === undefined ? after : null);
     const from = after?.walk?.kind === kind ? after : START;
     let blocked = from.walk?.blocked === true;
     let through: Place = from;
