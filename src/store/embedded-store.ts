@@ -333,8 +333,11 @@ export class EmbeddedStore implements Store, EventOutbox {
 
   async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
     if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
-    const queue = this.slots.get(ref.key)?.queue;
-    if (!queue) return { paused: false, counts: fullCounts({}), oldestPendingAt: null, oldest: [], leases: [], groupsWaiting: ref.config.fairness === 'groups' || ref.config.groupMaxActive !== null ? 0 : null };
+    const slot = this.slots.get(ref.key);
+    if (!slot) return { paused: false, counts: fullCounts({}), oldestPendingAt: null, oldest: [], leases: [], groupsWaiting: ref.config.fairness === 'groups' || ref.config.groupMaxActive !== null ? 0 : null };
+    // Under the rules the request carries: whether groups are counted is the definition's to say.
+    this.takeRules(slot, ref.config);
+    const queue = slot.queue;
     return {
       paused: queue.paused,
       counts: queue.counts(),
