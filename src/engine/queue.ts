@@ -652,7 +652,11 @@ export class Queue {
     } else if (this.ring === null) {
       this.ring = new RateRing(rate.max, rate.windowMs);
       this.ringFrom = this.leaseCount;
-    } else this.ring.resize(rate.max, rate.windowMs);
+    } else {
+      // A larger window keeps only the leases the smaller one held: a restart must not count older ones.
+      if (rate.max > this.ring.max) this.ringFrom = Math.max(this.ringFrom ?? 0, this.leaseCount - this.ring.max + 1);
+      this.ring.resize(rate.max, rate.windowMs);
+    }
   }
 
   /** The per-group index of every claimable and leased item, as the queue holds them now. */

@@ -220,6 +220,26 @@ export function limitsConformance(ctx: LimitsContext): void {
       expect(await claimId(q)).to.equal(ids[3]);
     });
 
+    it('a larger rate limit counts only the leases the smaller one kept, also after a restart', async () => {
+      let q = ctx.queue({ leaseSeconds: 300, rateLimit: { max: 2, perSeconds: 60 } });
+      const ids = await postGroups(q, [null, null, null, null, null]);
+      const t0 = now();
+      expect(await claimId(q)).to.equal(ids[0]);
+      advance(30_000);
+      expect(await claimId(q)).to.equal(ids[1]);
+      advance(30_000);
+      expect(await claimId(q)).to.equal(ids[2]);
+      q = ctx.redefine(q, { leaseSeconds: 300, rateLimit: { max: 3, perSeconds: 120 } });
+      s().rulesChanged?.(q.key);
+      await s().counts(q);
+      await ctx.h().reopen();
+      // The window of two held the leases at t0 + 30 s and t0 + 60 s: one more may happen now.
+      expect(await claimId(q)).to.equal(ids[3]);
+      const held: ClaimHold = {};
+      expect(await claimId(q, held)).to.equal(null);
+      expect(held).to.deep.equal({ reason: 'rateLimit', retryAt: t0 + 30_000 + 120_000 });
+    });
+
     it('a lease that ends in a queue with maxActive or groupMaxActive answers a held claim at once (decisions §8.5)', async () => {
       for (const def of [{ maxActive: 1 }, { groupMaxActive: 1 }] as QueueDefinition[]) {
         const q = ctx.queue(def);
