@@ -77,9 +77,31 @@ export class RateRing {
     return this.times[this.count % this.max]! + this.windowMs;
   }
 
-  /** Records a lease at `now` (times must not go backwards: a store passes its own now). */
-  note(now: number): void {
-    this.times[this.count % this.max] = now;
+  /** Whether one more lease may happen at `now`: {@link room} ≥ 1, in constant time. */
+  allows(now: number): boolean {
+    return this.times[this.count % this.max]! <= now - this.windowMs;
+  }
+
+  /** Records a lease at `now` (times must not go backwards: a store passes its own now). Returns what {@link unnote} needs to take it back. */
+  note(now: number): number {
+    const slot = this.count % this.max;
+    const previous = this.times[slot]!;
+    this.times[slot] = now;
     this.count++;
+    return previous;
+  }
+
+  /** Takes back the last lease noted (a write that failed), given what its {@link note} returned. */
+  unnote(previous: number): void {
+    if (this.count === 0) return;
+    this.count--;
+    this.times[this.count % this.max] = previous;
+  }
+
+  /** The times of the leases that still count (the last `max` at most), oldest first: what a restart needs to rebuild the window. */
+  recent(): number[] {
+    const out: number[] = [];
+    for (let k = Math.max(0, this.count - this.max); k < this.count; k++) out.push(this.times[k % this.max]!);
+    return out;
   }
 }

@@ -3,6 +3,7 @@ import type { QueueConfig } from './config.js';
 import { matches, type Criteria } from './criteria.js';
 import { DeadlineHeap } from './deadline-heap.js';
 import type { ItemStatus, TaskEventKind } from './item.js';
+import { groupKey, hasLimits, RateRing, type ClaimHold } from './limits.js';
 import * as rules from './rules.js';
 
 // sorted-btree is CommonJS with its class on `exports.default`; Node's ESM loader hands over the
@@ -198,6 +199,34 @@ export interface Change {
   events: Array<{ event: TaskEventKind; worker?: string; schedule?: string; occurrence?: number }>;
   /** The item left the queue for good (retention): the store deletes it. */
   purged?: boolean;
+  /** A lease counted by the rate window or fairness turns (decisions §8.5): the store journals it, and a revert takes it back. */
+  lease?: LeaseMark;
+}
+
+/** One lease as the rate window and the fairness turns count it. */
+export interface LeaseMark {
+  /** The lease's number in the queue (see {@link Queue.leaseCount}). */
+  readonly n: number;
+  readonly at: number;
+  /** The group whose turn it was (fairness "groups"), or null when turns were not kept. */
+  readonly group: string | null;
+  /** What the rate window held in the slot this lease took, and the group's stamp before it: what a revert puts back. */
+  readonly slot: number;
+  readonly stamp: number | undefined;
+}
+
+/** What a restart brings back of a queue's rate window and turns (see {@link Queue.restoreFlow}). */
+export interface FlowState {
+  /** Leases numbered so far. */
+  count: number;
+  /** The number of the first lease the rate window counts; null: the queue had no rate limit. */
+  from: number | null;
+  /** Lease times by number (n, t), in any order; those before `from` may be left out. */
+  times: Array<[number, number]>;
+  /** Each group's last turn (the number of its last lease under fairness). */
+  stamps: Map<string, number>;
+  /** Start-up only: the lease count of the snapshot read (leases journalled after it and numbered up to it are in it already). */
+  base?: number;
 }
 
 export interface Outcome {
@@ -253,8 +282,26 @@ export class Queue {
    * (posts, submissions, deadlines) goes on. The store keeps it durable beside the items.
    */
   paused = false;
+  /**
+   * decisions §8.5, only for queues that use it: claimable items by group, and groups in the order
+   * a claim serves them (see {@link GroupIndex}); leased items per group. Null for other queues,
+   * whose claims and changes stay as they were.
+   */
+  private groups: GroupIndex | null = null;
+  /** decisions §8.5 `rateLimit`: the times of the last `max` leases; null without a rate limit. */
+  private ring: RateRing | null = null;
+  /** The number of the first lease the rate window counts (leases before it came before the limit); null without one. */
+  ringFrom: number | null = null;
+  /** Leases numbered so far in a queue with a rate limit or fairness: a restart counts on from here. */
+  leaseCount = 0;
+  /** Each group's last turn under fairness "groups" (a lease number); a group not here was never served. Kept across restarts. */
+  readonly stamps = new Map<string, number>();
+  /** Whether any limit or fairness applies: claims take {@link limitedStep}. */
+  private limited = false;
 
-  constructor(public config: QueueConfig) {}
+  constructor(public config: QueueConfig) {
+    this.takeFlow(config);
+  }
 
   get size(): number {
     return this.items.size;
@@ -295,7 +342,7 @@ export class Queue {
   restore(item: Item): void {
     const previous = this.items.get(item.id);
     if (previous) {
-      this.tally[previous.status]--;
+      this.tallied(previous, -1);
       this.unfile(previous);
       if (previous.idempotencyKey !== null) this.byKey.delete(previous.idempotencyKey);
     }
@@ -307,7 +354,7 @@ export class Queue {
    * table of items fewer than `restore`, which with millions of items is a cache miss.
    */
   private add(item: Item): void {
-    this.tally[item.status]++;
+    this.tallied(item, 1);
     this.items.set(item.id, item);
     if (item.idempotencyKey !== null) this.byKey.set(item.idempotencyKey, item);
     if (item.ord > this.lastOrd) this.lastOrd = item.ord;
@@ -321,12 +368,13 @@ export class Queue {
    */
   revert(change: Change): void {
     const { item, before } = change;
+    if (change.lease) this.unlease(change.lease);
     if (before === undefined) return this.remove(item.id);
     this.unfile(item);
     const present = this.items.get(item.id) === item;
-    if (present) this.tally[item.status]--;
+    if (present) this.tallied(item, -1);
     item.restoreState(before);
-    this.tally[item.status]++;
+    this.tallied(item, 1);
     if (!present) {
       this.items.set(item.id, item);
       if (item.idempotencyKey !== null) this.byKey.set(item.idempotencyKey, item);
@@ -339,7 +387,7 @@ export class Queue {
     const item = this.items.get(id);
     if (!item) return;
     this.items.delete(id);
-    this.tally[item.status]--;
+    this.tallied(item, -1);
     this.unfile(item);
     if (item.idempotencyKey !== null && this.byKey.get(item.idempotencyKey) === item) this.byKey.delete(item.idempotencyKey);
     // Its heap entries (a timeout hours away, say) would hold it, body and all, until they come
@@ -367,9 +415,17 @@ export class Queue {
     if (d.retention !== null) this.retention.push(d.retention, item);
   }
 
+  /** Counts an item in (1) or out (−1) of its status, and of its group's leases. */
+  private tallied(item: Item, d: 1 | -1): void {
+    const status = item.status;
+    this.tally[status] += d;
+    if (this.groups !== null && (status === 'claimed' || status === 'processing')) this.groups.leased(groupKey(item.group), d);
+  }
+
   /** Makes an item claimable; one that kept an earlier place is checked again by criteria claims. */
   private makePending(item: Item): void {
     this.pending.add(item);
+    if (this.groups !== null) this.groups.add(item);
     if (this.unmatched.size === 0) return;
     const priority = item.priority;
     for (const [key, through] of this.unmatched) if (!before(through, priority, item.ord)) this.unmatched.set(key, { priority, ord: item.ord - 1 });
@@ -384,13 +440,13 @@ export class Queue {
 
   /** Takes an item out of the claim-order indexes, if it is there. */
   private unfile(item: Item): void {
-    this.pending.remove(item);
+    if (this.pending.remove(item) && this.groups !== null) this.groups.remove(item);
     this.waiting.remove(item);
   }
 
   /** Leases the oldest pending item that passes every criterion, or returns null (always while paused). */
-  claim(worker: string, criteria: Criteria | undefined, now: number): Change | null {
-    return this.claimStep(worker, criteria, now, Infinity, null) as Change | null;
+  claim(worker: string, criteria: Criteria | undefined, now: number, held?: ClaimHold): Change | null {
+    return this.claimStep(worker, criteria, now, Infinity, null, held) as Change | null;
   }
 
   /**
@@ -401,13 +457,23 @@ export class Queue {
    * (which an item made pending again behind it moves back), or from `after` if the queue no
    * longer remembers these criteria.
    */
-  claimStep(worker: string, criteria: Criteria | undefined, now: number, budget: number, after: Place | null): Change | null | Place {
-    if (this.paused) return null;
-    let found: Item | undefined;
-    if (criteria === undefined || Object.keys(criteria).length === 0) {
-      found = this.pending.first();
-      return found ? this.lease(found, worker, now) : null;
+  claimStep(worker: string, criteria: Criteria | undefined, now: number, budget: number, after: Place | null, held?: ClaimHold): Change | null | Place {
+    if (this.paused) {
+      if (held) held.reason = 'paused';
+      return null;
     }
+    if (this.limited) return this.limitedStep(worker, criteria, now, budget, after, held);
+    if (criteria === undefined || Object.keys(criteria).length === 0) {
+      const first = this.pending.first();
+      return first ? this.lease(first, worker, now) : null;
+    }
+    const found = this.firstMatch(criteria, budget, after);
+    return found instanceof Item ? this.lease(found, worker, now) : found;
+  }
+
+  /** The criteria walk of {@link claimStep}: the first pending item in claim order that matches, null, or the place to go on from. */
+  private firstMatch(criteria: Criteria, budget: number, after: Place | null): Item | Place | null {
+    let found: Item | undefined;
     // Criteria holding a number past a double's range (1e400 reads as Infinity, which JSON text
     // writes as null) have no text of their own to be remembered by: they walk from `after`.
     const key = hasNonFinite(criteria) ? undefined : JSON.stringify(criteria);
@@ -427,7 +493,7 @@ export class Queue {
       through = { priority: item.priority, ord: item.ord };
     }
     if (key !== undefined && (through !== from || this.unmatched.has(key))) this.remember(key, through);
-    return found ? this.lease(found, worker, now) : null;
+    return found ?? null;
   }
 
   /** Criteria `key` matched no pending item up to `through`: kept most recently used last, the least recently used dropped. */
@@ -498,9 +564,9 @@ export class Queue {
     const was = rules.deadlines(item, this.config);
     // Only pending items are filed in claim order (a leased one, handing in its result, is in none).
     if (item.status === 'pending') this.unfile(item);
-    this.tally[item.status]--;
+    this.tallied(item, -1);
     item.assign(t.record);
-    this.tally[item.status]++;
+    this.tallied(item, 1);
     const now = rules.deadlines(item, this.config);
     if (now.lease !== null && now.lease !== was.lease) this.leases.push(now.lease, item);
     if (now.retry !== null && now.retry !== was.retry) this.delayed.push(now.retry, item);
@@ -557,6 +623,7 @@ export class Queue {
   reconfigure(config: QueueConfig): void {
     const old = this.config;
     this.config = config;
+    this.takeFlow(config, old);
     const timeoutSooner = config.timeoutMs !== null && (old.timeoutMs === null || config.timeoutMs < old.timeoutMs);
     const retentionSooner = config.retainFrom !== old.retainFrom || config.retainMs < old.retainMs;
     if (!timeoutSooner && !retentionSooner) return;
@@ -564,6 +631,174 @@ export class Queue {
       const d = rules.deadlines(item, config);
       if (timeoutSooner && d.timeout !== null) this.timeouts.push(d.timeout, item);
       if (retentionSooner && d.retention !== null) this.retention.push(d.retention, item);
+    }
+  }
+
+  /**
+   * Follows the limits of a (new) definition (decisions §8.5): the per-group index is built when a
+   * definition starts using it (a walk of the queue, on a definition change only) and dropped
+   * when none does; the rate window follows a changed limit (RateRing.resize), starts empty when
+   * a limit is added, and is forgotten when it is removed.
+   */
+  private takeFlow(config: QueueConfig, old?: QueueConfig): void {
+    this.limited = hasLimits(config) || config.fairness === 'groups';
+    const byGroup = config.groupMaxActive !== null || config.fairness === 'groups';
+    if (!byGroup) this.groups = null;
+    else if (this.groups === null || old === undefined || old.groupMaxActive !== config.groupMaxActive || old.fairness !== config.fairness) this.groups = this.groupIndex(config);
+    const rate = config.rateLimit;
+    if (rate === null) {
+      this.ring = null;
+      this.ringFrom = null;
+    } else if (this.ring === null) {
+      this.ring = new RateRing(rate.max, rate.windowMs);
+      this.ringFrom = this.leaseCount;
+    } else {
+      // A larger window keeps only the leases the smaller one held: a restart must not count older ones.
+      if (rate.max > this.ring.max) this.ringFrom = Math.max(this.ringFrom ?? 0, this.leaseCount - this.ring.max + 1);
+      this.ring.resize(rate.max, rate.windowMs);
+    }
+  }
+
+  /** The per-group index of every claimable and leased item, as the queue holds them now. */
+  private groupIndex(config: QueueConfig): GroupIndex {
+    const groups = new GroupIndex(config.groupMaxActive ?? Infinity, config.fairness === 'groups', this.stamps);
+    for (const item of this.pending.walk(START)) groups.add(item);
+    if (this.tally.claimed + this.tally.processing > 0) {
+      for (const item of this.items.values()) if (item.status === 'claimed' || item.status === 'processing') groups.leased(groupKey(item.group), 1);
+    }
+    return groups;
+  }
+
+  /**
+   * Brings back the rate window and the turns a restart found (after the items are restored): the
+   * window counts the leases numbered from `from` on, the last `max` of them, as it did before.
+   */
+  restoreFlow(state: FlowState): void {
+    this.leaseCount = Math.max(this.leaseCount, state.count);
+    for (const [group, turn] of state.stamps) this.stamps.set(group, turn);
+    const rate = this.config.rateLimit;
+    if (rate !== null) {
+      this.ring = new RateRing(rate.max, rate.windowMs);
+      this.ringFrom = state.from ?? this.leaseCount;
+      const from = state.from;
+      if (from !== null) for (const [, t] of state.times.filter(([n]) => n >= from).sort((a, b) => a[0] - b[0])) this.ring.note(t);
+    }
+    if (this.groups !== null && this.config.fairness === 'groups') this.groups = this.groupIndex(this.config);
+  }
+
+  /** The rate window's leases that still count, oldest first (numbered up to {@link leaseCount}); [] without a rate limit. */
+  rateTimes(): number[] {
+    return this.ring === null ? [] : this.ring.recent();
+  }
+
+  /** decisions §8.5: groups holding a claimable item, for a queue with fairness "groups" or groupMaxActive; null for others. */
+  groupsWaiting(): number | null {
+    return this.groups === null ? null : this.groups.waiting;
+  }
+
+  /**
+   * A claim step under limits or fairness (decisions §8.5), in the order the limits bind: first
+   * whether the queue may lease at all now (maxActive, then the rate window), and only then which
+   * item. A claim stopped by a limit says so in `held` only when there is an item it would
+   * otherwise take. Criteria walks are cut into steps of at most `budget` parsed bodies, as
+   * {@link claimStep}'s are, and go on from the place they return.
+   */
+  private limitedStep(worker: string, criteria: Criteria | undefined, now: number, budget: number, after: Place | null, held: ClaimHold | undefined): Change | null | Place {
+    const config = this.config;
+    const plain = criteria === undefined || Object.keys(criteria).length === 0;
+    const ring = this.ring;
+    const full = config.maxActive !== null && this.tally.claimed + this.tally.processing >= config.maxActive;
+    if (full || (ring !== null && !ring.allows(now))) {
+      const exists = plain ? (this.pending.first() ?? null) : this.matchInOrder(criteria, budget, after, 'any');
+      if (exists !== null && !(exists instanceof Item)) return exists;
+      if (exists !== null && held) {
+        held.reason = full ? 'maxActive' : 'rateLimit';
+        if (!full) held.retryAt = ring!.nextAt();
+      }
+      return null;
+    }
+    const groups = this.groups;
+    let found: Item | Place | null;
+    if (groups === null) found = plain ? (this.pending.first() ?? null) : this.matchInOrder(criteria, budget, after, 'any');
+    else if (plain) found = groups.first() ?? null;
+    else if (config.fairness === 'groups') {
+      found = after?.walk?.kind === 'blocked' ? null : groups.fairMatch(criteria, budget, after);
+      // None among the groups that may lease: is a matching item held back in one at groupMaxActive?
+      if (found === null && groups.blocked > 0) {
+        const blocked = this.matchInOrder(criteria, budget, after?.walk?.kind === 'blocked' ? after : null, 'blocked');
+        if (blocked !== null && !(blocked instanceof Item)) return blocked;
+        if (blocked !== null && held) held.reason = 'groupMaxActive';
+        return null;
+      }
+    } else found = this.matchInOrder(criteria, budget, after, 'open');
+    if (found !== null && !(found instanceof Item)) {
+      if (found.walk?.kind !== 'open' || found.walk.blocked !== true || found.priority !== DONE.priority) return found;
+      // The walk ended, having passed over a matching item of a group at groupMaxActive.
+      if (held) held.reason = 'groupMaxActive';
+      return null;
+    }
+    if (found !== null) return this.leaseCounted(found, worker, now);
+    if (plain && groups !== null && groups.blocked > 0 && held) held.reason = 'groupMaxActive';
+    return null;
+  }
+
+  /**
+   * The first claimable item in claim order that passes `criteria`: of any group (`any`,
+   * `blocked`), or (`open`) of a group below groupMaxActive, noting in the place whether it passed
+   * over a matching item of a group at the limit. Parses at most `budget` bodies, then returns the
+   * place to go on from (only `any` uses the memory of criteria that matched nothing: an item the
+   * others pass over for its group was not found unmatched). An `open` walk that ends having
+   * passed over such an item returns the place {@link DONE}.
+   */
+  private matchInOrder(criteria: Criteria, budget: number, after: Place | null, kind: 'any' | 'open' | 'blocked'): Item | Place | null {
+    // Any group: the walk of a plain queue, with its memory of criteria that matched nothing.
+    if (kind === 'any') return this.firstMatch(criteria, budget, after !== null && after.walk === undefined ? after : null);
+    const from = after?.walk?.kind === kind ? after : START;
+    let blocked = from.walk?.blocked === true;
+    let through: Place = from;
+    let parsed = 0;
+    const groups = kind === 'open' ? this.groups : null;
+    for (const item of this.pending.walk(from)) {
+      if (parsed === budget) return { priority: through.priority, ord: through.ord, walk: { kind, blocked } };
+      through = { priority: item.priority, ord: item.ord };
+      const closed = groups !== null && groups.saturated(groupKey(item.group));
+      // A matching item of a group at the limit is looked for only until one is found.
+      if (closed && blocked) continue;
+      parsed++;
+      if (!matches(JSON.parse(item.body) as Record<string, unknown>, criteria)) continue;
+      if (!closed) return item;
+      blocked = true;
+    }
+    return blocked ? { ...DONE, walk: { kind, blocked } } : null;
+  }
+
+  /** Leases an item under limits or fairness: the lease counts in the rate window and is the turn of its group. */
+  private leaseCounted(item: Item, worker: string, now: number): Change {
+    const change = this.lease(item, worker, now);
+    const fair = this.config.fairness === 'groups';
+    const ring = this.ring;
+    if (ring === null && !fair) return change;
+    const n = ++this.leaseCount;
+    const key = groupKey(item.group);
+    const stamp = this.stamps.get(key);
+    const slot = ring === null ? 0 : ring.note(now);
+    if (fair) {
+      this.stamps.set(key, n);
+      this.groups?.served(key);
+    }
+    change.lease = { n, at: now, group: fair ? key : null, slot, stamp };
+    return change;
+  }
+
+  /** Takes back a lease's count (its change could not be made durable). */
+  private unlease(mark: LeaseMark): void {
+    if (this.leaseCount !== mark.n) return;
+    this.leaseCount--;
+    this.ring?.unnote(mark.slot);
+    if (mark.group !== null) {
+      if (mark.stamp === undefined) this.stamps.delete(mark.group);
+      else this.stamps.set(mark.group, mark.stamp);
+      this.groups?.served(mark.group);
     }
   }
 
@@ -622,9 +857,27 @@ class ClaimOrder {
     else this.treeOf(priority).set(item.ord, item);
   }
 
-  remove(item: Item): void {
+  /** Takes the item out; false when it was not here. */
+  remove(item: Item): boolean {
     const tree = item.priority === 0 ? this.zero : this.trees.get(item.priority);
-    if (tree !== undefined && tree.get(item.ord) === item) tree.delete(item.ord);
+    return tree !== undefined && tree.get(item.ord) === item && tree.delete(item.ord);
+  }
+
+  /** The first item of priority `priority`. */
+  firstAt(priority: number): Item | undefined {
+    const tree = this.trees.get(priority);
+    return tree !== undefined && tree.size > 0 ? tree.get(tree.minKey()!) : undefined;
+  }
+
+  /** The items of priority `priority` after claim order `afterOrd`, in order. */
+  *walkAt(priority: number, afterOrd: number): Iterable<Item> {
+    const tree = this.trees.get(priority);
+    if (tree !== undefined) for (const [, item] of tree.entries(afterOrd + 1)) yield item;
+  }
+
+  /** The priorities that hold an item. */
+  *priorities(): Iterable<number> {
+    for (const [priority, tree] of this.trees) if (tree.size > 0) yield priority;
   }
 
   first(): Item | undefined {
@@ -669,10 +922,24 @@ class ClaimOrder {
 export interface Place {
   readonly priority: number;
   readonly ord: number;
+  /** A walk of a queue under limits or fairness (decisions §8.5): which walk, and what it found so far. */
+  readonly walk?: FlowWalk;
+}
+
+interface FlowWalk {
+  kind: 'any' | 'open' | 'blocked' | 'fair';
+  /** `open`: it passed over a matching item of a group at groupMaxActive. */
+  blocked?: boolean;
+  /** `fair`: the groups looked through at this priority, and the group `ord` is in. */
+  done?: Set<string>;
+  group?: string;
 }
 
 /** Before every item. */
 const START: Place = { priority: Infinity, ord: 0 };
+
+/** After every item: a walk that ended. */
+const DONE: Place = { priority: -Infinity, ord: Infinity };
 
 /** Whether place `p` comes before the item of `priority` and `ord` in claim order. */
 function before(p: Place, priority: number, ord: number): boolean {
@@ -685,4 +952,181 @@ function hasNonFinite(value: unknown): boolean {
   if (typeof value !== 'object' || value === null) return false;
   for (const v of Array.isArray(value) ? value : Object.values(value)) if (hasNonFinite(v)) return true;
   return false;
+}
+
+/** Where a group is filed in a priority's order of groups: its last turn (fairness), then its first claimable item at that priority. */
+interface GroupPlace {
+  readonly turn: number;
+  readonly ord: number;
+}
+
+function byTurn(a: GroupPlace, b: GroupPlace): number {
+  if (a.turn !== b.turn) return a.turn < b.turn ? -1 : 1;
+  return a.ord - b.ord;
+}
+
+interface Group {
+  readonly key: string;
+  /** Its claimable items, in claim order. */
+  readonly items: ClaimOrder;
+  count: number;
+  leased: number;
+  /** Where it is filed, by priority: only while it holds an item of that priority and is below groupMaxActive. */
+  readonly filed: Map<number, GroupPlace>;
+}
+
+/**
+ * decisions §8.5, for a queue with fairness "groups" or groupMaxActive: each group's claimable
+ * items in claim order, and for each priority the groups that hold a claimable item of it and are
+ * below groupMaxActive, ordered by (last turn, first item) under fairness (a group never served
+ * has turn −∞: before every other) or by first item alone without it. A claim reads the highest
+ * priority's first group and that group's first item: O(log groups) plus the ≤ 201 priorities,
+ * whatever the number of items. A group at groupMaxActive is taken out of every order (never
+ * walked), and put back when a lease ends; a group with nothing claimable is in no order, and is
+ * forgotten once it holds no lease either (its turn is kept apart, in the queue's stamps). Each
+ * change of an item, a lease count or a turn refiles one group: O(log groups) per priority it holds.
+ */
+class GroupIndex {
+  private readonly groups = new Map<string, Group>();
+  private readonly orders = new Map<number, BTree<GroupPlace, Group>>();
+  /** The priorities that have an order, highest first. */
+  private ranks: number[] = [];
+  /** Groups holding a claimable item. */
+  waiting = 0;
+  /** Those of them at groupMaxActive. */
+  blocked = 0;
+
+  constructor(
+    private readonly cap: number,
+    private readonly fair: boolean,
+    private readonly stamps: ReadonlyMap<string, number>,
+  ) {}
+
+  add(item: Item): void {
+    const key = groupKey(item.group);
+    let g = this.groups.get(key);
+    if (!g) this.groups.set(key, (g = { key, items: new ClaimOrder(), count: 0, leased: 0, filed: new Map() }));
+    this.account(g, -1);
+    g.items.add(item);
+    g.count++;
+    this.account(g, 1);
+    this.refile(g, item.priority);
+  }
+
+  remove(item: Item): void {
+    const g = this.groups.get(groupKey(item.group));
+    if (!g || !g.items.remove(item)) return;
+    this.account(g, -1);
+    g.count--;
+    this.account(g, 1);
+    this.refile(g, item.priority);
+    this.forget(g);
+  }
+
+  /** A lease of the group began (1) or ended (−1). */
+  leased(key: string, d: 1 | -1): void {
+    let g = this.groups.get(key);
+    if (!g) this.groups.set(key, (g = { key, items: new ClaimOrder(), count: 0, leased: 0, filed: new Map() }));
+    const was = g.leased >= this.cap;
+    this.account(g, -1);
+    g.leased += d;
+    this.account(g, 1);
+    if (was !== g.leased >= this.cap) this.refileAll(g);
+    this.forget(g);
+  }
+
+  /** The group's turn changed. */
+  served(key: string): void {
+    const g = this.groups.get(key);
+    if (g) this.refileAll(g);
+  }
+
+  saturated(key: string): boolean {
+    const g = this.groups.get(key);
+    return g !== undefined && g.leased >= this.cap;
+  }
+
+  /** The item a claim without criteria takes: the first group's first item at the highest priority. */
+  first(): Item | undefined {
+    for (const priority of this.ranks) {
+      const order = this.orders.get(priority)!;
+      if (order.size > 0) return order.get(order.minKey()!)!.items.firstAt(priority);
+    }
+    return undefined;
+  }
+
+  /**
+   * The item a claim with criteria takes under fairness: at the highest priority that holds a
+   * matching item of a group below groupMaxActive, the first such group in turn order, its first
+   * matching item. Groups are looked through in turn order, each group's items at that priority
+   * in claim order.
+   *
+   * Bound: at most `budget` bodies are parsed per step (the embedded store passes CLAIM_STEP and
+   * lets other requests run between steps); the place returned names the priority, the groups
+   * already looked through there and where in the current group the walk stopped. Safe because a
+   * body never changes: a group looked through holds no matching item at that priority unless one
+   * became claimable since (which a later claim finds), so over all its steps a claim parses each
+   * claimable item at most once, and a step costs at most `budget` parses plus O(log groups) per
+   * group passed, however many items or idle groups the queue holds. If other claims change the
+   * turns between steps, the walk goes on in the order as it is then, skipping the groups it has
+   * looked through.
+   */
+  fairMatch(criteria: Criteria, budget: number, after: Place | null): Item | Place | null {
+    const resume = after?.walk?.kind === 'fair' ? after : null;
+    let parsed = 0;
+    for (const priority of this.ranks) {
+      if (resume !== null && priority > resume.priority) continue;
+      const here = resume !== null && priority === resume.priority;
+      const done = here ? resume.walk!.done! : new Set<string>();
+      for (const [, g] of this.orders.get(priority)!.entries()) {
+        if (done.has(g.key)) continue;
+        let last = here && resume.walk!.group === g.key ? resume.ord : 0;
+        for (const item of g.items.walkAt(priority, last)) {
+          if (parsed === budget) return { priority, ord: last, walk: { kind: 'fair', done, group: g.key } };
+          parsed++;
+          if (matches(JSON.parse(item.body) as Record<string, unknown>, criteria)) return item;
+          last = item.ord;
+        }
+        done.add(g.key);
+      }
+    }
+    return null;
+  }
+
+  /** Counts the group out (−1) or in (1) of {@link waiting} and {@link blocked}. */
+  private account(g: Group, d: 1 | -1): void {
+    if (g.count === 0) return;
+    this.waiting += d;
+    if (g.leased >= this.cap) this.blocked += d;
+  }
+
+  private forget(g: Group): void {
+    if (g.count === 0 && g.leased === 0) this.groups.delete(g.key);
+  }
+
+  private refileAll(g: Group): void {
+    const priorities = new Set(g.filed.keys());
+    for (const priority of g.items.priorities()) priorities.add(priority);
+    for (const priority of priorities) this.refile(g, priority);
+  }
+
+  /** Files the group where it now belongs in the order of `priority` (or in none). */
+  private refile(g: Group, priority: number): void {
+    const old = g.filed.get(priority);
+    if (old !== undefined) {
+      this.orders.get(priority)!.delete(old);
+      g.filed.delete(priority);
+    }
+    if (g.leased >= this.cap) return;
+    const head = g.items.firstAt(priority);
+    if (head === undefined) return;
+    const place: GroupPlace = { turn: this.fair ? (this.stamps.get(g.key) ?? -Infinity) : 0, ord: head.ord };
+    let order = this.orders.get(priority);
+    if (!order) {
+      this.orders.set(priority, (order = new BTree<GroupPlace, Group>(undefined, byTurn)));
+      this.ranks = [...this.orders.keys()].sort((a, b) => b - a);
+    }
+    order.set(place, g);
+    g.filed.set(priority, place);
+  }
 }

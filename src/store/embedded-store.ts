@@ -3,8 +3,8 @@ import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
 import type { RetryWish } from '../engine/rules.js';
-import { Queue, type Change, type Item, type Outcome, type Place, type SavedState } from '../engine/queue.js';
-import { deleteRecord, eventsRecord, itemRecord, Journal, markRecord, pausedRecord, scheduleRecord, updateRecord, type HistoryMark } from './journal.js';
+import { Queue, type Change, type Item, type LeaseMark, type Outcome, type Place, type SavedState } from '../engine/queue.js';
+import { deleteRecord, eventsRecord, flowRecord, itemRecord, Journal, leaseRecord, markRecord, pausedRecord, scheduleRecord, updateRecord, type HistoryMark } from './journal.js';
 import { planSchedule, postedBy, scheduledOptions, scheduleView, type ScheduleSpec, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
 import type { WriteFn } from './append-file.js';
 import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
@@ -125,7 +125,7 @@ export class EmbeddedStore implements Store, EventOutbox {
   }
 
   async open(): Promise<void> {
-    const { items: loaded, paused, schedules, events } = await this.journal.open();
+    const { items: loaded, paused, schedules, flows, events } = await this.journal.open();
     // The outbox starts with every durable event the history did not say it holds.
     this.eventSeq = events.lastSeq;
     this.delivered = events.mark?.seq ?? 0;
@@ -140,6 +140,12 @@ export class EmbeddedStore implements Store, EventOutbox {
     }
     for (const key of paused) this.slotFor(key, this.options.configFor(key) ?? DEFAULT_CONFIG).queue.paused = true;
     for (const [key, states] of schedules) if (states.size > 0) this.slotFor(key, this.options.configFor(key) ?? DEFAULT_CONFIG).schedules = states;
+    // The rate windows and turns (decisions §8.5) as they were: a restart neither resets a window nor the order of turns.
+    for (const [key, flow] of flows) {
+      const slot = this.slotFor(key, this.options.configFor(key) ?? DEFAULT_CONFIG);
+      slot.queue.restoreFlow(flow);
+      if (slot.queue.ringFrom !== flow.from) this.journal.appendLater(leaseRecord(slot.keyJson, slot.queue.leaseCount, slot.queue.ringFrom, []));
+    }
     // Leases that ended while the server was down are re-queued (or failed) by the usual rule; a
     // queue without a definition waits for it, and its rules (see configFor).
     for (const slot of this.slots.values()) if (this.options.configFor(slot.key)) this.runTick(slot);
@@ -243,11 +249,11 @@ export class EmbeddedStore implements Store, EventOutbox {
     const slot = this.prepare(ref);
     // With criteria, a claim may have a long backlog to walk: it parses CLAIM_STEP bodies at a
     // time and lets other requests run between steps (with a million waiting, about 15 ms each).
-    let step = slot.queue.claimStep(input.worker, input.criteria, this.now(), CLAIM_STEP, null);
+    let step = slot.queue.claimStep(input.worker, input.criteria, this.now(), CLAIM_STEP, null, input.held);
     while (step !== null && !('item' in step)) {
       await new Promise((resolve) => setImmediate(resolve));
       if (this.closed || input.signal?.aborted) return null;
-      step = slot.queue.claimStep(input.worker, input.criteria, this.now(), CLAIM_STEP, step);
+      step = slot.queue.claimStep(input.worker, input.criteria, this.now(), CLAIM_STEP, step, input.held);
     }
     const change = step;
     if (change) {
@@ -263,7 +269,7 @@ export class EmbeddedStore implements Store, EventOutbox {
     const changes: Change[] = [];
     let after: Place | null = null;
     while (changes.length < max) {
-      const step = slot.queue.claimStep(input.worker, input.criteria, this.now(), CLAIM_STEP, after);
+      const step = slot.queue.claimStep(input.worker, input.criteria, this.now(), CLAIM_STEP, after, input.held);
       if (step === null) break;
       if (!('item' in step)) {
         after = step;
@@ -327,15 +333,18 @@ export class EmbeddedStore implements Store, EventOutbox {
 
   async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
     if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
-    const queue = this.slots.get(ref.key)?.queue;
-    if (!queue) return { paused: false, counts: fullCounts({}), oldestPendingAt: null, oldest: [], leases: [], groupsWaiting: null };
+    const slot = this.slots.get(ref.key);
+    if (!slot) return { paused: false, counts: fullCounts({}), oldestPendingAt: null, oldest: [], leases: [], groupsWaiting: ref.config.fairness === 'groups' || ref.config.groupMaxActive !== null ? 0 : null };
+    // Under the rules the request carries: whether groups are counted is the definition's to say.
+    this.takeRules(slot, ref.config);
+    const queue = slot.queue;
     return {
       paused: queue.paused,
       counts: queue.counts(),
       oldestPendingAt: queue.oldestPendingAt(),
       oldest: limits.oldest > 0 ? queue.oldestPending(limits.oldest).map((i) => ({ id: i.id, postedAt: i.postedAt, attempts: i.attempts })) : [],
       leases: limits.leases > 0 ? queue.leased(limits.leases).map((i) => ({ id: i.id, worker: i.leaseWorker ?? '', until: i.leaseUntil ?? 0, attempts: i.attempts })) : [],
-      groupsWaiting: null,
+      groupsWaiting: queue.groupsWaiting(),
     };
   }
 
@@ -551,8 +560,15 @@ export class EmbeddedStore implements Store, EventOutbox {
   /** The queue takes new rules; a deadline they brought sooner falls on time, also if no request comes. */
   private takeRules(slot: QueueSlot, config: QueueConfig): void {
     if (config === slot.queue.config) return;
-    slot.queue.reconfigure(config);
+    this.reconfigure(slot, config);
     this.schedule(slot);
+  }
+
+  /** The queue takes new rules; a rate window they start or end is journalled (decisions §8.5: a restart counts what the running store counts). */
+  private reconfigure(slot: QueueSlot, config: QueueConfig): void {
+    const from = slot.queue.ringFrom;
+    slot.queue.reconfigure(config);
+    if (slot.queue.ringFrom !== from) this.journal.appendLater(leaseRecord(slot.keyJson, slot.queue.leaseCount, slot.queue.ringFrom, []));
   }
 
   /** The queue's slot with its rules brought up to date, and anything due applied first. */
@@ -601,6 +617,13 @@ export class EmbeddedStore implements Store, EventOutbox {
     const { pieces, lines, count, ts } = this.describe(slot, changes, created);
     // The queue's own state changed with the items (a schedule's last occurrence): in the same group.
     if (queueState) pieces.unshift(queueState.records);
+    const config = slot.queue.config;
+    if (!created && (config.rateLimit !== null || config.fairness === 'groups')) {
+      // Leases the rate window or the turns counted: in the group of the claim (decisions §8.5).
+      const leases: LeaseMark[] = [];
+      for (const c of changes) if (c.lease) leases.push(c.lease);
+      if (leases.length > 0) pieces.unshift(leaseRecord(slot.keyJson, slot.queue.leaseCount, slot.queue.ringFrom, leases));
+    }
     if (this.purgedSinceOpen && slot.queue.config.archivePayloads) {
       for (const c of changes) if (c.purged) this.purgedSinceOpen.set(`${slot.key}/${c.item.id}`, c.item);
     }
@@ -793,9 +816,16 @@ export class EmbeddedStore implements Store, EventOutbox {
     // again in the same turn changes nothing (a listener is woken once per turn). A paused queue's
     // held claims would find nothing: its resume announces it.
     let claimable = slot.queue.paused;
-    for (const { item, purged } of changes) {
+    // decisions §8.5: a lease that ends in a queue with maxActive or groupMaxActive frees a place that held claims wait for.
+    const config = slot.queue.config;
+    const freeing = config.maxActive !== null || config.groupMaxActive !== null;
+    for (const { item, purged, before } of changes) {
       if (purged || isTerminal(item.status)) notifier.notify(itemTopic(slot.key, item.id));
       else if (!claimable && item.status === 'pending' && item.availableAt === 0) {
+        claimable = true;
+        notifier.notify(slot.claimTopic);
+      }
+      if (freeing && !claimable && before !== undefined && (before.status === 'claimed' || before.status === 'processing') && (purged || (item.status !== 'claimed' && item.status !== 'processing'))) {
         claimable = true;
         notifier.notify(slot.claimTopic);
       }
@@ -822,6 +852,8 @@ export class EmbeddedStore implements Store, EventOutbox {
     let records = '';
     for (const slot of this.slots.values()) {
       if (slot.queue.paused) records += pausedRecord(slot.keyJson, true);
+      const queue = slot.queue;
+      if (queue.leaseCount > 0 || queue.stamps.size > 0 || queue.ringFrom !== null) records += flowRecord(slot.keyJson, queue.leaseCount, queue.ringFrom, queue.rateTimes(), queue.stamps);
       for (const [name, state] of slot.schedules) records += scheduleRecord(slot.keyJson, name, state);
     }
     return records;
@@ -856,7 +888,7 @@ export class EmbeddedStore implements Store, EventOutbox {
       const config = this.options.configFor(slot.key);
       // A deleted queue is kept as it is; putting it back files its timer again (rulesChanged).
       if (!config) return;
-      if (config !== slot.queue.config) slot.queue.reconfigure(config);
+      if (config !== slot.queue.config) this.reconfigure(slot, config);
       this.runTick(slot);
     }, Math.min(Math.max(0, next - this.now()), MAX_TIMER_MS));
     slot.timer.unref();

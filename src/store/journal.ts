@@ -4,7 +4,7 @@ import path from 'node:path';
 import { Low } from 'lowdb';
 import { JSONFile } from 'lowdb/node';
 import type { TaskEvent } from '../engine/item.js';
-import { Item } from '../engine/queue.js';
+import { Item, type FlowState, type LeaseMark } from '../engine/queue.js';
 import { fsyncDir, makeDir, removeDurably } from '../durable-files.js';
 import { AppendFile, type AppendFileOptions, type WriteFn } from './append-file.js';
 import { jsonString } from '../json-text.js';
@@ -41,6 +41,15 @@ import type { ScheduleState } from '../engine/schedules.js';
 //                                   a schedule's state (decisions §8.3), written in the same group as the items
 //                                   its occurrences posted; a snapshot holds one for each schedule, before the items
 //   ["s", queue, name]              the schedule is no longer defined: its state is forgotten
+//   ["l", queue, count, from, [n, at, group, ...]]
+//                                   leases counted by a rate limit or fairness (decisions §8.5), written in the
+//                                   group of the claim: each with its number, its time and the group whose turn it
+//                                   was (null: no turns kept); `count` is the queue's lease count then, `from` the
+//                                   first lease the rate window counts (null: no rate limit). With no leases: the
+//                                   window started or ended
+//   ["f", queue, count, from, [at, ...], [group, turn, ...]]
+//                                   the same state whole, in a snapshot: the window's leases (the last ones,
+//                                   numbered up to `count`) and every group's last turn
 //   ["e", seq, [event, ...]]        task events, written with the change they describe; seq numbers the last
 //   ["m", seq]                      the task history holds every event up to seq
 //   ["m", seq, file, size]          the same, as builds before the history kept its own position wrote it: `file` then had `size` bytes
@@ -118,6 +127,20 @@ export function scheduleRecord(queueJson: string, name: string, state: ScheduleS
   return `["s",${queueJson},${jsonString(name)},"${state.hash}",${state.passedAt},${state.lastAt},${state.lastId === null ? 'null' : `"${state.lastId}"`}]\n`;
 }
 
+/** Leases of a claim's commit (see the records above). A claim of up to max cut into steps may hold leases that are not consecutive. */
+export function leaseRecord(queueJson: string, count: number, from: number | null, leases: readonly LeaseMark[]): string {
+  let list = '';
+  for (const l of leases) list += `${list === '' ? '' : ','}${l.n},${l.at},${text(l.group)}`;
+  return `["l",${queueJson},${count},${from},[${list}]]\n`;
+}
+
+/** A queue's rate window and turns whole, for a snapshot. */
+export function flowRecord(queueJson: string, count: number, from: number | null, times: readonly number[], stamps: ReadonlyMap<string, number>): string {
+  let list = '';
+  for (const [group, turn] of stamps) list += `${list === '' ? '' : ','}${jsonString(group)},${turn}`;
+  return `["f",${queueJson},${count},${from},[${times.join(',')}],[${list}]]\n`;
+}
+
 /** Every live item found on disk, by queue. */
 export type LoadedItems = Map<string, Map<string, Item>>;
 
@@ -128,6 +151,8 @@ export interface LoadedState {
   paused: Set<string>;
   /** The schedules' states as of the last record, by queue key, then by name. */
   schedules: Map<string, Map<string, ScheduleState>>;
+  /** Rate windows and turns (decisions §8.5), by queue key. */
+  flows: Map<string, FlowState>;
 }
 
 /**
@@ -241,7 +266,7 @@ export class Journal {
   }
 
   /** Loads snapshot and journals and opens the journal for appending. */
-  async open(): Promise<{ items: LoadedItems; paused: Set<string>; schedules: LoadedState['schedules']; events: LoadedEvents }> {
+  async open(): Promise<{ items: LoadedItems; paused: Set<string>; schedules: LoadedState['schedules']; flows: LoadedState['flows']; events: LoadedEvents }> {
     const { dir, warn } = this.options;
     await makeDir(dir);
     this.meta = new Low<Meta>(new JSONFile<Meta>(path.join(dir, 'meta.json')), { format: 1, generation: 0, snapshotAt: null, snapshotItems: 0, mark: null });
@@ -258,7 +283,7 @@ export class Journal {
     this.generation = this.meta.data.generation;
 
     const items: LoadedItems = new Map();
-    const state: LoadedState = { items, paused: new Set(), schedules: new Map() };
+    const state: LoadedState = { items, paused: new Set(), schedules: new Map(), flows: new Map() };
     const mark = this.meta.data.mark ?? null;
     const events: LoadedEvents = { mark, pending: [], lastSeq: mark?.seq ?? 0 };
     const snapshot = path.join(dir, `snapshot-${this.generation}.jsonl`);
@@ -290,7 +315,7 @@ export class Journal {
     // Its open syncs the folder: the stale files removed above stay removed after a power cut.
     this.file = await this.openFile(path.join(dir, `journal-${last}.jsonl`), marked);
     this.current = last;
-    return { items, paused: state.paused, schedules: state.schedules, events };
+    return { items, paused: state.paused, schedules: state.schedules, flows: state.flows, events };
   }
 
   /**
@@ -594,6 +619,9 @@ function applyRecord(record: unknown[], body: string | undefined, state: LoadedS
     } else return false;
     return true;
   }
+  if ((record[0] === 'l' || record[0] === 'f') && record.length >= 5 && typeof record[1] === 'string' && typeof record[2] === 'number' && (record[3] === null || typeof record[3] === 'number') && Array.isArray(record[4])) {
+    return applyFlow(record, state);
+  }
   if (typeof record[1] !== 'string' || typeof record[2] !== 'string') return false;
   const [type, queue, id] = record as [string, string, string];
   const items = state.items;
@@ -628,4 +656,37 @@ function applyRecord(record: unknown[], body: string | undefined, state: LoadedS
     return true;
   }
   return false;
+}
+
+/** Applies an "l" or "f" record (see the records above) to the queue's rate window and turns. */
+function applyFlow(record: unknown[], state: LoadedState): boolean {
+  const queue = record[1] as string;
+  const count = record[2] as number;
+  const from = record[3] as number | null;
+  const list = record[4] as unknown[];
+  if (record[0] === 'f') {
+    if (record.length !== 6 || !Array.isArray(record[5])) return false;
+    const pairs = record[5] as unknown[];
+    const stamps = new Map<string, number>();
+    for (let i = 0; i + 1 < pairs.length; i += 2) stamps.set(String(pairs[i]), Number(pairs[i + 1]));
+    state.flows.set(queue, { count, from, times: list.map((t, i) => [count - list.length + 1 + i, Number(t)]), stamps, base: count });
+    return true;
+  }
+  if (record.length !== 5 || list.length % 3 !== 0) return false;
+  let flow = state.flows.get(queue);
+  if (!flow) state.flows.set(queue, (flow = { count: 0, from: null, times: [], stamps: new Map(), base: 0 }));
+  for (let i = 0; i < list.length; i += 3) {
+    const n = Number(list[i]);
+    // Journalled after a snapshot that already counts it: once is enough.
+    if (n <= (flow.base ?? 0)) continue;
+    flow.times.push([n, Number(list[i + 1])]);
+    const group = list[i + 2];
+    if (typeof group === 'string' && n > (flow.stamps.get(group) ?? -Infinity)) flow.stamps.set(group, n);
+  }
+  if (count > flow.count) flow.count = count;
+  if (from !== flow.from) {
+    flow.from = from;
+    flow.times = from === null ? [] : flow.times.filter(([n]) => n >= from);
+  }
+  return true;
 }

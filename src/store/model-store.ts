@@ -1,6 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { matches } from '../engine/criteria.js';
+import type { QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus } from '../engine/item.js';
+import { groupKey } from '../engine/limits.js';
 import * as rules from '../engine/rules.js';
 import type { ItemRecord, RetryWish, Submission } from '../engine/rules.js';
 import { planSchedule, postedBy, scheduledOptions, scheduleView, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
@@ -21,10 +23,22 @@ export interface ModelDisk {
   paused: Set<string>;
   /** The schedules' states, by queue key, then by name (decisions §8.3). */
   schedules: Map<string, Map<string, ScheduleState>>;
+  /** Leases and turns (decisions §8.5), by queue key. */
+  flows: Map<string, ModelFlow>;
+}
+
+/** What the limits of decisions §8.5 remember of a queue's past leases. */
+export interface ModelFlow {
+  /** Leases so far: each is one turn. */
+  turn: number;
+  /** Each group's last turn under fairness "groups"; a group not here was never served. */
+  stamps: Map<string, number>;
+  /** The times of the last `rateLimit.max` leases made while the queue had a rate limit (forgotten when a request comes without one). */
+  leases: number[];
 }
 
 export function newModelDisk(): ModelDisk {
-  return { queues: new Map(), lastOrd: new Map(), paused: new Set(), schedules: new Map() };
+  return { queues: new Map(), lastOrd: new Map(), paused: new Set(), schedules: new Map(), flows: new Map() };
 }
 
 export interface ModelStoreOptions {
@@ -125,7 +139,7 @@ export class ModelStore implements Store {
       oldestPendingAt: pending.length > 0 ? Math.min(...pending.map((r) => r.postedAt)) : null,
       oldest: pending.slice(0, limits.oldest).map((r) => ({ id: r.id, postedAt: r.postedAt, attempts: r.attempts })),
       leases: leased.slice(0, limits.leases).map((r) => ({ id: r.id, worker: r.leaseWorker ?? '', until: r.leaseUntil ?? 0, attempts: r.attempts })),
-      groupsWaiting: null,
+      groupsWaiting: ref.config.fairness === 'groups' || ref.config.groupMaxActive !== null ? new Set(items.filter((r) => rules.claimable(r, this.now())).map((r) => groupKey(r.group))).size : null,
     };
   }
 
@@ -181,7 +195,11 @@ export class ModelStore implements Store {
   }
 
   /** Keeps a record, and announces what a long poll may wait for: an item to claim, an item that became terminal. */
-  private put(key: string, items: Map<string, ItemRecord>, record: ItemRecord): void {
+  private put(key: string, items: Map<string, ItemRecord>, record: ItemRecord, config?: QueueConfig): void {
+    const before = items.get(record.id);
+    // decisions §8.5: a lease that ends frees a place held claims wait for.
+    const leased = (r: ItemRecord): boolean => r.status === 'claimed' || r.status === 'processing';
+    if (config && (config.maxActive !== null || config.groupMaxActive !== null) && before && leased(before) && !leased(record)) this.notifier?.notify(claimTopic(key));
     items.set(record.id, record);
     if (isTerminal(record.status)) this.notifier?.notify(itemTopic(key, record.id));
     else if (record.status === 'pending' && record.availableAt === 0) this.notifier?.notify(claimTopic(key));
@@ -213,16 +231,59 @@ export class ModelStore implements Store {
     return out;
   }
 
+  /**
+   * The oldest claimable item passing the criteria, under the limits of decisions §8.5 checked in
+   * their order (maxActive, the rate window, groupMaxActive) and, with fairness "groups", the
+   * group served least recently at the highest priority.
+   */
   private claimNow(ref: QueueRef, input: ClaimInput): Claimed | null {
     const items = this.prepare(ref);
-    if (this.disk.paused.has(ref.key)) return null;
+    if (this.disk.paused.has(ref.key)) {
+      if (input.held) input.held.reason = 'paused';
+      return null;
+    }
     const now = this.now();
-    const candidates = [...items.values()].filter((r) => rules.claimable(r, now)).sort(rules.claimOrder);
-    const found = candidates.find((r) => input.criteria === undefined || matches(JSON.parse(r.body) as Record<string, unknown>, input.criteria));
-    if (!found) return null;
-    const { record } = rules.claim(found, ref.config, input.worker, now);
+    const config = ref.config;
+    const claimable = [...items.values()].filter((r) => rules.claimable(r, now)).sort(rules.claimOrder);
+    const matching = claimable.filter((r) => input.criteria === undefined || matches(JSON.parse(r.body) as Record<string, unknown>, input.criteria));
+    if (matching.length === 0) return null;
+    const leased = (group?: string): number => [...items.values()].filter((r) => (r.status === 'claimed' || r.status === 'processing') && (group === undefined || groupKey(r.group) === group)).length;
+    const flow = this.flowOf(ref.key);
+    const hold = (reason: 'maxActive' | 'rateLimit' | 'groupMaxActive', retryAt?: number): null => {
+      if (input.held) {
+        input.held.reason = reason;
+        if (retryAt !== undefined) input.held.retryAt = retryAt;
+      }
+      return null;
+    };
+    if (config.maxActive !== null && leased() >= config.maxActive) return hold('maxActive');
+    const rate = config.rateLimit;
+    // Lease k may happen at now only if lease k − max happened at or before now − windowMs.
+    if (rate !== null && flow.leases.length >= rate.max && flow.leases[flow.leases.length - rate.max]! > now - rate.windowMs) return hold('rateLimit', flow.leases[flow.leases.length - rate.max]! + rate.windowMs);
+    const open = matching.filter((r) => config.groupMaxActive === null || leased(groupKey(r.group)) < config.groupMaxActive);
+    if (open.length === 0) return hold('groupMaxActive');
+    let found = open[0]!;
+    if (config.fairness === 'groups') {
+      const p = found.priority;
+      const atP = open.filter((r) => r.priority === p);
+      const turnOf = (g: string): number => flow.stamps.get(g) ?? -Infinity;
+      const headOf = (g: string): number => claimable.find((r) => r.priority === p && groupKey(r.group) === g)!.ord;
+      const groups = [...new Set(atP.map((r) => groupKey(r.group)))];
+      groups.sort((a, b) => (turnOf(a) === turnOf(b) ? headOf(a) - headOf(b) : turnOf(a) < turnOf(b) ? -1 : 1));
+      found = atP.find((r) => groupKey(r.group) === groups[0])!;
+    }
+    const { record } = rules.claim(found, config, input.worker, now);
     this.put(ref.key, items, record);
+    flow.turn++;
+    if (config.fairness === 'groups') flow.stamps.set(groupKey(found.group), flow.turn);
+    if (rate !== null) flow.leases = [...flow.leases, now].slice(-rate.max);
     return claimedOf(record);
+  }
+
+  private flowOf(key: string): ModelFlow {
+    let flow = this.disk.flows.get(key);
+    if (!flow) this.disk.flows.set(key, (flow = { turn: 0, stamps: new Map(), leases: [] }));
+    return flow;
   }
 
   private submit(ref: QueueRef, id: string, apply: (r: ItemRecord, now: number) => Submission): SubmitOutcome | null {
@@ -243,6 +304,9 @@ export class ModelStore implements Store {
       this.disk.queues.set(ref.key, items);
     }
     const now = this.now();
+    // The rate window counts the leases made under a rate limit, the last `max` of them (as RateRing keeps them).
+    const flow = this.disk.flows.get(ref.key);
+    if (flow) flow.leases = ref.config.rateLimit === null ? [] : flow.leases.slice(-ref.config.rateLimit.max);
     for (const r of [...items.values()]) {
       const t = rules.due(r, ref.config, now);
       if (!t) continue;
@@ -261,10 +325,15 @@ export class ModelStore implements Store {
    */
   private settle(ref: QueueRef, items: Map<string, ItemRecord>, record: ItemRecord): void {
     const t = rules.due(record, ref.config, this.now());
-    if (!t) return this.put(ref.key, items, record);
-    if (!t.purged) return this.settle(ref, items, t.record);
+    if (!t) return this.put(ref.key, items, record, ref.config);
+    if (!t.purged) {
+      // Its lease ended with this change (a put that is never made is not announced otherwise).
+      const before = items.get(record.id);
+      if (before && (before.status === 'claimed' || before.status === 'processing')) this.put(ref.key, items, record, ref.config);
+      return this.settle(ref, items, t.record);
+    }
     // The change itself is announced too: a long poll on the item learns it ended.
-    this.put(ref.key, items, record);
+    this.put(ref.key, items, record, ref.config);
     items.delete(record.id);
     this.notifier?.notify(itemTopic(ref.key, record.id));
   }

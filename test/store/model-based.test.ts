@@ -3,6 +3,7 @@ import fc from 'fast-check';
 import { resolveQueue, type QueueConfig } from '../../src/engine/config.js';
 import type { Criteria } from '../../src/engine/criteria.js';
 import type { QueueDefinition } from '../../src/definitions/schemas.js';
+import type { ClaimHold } from '../../src/engine/limits.js';
 import type { PostOptions, RetryWish } from '../../src/engine/rules.js';
 import type { QueueRef, StatusRecord } from '../../src/store/store.js';
 import { embedded, FakeClock, model, postgresUnderTest, START, type StoreFactory, type StoreUnderTest } from './support/stores.js';
@@ -45,6 +46,13 @@ const DEFINITIONS: QueueDefinition[] = [
   // Schedules (decisions §8.3), ticked by the `tick` command: every policy of missed and overlap.
   { leaseSeconds: 10, maxAttempts: 2, retainSeconds: 20, schedules: { beat: { every: 1, item: { kind: 'a' }, missed: 'all' }, slow: { every: 7, item: { kind: 'b', n: 2 }, priority: 1, overlap: 'skip' } } },
   { leaseSeconds: 5, maxAttempts: 2, schedules: { once: { every: 3, missed: 'once', item: { kind: 'c' } }, skip: { every: 2, missed: 'skip', overlap: 'skip', group: 'g1' } } },
+  // Flow control (decisions §8.5): limits that bind within a sequence, alone and together, and
+  // turns among the groups the posts carry; windows of a few seconds, which the clock moves past.
+  { leaseSeconds: 10, maxAttempts: 2, maxActive: 2 },
+  { leaseSeconds: 10, maxAttempts: 3, retryDelaySeconds: 2, groupMaxActive: 1 },
+  { leaseSeconds: 5, maxAttempts: 2, rateLimit: { max: 2, perSeconds: 3 } },
+  { leaseSeconds: 10, maxAttempts: 2, fairness: 'groups' },
+  { leaseSeconds: 10, maxAttempts: 3, fairness: 'groups', groupMaxActive: 1, maxActive: 3, rateLimit: { max: 3, perSeconds: 5 } },
 ];
 const CONFIGS: QueueConfig[] = DEFINITIONS.map((def) => resolveQueue(def));
 /** The definitions whose items are purged the moment they end (retainSeconds 0). */
@@ -84,6 +92,8 @@ const item = fc.nat({ max: 12 });
 const postOptions: fc.Arbitrary<PostOptions | null> = fc.option(
   fc.oneof(
     fc.record({ priority: fc.constantFrom(-2, 0, 1, 5), delaySeconds: fc.constantFrom(0, 1, 2, 5, 30), group: fc.constantFrom('g1', 'g2') }, { requiredKeys: [] }),
+    // A group alone, as most posts to a queue with fairness or groupMaxActive carry one (decisions §8.5).
+    fc.record({ group: fc.constantFrom('g1', 'g2', 'g3') }),
     fc.record({ at: fc.constantFrom(START - 1000, START + 3000, START + 20_000), priority: fc.constantFrom(-2, 1) }, { requiredKeys: ['at'] }),
   ),
   { freq: 2 },
@@ -327,10 +337,16 @@ async function run(side: Side, q: QueueRef, c: Command, step: number): Promise<u
     }
     case 'counts':
       return store.counts(q);
-    case 'post':
     case 'claim':
+    case 'claimMany': {
+      // What held the claim back (decisions §8.5), compared too.
+      const held: ClaimHold = {};
+      const criteria = CRITERIA[c.criteria];
+      const raw = c.op === 'claim' ? await store.claim(q, { worker: c.worker, criteria, held }) : await store.claimMany(q, { worker: c.worker, criteria, held }, c.max);
+      return { claimed: labeled(side, raw), held };
+    }
+    case 'post':
     case 'postMany':
-    case 'claimMany':
     case 'progress':
     case 'result':
     case 'error':
@@ -406,7 +422,7 @@ async function sequence(subject: { name: string; factory: StoreFactory }, initia
 describe('the embedded store against the reference model (model-based, fast-check)', function () {
   this.timeout(60_000 + RUNS * 500);
 
-  it(`answers every caller as the model does over ${RUNS} random sequences of posts and batch posts (with delays, times, priorities and groups), claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, errors with the worker's wish and releases, schedule ticks, clock advances, definition changes (backoff among them) and restarts (decisions §3, §3.8, §5.1, §6, §8.1, §8.2, §8.3, §8.4)`, async () => {
+  it(`answers every caller as the model does over ${RUNS} random sequences of posts and batch posts (with delays, times, priorities and groups), claims (one or up to max) with criteria, submissions, cancels, fetches, counts, operator overviews, pauses and resumes, errors with the worker's wish and releases, schedule ticks, clock advances, definition changes (backoff, limits and fairness among them) and restarts, with what held each claim back (decisions §3, §3.8, §5.1, §6, §8.1, §8.2, §8.3, §8.4, §8.5)`, async () => {
     await fc.assert(
       fc.asyncProperty(fc.nat({ max: CONFIGS.length - 1 }), fc.array(command, { maxLength: MAX_COMMANDS, size: 'max' }), (initial, commands) => sequence({ name: 'embedded', factory: embedded }, initial, commands)),
       { numRuns: RUNS },
