@@ -1,7 +1,7 @@
 import { Args, Flags } from '@oclif/core';
 import { BaseCommand, UserError, hostFlag } from '../src/cli/base-command.js';
 import { bulkStatuses } from '../src/cli/bulk.js';
-import { bulkCommand, bulkMaxFlag } from '../src/cli/bulk-command.js';
+import { bulkCommand } from '../src/cli/bulk-command.js';
 import { queueTarget } from '../src/cli/queue-arg.js';
 import type { SubmissionAnswer } from '../src/protocol.js';
 
@@ -24,7 +24,7 @@ QUEUE --all: needs the master token. Every item of the queue whose status is amo
     host: hostFlag,
     all: Flags.boolean({ description: 'cancel every item of the queue with a status among --status (master token)', default: false }),
     status: Flags.string({ description: 'with --all: statuses to cancel, comma-separated, among pending, claimed and processing (default pending)', dependsOn: ['all'] }),
-    max: { ...bulkMaxFlag, dependsOn: ['all'] },
+    max: Flags.integer({ description: 'with --all: cancel at most this many items (default: all there are)', min: 1, dependsOn: ['all'] }),
   };
 
   async run(): Promise<SubmissionAnswer | Record<string, unknown>> {

@@ -149,6 +149,9 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     if (looked.status === 'rejected' && !(doneTexts !== undefined && looked.reason instanceof StoreUnavailable)) throw looked.reason;
     let claimed = looked.status === 'fulfilled' ? looked.value : [];
     const lookFailed = looked.status === 'rejected';
+    // Counted once per request, as soon as a look is held back (a held wait shows at once).
+    const counted = holds.first !== undefined;
+    if (counted) ctx.operators.metrics.held(queue.key, holds.first!);
     // An item at hand is claimed without waiting; only a claim that has to wait gets the hang-up
     // signal, which costs listeners on the request, the socket and the server.
     if (claimed.length === 0 && wait && !lookFailed) {
@@ -159,7 +162,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
         throw err;
       });
     }
-    if (holds.first !== undefined) ctx.operators.metrics.held(queue.key, holds.first);
+    if (!counted && holds.first !== undefined) ctx.operators.metrics.held(queue.key, holds.first);
     const doneJson = doneTexts === undefined ? '' : `,"done":[${doneTexts.join(',')}]`;
     // An empty answer that the rate limit held back says when a claim can next succeed.
     const later = claimed.length === 0 ? retryAfter(holds) : undefined;

@@ -51,10 +51,10 @@ export function bulkRequest(kind: BulkKind, text: string): BulkRequest {
   for (const name of Object.keys(fields)) {
     if (name !== 'max' && (name !== 'status' || !statuses)) throw new BulkRefused(`unknown field "${name}": ${kind} takes ${statuses ? '"status" and "max"' : '"max"'}`);
   }
-  const max = fields.max ?? BULK_DEFAULT_MAX;
+  const max = fields.max === undefined ? BULK_DEFAULT_MAX : fields.max;
   if (typeof max !== 'number' || !Number.isInteger(max) || max < 1 || max > BULK_MAX) throw new BulkRefused(`max must be an integer from 1 to ${BULK_MAX}`);
   if (!statuses) return { max, statuses: [] };
-  const listed = fields.status ?? statuses.default;
+  const listed = fields.status === undefined ? statuses.default : fields.status;
   const rule = `status must be a non-empty array of ${statuses.allowed.map((s) => `"${s}"`).join(', ')}`;
   if (!Array.isArray(listed) || listed.length === 0) throw new BulkRefused(rule);
   for (const s of listed as unknown[]) if (typeof s !== 'string' || !statuses.allowed.includes(s as ItemStatus)) throw new BulkRefused(`${rule} (${JSON.stringify(s)} is not one)`);
