@@ -22,7 +22,7 @@ QUEUE --all: needs the master token. Every item of the queue whose status is amo
 
   static override flags = {
     host: hostFlag,
-    all: Flags.boolean({ description: 'cancel every item of the queue with a status among --status (master token)', default: false }),
+    all: Flags.boolean({ description: 'cancel every item of the queue with a status among --status (master token)' }),
     status: Flags.string({ description: 'with --all: statuses to cancel, comma-separated, among pending, claimed and processing (default pending)', dependsOn: ['all'] }),
     max: Flags.integer({ description: 'with --all: cancel at most this many items (default: all there are)', min: 1, dependsOn: ['all'] }),
   };

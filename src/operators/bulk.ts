@@ -49,15 +49,15 @@ export function bulkRequest(kind: BulkKind, text: string): BulkRequest {
   const fields = body as Record<string, unknown>;
   const statuses = kind === 'redrive' ? undefined : BULK_STATUSES[kind];
   for (const name of Object.keys(fields)) {
-    if (name !== 'max' && (name !== 'status' || !statuses)) throw new BulkRefused(`unknown field "${name}": ${kind} takes ${statuses ? '"status" and "max"' : '"max"'}`);
+    if (name !== 'max' && (name !== 'status' || !statuses)) throw new BulkRefused(`${name} is not a field of a ${kind}: it takes ${statuses ? 'status and max' : 'max'}`);
   }
   const max = fields.max === undefined ? BULK_DEFAULT_MAX : fields.max;
   if (typeof max !== 'number' || !Number.isInteger(max) || max < 1 || max > BULK_MAX) throw new BulkRefused(`max must be an integer from 1 to ${BULK_MAX}`);
   if (!statuses) return { max, statuses: [] };
   const listed = fields.status === undefined ? statuses.default : fields.status;
-  const rule = `status must be a non-empty array of ${statuses.allowed.map((s) => `"${s}"`).join(', ')}`;
+  const rule = `status must be a non-empty array of statuses among ${statuses.allowed.join(', ')}`;
   if (!Array.isArray(listed) || listed.length === 0) throw new BulkRefused(rule);
-  for (const s of listed as unknown[]) if (typeof s !== 'string' || !statuses.allowed.includes(s as ItemStatus)) throw new BulkRefused(`${rule} (${JSON.stringify(s)} is not one)`);
+  for (const s of listed as unknown[]) if (typeof s !== 'string' || !statuses.allowed.includes(s as ItemStatus)) throw new BulkRefused(`${rule} (${typeof s === 'string' ? s : JSON.stringify(s)} is not one)`);
   return { max, statuses: [...new Set(listed as ItemStatus[])] };
 }
 

@@ -264,6 +264,8 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
         svcq_items_cancelled_total: 'counter',
         svcq_queue_oldest_pending_age_seconds: 'gauge',
         svcq_queue_paused: 'gauge',
+        svcq_queue_active: 'gauge',
+        svcq_claims_held_total: 'counter',
         svcq_http_request_duration_seconds: 'histogram',
         svcq_store_commit_duration_seconds: 'histogram',
         svcq_store_commit_batch_size: 'histogram',
