@@ -344,14 +344,10 @@ function answerSubmission(res: ServerResponse, outcome: SubmitOutcome | null): v
   sendRawJson(res, 200, `{"ok":true,"accepted":${outcome.accepted},"status":"${outcome.status}"}`);
 }
 
-/** The status record as JSON text; stored bodies are spliced in as they are (a dead letter's source's error too). */
+/** The status record as JSON text; stored bodies are spliced in as they are. */
 export function statusJson(r: StatusRecord): string {
   const group = r.group === null ? 'null' : jsonString(r.group);
-  // decisions §8.6: each only where it applies; the source's error spliced in as stored, like the record's own.
-  const deadLetter = r.deadLetterId === undefined ? '' : `,"deadLetterId":${jsonString(r.deadLetterId)}`;
-  const src = r.source;
-  const source = src === undefined ? '' : `,"source":{"queue":${jsonString(src.queue)},"id":${jsonString(src.id)},"status":"${src.status}","attempts":${src.attempts},"error":${src.error}}`;
-  return `{"ok":true,"id":"${r.id}","status":"${r.status}","postedBy":${jsonString(r.postedBy)},"postedAt":${r.postedAt},"updatedAt":${r.updatedAt},"finishedAt":${r.finishedAt},"attempts":${r.attempts},"priority":${r.priority},"group":${group},"runAt":${r.runAt},"progress":${r.progress},"result":${r.result},"error":${r.error}${deadLetter}${source}}`;
+  return `{"ok":true,"id":"${r.id}","status":"${r.status}","postedBy":${jsonString(r.postedBy)},"postedAt":${r.postedAt},"updatedAt":${r.updatedAt},"finishedAt":${r.finishedAt},"attempts":${r.attempts},"priority":${r.priority},"group":${group},"runAt":${r.runAt},"progress":${r.progress},"result":${r.result},"error":${r.error}}`;
 }
 
 /** A hand-in's wish for its error (decisions §8.2), checked already by the claim schema; undefined when it says none. */
