@@ -29,7 +29,7 @@ On a terminal a status line is shown; on a pipe or with --json each event is one
     worker: Flags.string({ description: 'worker name sent with claims (default hostname:pid)' }),
     once: Flags.boolean({ description: 'handle one item, then exit (exit code 3 when the queue stays empty)', default: false }),
     timeout: Flags.integer({ description: 'stop CMD after this many seconds and report an error (at most 2147483, the longest a timer waits)', min: 1, max: 2_147_483 }),
-    wait: Flags.integer({ description: 'seconds each claim waits for an item (long-poll); 0 polls, pausing up to 2 s between claims while the queue is empty', default: 30, min: 0, max: 30 }),
+    wait: Flags.integer({ description: 'seconds each claim waits for an item (long-poll); 0 polls, pausing up to 2 s between claims while the queue is empty (as long as Retry-After says, at most 60 s, when a rate limit held the claim back)', default: 30, min: 0, max: 30 }),
     prefetch: Flags.integer({
       description: 'claim up to this many items in one claim; items claimed ahead wait for a free slot, and no more are claimed ahead than can start before half their lease has run',
       default: 1,

@@ -74,7 +74,17 @@ export type ClaimAnswer = (
   | { ok: true; empty: true; done?: DoneAnswer[] }
   | { ok: true; empty?: undefined; id: string; item: Record<string, unknown>; itemText?: string; attempts: number; lease: { worker: string; until: number }; done?: DoneAnswer[] }
 ) &
-  ServerClock;
+  ServerClock &
+  RetryAfter;
+
+/**
+ * Filled in by the client library from an empty claim answer's `Retry-After` header (decisions
+ * §8.5): the queue's rate limit held the claim back, and the next claim can succeed this many ms
+ * from now (the header's whole seconds). Absent when the answer has none.
+ */
+export interface RetryAfter {
+  retryAfterMs?: number;
+}
 
 /**
  * Filled in by the client library from the answer's `Date` header: how far the server's clock is
@@ -103,7 +113,7 @@ export interface ClaimedItem {
 export type DoneAnswer = { id: string; ok: true; accepted: boolean; status: string } | { id: string; ok: false; error: string };
 
 /** The answer to a claim with `max`: up to `max` items, oldest first (`done` when hand-ins were sent). */
-export interface ClaimManyAnswer extends ServerClock {
+export interface ClaimManyAnswer extends ServerClock, RetryAfter {
   ok: true;
   items: ClaimedItem[];
   done?: DoneAnswer[];

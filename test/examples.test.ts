@@ -8,7 +8,7 @@ import { REPO, cleanupTemp, tempDir } from './support/server.js';
  * The path a newcomer takes: README.md's start command, then the walkthrough of
  * examples/README.md (twice: a second try must work as well as the first), then the README's own
  * tour and HTTP calls, then the examples of docs/ (http.md's walk through an item's life,
- * browsers.md, operators.md, reference.md, behaviour.md, scheduling.md, retries.md), all against the one
+ * browsers.md, operators.md, reference.md, behaviour.md, scheduling.md, retries.md, flow-control.md), all against the one
  * server the README started, each document in a terminal of its own. The only changes to what a
  * reader pastes: a free port instead
  * of 8080 everywhere (the README's server gets it as SVCQ_PORT, and its commands as SVCQ_URL, the
@@ -174,6 +174,10 @@ describe('README.md, then examples/README.md, then the examples of docs/, in ord
     const { perBlock } = await runDoc(readFileSync(path.join(REPO, 'docs/retries.md'), 'utf8'), 'retries');
     const record = JSON.parse(perBlock[0]!.trim().split('\n')[2]!) as { updatedAt: number; runAt: number };
     expect(record.runAt - record.updatedAt).to.equal(10_000);
+  });
+
+  it('runs the curl blocks of docs/flow-control.md: a claim held by maxActive answered when a lease ends, Retry-After under a rate limit, fair turns among groups, a dead letter and its redrive, bulk cancel and retry, svcq retry (decisions §8.5, §8.6)', async () => {
+    await runDoc(readFileSync(path.join(REPO, 'docs/flow-control.md'), 'utf8'), 'flow');
   });
 
   it('stops: Ctrl-C in each worker terminal, then in the server terminal', async () => {

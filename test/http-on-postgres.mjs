@@ -27,13 +27,13 @@ if (whyNot) {
 }
 console.log('HTTP suites on PostgreSQL: every server these tests start keeps its items and definitions in a database of its own');
 // The suites whose answers depend on the store: the queue endpoints, batches and hand-ins, long
-// polls, the operators' views and pausing a queue. The wall, CORS, management, master-token and shutdown suites
+// polls, the operators' views, pausing a queue, and flow control (limits, dead letters, bulk actions). The wall, CORS, management, master-token and shutdown suites
 // exercise HTTP code that is the same whatever the store (and the multi-node tests choose their
 // own database and run in the main suite); `SUITES=all` runs every file.
 const suites =
   process.env.SUITES === 'all'
     ? ['test/http/*.test.ts', '--ignore', 'test/http/multi-node.test.ts']
-    : ['test/http/queue.test.ts', 'test/http/batch.test.ts', 'test/http/long-poll.test.ts', 'test/http/operators.test.ts', 'test/http/pause.test.ts', 'test/http/priority.test.ts', 'test/http/retries.test.ts'];
+    : ['test/http/queue.test.ts', 'test/http/batch.test.ts', 'test/http/long-poll.test.ts', 'test/http/operators.test.ts', 'test/http/pause.test.ts', 'test/http/priority.test.ts', 'test/http/retries.test.ts', 'test/http/flow-control.test.ts'];
 // Each file drops the databases of its servers when it ends; a file that a worker process runs
 // after another may not (the hook that drops them is registered once per process), and a crashed
 // run leaves its databases too. So every database this run made carries its tag, and is dropped here.

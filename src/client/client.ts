@@ -1,7 +1,7 @@
 import { isIP } from 'node:net';
 import http from 'node:http';
 import type { Manifest } from '../definitions/manifest.js';
-import type { PauseAnswer } from '../operators/answers.js';
+import type { BulkAnswer, PauseAnswer } from '../operators/answers.js';
 import { arrayElements, objectMembers } from '../json-text.js';
 import { answerMismatch, type AnswerShape } from './answer-shapes.js';
 import { PostCoalescer } from './coalesce.js';
@@ -362,6 +362,22 @@ export class SvcqClient {
     return this.json('POST', `/api/v${CLIENT_API}/queues/${part(host, 'the host')}/${part(name, 'the queue name')}/${action}`, { shape: 'pause', ...this.limits(opts) });
   }
 
+  /**
+   * decisions §8.6 bulk actions, one request: `redrive` sends the queue's pending dead letters back
+   * to the queues they came from (`{ moved, more }`); `retry` makes failed, timed-out or cancelled
+   * items pending again in place (`{ retried, more }`); `cancel` cancels pending or leased items
+   * (`{ cancelled, more }`). At most `max` items (1–100000; the server's default 1000), oldest
+   * first; `status` (retry, cancel) picks the statuses. `more`: items are left that it would change.
+   * A pair with no queue definition rejects with code `no-such-queue`, a bad `max` or `status` with
+   * code `http` (status 400) naming it.
+   */
+  bulk(host: string, name: string, action: 'redrive', body?: { max?: number }, opts?: CallOptions): Promise<{ moved: number; more: boolean }>;
+  bulk(host: string, name: string, action: 'retry', body?: { max?: number; status?: string[] }, opts?: CallOptions): Promise<{ retried: number; more: boolean }>;
+  bulk(host: string, name: string, action: 'cancel', body?: { max?: number; status?: string[] }, opts?: CallOptions): Promise<{ cancelled: number; more: boolean }>;
+  bulk(host: string, name: string, action: 'redrive' | 'retry' | 'cancel', body: { max?: number; status?: string[] } = {}, opts: CallOptions = {}): Promise<BulkAnswer> {
+    return this.json('POST', `/api/v${CLIENT_API}/queues/${part(host, 'the host')}/${part(name, 'the queue name')}/${action}`, { body: JSON.stringify(body), shape: action, ...this.limits(opts) });
+  }
+
   // --- queues (user token or public, Host header) ---
   /**
    * Posts one item. A server silent for {@link POST_TIMEOUT_MS} (unless the client or the call
@@ -402,6 +418,8 @@ export class SvcqClient {
     const res = await this.request('POST', `/${part(queue, 'the queue name')}/claim`, { body: claimBody(body, opts.handIns), queueHost: true, ...this.limits(opts, (body.wait ?? 0) * 1000) });
     const answer = this.checked(this.parse<ClaimAnswer | ClaimManyAnswer>(res, [200], true), 'POST', `/${queue}/claim`, res.status, 'claim');
     answer.clockOffsetMs = clockOffset(res.headers.date);
+    const later = retryAfterMs(res.headers['retry-after']);
+    if (later !== undefined) answer.retryAfterMs = later;
     // Each item also as the exact text the server sent (interface §2.1).
     const texts = claimedItemTexts(res.body.toString('utf8'));
     if ('items' in answer) answer.items.forEach((item, n) => (item.itemText = texts[n]));
@@ -531,6 +549,17 @@ export function claimedItemTexts(text: string): Array<string | undefined> {
     const item = text[el.start] === '{' ? objectMembers(text, el.start).get('item') : undefined;
     return item ? text.slice(item.start, item.end) : undefined;
   });
+}
+
+/**
+ * A `Retry-After` header in ms: delay-seconds as svcq sends it, or an HTTP date (a proxy's), from
+ * now; undefined when absent or unreadable.
+ */
+export function retryAfterMs(header: string | undefined, now = Date.now()): number | undefined {
+  if (header === undefined) return undefined;
+  if (/^\d+$/.test(header.trim())) return Number(header.trim()) * 1000;
+  const at = Date.parse(header);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - now);
 }
 
 /**

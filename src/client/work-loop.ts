@@ -87,6 +87,12 @@ export interface ClaimedItem {
   clockOffsetMs?: number;
 }
 
+/**
+ * What one claim came to: stop, nothing (`empty-early`: answered long before its wait was up), a
+ * `Retry-After` to honour (decisions §8.5), or the items.
+ */
+type ClaimOutcome = 'stop' | 'empty' | 'empty-early' | { retryAfterMs: number } | ClaimedItem[];
+
 /** A result or error waiting to go out with the next claim. */
 /** The server's answer to an outcome handed in; `asError` when a refused result went in as an error. */
 type Delivered = SubmissionAnswer & { asError?: true };
@@ -119,6 +125,12 @@ const MAX_HEARTBEAT_MS = 10_000;
 const SUBMIT_TIMEOUT_MS = 30_000;
 /** Longest pause after an empty answer that came back at once (see `slot`). */
 const EMPTY_BACKOFF_CAP_MS = 2000;
+/**
+ * Longest pause a claim answer's `Retry-After` (decisions §8.5: the queue's rate limit) is honoured
+ * for before claiming again: a window of hours is looked at again every minute, so a limit raised
+ * meanwhile is noticed.
+ */
+export const RETRY_AFTER_CAP_MS = 60_000;
 /** After the first signal, how long a claim already sent may still bring back an item (see `stop`). */
 const CLAIM_SETTLE_MS = 1000;
 /** A record larger than this (in bytes) is submitted on its own rather than handed in with a claim (a claim's body is bounded). */
@@ -296,6 +308,18 @@ export class WorkLoop {
         const claim = await this.claim();
         if (claim === 'stop') {
           break;
+        } else if (typeof claim === 'object' && !Array.isArray(claim)) {
+          // The queue's rate limit held the claim back and said when one can succeed: that long,
+          // not the usual pause (decisions §8.5). `once` gives up if that is past its wait.
+          const pause = Math.min(claim.retryAfterMs, RETRY_AFTER_CAP_MS);
+          if (this.options.once && Date.now() + pause > onceUntil) {
+            this.sink.event({ event: 'empty' });
+            this.exitCode = EXIT.empty;
+            break;
+          }
+          early = 0;
+          await sleep(pause, this.claims.signal);
+          continue;
         } else if (claim === 'empty' || claim === 'empty-early') {
           if (this.options.once && (claim === 'empty' || Date.now() >= onceUntil)) {
             this.sink.event({ event: 'empty' });
@@ -339,7 +363,7 @@ export class WorkLoop {
     return Math.max(1, Math.min(prefetch, startable - this.ready.length));
   }
 
-  private async claim(): Promise<'stop' | 'empty' | 'empty-early' | ClaimedItem[]> {
+  private async claim(): Promise<ClaimOutcome> {
     const max = this.claimSize();
     // What this claim asks for beyond its own slot's item counts against the prefetch of the claims beside it.
     this.aheadAsked += max - 1;
@@ -353,9 +377,9 @@ export class WorkLoop {
   /**
    * One claim, retried while the server cannot be reached, carrying the hand-ins waiting at the
    * time. `empty-early`: the server answered empty in less than half the time the claim asked it
-   * to wait.
+   * to wait; `retryAfterMs`: it answered empty with a Retry-After (its rate limit).
    */
-  private async claimUpTo(max: number): Promise<'stop' | 'empty' | 'empty-early' | ClaimedItem[]> {
+  private async claimUpTo(max: number): Promise<ClaimOutcome> {
     const { queue, worker, criteria, waitSeconds } = this.options;
     const prefetching = !this.options.once && (this.options.prefetch ?? 1) > 1;
     const carried = this.takeHandIns();
@@ -410,6 +434,7 @@ export class WorkLoop {
       for (const item of items) item.clockOffsetMs = res.clockOffsetMs ?? 0;
       if (items.length > 0) this.leaseMs = leaseLeft(items[0]!);
       // An item that arrives after the first signal is run all the same: it is ours now.
+      if (items.length === 0 && !this.stopping && (res.retryAfterMs ?? 0) > 0) return { retryAfterMs: res.retryAfterMs! };
       if (items.length === 0) return this.stopping ? 'stop' : wait < waitSeconds ? 'empty' : Date.now() - sentAt < waitSeconds * 500 || waitSeconds === 0 ? 'empty-early' : 'empty';
       // An item whose lease ran out while its result from a run here was still on its way (the
       // server was away longer than the lease) comes back to the first claim that gets through:

@@ -59,13 +59,14 @@ export function sendJson(res: ServerResponse, status: number, body: unknown): vo
   sendRawJson(res, status, JSON.stringify(body));
 }
 
-/** Answers with JSON text that is already serialised (the hot queue endpoints build theirs by hand). */
-export function sendRawJson(res: ServerResponse, status: number, json: string): void {
+/** Answers with JSON text that is already serialised (the hot queue endpoints build theirs by hand), with any `headers` besides. */
+export function sendRawJson(res: ServerResponse, status: number, json: string, headers?: Record<string, string>): void {
   closeUnlessBodyRead(res);
   res.writeHead(status, {
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(json),
     'access-control-allow-origin': '*',
+    ...headers,
   });
   res.end(json);
 }

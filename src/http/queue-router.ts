@@ -9,7 +9,7 @@ import type { QueueRuntime } from '../definitions/registry.js';
 import { allows, type AccessPolicy } from '../engine/config.js';
 import { postOptions, releaseDelayOf, retryWishOf, type PostOptions, type RetryWish } from '../engine/rules.js';
 import { EmbeddedStore } from '../store/embedded-store.js';
-import { QueueWithdrawn } from '../waiting/long-poll.js';
+import { QueueWithdrawn, type ClaimHolds } from '../waiting/long-poll.js';
 import { StoreUnavailable, type Claimed, type PostInput, type StatusRecord, type SubmitOutcome } from '../store/store.js';
 import { bearerToken, requestHost } from './auth.js';
 import type { ServerContext } from './context.js';
@@ -138,7 +138,9 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     if (handIns !== undefined && queue.config.archivePayloads) await handIns;
     // The hand-ins and the first look share one durable write, and both are awaited before any
     // wait: hand-ins that could not be made durable are a 503 now, never a rejection left unheard.
-    const [looked, handedIn] = await Promise.allSettled([ctx.waits.claimMany(queue, { worker, criteria, waitMs: 0, max }), handIns]);
+    // What held this request's looks back (decisions §8.5), over its first look and its wait.
+    const holds: ClaimHolds = {};
+    const [looked, handedIn] = await Promise.allSettled([ctx.waits.claimMany(queue, { worker, criteria, waitMs: 0, max, holds }), handIns]);
     if (handedIn.status === 'rejected') throw handedIn.reason;
     const doneTexts = handedIn.value;
     // Hand-ins made durable and a claim that was not (a store may commit them apart): the answer
@@ -147,20 +149,26 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
     if (looked.status === 'rejected' && !(doneTexts !== undefined && looked.reason instanceof StoreUnavailable)) throw looked.reason;
     let claimed = looked.status === 'fulfilled' ? looked.value : [];
     const lookFailed = looked.status === 'rejected';
+    // Counted once per request, as soon as a look is held back (a held wait shows at once).
+    const counted = holds.first !== undefined;
+    if (counted) ctx.operators.metrics.held(queue.key, holds.first!);
     // An item at hand is claimed without waiting; only a claim that has to wait gets the hang-up
     // signal, which costs listeners on the request, the socket and the server.
     if (claimed.length === 0 && wait && !lookFailed) {
       // A wait follows the queue's definition as it changes, and ends with the wall once the
       // caller may no longer claim: unless hand-ins were applied, which the answer then reports.
-      claimed = await ctx.waits.claimMany(queue, { worker, criteria, waitMs: wait * 1000, since: arrived, max, signal: closeSignal(req, res, ctx), current }).catch((err: unknown) => {
+      claimed = await ctx.waits.claimMany(queue, { worker, criteria, waitMs: wait * 1000, since: arrived, max, signal: closeSignal(req, res, ctx), current, holds }).catch((err: unknown) => {
         if (err instanceof QueueWithdrawn && doneTexts !== undefined) return [];
         throw err;
       });
     }
+    if (!counted && holds.first !== undefined) ctx.operators.metrics.held(queue.key, holds.first);
     const doneJson = doneTexts === undefined ? '' : `,"done":[${doneTexts.join(',')}]`;
-    if (max !== undefined) return sendRawJson(res, 200, `{"ok":true,"items":[${claimed.map(claimedJson).join(',')}]${doneJson}}`);
+    // An empty answer that the rate limit held back says when a claim can next succeed.
+    const later = claimed.length === 0 ? retryAfter(holds) : undefined;
+    if (max !== undefined) return sendRawJson(res, 200, `{"ok":true,"items":[${claimed.map(claimedJson).join(',')}]${doneJson}}`, later);
     const first = claimed[0];
-    if (!first) return sendRawJson(res, 200, `{"ok":true,"empty":true${doneJson}}`);
+    if (!first) return sendRawJson(res, 200, `{"ok":true,"empty":true${doneJson}}`, later);
     sendRawJson(res, 200, `{"ok":true,${claimedJson(first).slice(1, -1)}${doneJson}}`);
   });
 
@@ -280,6 +288,19 @@ function doneRecordTexts(body: string): Array<string | undefined> {
     const span = members.get('result') ?? members.get('error');
     return span ? ownText(body, span) : undefined;
   });
+}
+
+/**
+ * decisions §8.5: the `Retry-After` of an empty claim answer whose last look the rate limit held
+ * back: whole seconds (rounded up) until one more lease may happen. Other holds (the pause,
+ * maxActive, groupMaxActive) end at a moment nobody can name in advance (a resume, a lease's end,
+ * which held claims hear of at once): their answers carry none.
+ */
+function retryAfter(holds: ClaimHolds): Record<string, string> | undefined {
+  const last = holds.last;
+  if (last?.reason !== 'rateLimit' || last.retryAt === undefined) return undefined;
+  // Exposed to a page's script: a browser hides headers off the CORS safelist from it.
+  return { 'retry-after': String(Math.max(0, Math.ceil((last.retryAt - Date.now()) / 1000))), 'access-control-expose-headers': 'Retry-After' };
 }
 
 /** A claimed item's fields as JSON text (the item spliced in as posted). */

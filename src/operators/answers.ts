@@ -1,3 +1,4 @@
+import type { HoldReason } from '../engine/limits.js';
 import type { ScheduleView } from '../engine/schedules.js';
 import type { StatusCounts } from '../store/store.js';
 import type { QueueRates } from './rates.js';
@@ -13,6 +14,25 @@ export interface QueueEntry {
   oldestPendingAgeMs: number | null;
   /** Events per second over the last 60 s. */
   rates: QueueRates;
+  /** decisions §8.5, §8.6: the queue's limits as defined (null where none is set); absent from servers before them. */
+  limits?: QueueLimits;
+  /** decisions §8.5: items leased now (claimed or processing), what `limits.maxActive` bounds. */
+  active?: number;
+  /** decisions §8.5: claim requests this node answered that the pause or a limit held back, by the first reason that held each, since it started. */
+  held?: Record<HoldReason, number>;
+  /** decisions §8.5: groups holding a claimable item, for a queue with fairness "groups" or groupMaxActive; null for others. */
+  groupsWaiting?: number | null;
+  /** decisions §8.6: pending items of the queue's dead-letter queue; null without one (or when that queue is not defined). */
+  deadLetters?: number | null;
+}
+
+/** A queue's flow-control fields (decisions §8.5, §8.6) as operators see them. */
+export interface QueueLimits {
+  maxActive: number | null;
+  groupMaxActive: number | null;
+  rateLimit: { max: number; perSeconds: number } | null;
+  fairness: 'fifo' | 'groups';
+  deadLetter: string | null;
 }
 
 /** What `GET /api/v2/queues` answers. */
@@ -45,5 +65,13 @@ export interface PauseAnswer {
 
 /** Where a client pauses or resumes a queue. */
 export function pausePath(host: string, name: string, action: 'pause' | 'resume'): string {
+  return `${queuePath(host, name)}/${action}`;
+}
+
+/** What a bulk action answers (decisions §8.6): how many items it changed, and whether more are left. */
+export type BulkAnswer = ({ moved: number } | { retried: number } | { cancelled: number }) & { more: boolean };
+
+/** Where a client asks for a bulk action. */
+export function bulkPath(host: string, name: string, action: 'redrive' | 'retry' | 'cancel'): string {
   return `${queuePath(host, name)}/${action}`;
 }

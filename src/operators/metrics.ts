@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ItemStatus, TaskEventKind } from '../engine/item.js';
+import { HOLD_REASONS, type HoldReason } from '../engine/limits.js';
 import type { StatusCounts } from '../store/store.js';
 import { BucketHistogram } from './histogram.js';
 
@@ -38,6 +39,10 @@ export class OperatorMetrics {
   private readonly items: Gauge<'host' | 'queue' | 'status'>;
   private readonly oldestAge: Gauge<'host' | 'queue'>;
   private readonly paused: Gauge<'host' | 'queue'>;
+  private readonly active: Gauge<'host' | 'queue'>;
+  /** decisions §8.5: per queue key, claim requests held back, in HOLD_REASONS order. */
+  private readonly heldTotals = new Map<string, Float64Array>();
+  private readonly heldCounter: Counter<'host' | 'queue' | 'reason'>;
   private readonly httpDuration: BucketHistogram;
   private readonly commitDuration: Histogram;
   private readonly commitBatch: Histogram;
@@ -56,6 +61,13 @@ export class OperatorMetrics {
       registers,
     });
     this.paused = new Gauge({ name: 'svcq_queue_paused', help: 'Whether the queue is paused (1) and leases nothing, or not (0).', labelNames: ['host', 'queue'], registers });
+    this.active = new Gauge({ name: 'svcq_queue_active', help: 'Items of the queue leased now (claimed or processing): what maxActive bounds.', labelNames: ['host', 'queue'], registers });
+    this.heldCounter = new Counter({
+      name: 'svcq_claims_held_total',
+      help: 'Claim requests on this node that the pause or a limit of the queue held back (decisions §8.5), by the first reason that held each.',
+      labelNames: ['host', 'queue', 'reason'],
+      registers,
+    });
     this.counters = COUNTED_EVENTS.map(
       (kind) => new Counter({ name: `svcq_items_${kind}_total`, help: `Items ${kind} on this node since it started (durable task events "${kind}").`, labelNames: ['host', 'queue'], registers }),
     );
@@ -90,6 +102,19 @@ export class OperatorMetrics {
     }
   }
 
+  /** A claim request of queue `key` was held back by `reason` (decisions §8.5); counted once per request. */
+  held(key: string, reason: HoldReason): void {
+    let totals = this.heldTotals.get(key);
+    if (!totals) this.heldTotals.set(key, (totals = new Float64Array(HOLD_REASONS.length)));
+    totals[HOLD_REASONS.indexOf(reason)]! += 1;
+  }
+
+  /** Claim requests of queue `key` held back so far on this node, by reason (every reason present). */
+  heldCounts(key: string): Record<HoldReason, number> {
+    const totals = this.heldTotals.get(key);
+    return Object.fromEntries(HOLD_REASONS.map((reason, i) => [reason, totals?.[i] ?? 0])) as Record<HoldReason, number>;
+  }
+
   /** The store made one durable write (StoreObserver.committed). */
   committed(seconds: number, changes: number): void {
     this.commitDuration.observe(seconds);
@@ -111,12 +136,17 @@ export class OperatorMetrics {
     this.items.reset();
     this.oldestAge.reset();
     this.paused.reset();
+    this.active.reset();
+    this.heldCounter.reset();
     for (const counter of this.counters) counter.reset();
     for (const q of queues) {
       const labels = { host: q.host, queue: q.name };
       for (const status of STATUSES) this.items.set({ ...labels, status }, q.counts[status]);
       this.oldestAge.set(labels, q.oldestPendingAgeSeconds ?? 0);
       this.paused.set(labels, q.paused ? 1 : 0);
+      this.active.set(labels, q.counts.claimed + q.counts.processing);
+      const held = this.heldCounts(`${q.host}/${q.name}`);
+      for (const reason of HOLD_REASONS) this.heldCounter.inc({ ...labels, reason }, held[reason]);
       const totals = this.totalsOf(`${q.host}/${q.name}`);
       this.counters.forEach((counter, i) => counter.inc(labels, totals[i]!));
     }

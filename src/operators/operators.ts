@@ -1,7 +1,8 @@
 import type { DefinitionRegistry, QueueRuntime } from '../definitions/registry.js';
 import type { TaskEventKind } from '../engine/item.js';
 import type { QueueOverview, QueueRef, Store, StoreObserver } from '../store/store.js';
-import type { PauseAnswer, QueueDetail, QueueEntry, QueueList } from './answers.js';
+import type { BulkAnswer, PauseAnswer, QueueDetail, QueueEntry, QueueLimits, QueueList } from './answers.js';
+import { BULK_COUNT_FIELD, bulkAction, bulkRequest, runBulk, type BulkKind } from './bulk.js';
 import { OperatorMetrics, type Audience } from './metrics.js';
 import { EventRates } from './rates.js';
 
@@ -55,7 +56,9 @@ export class Operators {
     const refs = this.definedQueues();
     const overviews = await Promise.all(refs.map((ref) => this.storeOf().overview(ref, COUNTS_ONLY)));
     const now = this.now();
-    return { queues: refs.map((ref, i) => this.entry(ref, overviews[i]!, now)) };
+    // A dead-letter queue is a defined queue of the list: its pending count is at hand.
+    const pending = new Map(refs.map((ref, i) => [ref.key, overviews[i]!.counts.pending]));
+    return { queues: refs.map((ref, i) => this.entry(ref, overviews[i]!, now, deadLetterKey(ref) === null ? null : (pending.get(deadLetterKey(ref)!) ?? null))) };
   }
 
   /** `GET /api/v2/queues/<host>/<name>`; null when the pair is not defined. */
@@ -63,8 +66,35 @@ export class Operators {
     const queue = this.registry.queue(host, name);
     if (!queue) return null;
     const ref = refOf(queue);
-    const [overview, schedules] = await Promise.all([this.storeOf().overview(ref, DETAIL_LIMITS), this.storeOf().schedules(ref)]);
-    return { ...this.entry(ref, overview, this.now()), oldest: overview.oldest, leases: overview.leases, schedules };
+    const deadLetter = ref.config.deadLetter === null ? undefined : this.registry.queue(host, ref.config.deadLetter);
+    const [overview, schedules, letters] = await Promise.all([
+      this.storeOf().overview(ref, DETAIL_LIMITS),
+      this.storeOf().schedules(ref),
+      deadLetter ? this.storeOf().overview(refOf(deadLetter), COUNTS_ONLY) : undefined,
+    ]);
+    return { ...this.entry(ref, overview, this.now(), letters ? letters.counts.pending : null), oldest: overview.oldest, leases: overview.leases, schedules };
+  }
+
+  /**
+   * `POST /api/v2/queues/<host>/<name>/redrive`, `…/retry`, `…/cancel` (decisions §8.6): the body
+   * checked first (a {@link BulkRefused} naming the field, nothing changed), then atomic batches of
+   * the store until `max` items changed, none are left, or a batch changed nothing. Null when the
+   * pair is not defined. Each batch acts on the queue as it is defined then; a redrive sends each
+   * dead letter to the queue of the same host its source names, as that is defined then.
+   */
+  async bulk(host: string, name: string, kind: BulkKind, body: string): Promise<BulkAnswer | null> {
+    if (!this.registry.queue(host, name)) return null;
+    const request = bulkRequest(kind, body);
+    const queueNamed = (source: string): QueueRef | undefined => {
+      const q = this.registry.queue(host, source);
+      return q ? refOf(q) : undefined;
+    };
+    const action = bulkAction(kind, request, queueNamed);
+    const out = await runBulk(request.max, (size) => {
+      const queue = this.registry.queue(host, name);
+      return queue ? this.storeOf().bulk(refOf(queue), action, size) : undefined;
+    });
+    return { [BULK_COUNT_FIELD[kind]]: out.changed, more: out.more } as BulkAnswer;
   }
 
   /**
@@ -95,7 +125,7 @@ export class Operators {
     this.metrics.request(audience, status, seconds);
   }
 
-  private entry(ref: QueueRef, o: QueueOverview, now: number): QueueEntry {
+  private entry(ref: QueueRef, o: QueueOverview, now: number, deadLetters: number | null): QueueEntry {
     return {
       host: ref.host,
       name: ref.name,
@@ -103,6 +133,11 @@ export class Operators {
       counts: o.counts,
       oldestPendingAgeMs: o.oldestPendingAt === null ? null : Math.max(0, Math.round(now - o.oldestPendingAt)),
       rates: this.rates.rates(ref.key),
+      limits: limitsOf(ref),
+      active: o.counts.claimed + o.counts.processing,
+      held: this.metrics.heldCounts(ref.key),
+      groupsWaiting: o.groupsWaiting,
+      deadLetters,
     };
   }
 
@@ -114,6 +149,23 @@ export class Operators {
 
 function refOf(queue: QueueRuntime): QueueRef {
   return { key: queue.key, host: queue.host, name: queue.name, config: queue.config };
+}
+
+/** The queue's flow-control fields as operators read them (decisions §8.5, §8.6): a rate window in seconds, as defined. */
+function limitsOf(ref: QueueRef): QueueLimits {
+  const c = ref.config;
+  return {
+    maxActive: c.maxActive,
+    groupMaxActive: c.groupMaxActive,
+    rateLimit: c.rateLimit && { max: c.rateLimit.max, perSeconds: c.rateLimit.windowMs / 1000 },
+    fairness: c.fairness,
+    deadLetter: c.deadLetter,
+  };
+}
+
+/** The key of the queue's dead-letter queue, or null without one. */
+function deadLetterKey(ref: QueueRef): string | null {
+  return ref.config.deadLetter === null ? null : `${ref.host}/${ref.config.deadLetter}`;
 }
 
 function compare(a: string, b: string): number {

@@ -1,6 +1,7 @@
 import { isTerminal } from '../engine/item.js';
 import type { Claimed, QueueRef, StatusRecord, Store } from '../store/store.js';
 import type { Criteria } from '../engine/criteria.js';
+import type { ClaimHold, HoldReason } from '../engine/limits.js';
 import { claimTopic, itemTopic, type Notifier } from './notifier.js';
 
 /**
@@ -38,7 +39,28 @@ export interface WaitingClaim {
    * Absent: the queue given is used throughout.
    */
   current?: QueueLookup;
+  /**
+   * decisions §8.5: filled in as the claim's looks at the store go, when the pause or a limit held
+   * one of them back. Pass the same record to every call for one request (its first look and its
+   * wait), and read it once the claim is answered.
+   */
+  holds?: ClaimHolds;
 }
+
+/** What held a claim request back (decisions §8.5), over all its looks at the store. */
+export interface ClaimHolds {
+  /** The reason of the first look that the pause or a limit held back; undefined when none was. */
+  first?: HoldReason;
+  /** The last look's hold; undefined when the last look was not held back (it found nothing to take, or took all it asked for). */
+  last?: ClaimHold;
+}
+
+/**
+ * The shortest wait before a held claim looks again for a rate window that, by this node's clock,
+ * has moved on already (the store's clock may be behind it: a database's): a second look then
+ * comes soon, never in a tight loop.
+ */
+const RATE_RECHECK_MS = 50;
 
 interface ClaimWaiter {
   ref: QueueRef;
@@ -47,6 +69,8 @@ interface ClaimWaiter {
   busy: boolean;
   /** Its wait ran out, or its caller went away. */
   over: boolean;
+  /** When its wait runs out (Date.now() ms). */
+  deadline: number;
   settle: (claimed: Claimed[]) => void;
   fail: (err: unknown) => void;
 }
@@ -59,6 +83,12 @@ interface QueueWaiters {
   /** Claims under way that may wait: the queue's announcements are listened to while there are any. */
   interested: number;
   unsubscribe: (() => void) | undefined;
+  /**
+   * decisions §8.5: a look again at the time the rate limit lets the next lease happen, for the
+   * waiting claims it held back (one timer per queue, at the soonest such time). A lease end is
+   * announced on the claim topic instead; the rate window moving on is announced by nobody.
+   */
+  rateTimer: { at: number; timer: NodeJS.Timeout } | undefined;
 }
 
 /**
@@ -93,6 +123,8 @@ export class LongPolls {
    */
   async claimMany(ref: QueueRef, claim: WaitingClaim): Promise<Claimed[]> {
     if (claim.waitMs <= 0) return this.ask(ref, claim);
+    // A wait that the rate limit holds back looks again when the window moves on: it needs its holds.
+    if (!claim.holds) claim = { ...claim, holds: {} };
     const queue = this.queueOf(ref.key);
     const deadline = (claim.since ?? Date.now()) + claim.waitMs;
     // Listening before the first look: an announcement made while it looks is not missed.
@@ -120,12 +152,17 @@ export class LongPolls {
         claim.signal?.removeEventListener('abort', giveUp);
         const i = queue.waiters.indexOf(waiter);
         if (i !== -1) queue.waiters.splice(i, 1);
+        if (queue.waiters.length === 0 && queue.rateTimer) {
+          clearTimeout(queue.rateTimer.timer);
+          queue.rateTimer = undefined;
+        }
       };
       const waiter: ClaimWaiter = {
         ref,
         claim,
         busy: false,
         over: false,
+        deadline,
         settle: (claimed) => {
           leave();
           resolve(claimed);
@@ -142,6 +179,7 @@ export class LongPolls {
       const timer = setTimeout(giveUp, deadline - Date.now());
       claim.signal?.addEventListener('abort', giveUp, { once: true });
       queue.waiters.push(waiter);
+      this.lookAgainAtRate(queue, waiter);
     });
   }
 
@@ -220,16 +258,46 @@ export class LongPolls {
   private async ask(ref: QueueRef, claim: WaitingClaim): Promise<Claimed[]> {
     const at = claim.current ? claim.current() : ref;
     if (!at) throw new QueueWithdrawn();
-    const input = { worker: claim.worker, criteria: claim.criteria, signal: claim.signal };
-    if (claim.max !== undefined) return this.store.claimMany(at, input, claim.max);
-    const claimed = await this.store.claim(at, input);
-    return claimed ? [claimed] : [];
+    // A fresh hold per look: the store leaves it untouched when nothing held this look back.
+    const held: ClaimHold = {};
+    const input = { worker: claim.worker, criteria: claim.criteria, signal: claim.signal, held };
+    const claimed = claim.max !== undefined ? await this.store.claimMany(at, input, claim.max) : await this.store.claim(at, input).then((one) => (one ? [one] : []));
+    const holds = claim.holds;
+    if (holds) {
+      holds.last = held.reason === undefined ? undefined : held;
+      if (held.reason !== undefined) holds.first ??= held.reason;
+    }
+    return claimed;
+  }
+
+  /**
+   * A waiting claim that the rate limit held back at its last look looks again when the window
+   * lets one more lease happen (if that comes before its wait runs out). The queue keeps one timer,
+   * at the soonest such time; when it fires every waiting claim looks, oldest first, as at an
+   * announcement, and those held back again set it anew.
+   */
+  private lookAgainAtRate(queue: QueueWaiters, waiter: ClaimWaiter): void {
+    const last = waiter.claim.holds?.last;
+    if (last?.reason !== 'rateLimit' || last.retryAt === undefined || waiter.over) return;
+    const now = Date.now();
+    // A timer fires on its own clock, which may run a millisecond behind Date.now(): one past the time is sure.
+    const at = last.retryAt > now ? last.retryAt + 1 : now + RATE_RECHECK_MS;
+    if (at >= waiter.deadline) return;
+    if (queue.rateTimer && queue.rateTimer.at <= at) return;
+    if (queue.rateTimer) clearTimeout(queue.rateTimer.timer);
+    const timer = setTimeout(() => {
+      queue.rateTimer = undefined;
+      this.serve(queue);
+    }, at - now);
+    // Never what keeps a stopping process alive: its waiters are answered by then.
+    timer.unref();
+    queue.rateTimer = { at, timer };
   }
 
   private queueOf(key: string): QueueWaiters {
     let queue = this.queues.get(key);
     if (!queue) {
-      queue = { key, waiters: [], version: 0, interested: 0, unsubscribe: undefined };
+      queue = { key, waiters: [], version: 0, interested: 0, unsubscribe: undefined, rateTimer: undefined };
       this.queues.set(key, queue);
     }
     return queue;
@@ -271,6 +339,7 @@ export class LongPolls {
         if (waiter.claim.current && !waiter.claim.current()) return waiter.fail(new QueueWithdrawn());
         // Announced while it asked (and so skipped): it asks again.
         if (queue.version !== version) this.attempt(queue, waiter);
+        else this.lookAgainAtRate(queue, waiter);
       },
       (err: unknown) => {
         waiter.busy = false;

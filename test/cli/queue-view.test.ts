@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import stringWidth from 'string-width';
-import { humanAge, humanRate, queueDetailView, queueListTable, serverNowOf } from '../../src/cli/view/queues.js';
+import { flowLines, humanAge, humanRate, queueDetailView, queueListTable, serverNowOf } from '../../src/cli/view/queues.js';
 import type { QueueDetail, QueueEntry } from '../../src/operators/answers.js';
 import { withoutColour } from '../support/colour.js';
 
@@ -182,5 +182,35 @@ describe('svcq queue shows the schedules, their next and last occurrences (decis
     const nightly = view.split('\n').find((l) => l.includes('nightly'))!;
     expect(nightly).to.include('dddddddddddddddd');
     expect(view.split('\n').find((l) => l.includes('fresh'))).to.match(/fresh.*│\s*-\s*│\s*-\s*│/);
+  });
+});
+
+describe('svcq queue shows a queue\'s limits, the claims they held back and its dead letters (decisions §8.5, §8.6)', () => {
+  withoutColour();
+  const held = { paused: 0, maxActive: 0, groupMaxActive: 0, rateLimit: 0 };
+  const plain = { maxActive: null, groupMaxActive: null, rateLimit: null, fairness: 'fifo', deadLetter: null } as const;
+
+  it('one line each: the limits with the active count, the claims held back by reason, the groups waiting, the dead letters and how to send them back', () => {
+    const q: QueueDetail = {
+      ...detailFrom(0),
+      limits: { maxActive: 4, groupMaxActive: 2, rateLimit: { max: 10, perSeconds: 60 }, fairness: 'groups', deadLetter: 'skewed-dead' },
+      active: 1,
+      held: { ...held, maxActive: 5, rateLimit: 2 },
+      groupsWaiting: 3,
+      deadLetters: 7,
+    };
+    expect(flowLines(q)).to.deep.equal([
+      'limits: maxActive 4 (1 active), groupMaxActive 2, rateLimit 10 per 60 s, fairness groups',
+      'claims held back (this node, since it started): 7 (maxActive 5, rateLimit 2)',
+      'groups waiting: 3',
+      'dead letters: 7 pending in skewed-dead (svcq redrive jobs.test/skewed-dead sends them back)',
+    ]);
+    expect(queueDetailView(q, NOW)).to.include('limits: maxActive 4 (1 active)');
+  });
+
+  it('nothing for a queue without limits or a dead-letter queue, or from a server before them; a dead-letter queue not defined says so', () => {
+    expect(flowLines({ ...detailFrom(0), limits: plain, active: 0, held, groupsWaiting: null, deadLetters: null })).to.deep.equal([]);
+    expect(flowLines(detailFrom(0))).to.deep.equal([]);
+    expect(flowLines({ ...detailFrom(0), limits: { ...plain, deadLetter: 'gone' }, active: 0, held, groupsWaiting: null, deadLetters: null })).to.deep.equal(['dead letters: gone is not defined (failed items are not copied)']);
   });
 });

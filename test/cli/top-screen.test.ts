@@ -309,3 +309,36 @@ describe('svcq top marks a paused queue (decisions §8.4)', () => {
     expect(text.split('\n').find((l) => l.includes('running'))).to.not.include('(paused)');
   });
 });
+
+describe('svcq top shows flow control (decisions §8.5, §8.6)', () => {
+  withoutColour();
+  const held = { paused: 0, maxActive: 3, groupMaxActive: 0, rateLimit: 1 };
+  const limited: QueueEntry = {
+    ...entry('jobs.test', 'limited', 2),
+    counts: { pending: 2, claimed: 10, processing: 5, finished: 0, failed: 0, timedout: 0, cancelled: 0 },
+    limits: { maxActive: 15, groupMaxActive: null, rateLimit: { max: 10, perSeconds: 60 }, fairness: 'fifo', deadLetter: 'limited-dead' },
+    active: 15,
+    held,
+    groupsWaiting: null,
+    deadLetters: 4,
+  };
+  const plain = entry('jobs.test', 'plain', 1);
+
+  it('in flight against maxActive in the row, and limits, held claims and dead letters under the selected queue\'s title; no line wider than the terminal', () => {
+    for (const columns of [160, 100, 80]) {
+      const lines = screenLines(stateWith([limited, plain]), { columns, rows: 30 }, VIEW, NOW);
+      for (const line of lines) expect(stringWidth(line), line).to.be.at.most(columns);
+      expect(lines.find((l) => l.startsWith('>'))).to.include('15/15');
+      if (columns >= 80) expect(lines.find((l) => l.includes('active 15/15'))).to.include('held 4').and.include('dead letters 4 in limited-dead');
+    }
+  });
+
+  it('off a terminal, the snapshot table has held and dead-letter columns where a queue has limits or a dead-letter queue, and none otherwise', () => {
+    const text = snapshotTable([limited, plain], null);
+    const lines = text.split('\n');
+    expect(lines.find((l) => l.includes('in flight'))).to.match(/held.*dead letters/);
+    expect(lines.find((l) => l.includes('limited'))).to.match(/15\/15.*\b4\b.*\b4\b/);
+    expect(lines.find((l) => l.includes('plain'))).to.match(/\b0\b.*-/);
+    expect(snapshotTable([plain], null)).to.not.include('dead letters');
+  });
+});

@@ -150,6 +150,15 @@ describe('docs/openapi.yaml: the OpenAPI 3.1 description of every endpoint', () 
       { schema: 'object' },
       { description: 1 },
       { priority: 1 },
+      // decisions §8.5, §8.6
+      { maxActive: 1, groupMaxActive: 1000000, rateLimit: { max: 10, perSeconds: 86400 }, fairness: 'groups', deadLetter: 'q-dead' },
+      { maxActive: 0 },
+      { groupMaxActive: 1.5 },
+      { rateLimit: { max: 10 } },
+      { rateLimit: { max: 10, perSeconds: 86401 } },
+      { rateLimit: { max: 10, perSeconds: 1, burst: 2 } },
+      { fairness: 'random' },
+      { deadLetter: 'Dead' },
       [],
       'queue',
     ];

@@ -151,6 +151,15 @@ describe('docs/openapi.yaml describes what a real server answers (black box)', (
       await call('POST', `/api/v2/queues/%ZZ/gone/${action}`, 400, master);
       await call('POST', `/api/v2/queues/${HOST}/${q}/${action}`, 404);
     }
+    // decisions §8.6 bulk actions: the body is checked before anything changes. (Their 200s need
+    // the stores' bulk batches.)
+    for (const [action, field] of [['redrive', 'moved'], ['retry', 'retried'], ['cancel', 'cancelled']] as const) {
+      expect(Object.keys(json(await call('POST', `/api/v2/queues/${HOST}/${q}/${action}`, 200, { ...master, body: '{"max":1}' })))).to.deep.equal([field, 'more']);
+      expect(json(await call('POST', `/api/v2/queues/${HOST}/gone/${action}`, 404, { ...master, body: '{}' }))).to.deep.equal({ error: 'no such queue' });
+      await call('POST', `/api/v2/queues/${HOST}/${q}/${action}`, 400, { ...master, body: '{"max":0}' });
+      await call('POST', `/api/v2/queues/${HOST}/${q}/${action}`, 413, { ...master, body: JSON.stringify({ max: 1, pad: 'x'.repeat(17 * 1024) }) });
+      await call('POST', `/api/v2/queues/${HOST}/${q}/${action}`, 404, { body: '{}' });
+    }
 
     // Past the routes: the wall, another API version, a preflight under /api/.
     await call('GET', '/api/v2/nothing', 404, master);

@@ -106,7 +106,7 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
     // By host, then by name.
     expect(mine.map((e) => `${e.host}/${e.name}`)).to.deep.equal([`${OTHER_HOST}/${empty.name}`, ...[`${HOST}/${q.name}`, `${HOST}/${timing.name}`].sort()]);
     const entry = mine.find((e) => e.name === q.name)!;
-    expect(Object.keys(entry)).to.deep.equal(['host', 'name', 'paused', 'counts', 'oldestPendingAgeMs', 'rates']);
+    expect(Object.keys(entry)).to.deep.equal(['host', 'name', 'paused', 'counts', 'oldestPendingAgeMs', 'rates', 'limits', 'active', 'held', 'groupsWaiting', 'deadLetters']);
     expect(entry.paused).to.equal(false);
     expect(entry.counts).to.deep.equal(EXPECTED_COUNTS);
     expect(entry.rates).to.deep.equal(EXPECTED_RATES);
@@ -121,6 +121,12 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
       counts: { pending: 0, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 },
       oldestPendingAgeMs: null,
       rates: { posted: 0, claimed: 0, finished: 0, failed: 0 },
+      // decisions §8.5, §8.6: a queue without limits or a dead-letter queue.
+      limits: { maxActive: null, groupMaxActive: null, rateLimit: null, fairness: 'fifo', deadLetter: null },
+      active: 0,
+      held: { paused: 0, maxActive: 0, groupMaxActive: 0, rateLimit: 0 },
+      groupsWaiting: null,
+      deadLetters: null,
     });
     const timed = mine.find((e) => e.name === timing.name)!;
     expect(timed.counts.timedout).to.equal(1);
@@ -258,6 +264,8 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
         svcq_items_cancelled_total: 'counter',
         svcq_queue_oldest_pending_age_seconds: 'gauge',
         svcq_queue_paused: 'gauge',
+        svcq_queue_active: 'gauge',
+        svcq_claims_held_total: 'counter',
         svcq_http_request_duration_seconds: 'histogram',
         svcq_store_commit_duration_seconds: 'histogram',
         svcq_store_commit_batch_size: 'histogram',

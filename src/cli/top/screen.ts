@@ -60,9 +60,12 @@ function figureCells(q: QueueEntry): Array<{ text: string; paint?: (s: string) =
 function queueCells(q: QueueEntry): Array<{ text: string; paint?: (s: string) => string }> {
   const inFlight = q.counts.claimed + q.counts.processing;
   const dimZero = (n: number, paint?: (s: string) => string) => (n === 0 ? chalk.dim : paint);
+  // decisions §8.5: against the queue's maxActive where it has one (yellow once it is reached).
+  const max = q.limits?.maxActive ?? null;
+  const inFlightCell = max === null ? { text: String(inFlight), paint: dimZero(inFlight, chalk.cyan) } : { text: `${inFlight}/${max}`, paint: inFlight >= max ? chalk.yellow : chalk.cyan };
   return [
     { text: String(q.counts.pending), paint: dimZero(q.counts.pending) },
-    { text: String(inFlight), paint: dimZero(inFlight, chalk.cyan) },
+    inFlightCell,
     { text: humanRate(q.rates.finished), paint: dimZero(q.rates.finished, chalk.green) },
     { text: humanRate(q.rates.failed), paint: dimZero(q.rates.failed, chalk.red) },
   ];
@@ -70,10 +73,30 @@ function queueCells(q: QueueEntry): Array<{ text: string; paint?: (s: string) =>
 
 /** One snapshot as a table, for `svcq top` into a pipe or a file. */
 export function snapshotTable(queues: QueueEntry[], health: Snapshot | null): string {
-  const rows = queues.map((q) => [q.host, q.name + pausedMark(q), ...queueCells(q).map((c) => (c.paint ? c.paint(c.text) : c.text)), paintAge(q.oldestPendingAgeMs)]);
-  const head = ['host', 'queue', 'pending', 'in flight', 'finished/s', 'failed/s', 'oldest pending'];
-  const body = queues.length === 0 ? 'no queues defined' : table(head, rows, ['left', 'left', 'right', 'right', 'right', 'right', 'right']);
+  // decisions §8.5, §8.6: held claims and dead letters get columns only where some queue has limits or a dead-letter queue.
+  const flow = queues.some((q) => heldTotal(q) > 0 || hasLimit(q) || q.limits?.deadLetter != null);
+  const rows = queues.map((q) => [
+    q.host,
+    q.name + pausedMark(q),
+    ...queueCells(q).map((c) => (c.paint ? c.paint(c.text) : c.text)),
+    paintAge(q.oldestPendingAgeMs),
+    ...(flow ? [String(heldTotal(q)), q.deadLetters == null ? '-' : String(q.deadLetters)] : []),
+  ]);
+  const head = ['host', 'queue', 'pending', 'in flight', 'finished/s', 'failed/s', 'oldest pending', ...(flow ? ['held', 'dead letters'] : [])];
+  const body = queues.length === 0 ? 'no queues defined' : table(head, rows, ['left', 'left', 'right', 'right', 'right', 'right', 'right', 'right', 'right']);
   return `${healthLine(health, null)}\n${body}`;
+}
+
+/** Claim requests this node answered that the pause or a limit held back (decisions §8.5); 0 from a server before them. */
+function heldTotal(q: QueueEntry): number {
+  const h = q.held;
+  return h ? h.paused + h.maxActive + h.groupMaxActive + h.rateLimit : 0;
+}
+
+/** Whether the queue has a limit of decisions §8.5. */
+function hasLimit(q: QueueEntry): boolean {
+  const l = q.limits;
+  return l !== undefined && (l.maxActive !== null || l.groupMaxActive !== null || l.rateLimit !== null || l.fairness === 'groups');
 }
 
 /**
@@ -254,6 +277,19 @@ function rowWidths(queues: QueueEntry[], columns: number, figureWidths: number[]
  * The selected queue's leases (soonest end first) and oldest pending items, within `room` lines.
  * Its title names the queue whole, or cut in its middle where `columns` are too few for that.
  */
+/** The selected queue's flow control in a few words: active of maxActive, the rate limit, claims held back, dead letters; '' for a queue with none of them. */
+function flowLine(q: QueueEntry): string {
+  const parts: string[] = [];
+  const l = q.limits;
+  if (l?.maxActive != null) parts.push(`active ${q.active ?? 0}/${l.maxActive}`);
+  if (l?.groupMaxActive != null) parts.push(`per group ${l.groupMaxActive}`);
+  if (l?.rateLimit) parts.push(`rate ${l.rateLimit.max}/${l.rateLimit.perSeconds}s`);
+  if (l?.fairness === 'groups') parts.push(`groups waiting ${q.groupsWaiting ?? '-'}`);
+  if (hasLimit(q) || heldTotal(q) > 0) parts.push(`held ${heldTotal(q)}`);
+  if (l?.deadLetter != null) parts.push(`dead letters ${q.deadLetters ?? '-'} in ${l.deadLetter}`);
+  return parts.length === 0 ? '' : ` ${parts.join('  ')}`;
+}
+
 function detailLines(detail: QueueDetail | null, selected: string | null, room: number, columns: number, now: number): string[] {
   if (!selected) return [];
   const lines: string[] = [];
@@ -285,6 +321,9 @@ function detailLines(detail: QueueDetail | null, selected: string | null, room: 
     }
   }
   lines.push(line);
+  // decisions §8.5, §8.6: limits, claims held back and dead letters, on one line cut at the terminal's edge.
+  const flow = flowLine(detail);
+  if (flow !== '') lines.push(cell(flow, Math.max(1, columns - 1), 'left'));
   // decisions §8.3: the schedules' next and last occurrences, on one line cut at the terminal's edge.
   const schedules = detail.schedules ?? [];
   if (schedules.length > 0) {

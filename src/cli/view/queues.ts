@@ -258,6 +258,8 @@ export function queueDetailView(q: QueueDetail, now = serverNowOf(q)): string {
     ),
   );
   lines.push(`per second over the last 60 s: posted ${humanRate(q.rates.posted)}, claimed ${humanRate(q.rates.claimed)}, finished ${humanRate(q.rates.finished)}, failed ${humanRate(q.rates.failed)}`);
+  const flow = flowLines(q);
+  if (flow.length > 0) lines.push('', ...flow);
   lines.push('');
   lines.push(chalk.bold(`oldest pending (${q.oldest.length}${q.oldest.length === 20 ? ' shown' : ''})`));
   if (q.oldest.length === 0) lines.push(chalk.dim('  none'));
@@ -293,6 +295,35 @@ export function queueDetailView(q: QueueDetail, now = serverNowOf(q)): string {
     );
   }
   return lines.join('\n');
+}
+
+/**
+ * decisions §8.5, §8.6: the queue's limits and what they did, as `svcq queue` shows them; nothing
+ * for a queue without limits, dead letters or held claims (or from a server before them).
+ */
+export function flowLines(q: QueueEntry): string[] {
+  const lines: string[] = [];
+  const l = q.limits;
+  const parts: string[] = [];
+  if (l?.maxActive != null) parts.push(`maxActive ${l.maxActive} (${q.active ?? 0} active)`);
+  else if (l) parts.push(`${q.active ?? 0} active, no maxActive`);
+  if (l?.groupMaxActive != null) parts.push(`groupMaxActive ${l.groupMaxActive}`);
+  if (l?.rateLimit) parts.push(`rateLimit ${l.rateLimit.max} per ${l.rateLimit.perSeconds} s`);
+  if (l?.fairness === 'groups') parts.push('fairness groups');
+  const limited = l !== undefined && (l.maxActive !== null || l.groupMaxActive !== null || l.rateLimit !== null || l.fairness === 'groups');
+  if (limited) lines.push(`${chalk.bold('limits:')} ${parts.join(', ')}`);
+  const held = q.held;
+  const heldTotal = held ? held.paused + held.maxActive + held.groupMaxActive + held.rateLimit : 0;
+  if (held && (limited || heldTotal > 0)) {
+    const by = (['maxActive', 'rateLimit', 'groupMaxActive', 'paused'] as const).filter((r) => held[r] > 0).map((r) => `${r} ${held[r]}`);
+    lines.push(`${chalk.bold('claims held back')} (this node, since it started): ${heldTotal === 0 ? 'none' : `${heldTotal} (${by.join(', ')})`}`);
+  }
+  if (q.groupsWaiting != null) lines.push(`${chalk.bold('groups waiting:')} ${q.groupsWaiting}`);
+  if (l?.deadLetter != null) {
+    const dead = q.deadLetters;
+    lines.push(`${chalk.bold('dead letters:')} ${dead === null || dead === undefined ? `${l.deadLetter} is not defined (failed items are not copied)` : `${count(dead, dead > 0 ? chalk.red : undefined)} pending in ${l.deadLetter} (svcq redrive ${q.host}/${l.deadLetter} sends them back)`}`);
+  }
+  return lines;
 }
 
 /** Time left on a lease; a lease already past its end (not yet applied) says so. */
