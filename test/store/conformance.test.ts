@@ -4,6 +4,7 @@ import type { Criteria } from '../../src/engine/criteria.js';
 import { LEASE_EXPIRED, retryDelay, type PostOptions, type RetryWish } from '../../src/engine/rules.js';
 import type { QueueDefinition } from '../../src/definitions/schemas.js';
 import type { QueueRef, Store, SubmitOutcome } from '../../src/store/store.js';
+import { deadLetterConformance } from './conformance-dead-letters.js';
 import { embedded, model, START, type StoreFactory, type StoreUnderTest } from './support/stores.js';
 
 /**
@@ -1640,6 +1641,8 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         expect(o).to.deep.equal({ paused: false, counts: { pending: 0, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 }, oldestPendingAt: null, oldest: [], leases: [] });
       });
     });
+
+    deadLetterConformance({ h: () => h, queue, post, claimId: (q) => claimId(q), advance });
   });
 }
 
