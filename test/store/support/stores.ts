@@ -209,9 +209,23 @@ export function postgresFactory(baseUrl: string): StoreFactory {
       },
       () => db.drop(),
       ({ store }) => store.sweepNow(),
-      async ({ store }) => {
-        await store.catchUp();
-        return store.readEvents(0, Number.MAX_SAFE_INTEGER).flatMap((e) => e.lines.flatMap((piece) => piece.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as TaskEvent)));
+      // The events as the database holds them, in the order the history reads them (every change is committed before its call resolves).
+      async () => {
+        const client = new pg.Client({ connectionString: db.url });
+        await client.connect();
+        try {
+          const { rows } = await client.query<Record<string, unknown>>('SELECT ts, host, queue, id, event, attempts, worker, status, schedule, occurrence, dead_letter, redriven_to FROM svcq_events ORDER BY xid, seq');
+          return rows.map((r) => {
+            const e: Record<string, unknown> = { ts: Number(r.ts), host: r.host, queue: r.queue, id: r.id, event: r.event, attempts: r.attempts, status: r.status };
+            if (r.worker !== null) e.worker = r.worker;
+            if (r.schedule !== null) Object.assign(e, { schedule: r.schedule, occurrence: Number(r.occurrence) });
+            if (r.dead_letter !== null) e.deadLetter = r.dead_letter;
+            if (r.redriven_to !== null) e.redrivenTo = r.redriven_to;
+            return e as unknown as TaskEvent;
+          });
+        } finally {
+          await client.end();
+        }
       },
     );
   };
