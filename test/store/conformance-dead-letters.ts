@@ -105,6 +105,17 @@ export function deadLetterConformance(t: DeadLetterSuite): void {
       expect(copy.source).to.deep.equal({ queue: q.name, id, status: 'failed', attempts: 1, error: LEASE_EXPIRED });
     });
 
+    it('a fetch that itself applies the failure (a lease ended on the last attempt) already names the copy', async () => {
+      const { q, dl } = pair({ leaseSeconds: 10 });
+      const id = await t.post(q);
+      await t.claimId(q);
+      t.advance(10_001);
+      const r = await get(q, id);
+      expect(r.status).to.equal('failed');
+      expect(r.deadLetterId).to.be.a('string');
+      expect((await get(dl, r.deadLetterId!)).source?.id).to.equal(id);
+    });
+
     it('a timeout makes a copy of the timed-out item', async () => {
       const { q, dl } = pair({ timeoutSeconds: 5 });
       const id = await t.post(q, { slow: true });

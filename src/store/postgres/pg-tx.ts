@@ -4,7 +4,7 @@ import pg from 'pg';
 import type { ItemStatus } from '../../engine/item.js';
 import * as rules from '../../engine/rules.js';
 import type { EventDraft, ItemRecord, Transition } from '../../engine/rules.js';
-import type { DeadLetterLinks, PayloadKind, QueueRef } from '../store.js';
+import type { DeadLetterLinks, PayloadKind, QueueRef, StatusRecord } from '../store.js';
 import type { DeadLetterSource } from '../../engine/rules.js';
 import { StaleWrite } from './pg-errors.js';
 import type { Payload } from './pg-payloads.js';
@@ -179,6 +179,8 @@ export class Tx {
   readonly postedBy = new Map<string, number>();
   /** decisions §8.6: items that failed or timed out in this transaction, to be copied to their dead-letter queues before COMMIT. */
   readonly failures: Failure[] = [];
+  /** Status records this transaction answers with, by '<queue>\n<id>': a copy made of the item before COMMIT is named in it. */
+  readonly shown = new Map<string, StatusRecord>();
 
   /**
    * The time its rules apply at: when it began, moved later to the last change of any row it
@@ -252,6 +254,8 @@ export class Tx {
    * change, or now when that change was written already (a sweep's batch).
    */
   async deadLetterMade(ref: QueueRef, id: string, copyId: string): Promise<void> {
+    const shown = this.shown.get(`${ref.key}\n${id}`);
+    if (shown) shown.deadLetterId = copyId;
     const w = this.pending.get(`${ref.key}\n${id}`);
     if (w) {
       w.deadLetterId = copyId;

@@ -405,7 +405,10 @@ export class PostgresStore implements Store, EventOutbox {
         if (!r) return null;
         const stamp = rules.fetched(r, tx.now);
         if (stamp) tx.stage(ref, loaded, stamp);
-        return statusOf(r, loaded.links);
+        const status = statusOf(r, loaded.links);
+        // A failure this fetch applied is copied before the COMMIT: the record then names the copy.
+        tx.shown.set(`${ref.key}\n${id}`, status);
+        return status;
       },
     });
   }
