@@ -504,18 +504,33 @@ export class Queue {
 
   /**
    * Items of these statuses in claim order (decisions §8.6 bulk actions): pending ones walked from
-   * the claim-order trees, any other status found by a scan of the queue.
+   * the claim-order trees (all of them, as the caller reads on), any other status found by a scan
+   * of the queue (the first `limit` only).
    */
-  *inClaimOrder(statuses: readonly ItemStatus[]): Iterable<Item> {
+  *inClaimOrder(statuses: readonly ItemStatus[], limit: number): Iterable<Item> {
     const others = statuses.filter((s) => s !== 'pending');
     if (others.length === 0) {
       yield* this.oldestPendingWalk();
       return;
     }
+    // A scan of the queue that keeps the first `limit` in claim order (most come in posting
+    // order, after the ones kept, and are passed over at once): no sort of every item found.
     const wanted = new Set(statuses);
-    const found: Item[] = [];
-    for (const item of this.items.values()) if (wanted.has(item.status)) found.push(item);
-    yield* found.sort(rules.claimOrder);
+    const kept: Item[] = [];
+    for (const item of this.items.values()) {
+      if (!wanted.has(item.status)) continue;
+      if (kept.length === limit && rules.claimOrder(item, kept[limit - 1]!) >= 0) continue;
+      let lo = 0;
+      let hi = kept.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (rules.claimOrder(kept[mid]!, item) < 0) lo = mid + 1;
+        else hi = mid;
+      }
+      kept.splice(lo, 0, item);
+      if (kept.length > limit) kept.pop();
+    }
+    yield* kept;
   }
 
   /** Pending items (claimable or waiting for their time) in claim order, the two trees merged as they are walked. */

@@ -345,7 +345,7 @@ export class EmbeddedStore implements Store, EventOutbox {
     // Chosen first, then changed: the walk of the claim order must not see the changes it makes.
     const batch: Item[] = [];
     let more = false;
-    for (const item of queue.inClaimOrder(action.kind === 'redrive' ? ['pending'] : action.statuses)) {
+    for (const item of queue.inClaimOrder(action.kind === 'redrive' ? ['pending'] : action.statuses, max + 1)) {
       if (action.kind === 'redrive' && (item.untouched || sourceOf(item) === undefined)) continue;
       if (batch.length === max) {
         more = true;
@@ -689,6 +689,7 @@ export class EmbeddedStore implements Store, EventOutbox {
           if (o.count > 0) this.toOutbox({ seq: o.seq, ts, lines: o.lines });
           this.announce(o.slot, o.changes);
           if (o.count > 0 && this.options.observer) this.options.observer.events(o.slot.key, eventKinds(o.changes));
+          if (o.slot.queue.config.archivePayloads) this.archiveMade(o.slot, o.changes);
         }
       },
       (err: Error) => {
@@ -745,6 +746,20 @@ export class EmbeddedStore implements Store, EventOutbox {
       else out.set(target, [copy]);
     }
     return out;
+  }
+
+  /**
+   * The bodies of items a step posted to another queue (dead-letter copies, redriven items), for
+   * a queue that archives payloads: staged and published once the step is durable, as the step
+   * itself could not wait for them. A payload that cannot be written is warned of.
+   */
+  private archiveMade(slot: QueueSlot, changes: readonly Change[]): void {
+    for (const { item } of changes) {
+      this.options.hooks
+        .stage(slot.host, slot.name, item.id, 'item', item.body)
+        .then((staged) => staged.publish())
+        .catch((err: Error) => this.options.warn(`a payload could not be archived: ${err.message}`));
+    }
   }
 
   /** Changes up to `through` are on disk. */
