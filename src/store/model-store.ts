@@ -239,9 +239,11 @@ export class ModelStore implements Store {
     const items = this.prepare(ref);
     const r = items.get(id);
     if (!r) return null;
+    // Its links as they are now: a stamp that purges the item (retainSeconds 0) takes them with it.
+    const links = this.disk.links.get(ref.key)?.get(id);
     const stamp = rules.fetched(r, this.now());
     if (stamp) this.settle(ref, items, stamp.record, r.status);
-    return statusOf(r, this.disk.links.get(ref.key)?.get(id));
+    return statusOf(r, links);
   }
 
   /** Keeps a record, and announces what a long poll may wait for: an item to claim, an item that became terminal. */

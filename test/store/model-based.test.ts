@@ -471,6 +471,7 @@ type DeadLetterCommand =
   | { op: 'dlCounts' }
   | { op: 'dlError'; item: number }
   | { op: 'dlDefined'; defined: boolean }
+  | { op: 'fail'; kind: string }
   | { op: 'bulk'; queue: number; kind: 'redrive' | 'retry' | 'cancel'; statuses: ItemStatus[]; max: number };
 
 const deadLetterCommand: fc.Arbitrary<DeadLetterCommand> = fc.oneof(
@@ -480,6 +481,8 @@ const deadLetterCommand: fc.Arbitrary<DeadLetterCommand> = fc.oneof(
   { weight: 1, arbitrary: fc.constant({ op: 'dlCounts' as const }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('dlError' as const), item }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('dlDefined' as const), defined: fc.constantFrom(true, true, false) }) },
+  // A post, a claim and a final error on what it claimed: a failure, so that copies are made often.
+  { weight: 3, arbitrary: fc.record({ op: fc.constant('fail' as const), kind: fc.constantFrom('a', 'b') }) },
   {
     weight: 3,
     arbitrary: fc.oneof(
@@ -515,7 +518,8 @@ async function registerMade(side: Side, queues: readonly QueueRef[]): Promise<vo
 async function deadLetterSequence(subject: { name: string; factory: StoreFactory }, initial: number, commands: DeadLetterCommand[]): Promise<void> {
   const clock = new FakeClock();
   const host = 'model.example.com';
-  let config: QueueConfig = { ...CONFIGS[initial]!, deadLetter: 'dl' };
+  // One attempt: most errors and lease ends fail their item, so that copies are made often.
+  let config: QueueConfig = { ...CONFIGS[initial]!, maxAttempts: 1, deadLetter: 'dl' };
   let dlDefined = true;
   const configFor = (key: string): QueueConfig | undefined => (key.endsWith('/dl') ? (dlDefined ? DEAD_LETTER_CONFIG : undefined) : config);
   let q: QueueRef = { key: `${host}/q`, host, name: 'q', config };
@@ -534,7 +538,7 @@ async function deadLetterSequence(subject: { name: string; factory: StoreFactory
         const c = d.c;
         if (c.op === 'advance') clock.advance(c.ms);
         else if (c.op === 'define') {
-          config = { ...CONFIGS[c.config]!, deadLetter: 'dl' };
+          config = { ...CONFIGS[c.config]!, maxAttempts: 1, deadLetter: 'dl' };
           q = { ...q, config };
         } else {
           await sides[0]!.h.reopen(() => clock.advance(c.closedMs));
@@ -568,6 +572,13 @@ async function deadLetterSequence(subject: { name: string; factory: StoreFactory
           case 'dlError':
             out = await store.error(dl, idFor(side, d.item), '{"again":true}');
             break;
+          case 'fail': {
+            const posted = await store.post(q, { body: JSON.stringify({ kind: d.kind }), postedBy: 'producer' });
+            register(side, posted);
+            const claimed = await store.claim(q, { worker: 'w1' });
+            out = [labeled(side, posted), labeled(side, claimed), claimed === null ? null : await store.error(q, claimed.id, `{"step":${step}}`, { final: true })];
+            break;
+          }
           case 'bulk': {
             const on = d.queue === 0 ? q : dl;
             const action: BulkAction = d.kind === 'redrive' ? { kind: 'redrive', queueNamed: (name) => (name === 'q' ? q : undefined) } : { kind: d.kind, statuses: d.statuses };
