@@ -27,6 +27,14 @@ interface ItemWork {
   result: string | null;
   error: string | null;
   fetchedAt: number | null;
+  /** decisions §8.6: the item's dead-letter links, on the few items that have them; null on the others. */
+  links: DeadLetterLinks | null;
+}
+
+/** decisions §8.6: the id of an item's dead-letter copy, and where a dead letter came from. */
+export interface DeadLetterLinks {
+  readonly deadLetterId: string | null;
+  readonly source: rules.DeadLetterSource | null;
 }
 
 /**
@@ -95,7 +103,7 @@ export class Item {
 
   private worked(): ItemWork {
     // What rules.workAsPosted gives, spelled out: made once per item that is worked on.
-    return (this.work ??= { idempotencyKey: null, priority: 0, group: null, updatedAt: this.postedAt, finishedAt: null, attempts: 0, leaseWorker: null, leaseUntil: null, availableAt: 0, progress: null, result: null, error: null, fetchedAt: null });
+    return (this.work ??= { idempotencyKey: null, priority: 0, group: null, updatedAt: this.postedAt, finishedAt: null, attempts: 0, leaseWorker: null, leaseUntil: null, availableAt: 0, progress: null, result: null, error: null, fetchedAt: null, links: null });
   }
 
   get idempotencyKey(): string | null {
@@ -172,6 +180,13 @@ export class Item {
   set error(v: string | null) {
     if (this.work !== null || v !== null) this.worked().error = v;
   }
+  /** decisions §8.6: the id of the item's dead-letter copy, and where a dead letter came from (kept with the work on it: most items have none). */
+  get links(): DeadLetterLinks | null {
+    return this.work === null ? null : this.work.links;
+  }
+  set links(v: DeadLetterLinks | null) {
+    if (this.work !== null || v !== null) this.worked().links = v;
+  }
   /** Stamped by the first fetch that returned the item terminal (retainFrom: "fetched"). */
   get fetchedAt(): number | null {
     return this.work === null ? null : this.work.fetchedAt;
@@ -196,7 +211,7 @@ export interface Change {
    */
   before?: SavedState;
   /** Events in the order they happened. */
-  events: Array<{ event: TaskEventKind; worker?: string; schedule?: string; occurrence?: number }>;
+  events: Array<{ event: TaskEventKind; worker?: string; schedule?: string; occurrence?: number; deadLetter?: string; redrivenTo?: string }>;
   /** The item left the queue for good (retention): the store deletes it. */
   purged?: boolean;
   /** A lease counted by the rate window or fairness turns (decisions §8.5): the store journals it, and a revert takes it back. */
@@ -534,6 +549,71 @@ export class Queue {
   cancel(id: string, now: number): Outcome | null {
     const item = this.items.get(id);
     return item ? this.submitted(item, rules.cancel(item, now)) : null;
+  }
+
+  /** decisions §8.6 bulk retry: a failed, timed-out or cancelled item is pending again in place; null for any other. */
+  retryAgain(item: Item, now: number): Change | null {
+    const t = rules.retryAgain(item, now);
+    return t ? this.apply(item, t) : null;
+  }
+
+  /** decisions §8.6 bulk cancel of an item this queue holds. */
+  cancelItem(item: Item, now: number): Change | null {
+    const s = rules.cancel(item, now);
+    return s.transition ? this.apply(item, s.transition) : null;
+  }
+
+  /** decisions §8.6 redrive: the dead letter leaves the queue for good, as a purge does, with a `redriven` event naming where it went. */
+  redriven(item: Item, to: string): Change {
+    return this.apply(item, { record: item, events: [{ event: 'redriven', redrivenTo: to }], purged: true });
+  }
+
+  /**
+   * Items of these statuses in claim order (decisions §8.6 bulk actions): pending ones walked from
+   * the claim-order trees (all of them, as the caller reads on), any other status found by a scan
+   * of the queue (the first `limit` only).
+   */
+  *inClaimOrder(statuses: readonly ItemStatus[], limit: number): Iterable<Item> {
+    const others = statuses.filter((s) => s !== 'pending');
+    if (others.length === 0) {
+      yield* this.oldestPendingWalk();
+      return;
+    }
+    // A scan of the queue that keeps the first `limit` in claim order (most come in posting
+    // order, after the ones kept, and are passed over at once): no sort of every item found.
+    const wanted = new Set(statuses);
+    const kept: Item[] = [];
+    for (const item of this.items.values()) {
+      if (!wanted.has(item.status)) continue;
+      if (kept.length === limit && rules.claimOrder(item, kept[limit - 1]!) >= 0) continue;
+      let lo = 0;
+      let hi = kept.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (rules.claimOrder(kept[mid]!, item) < 0) lo = mid + 1;
+        else hi = mid;
+      }
+      kept.splice(lo, 0, item);
+      if (kept.length > limit) kept.pop();
+    }
+    yield* kept;
+  }
+
+  /** Pending items (claimable or waiting for their time) in claim order, the two trees merged as they are walked. */
+  private *oldestPendingWalk(): Iterable<Item> {
+    const a = this.pending.walk(START)[Symbol.iterator]();
+    const b = this.waiting.walk(START)[Symbol.iterator]();
+    let x = a.next();
+    let y = b.next();
+    while (!x.done || !y.done) {
+      if (y.done || (!x.done && rules.claimOrder(x.value, y.value) < 0)) {
+        yield x.value;
+        x = a.next();
+      } else {
+        yield y.value;
+        y = b.next();
+      }
+    }
   }
 
   /**

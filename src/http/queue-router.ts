@@ -7,7 +7,7 @@ import type { ErrorObject, ValidateFunction } from 'ajv';
 import type { Operation } from '../definitions/schemas.js';
 import type { QueueRuntime } from '../definitions/registry.js';
 import { allows, type AccessPolicy } from '../engine/config.js';
-import { postOptions, releaseDelayOf, retryWishOf, type PostOptions, type RetryWish } from '../engine/rules.js';
+import { postOptions, releaseDelayOf, retryWishOf, sourceJson, type PostOptions, type RetryWish } from '../engine/rules.js';
 import { EmbeddedStore } from '../store/embedded-store.js';
 import { QueueWithdrawn, type ClaimHolds } from '../waiting/long-poll.js';
 import { StoreUnavailable, type Claimed, type PostInput, type StatusRecord, type SubmitOutcome } from '../store/store.js';
@@ -347,7 +347,10 @@ function answerSubmission(res: ServerResponse, outcome: SubmitOutcome | null): v
 /** The status record as JSON text; stored bodies are spliced in as they are. */
 export function statusJson(r: StatusRecord): string {
   const group = r.group === null ? 'null' : jsonString(r.group);
-  return `{"ok":true,"id":"${r.id}","status":"${r.status}","postedBy":${jsonString(r.postedBy)},"postedAt":${r.postedAt},"updatedAt":${r.updatedAt},"finishedAt":${r.finishedAt},"attempts":${r.attempts},"priority":${r.priority},"group":${group},"runAt":${r.runAt},"progress":${r.progress},"result":${r.result},"error":${r.error}}`;
+  // decisions §8.6: present only when set; a dead letter's source shows its error as JSON.
+  const dead = r.deadLetterId === undefined ? '' : `,"deadLetterId":"${r.deadLetterId}"`;
+  const source = r.source === undefined ? '' : `,"source":${JSON.stringify(sourceJson(r.source))}`;
+  return `{"ok":true,"id":"${r.id}","status":"${r.status}","postedBy":${jsonString(r.postedBy)},"postedAt":${r.postedAt},"updatedAt":${r.updatedAt},"finishedAt":${r.finishedAt},"attempts":${r.attempts},"priority":${r.priority},"group":${group},"runAt":${r.runAt},"progress":${r.progress},"result":${r.result},"error":${r.error}${dead}${source}}`;
 }
 
 /** A hand-in's wish for its error (decisions §8.2), checked already by the claim schema; undefined when it says none. */

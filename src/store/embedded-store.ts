@@ -2,12 +2,13 @@ import { benchOff } from '../bench-off.js';
 import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
+import * as rules from '../engine/rules.js';
 import type { RetryWish } from '../engine/rules.js';
 import { Queue, type Change, type Item, type LeaseMark, type Outcome, type Place, type SavedState } from '../engine/queue.js';
 import { deleteRecord, eventsRecord, flowRecord, itemRecord, Journal, leaseRecord, markRecord, pausedRecord, scheduleRecord, updateRecord, type HistoryMark } from './journal.js';
 import { planSchedule, postedBy, scheduledOptions, scheduleView, type ScheduleSpec, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
 import type { WriteFn } from './append-file.js';
-import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
+import { claimedOf, DEAD_LETTER_POSTER, REDRIVE_POSTER, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
 import { jsonString } from '../json-text.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
 
@@ -64,6 +65,9 @@ function eventKinds(changes: Change[]): TaskEventKind[] {
   for (const change of changes) for (const e of change.events) kinds.push(e.event);
   return kinds;
 }
+
+/** Items one step posts to other queues than its own, by queue (decisions §8.6: dead-letter copies, redriven items). */
+type PostedElsewhere = Map<QueueSlot, Change[]>;
 
 /** After a failed write, time-driven changes wait this long before they are tried again (not in a loop against a full disk). */
 const RETRY_AFTER_FAILURE_MS = 1000;
@@ -292,7 +296,7 @@ export class EmbeddedStore implements Store, EventOutbox {
     if (!item) return null;
     const stamp = slot.queue.fetched(item, this.now());
     if (stamp) this.commitLater(slot, [stamp]);
-    const record = statusOf(item);
+    const record = statusOf(item, item.links ?? undefined);
     // What is shown must be what a crash would keep: wait for anything still being written (if
     // that fails, what the record shows was taken back, and the fetch fails with it).
     await this.synced();
@@ -327,8 +331,62 @@ export class EmbeddedStore implements Store, EventOutbox {
     return out;
   }
 
-  async bulk(_ref: QueueRef, action: BulkAction, _max: number): Promise<BulkOutcome> {
-    throw new Error(`bulk ${action.kind} is not built on this store yet`);
+  /**
+   * See {@link Store.bulk}: the batch is applied in memory at once (no await in between) and
+   * journalled as one write with the items a redrive posts elsewhere; a write that fails takes all
+   * of it back.
+   */
+  async bulk(ref: QueueRef, action: BulkAction, max: number): Promise<BulkOutcome> {
+    const slot = this.prepare(ref);
+    const queue = slot.queue;
+    const now = this.now();
+    const sources = new Map<string, QueueRef | undefined>();
+    /** Where a dead letter goes back to: the queue it came from, as defined now; undefined when it is no dead letter, or that queue is not defined. */
+    const sourceOf = (item: Item): QueueRef | undefined => {
+      const name = item.links?.source?.queue;
+      if (name === undefined) return undefined;
+      if (!sources.has(name)) sources.set(name, action.kind === 'redrive' ? action.queueNamed(name) : undefined);
+      return sources.get(name);
+    };
+    // Chosen first, then changed: the walk of the claim order must not see the changes it makes.
+    const batch: Item[] = [];
+    let more = false;
+    for (const item of queue.inClaimOrder(action.kind === 'redrive' ? ['pending'] : action.statuses, max + 1)) {
+      if (action.kind === 'redrive' && (item.untouched || sourceOf(item) === undefined)) continue;
+      if (batch.length === max) {
+        more = true;
+        break;
+      }
+      batch.push(item);
+    }
+    const changes: Change[] = [];
+    const posted: PostedElsewhere = new Map();
+    let leaseEnded = false;
+    for (const item of batch) {
+      if (action.kind === 'redrive') {
+        const to = sourceOf(item)!;
+        const target = to.key === slot.key ? slot : this.prepare(to);
+        const copy = target.queue.post({ id: this.newId(target.queue), body: item.body, postedBy: REDRIVE_POSTER, idempotencyKey: null }, now);
+        const list = posted.get(target);
+        if (list) list.push(copy);
+        else posted.set(target, [copy]);
+        changes.push(queue.redriven(item, `${to.name}/${copy.item.id}`));
+        continue;
+      }
+      const leased = item.status === 'claimed' || item.status === 'processing';
+      const change = action.kind === 'retry' ? queue.retryAgain(item, now) : queue.cancelItem(item, now);
+      if (!change) continue;
+      if (leased) leaseEnded = true;
+      changes.push(change);
+    }
+    if (changes.length === 0) {
+      await this.synced();
+      return { changed: 0, more };
+    }
+    await this.commit(slot, changes, false, undefined, undefined, posted.size > 0 ? posted : undefined);
+    // decisions §8.5: leases ended in a queue with limits: held claims look again.
+    if (leaseEnded && (queue.config.maxActive !== null || queue.config.groupMaxActive !== null)) this.options.notifier?.notify(slot.claimTopic);
+    return { changed: changes.length, more };
   }
 
   async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
@@ -613,7 +671,9 @@ export class EmbeddedStore implements Store, EventOutbox {
    * Journals changes with their task events in one write, resolving once it is durable (and the
    * payload archived). The history file gets the events right after, off the request's path.
    */
-  private commit(slot: QueueSlot, changes: Change[], created = false, staged?: StagedPayload[], queueState?: { records: string; undo: () => void }): Promise<void> {
+  private commit(slot: QueueSlot, changes: Change[], created = false, staged?: StagedPayload[], queueState?: { records: string; undo: () => void }, posted?: PostedElsewhere): Promise<void> {
+    // decisions §8.6: dead-letter copies of items that just failed or timed out, in the same write.
+    const copies = posted ?? (created || slot.queue.config.deadLetter === null ? undefined : this.deadLetters(slot, changes));
     const { pieces, lines, count, ts } = this.describe(slot, changes, created);
     // The queue's own state changed with the items (a schedule's last occurrence): in the same group.
     if (queueState) pieces.unshift(queueState.records);
@@ -630,18 +690,36 @@ export class EmbeddedStore implements Store, EventOutbox {
     const seq = this.eventSeq;
     const through = (this.changeSeq += changes.length);
     this.unconfirmed.push({ seq: through, slot, changes, undo: queueState?.undo });
+    // Items posted to other queues by the same step (dead-letter copies, redriven items): journalled
+    // in the same write, so that a crash keeps all of it or none.
+    const others: Array<{ slot: QueueSlot; changes: Change[]; seq: number; lines: string[]; count: number }> = [];
+    let last = through;
+    for (const [other, made] of copies ?? []) {
+      const d = this.describe(other, made, true);
+      pieces.push(...d.pieces);
+      last = this.changeSeq += made.length;
+      this.unconfirmed.push({ seq: last, slot: other, changes: made });
+      others.push({ slot: other, changes: made, seq: this.eventSeq, lines: d.lines, count: d.count });
+    }
     const durable = this.journal.append(pieces).then(
       () => {
-        this.confirm(through);
+        this.confirm(last);
         // Durable writes complete in order, so the outbox stays in the order of the events' numbers.
         if (count > 0) this.toOutbox({ seq, ts, lines });
         this.announce(slot, changes);
         if (count > 0 && this.options.observer) this.options.observer.events(slot.key, eventKinds(changes));
+        for (const o of others) {
+          if (o.count > 0) this.toOutbox({ seq: o.seq, ts, lines: o.lines });
+          this.announce(o.slot, o.changes);
+          if (o.count > 0 && this.options.observer) this.options.observer.events(o.slot.key, eventKinds(o.changes));
+          if (o.slot.queue.config.archivePayloads) this.archiveMade(o.slot, o.changes);
+        }
       },
       (err: Error) => {
         throw new StoreUnavailable(err);
       },
     );
+    for (const o of others) if (o.slot !== slot) this.schedule(o.slot);
     this.afterChange(slot);
     if (!staged || staged.length === 0) return durable;
     return durable.then(
@@ -653,6 +731,58 @@ export class EmbeddedStore implements Store, EventOutbox {
         throw err;
       },
     );
+  }
+
+  /**
+   * decisions §8.6: for each change that made an item failed or timed out in a queue with
+   * `deadLetter`, a copy posted to that queue (when it is defined now): the copy's source and the
+   * original's deadLetterId are set, and the failure's event names the copy ("undefined" when the
+   * queue is not defined). Applied in memory now; the caller journals them with the changes.
+   */
+  private deadLetters(slot: QueueSlot, changes: Change[]): PostedElsewhere | undefined {
+    const config = slot.queue.config;
+    let out: PostedElsewhere | undefined;
+    let after: Array<SavedState | undefined> | undefined | null = null;
+    for (let n = 0; n < changes.length; n++) {
+      const { item, before, events, purged } = changes[n]!;
+      if (!before || purged || before.status === item.status) continue;
+      // A commit that changes an item twice: the state this change left is the next change's before.
+      if (after === null) after = statesAfter(changes);
+      // (Only a change that leaves the item as it ends the commit can be its failure: a failed item changes no more in it.)
+      if ((after?.[n]?.status ?? item.status) !== item.status || !rules.needsDeadLetter(before.status, item, config)) continue;
+      const event = events.find((e) => e.event === 'failed' || e.event === 'timedout');
+      const key = `${slot.host}/${config.deadLetter}`;
+      const targetConfig = this.options.configFor(key);
+      if (!targetConfig) {
+        if (event) event.deadLetter = 'undefined';
+        continue;
+      }
+      const target = this.slotFor(key, targetConfig);
+      this.takeRules(target, targetConfig);
+      const copy = target.queue.post({ id: this.newId(target.queue), body: item.body, postedBy: DEAD_LETTER_POSTER, idempotencyKey: null }, this.now());
+      copy.item.links = { deadLetterId: null, source: rules.deadLetterSource(slot.name, item) };
+      item.links = { deadLetterId: copy.item.id, source: item.links?.source ?? null };
+      if (event) event.deadLetter = copy.item.id;
+      out ??= new Map();
+      const list = out.get(target);
+      if (list) list.push(copy);
+      else out.set(target, [copy]);
+    }
+    return out;
+  }
+
+  /**
+   * The bodies of items a step posted to another queue (dead-letter copies, redriven items), for
+   * a queue that archives payloads: staged and published once the step is durable, as the step
+   * itself could not wait for them. A payload that cannot be written is warned of.
+   */
+  private archiveMade(slot: QueueSlot, changes: readonly Change[]): void {
+    for (const { item } of changes) {
+      this.options.hooks
+        .stage(slot.host, slot.name, item.id, 'item', item.body)
+        .then((staged) => staged.publish())
+        .catch((err: Error) => this.options.warn(`a payload could not be archived: ${err.message}`));
+    }
   }
 
   /** Changes up to `through` are on disk. */
@@ -781,7 +911,9 @@ export class EmbeddedStore implements Store, EventOutbox {
         const worker = e.worker === undefined ? '' : `,"worker":${jsonString(e.worker)}`;
         // Field order as in TaskEvent (decisions §5): ts, host, queue, id, event, attempts, worker (when there is one), status.
         const scheduled = e.schedule === undefined ? '' : `,"schedule":${jsonString(e.schedule)},"occurrence":${e.occurrence}`;
-        const event = `{"ts":${ts},${slot.eventPrefix},"id":"${item.id}","event":"${e.event}","attempts":${attempts}${worker},"status":"${status}"${scheduled}}`;
+        const dead = e.deadLetter === undefined ? '' : `,"deadLetter":"${e.deadLetter}"`;
+        const redriven = e.redrivenTo === undefined ? '' : `,"redrivenTo":${jsonString(e.redrivenTo)}`;
+        const event = `{"ts":${ts},${slot.eventPrefix},"id":"${item.id}","event":"${e.event}","attempts":${attempts}${worker},"status":"${status}"${scheduled}${dead}${redriven}}`;
         // Made flat here, once: it is written twice (journal, history), and a string built of
         // pieces is copied whole at each write (charCodeAt makes V8 flatten it in place).
         event.charCodeAt(0);

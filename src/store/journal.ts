@@ -9,6 +9,7 @@ import { fsyncDir, makeDir, removeDurably } from '../durable-files.js';
 import { AppendFile, type AppendFileOptions, type WriteFn } from './append-file.js';
 import { jsonString } from '../json-text.js';
 import type { ScheduleState } from '../engine/schedules.js';
+import type { DeadLetterSource } from '../engine/rules.js';
 
 /**
  * The embedded store's files, in `<root>/_svcq/store/`:
@@ -34,7 +35,10 @@ import type { ScheduleState } from '../engine/schedules.js';
 //   either with priority and group after the rest (["p", …, n, priority, group]): an item posted with
 //                                   them (decisions §8.1); an item of priority 0 and no group has neither
 //   ["u", queue, id, ...state]                                                an item's state after a change
-//   ["d", queue, id]                                                          the item is gone (retention)
+//   ["d", queue, id]                                                          the item is gone (retention, a redrive)
+//   ["k", queue, id, deadLetterId, source]
+//                                   decisions §8.6: the item's dead-letter links (the id of its copy, or null; a dead
+//                                   letter's source object, or null), right after the item's own record whenever it has any
 //   ["q", queue, paused]            the queue is paused (true) or not (false) from here on (decisions §8.4); a
 //                                   snapshot holds one for each paused queue, before its items
 //   ["s", queue, name, hash, passedAt, lastAt, lastId]
@@ -88,16 +92,24 @@ export function itemRecord(queueJson: string, item: Item): string {
   const { body } = item;
   const ranked = !item.untouched && (item.priority !== 0 || item.group !== null) ? `,${item.priority},${text(item.group)}` : '';
   if (body.includes('\n')) {
-    return `["i",${queueJson},"${item.id}",${item.ord},${JSON.stringify(body)},${jsonString(item.postedBy)},${item.postedAt},${text(item.idempotencyKey)},${stateText(item)}${ranked}]\n`;
+    return `["i",${queueJson},"${item.id}",${item.ord},${JSON.stringify(body)},${jsonString(item.postedBy)},${item.postedAt},${text(item.idempotencyKey)},${stateText(item)}${ranked}]\n${linksText(queueJson, item)}`;
   }
   const at = `${item.postedAt}`;
   // An item as posted (nothing has worked on it yet) has the default state: no getter calls.
   const state = item.untouched ? `"${item.status}",${at},null,0,null,null,0,null,null,null,null` : stateText(item);
-  return `["p",${queueJson},"${item.id}",${item.ord},${jsonString(item.postedBy)},${at},${text(item.idempotencyKey)},${state},${body.length}${ranked}]\t${body}\n`;
+  return `["p",${queueJson},"${item.id}",${item.ord},${jsonString(item.postedBy)},${at},${text(item.idempotencyKey)},${state},${body.length}${ranked}]\t${body}\n${linksText(queueJson, item)}`;
 }
 
 export function updateRecord(queueJson: string, item: Item): string {
-  return `["u",${queueJson},"${item.id}",${stateText(item)}]\n`;
+  return `["u",${queueJson},"${item.id}",${stateText(item)}]\n${linksText(queueJson, item)}`;
+}
+
+/** decisions §8.6: the item's dead-letter links record, or nothing for the (nearly all) items without any. */
+function linksText(queueJson: string, item: Item): string {
+  if (item.untouched) return '';
+  const links = item.links;
+  if (links === null) return '';
+  return `["k",${queueJson},"${item.id}",${text(links.deadLetterId)},${links.source === null ? 'null' : JSON.stringify(links.source)}]\n`;
 }
 
 export function deleteRecord(queueJson: string, id: string): string {
@@ -649,6 +661,12 @@ function applyRecord(record: unknown[], body: string | undefined, state: LoadedS
   if (type === 'u' && record.length === 14) {
     const item = byId.get(id);
     if (item) applyState(item, record.slice(3) as StateFields);
+    return true;
+  }
+  if (type === 'k' && record.length === 5) {
+    const item = byId.get(id);
+    const source = record[4] as DeadLetterSource | null;
+    if (item) item.links = { deadLetterId: typeof record[3] === 'string' ? record[3] : null, source: source !== null && typeof source === 'object' ? source : null };
     return true;
   }
   if (type === 'd' && record.length === 3) {

@@ -7,7 +7,7 @@ import * as rules from '../engine/rules.js';
 import type { ItemRecord, RetryWish, Submission } from '../engine/rules.js';
 import { planSchedule, postedBy, scheduledOptions, scheduleView, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
-import { claimedOf, fullCounts, statusOf, StoreUnavailable, type Claimed, type QueueOverview, type BulkAction, type BulkOutcome, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome } from './store.js';
+import { claimedOf, DEAD_LETTER_POSTER, deadLetterKey, fullCounts, REDRIVE_POSTER, statusOf, StoreUnavailable, type DeadLetterLinks, type Claimed, type QueueOverview, type BulkAction, type BulkOutcome, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome } from './store.js';
 
 /**
  * What a {@link ModelStore} keeps between a close and the next open: its stand-in for a disk.
@@ -25,6 +25,8 @@ export interface ModelDisk {
   schedules: Map<string, Map<string, ScheduleState>>;
   /** Leases and turns (decisions §8.5), by queue key. */
   flows: Map<string, ModelFlow>;
+  /** decisions §8.6: the items' dead-letter links, by queue key, then by id (only items that have one). */
+  links: Map<string, Map<string, DeadLetterLinks>>;
 }
 
 /** What the limits of decisions §8.5 remember of a queue's past leases. */
@@ -38,13 +40,15 @@ export interface ModelFlow {
 }
 
 export function newModelDisk(): ModelDisk {
-  return { queues: new Map(), lastOrd: new Map(), paused: new Set(), schedules: new Map(), flows: new Map() };
+  return { queues: new Map(), lastOrd: new Map(), paused: new Set(), schedules: new Map(), flows: new Map(), links: new Map() };
 }
 
 export interface ModelStoreOptions {
   now?: () => number;
   /** Told of every change a long poll may wait for, as the Store contract asks. */
   notifier?: Notifier;
+  /** A queue's current rules: where a dead-letter copy goes (decisions §8.6); undefined, not defined. */
+  configFor?: (key: string) => QueueConfig | undefined;
 }
 
 /**
@@ -61,6 +65,7 @@ export interface ModelStoreOptions {
 export class ModelStore implements Store {
   private readonly now: () => number;
   private readonly notifier: Notifier | undefined;
+  private readonly configFor: (key: string) => QueueConfig | undefined;
   private state: 'new' | 'open' | 'closed' = 'new';
 
   constructor(
@@ -69,6 +74,7 @@ export class ModelStore implements Store {
   ) {
     this.now = options.now ?? Date.now;
     this.notifier = options.notifier;
+    this.configFor = options.configFor ?? (() => undefined);
   }
 
   async open(): Promise<void> {
@@ -122,8 +128,65 @@ export class ModelStore implements Store {
     return out;
   }
 
-  async bulk(_ref: QueueRef, action: BulkAction, _max: number): Promise<BulkOutcome> {
-    throw new Error(`bulk ${action.kind} is not built on this store yet`);
+  /** decisions §8.6: the items the action changes, in claim order; the first `max` changed at once. */
+  async bulk(ref: QueueRef, action: BulkAction, max: number): Promise<BulkOutcome> {
+    const items = this.prepare(ref);
+    const links = this.linksOf(ref.key);
+    const now = this.now();
+    const sorted = [...items.values()].sort(rules.claimOrder);
+    const candidates =
+      action.kind === 'redrive'
+        ? sorted.filter((r) => {
+            const source = links.get(r.id)?.source;
+            return r.status === 'pending' && source != null && action.queueNamed(source.queue) !== undefined;
+          })
+        : sorted.filter((r) => action.statuses.includes(r.status));
+    const batch = candidates.slice(0, max);
+    for (const r of batch) {
+      if (action.kind === 'redrive') {
+        const to = action.queueNamed(links.get(r.id)!.source!.queue)!;
+        this.postNow(to, { body: r.body, postedBy: REDRIVE_POSTER });
+        this.forget(ref.key, items, r.id);
+        this.notifier?.notify(itemTopic(ref.key, r.id));
+        continue;
+      }
+      const t = action.kind === 'retry' ? rules.retryAgain(r, now) : rules.cancel(r, now).transition;
+      if (!t) continue;
+      this.settle(ref, items, t.record, r.status);
+      const leased = r.status === 'claimed' || r.status === 'processing';
+      if (action.kind === 'cancel' && leased && (ref.config.maxActive !== null || ref.config.groupMaxActive !== null)) this.notifier?.notify(claimTopic(ref.key));
+    }
+    return { changed: batch.length, more: candidates.length > batch.length };
+  }
+
+  /** The dead-letter links of a queue's items. */
+  private linksOf(key: string): Map<string, DeadLetterLinks> {
+    let links = this.disk.links.get(key);
+    if (!links) this.disk.links.set(key, (links = new Map()));
+    return links;
+  }
+
+  /** An item leaves the queue for good (retention, a redrive), with its links. */
+  private forget(key: string, items: Map<string, ItemRecord>, id: string): void {
+    items.delete(id);
+    this.disk.links.get(key)?.delete(id);
+  }
+
+  /**
+   * decisions §8.6: an item that just became failed or timed out is copied to the queue's dead
+   * letter queue (when that is defined now), in the same step: the copy's source, the original's
+   * deadLetterId.
+   */
+  private deadLetter(ref: QueueRef, before: ItemStatus, record: ItemRecord): void {
+    if (!rules.needsDeadLetter(before, record, ref.config)) return;
+    const key = deadLetterKey(ref)!;
+    const config = this.configFor(key);
+    if (!config) return;
+    const target: QueueRef = { key, host: ref.host, name: ref.config.deadLetter!, config };
+    const { id } = this.postNow(target, { body: record.body, postedBy: DEAD_LETTER_POSTER });
+    this.linksOf(key).set(id, { source: rules.deadLetterSource(ref.name, record) });
+    const links = this.linksOf(ref.key);
+    links.set(record.id, { ...links.get(record.id), deadLetterId: id });
   }
 
   async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
@@ -189,9 +252,11 @@ export class ModelStore implements Store {
     const items = this.prepare(ref);
     const r = items.get(id);
     if (!r) return null;
+    // Its links as they are now: a stamp that purges the item (retainSeconds 0) takes them with it.
+    const links = this.disk.links.get(ref.key)?.get(id);
     const stamp = rules.fetched(r, this.now());
-    if (stamp) this.settle(ref, items, stamp.record);
-    return statusOf(r);
+    if (stamp) this.settle(ref, items, stamp.record, r.status);
+    return statusOf(r, links);
   }
 
   /** Keeps a record, and announces what a long poll may wait for: an item to claim, an item that became terminal. */
@@ -291,7 +356,7 @@ export class ModelStore implements Store {
     const r = items.get(id);
     if (!r) return null;
     const outcome = apply(r, this.now());
-    if (outcome.transition) this.settle(ref, items, outcome.transition.record);
+    if (outcome.transition) this.settle(ref, items, outcome.transition.record, r.status);
     return { accepted: outcome.accepted, status: outcome.status };
   }
 
@@ -311,9 +376,10 @@ export class ModelStore implements Store {
       const t = rules.due(r, ref.config, now);
       if (!t) continue;
       if (t.purged) {
-        items.delete(r.id);
+        this.deadLetter(ref, r.status, t.record);
+        this.forget(ref.key, items, r.id);
         this.notifier?.notify(itemTopic(ref.key, r.id));
-      } else this.settle(ref, items, t.record);
+      } else this.settle(ref, items, t.record, r.status);
     }
     return items;
   }
@@ -323,18 +389,19 @@ export class ModelStore implements Store {
    * force: an item that ends (or is fetched ended) under `retainSeconds: 0` is purged by the
    * request that ended it, not by the next one, which may come under other rules.
    */
-  private settle(ref: QueueRef, items: Map<string, ItemRecord>, record: ItemRecord): void {
+  private settle(ref: QueueRef, items: Map<string, ItemRecord>, record: ItemRecord, before: ItemStatus): void {
+    this.deadLetter(ref, before, record);
     const t = rules.due(record, ref.config, this.now());
     if (!t) return this.put(ref.key, items, record, ref.config);
     if (!t.purged) {
       // Its lease ended with this change (a put that is never made is not announced otherwise).
-      const before = items.get(record.id);
-      if (before && (before.status === 'claimed' || before.status === 'processing')) this.put(ref.key, items, record, ref.config);
-      return this.settle(ref, items, t.record);
+      const stored = items.get(record.id);
+      if (stored && (stored.status === 'claimed' || stored.status === 'processing')) this.put(ref.key, items, record, ref.config);
+      return this.settle(ref, items, t.record, record.status);
     }
     // The change itself is announced too: a long poll on the item learns it ended.
     this.put(ref.key, items, record, ref.config);
-    items.delete(record.id);
+    this.forget(ref.key, items, record.id);
     this.notifier?.notify(itemTopic(ref.key, record.id));
   }
 }

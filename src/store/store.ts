@@ -92,6 +92,15 @@ export interface BulkOutcome {
   more: boolean;
 }
 
+/** decisions §8.6: who a dead-letter copy, and an item a redrive posts, say posted them. */
+export const DEAD_LETTER_POSTER = 'dead-letter';
+export const REDRIVE_POSTER = 'redrive';
+
+/** decisions §8.6: the key of the queue a queue's failed and timed-out items are copied to, or null when it names none. */
+export function deadLetterKey(queue: Pick<QueueRef, 'host' | 'config'>): string | null {
+  return queue.config.deadLetter === null ? null : `${queue.host}/${queue.config.deadLetter}`;
+}
+
 /** The most items one atomic batch of a bulk action changes (decisions §8.6). */
 export const BULK_BATCH = 1000;
 
@@ -134,9 +143,15 @@ export function claimedOf(r: ItemRecord): Claimed {
   return { id: r.id, item: r.body, attempts: r.attempts, lease: { worker: r.leaseWorker ?? '', until: r.leaseUntil ?? 0 } };
 }
 
-/** An item's record as the fetch endpoint shows it. */
-export function statusOf(r: ItemRecord): StatusRecord {
-  return {
+/** decisions §8.6: what a store keeps of an item beside its record: the id of its dead-letter copy, and where a dead letter came from. */
+export interface DeadLetterLinks {
+  deadLetterId?: string | null;
+  source?: DeadLetterSource | null;
+}
+
+/** An item's record as the fetch endpoint shows it (with its dead-letter links, decisions §8.6, when it has any). */
+export function statusOf(r: ItemRecord, links?: DeadLetterLinks): StatusRecord {
+  const record: StatusRecord = {
     id: r.id,
     status: r.status,
     postedBy: r.postedBy,
@@ -151,6 +166,9 @@ export function statusOf(r: ItemRecord): StatusRecord {
     result: r.result,
     error: r.error,
   };
+  if (links?.deadLetterId != null) record.deadLetterId = links.deadLetterId;
+  if (links?.source != null) record.source = links.source;
+  return record;
 }
 
 /**

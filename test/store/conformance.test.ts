@@ -4,6 +4,7 @@ import type { Criteria } from '../../src/engine/criteria.js';
 import { LEASE_EXPIRED, retryDelay, type PostOptions, type RetryWish } from '../../src/engine/rules.js';
 import type { QueueDefinition } from '../../src/definitions/schemas.js';
 import type { QueueRef, Store, SubmitOutcome } from '../../src/store/store.js';
+import { deadLetterConformance } from './conformance-dead-letters.js';
 import { embedded, model, START, type StoreFactory, type StoreUnderTest } from './support/stores.js';
 import { limitsConformance } from './conformance-limits.js';
 
@@ -1643,6 +1644,7 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
     });
 
     limitsConformance({ h: () => h, queue, redefine });
+    deadLetterConformance({ h: () => h, queue, post, claimId: (q) => claimId(q), advance });
   });
 }
 

@@ -186,6 +186,75 @@ describe('the embedded store after kill -9 (decisions §6)', function () {
   });
 });
 
+describe('dead letters after kill -9 (decisions §6, §8.6)', function () {
+  this.timeout(60_000);
+
+  it('a failure and its dead-letter copy are both there or both absent after kill -9 amid errors in flight; every acknowledged failure has its copy', async () => {
+    const own = tempDir();
+    let s = await startServer({ root: own });
+    const agent = keepAliveAgent(IN_FLIGHT);
+    try {
+      const call = (method: string, path: string, body?: unknown): Promise<{ status: number; json: Json }> =>
+        agentRequest(agent, s.url, path, { method, host: HOST, body: body === undefined ? undefined : JSON.stringify(body) });
+      await defineQueue(s, HOST, 'graveyard', { access: PUBLIC_ACCESS });
+      await defineQueue(s, HOST, 'fragile', { access: PUBLIC_ACCESS, maxAttempts: 1, leaseSeconds: 600, deadLetter: 'graveyard' });
+      const ids = await pool(300, IN_FLIGHT, async (i) => (await call('POST', '/fragile', { i })).json.id as string);
+      await pool(300, IN_FLIGHT, async () => expect((await call('POST', '/fragile/claim', { worker: 'w' })).json.id).to.be.a('string'));
+      const acked = new Set<string>();
+      let killed = false;
+      const wave = pool(ids.length, IN_FLIGHT, async (i) => {
+        if (killed) return;
+        try {
+          const reply = await call('POST', `/fragile/items/${ids[i]}/error`, { i });
+          if (reply.status === 200) acked.add(ids[i]!);
+        } catch {
+          // The connection died with the server: not acknowledged.
+        }
+      });
+      const deadline = Date.now() + 10_000;
+      while (acked.size < 60 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 2));
+      await s.kill9();
+      killed = true;
+      await wave;
+      agent.destroy();
+      s = await startServer({ root: own });
+      const again = keepAliveAgent(IN_FLIGHT);
+      const get = async (path: string): Promise<Json> => (await agentRequest(again, s.url, path, { method: 'GET', host: HOST })).json;
+      try {
+        let failed = 0;
+        const records = await pool(ids.length, IN_FLIGHT, async (i) => get(`/fragile/items/${ids[i]}`));
+        for (const r of records) {
+          if (acked.has(r.id as string)) expect(r.status, r.id as string).to.equal('failed');
+          if (r.status === 'failed') {
+            failed++;
+            expect(r.deadLetterId, r.id as string).to.be.a('string');
+            const copy = await get(`/graveyard/items/${r.deadLetterId}`);
+            expect(copy.source, r.id as string).to.deep.include({ queue: 'fragile', id: r.id, status: 'failed' });
+          } else {
+            expect(r.status).to.equal('claimed');
+            expect(r).to.not.have.property('deadLetterId');
+          }
+        }
+        expect(failed).to.be.at.least(acked.size);
+        // No copy without its failure: the dead-letter queue holds exactly one item per failed original.
+        let copies = 0;
+        for (;;) {
+          const reply = (await agentRequest(again, s.url, '/graveyard/claim', { method: 'POST', host: HOST, body: JSON.stringify({ worker: 'count', max: 100 }) })).json;
+          const items = reply.items as Json[];
+          if (items.length === 0) break;
+          copies += items.length;
+        }
+        expect(copies).to.equal(failed);
+      } finally {
+        again.destroy();
+      }
+    } finally {
+      await s.stop();
+      cleanupTemp(own);
+    }
+  });
+});
+
 describe('files a crash left staged under the root (decisions §6)', function () {
   this.timeout(30_000);
   let root: string;

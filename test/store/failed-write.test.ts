@@ -123,6 +123,46 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
     expect(events.filter((e) => e.event === 'posted').map((e) => e.id)).to.deep.equal([kept.id, retried.id]);
   });
 
+  it('an error whose write fails leaves neither the failure nor its dead-letter copy, then or after a restart; a redrive whose write fails leaves the dead letter (decisions §6, §8.6)', async () => {
+    const dl: QueueRef = { key: `${HOST}/dead`, host: HOST, name: 'dead', config: resolveQueue({}) };
+    const q: QueueRef = { key: `${HOST}/failing`, host: HOST, name: 'failing', config: resolveQueue({ maxAttempts: 1, deadLetter: 'dead' }) };
+    defined.set(dl.key, dl.config);
+    defined.set(q.key, q.config);
+    const a = await store.post(q, { body: '{"n":1}', postedBy: 'public' });
+    await store.claim(q, { worker: 'w' });
+    disk.failing = true;
+    disk.partial = 40;
+    expect(await rejection(store.error(q, a.id, '{"e":1}'))).to.be.instanceOf(StoreUnavailable);
+    disk.failing = false;
+    disk.partial = 0;
+    const check = async (): Promise<void> => {
+      const r = await store.get(q, a.id);
+      expect(r?.status).to.equal('claimed');
+      expect(r).to.not.have.property('deadLetterId');
+      expect(await store.counts(dl)).to.deep.equal({});
+    };
+    await check();
+    await close();
+    await open();
+    await check();
+    expect(historyEvents().filter((e) => e.event === 'failed' || (e.event === 'posted' && e.id !== a.id))).to.deep.equal([]);
+
+    // Written this time: both are there.
+    expect(await store.error(q, a.id, '{"e":2}')).to.deep.equal({ accepted: true, status: 'failed' });
+    const copy = (await store.get(q, a.id))!.deadLetterId!;
+    expect((await store.get(dl, copy))?.source).to.deep.include({ id: a.id, error: '{"e":2}' });
+    const redrive = { kind: 'redrive' as const, queueNamed: (name: string) => (name === q.name ? q : undefined) };
+    disk.failing = true;
+    expect(await rejection(store.bulk(dl, redrive, 10))).to.be.instanceOf(StoreUnavailable);
+    disk.failing = false;
+    expect((await store.get(dl, copy))?.status).to.equal('pending');
+    expect(await store.counts(q)).to.deep.equal({ failed: 1 });
+    await close();
+    await open();
+    expect((await store.get(dl, copy))?.status).to.equal('pending');
+    expect(await store.counts(q)).to.deep.equal({ failed: 1 });
+  });
+
   it('a claim waiting for an item is not woken by a post that failed, and is handed the next one that is written (§6)', async () => {
     const q = ref('waiting');
     let answered: unknown = 'not yet';

@@ -5,7 +5,8 @@ import type { Criteria } from '../../src/engine/criteria.js';
 import type { QueueDefinition } from '../../src/definitions/schemas.js';
 import type { ClaimHold } from '../../src/engine/limits.js';
 import type { PostOptions, RetryWish } from '../../src/engine/rules.js';
-import type { QueueRef, StatusRecord } from '../../src/store/store.js';
+import type { BulkAction, QueueRef, StatusRecord } from '../../src/store/store.js';
+import type { ItemStatus } from '../../src/engine/item.js';
 import { embedded, FakeClock, model, postgresUnderTest, START, type StoreFactory, type StoreUnderTest } from './support/stores.js';
 
 /**
@@ -469,6 +470,166 @@ describe('the PostgreSQL store against the reference model (model-based, fast-ch
     await fc.assert(
       fc.asyncProperty(fc.constantFrom(...PURGED_AT_ONCE), fc.array(turnCommand, { maxLength: 25, size: 'max' }), (initial, commands) => turns({ name: 'postgres', factory }, initial, commands)),
       { numRuns: PG_RUNS },
+    );
+  });
+});
+
+/**
+ * decisions §8.6: a queue `q` whose failed and timed-out items are copied to `dl`, and the bulk
+ * actions on both, against the model. Items the stores create on their own (dead-letter copies,
+ * redriven items) are labelled as they appear among the pending items, in claim order, after each
+ * command, alike on both sides.
+ */
+type DeadLetterCommand =
+  | { op: 'base'; c: Command }
+  | { op: 'dlClaim'; worker: string }
+  | { op: 'dlGet'; item: number }
+  | { op: 'dlCounts' }
+  | { op: 'dlError'; item: number }
+  | { op: 'dlDefined'; defined: boolean }
+  | { op: 'fail'; kind: string }
+  | { op: 'bulk'; queue: number; kind: 'redrive' | 'retry' | 'cancel'; statuses: ItemStatus[]; max: number };
+
+const deadLetterCommand: fc.Arbitrary<DeadLetterCommand> = fc.oneof(
+  { weight: 10, arbitrary: command.map((c) => ({ op: 'base' as const, c })) },
+  { weight: 2, arbitrary: fc.record({ op: fc.constant('dlClaim' as const), worker: fc.constantFrom('w1', 'w2') }) },
+  { weight: 2, arbitrary: fc.record({ op: fc.constant('dlGet' as const), item }) },
+  { weight: 1, arbitrary: fc.constant({ op: 'dlCounts' as const }) },
+  { weight: 1, arbitrary: fc.record({ op: fc.constant('dlError' as const), item }) },
+  { weight: 1, arbitrary: fc.record({ op: fc.constant('dlDefined' as const), defined: fc.constantFrom(true, true, false) }) },
+  // A post, a claim and a final error on what it claimed: a failure, so that copies are made often.
+  { weight: 3, arbitrary: fc.record({ op: fc.constant('fail' as const), kind: fc.constantFrom('a', 'b') }) },
+  {
+    weight: 3,
+    arbitrary: fc.oneof(
+      fc.record({ op: fc.constant('bulk' as const), queue: fc.nat({ max: 1 }), kind: fc.constant('redrive' as const), statuses: fc.constant([] as ItemStatus[]), max: fc.integer({ min: 1, max: 3 }) }),
+      fc.record({ op: fc.constant('bulk' as const), queue: fc.nat({ max: 1 }), kind: fc.constant('retry' as const), statuses: fc.subarray(['failed', 'timedout', 'cancelled'] as ItemStatus[], { minLength: 1 }), max: fc.integer({ min: 1, max: 3 }) }),
+      fc.record({ op: fc.constant('bulk' as const), queue: fc.nat({ max: 1 }), kind: fc.constant('cancel' as const), statuses: fc.subarray(['pending', 'claimed', 'processing'] as ItemStatus[], { minLength: 1 }), max: fc.integer({ min: 1, max: 3 }) }),
+    ),
+  },
+);
+
+const DEAD_LETTER_CONFIG = resolveQueue({ leaseSeconds: 10, maxAttempts: 1 });
+/** Fewer sequences than the suites above: these add their commands to the same base commands. */
+const DL_RUNS = Math.ceil(RUNS / 3);
+const DL_PG_RUNS = Math.ceil(PG_RUNS / 2);
+
+/** A status record with the ids it names (its own, its copy's, its source's) as labels. */
+function shownLinked(side: Side, r: StatusRecord | null): unknown {
+  if (r === null) return null;
+  const out: Record<string, unknown> = { ...r, id: label(side, r.id) };
+  if (r.deadLetterId !== undefined) out.deadLetterId = label(side, r.deadLetterId);
+  if (r.source !== undefined) out.source = { ...r.source, id: label(side, r.source.id) };
+  return out;
+}
+
+/** Labels the pending items of these queues not seen yet, in claim order (the copies and redriven items a command made). */
+async function registerMade(side: Side, queues: readonly QueueRef[]): Promise<void> {
+  for (const q of queues) {
+    const o = await side.h.store.overview(q, { oldest: 100_000, leases: 0 });
+    for (const x of o.oldest) if (!side.ids.includes(x.id)) side.ids.push(x.id);
+  }
+}
+
+async function deadLetterSequence(subject: { name: string; factory: StoreFactory }, initial: number, commands: DeadLetterCommand[]): Promise<void> {
+  const clock = new FakeClock();
+  const host = 'model.example.com';
+  // One attempt: most errors and lease ends fail their item, so that copies are made often.
+  let config: QueueConfig = { ...CONFIGS[initial]!, maxAttempts: 1, deadLetter: 'dl' };
+  let dlDefined = true;
+  const configFor = (key: string): QueueConfig | undefined => (key.endsWith('/dl') ? (dlDefined ? DEAD_LETTER_CONFIG : undefined) : config);
+  let q: QueueRef = { key: `${host}/q`, host, name: 'q', config };
+  const dl: QueueRef = { key: `${host}/dl`, host, name: 'dl', config: DEAD_LETTER_CONFIG };
+  const sides: Side[] = [
+    { name: subject.name, h: await subject.factory({ configFor, clock }), ids: [] },
+    { name: 'model', h: await model({ configFor, clock }), ids: [] },
+  ];
+  const touchBoth = async (): Promise<void> => {
+    await touch(sides, q);
+    await touch(sides, dl);
+  };
+  try {
+    for (const [step, d] of commands.entries()) {
+      if (d.op === 'base' && (d.c.op === 'advance' || d.c.op === 'define' || d.c.op === 'restart')) {
+        const c = d.c;
+        if (c.op === 'advance') clock.advance(c.ms);
+        else if (c.op === 'define') {
+          config = { ...CONFIGS[c.config]!, maxAttempts: 1, deadLetter: 'dl' };
+          q = { ...q, config };
+        } else {
+          await sides[0]!.h.reopen(() => clock.advance(c.closedMs));
+          await sides[1]!.h.reopen();
+        }
+        await touchBoth();
+        for (const side of sides) await registerMade(side, [q, dl]);
+        continue;
+      }
+      if (d.op === 'dlDefined') {
+        dlDefined = d.defined;
+        continue;
+      }
+      const seen: unknown[] = [];
+      for (const side of sides) {
+        const store = side.h.store;
+        let out: unknown;
+        switch (d.op) {
+          case 'base':
+            out = d.c.op === 'get' ? shownLinked(side, await store.get(q, idFor(side, d.c.item))) : await run(side, q, d.c, step);
+            break;
+          case 'dlClaim':
+            out = labeled(side, await store.claim(dl, { worker: d.worker }));
+            break;
+          case 'dlGet':
+            out = shownLinked(side, await store.get(dl, idFor(side, d.item)));
+            break;
+          case 'dlCounts':
+            out = await store.counts(dl);
+            break;
+          case 'dlError':
+            out = await store.error(dl, idFor(side, d.item), '{"again":true}');
+            break;
+          case 'fail': {
+            const posted = await store.post(q, { body: JSON.stringify({ kind: d.kind }), postedBy: 'producer' });
+            register(side, posted);
+            const claimed = await store.claim(q, { worker: 'w1' });
+            out = [labeled(side, posted), labeled(side, claimed), claimed === null ? null : await store.error(q, claimed.id, `{"step":${step}}`, { final: true })];
+            break;
+          }
+          case 'bulk': {
+            const on = d.queue === 0 ? q : dl;
+            const action: BulkAction = d.kind === 'redrive' ? { kind: 'redrive', queueNamed: (name) => (name === 'q' ? q : undefined) } : { kind: d.kind, statuses: d.statuses };
+            out = await store.bulk(on, action, d.max);
+            break;
+          }
+        }
+        await registerMade(side, [q, dl]);
+        seen.push(out);
+      }
+      if (!isDeepStrictEqual(seen[0], seen[1])) {
+        throw new Error(`step ${step} ${JSON.stringify(d)}: the ${subject.name} store answered ${JSON.stringify(seen[0])}, the model ${JSON.stringify(seen[1])}`);
+      }
+    }
+  } finally {
+    for (const side of sides) await side.h.dispose();
+  }
+}
+
+describe('dead letters and bulk actions against the reference model (model-based, fast-check, decisions §8.6)', function () {
+  this.timeout(60_000 + DL_RUNS * 500 + DL_PG_RUNS * 7500);
+
+  it(`the embedded store answers as the model does over ${DL_RUNS} random sequences on a queue with a deadLetter queue (failures copied, that queue defined or not), redrives, retries and cancels in batches, restarts among them (decisions §6, §8.6)`, async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.nat({ max: CONFIGS.length - 1 }), fc.array(deadLetterCommand, { maxLength: MAX_COMMANDS, size: 'max' }), (initial, commands) => deadLetterSequence({ name: 'embedded', factory: embedded }, initial, commands)),
+      { numRuns: DL_RUNS },
+    );
+  });
+
+  it(`PostgreSQL answers as the model does over ${DL_PG_RUNS} such sequences (decisions §6.1, §8.6)`, async function () {
+    if (!('factory' in pg)) return this.skip();
+    const factory = pg.factory;
+    await fc.assert(
+      fc.asyncProperty(fc.nat({ max: CONFIGS.length - 1 }), fc.array(deadLetterCommand, { maxLength: MAX_COMMANDS, size: 'max' }), (initial, commands) => deadLetterSequence({ name: 'postgres', factory }, initial, commands)),
+      { numRuns: DL_PG_RUNS },
     );
   });
 });

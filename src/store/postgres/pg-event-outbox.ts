@@ -31,6 +31,8 @@ interface EventRow {
   worker: string | null;
   schedule: string | null;
   occurrence: number | null;
+  dead_letter: string | null;
+  redriven_to: string | null;
 }
 
 /**
@@ -197,7 +199,7 @@ export class PgEventOutbox implements EventOutbox {
             // the whole table on every call).
             name: 'svcq_read_events',
             text: `WITH txs AS (SELECT DISTINCT xid FROM svcq_events WHERE xid > $1::xid8 AND xid < $3::xid8 ORDER BY xid LIMIT $2)
-                   SELECT e.xid::text::bigint AS xid, e.ts, e.host, e.queue, e.id, e.event, e.attempts, e.status, e.worker, e.schedule, e.occurrence
+                   SELECT e.xid::text::bigint AS xid, e.ts, e.host, e.queue, e.id, e.event, e.attempts, e.status, e.worker, e.schedule, e.occurrence, e.dead_letter, e.redriven_to
                      FROM svcq_events AS e
                     WHERE e.xid > $1::xid8 AND e.xid <= (SELECT max(xid) FROM txs)
                     ORDER BY e.xid, e.seq`,
@@ -292,5 +294,7 @@ export function horizonOf(next: bigint, running: number[]): bigint {
 function lineOf(row: EventRow): string {
   const worker = row.worker === null ? '' : `,"worker":${JSON.stringify(row.worker)}`;
   const scheduled = row.schedule === null ? '' : `,"schedule":${JSON.stringify(row.schedule)},"occurrence":${Number(row.occurrence)}`;
-  return `{"ts":${Number(row.ts)},"host":${JSON.stringify(row.host)},"queue":${JSON.stringify(row.queue)},"id":${JSON.stringify(row.id)},"event":${JSON.stringify(row.event)},"attempts":${Number(row.attempts)}${worker},"status":${JSON.stringify(row.status)}${scheduled}}\n`;
+  const dead = row.dead_letter === null ? '' : `,"deadLetter":${JSON.stringify(row.dead_letter)}`;
+  const redriven = row.redriven_to === null ? '' : `,"redrivenTo":${JSON.stringify(row.redriven_to)}`;
+  return `{"ts":${Number(row.ts)},"host":${JSON.stringify(row.host)},"queue":${JSON.stringify(row.queue)},"id":${JSON.stringify(row.id)},"event":${JSON.stringify(row.event)},"attempts":${Number(row.attempts)}${worker},"status":${JSON.stringify(row.status)}${scheduled}${dead}${redriven}}\n`;
 }

@@ -32,7 +32,7 @@ export class ItemIds {
  * commit or roll back, so concurrent posts with one key create one item on every node; the
  * earlier item is then read. A key repeated within the batch names its first item.
  */
-export async function insertPosts(tx: Tx, ref: QueueRef, inputs: readonly PostInput[], ids: ItemIds): Promise<PostOutcome[]> {
+export async function insertPosts(tx: Tx, ref: QueueRef, inputs: readonly PostInput[], ids: ItemIds, sources?: ReadonlyArray<string | null>): Promise<PostOutcome[]> {
   const group = tx.groups;
   const out: Array<PostOutcome | undefined> = new Array(inputs.length);
   // Inputs whose key an earlier input of this batch carries: they name that input's item.
@@ -76,8 +76,8 @@ export async function insertPosts(tx: Tx, ref: QueueRef, inputs: readonly PostIn
        ), ords AS (
          SELECT v, row_number() OVER (ORDER BY v) AS n FROM (SELECT nextval('svcq_item_ord') AS v FROM generate_series(1, $6::integer)) AS s
        )
-       INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, attempts, available_at, priority, grp)
-       SELECT $1, input.id, ords.v, input.body, input.posted_by, $7, input.idempotency_key, $8, $9, $10, coalesce(($11::bigint[])[input.n], 0), coalesce(($12::smallint[])[input.n], 0), ($13::text[])[input.n]
+       INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, attempts, available_at, priority, grp, source)
+       SELECT $1, input.id, ords.v, input.body, input.posted_by, $7, input.idempotency_key, $8, $9, $10, coalesce(($11::bigint[])[input.n], 0), coalesce(($12::smallint[])[input.n], 0), ($13::text[])[input.n], ($14::text[])[input.n]
          FROM input JOIN ords USING (n) ORDER BY input.n
        ON CONFLICT DO NOTHING
        RETURNING id, ord`, 'generic'),
@@ -97,6 +97,8 @@ export async function insertPosts(tx: Tx, ref: QueueRef, inputs: readonly PostIn
         records.some((t) => t.record.availableAt !== 0) ? records.map((t) => t.record.availableAt) : null,
         records.some((t) => t.record.priority !== 0) ? records.map((t) => t.record.priority) : null,
         records.some((t) => t.record.group !== null) ? records.map((t) => t.record.group) : null,
+        // decisions §8.6: a dead letter's source (only dead-letter copies have one; they have no idempotency key, so no repeats).
+        sources ? todo.map((n) => sources[n] ?? null) : null,
       ],
     );
     if (ahead.length > 0) {

@@ -4,11 +4,12 @@ import pg from 'pg';
 import type { ItemStatus } from '../../engine/item.js';
 import * as rules from '../../engine/rules.js';
 import type { EventDraft, ItemRecord, Transition } from '../../engine/rules.js';
-import type { PayloadKind, QueueRef } from '../store.js';
+import type { DeadLetterLinks, PayloadKind, QueueRef, StatusRecord } from '../store.js';
+import type { DeadLetterSource } from '../../engine/rules.js';
 import { StaleWrite } from './pg-errors.js';
 import type { Payload } from './pg-payloads.js';
 
-export const COLUMNS = 'ctid, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at, version, priority, grp';
+export const COLUMNS = 'ctid, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at, version, priority, grp, dead_letter_id, source';
 
 export interface ItemRow {
   /** Where the row's current version lies in the table, as text ('(page,slot)'): its guarded write finds it there. */
@@ -33,6 +34,9 @@ export interface ItemRow {
   version: number;
   priority: number;
   grp: string | null;
+  /** decisions §8.6 (schema version 14): the id of the item's dead-letter copy; a dead letter's source, as JSON text. */
+  dead_letter_id: string | null;
+  source: string | null;
 }
 
 /** A record as read, with the version its guarded write must find, and where. */
@@ -40,12 +44,15 @@ export interface Loaded {
   record: ItemRecord;
   version: number;
   ctid: string;
+  /** decisions §8.6: the row's dead-letter links as read. */
+  links?: DeadLetterLinks;
 }
 
 export function recordOf(row: ItemRow): Loaded {
   return {
     version: row.version,
     ctid: row.ctid,
+    links: row.dead_letter_id === null && row.source === null ? undefined : { deadLetterId: row.dead_letter_id, source: row.source === null ? null : (JSON.parse(row.source) as DeadLetterSource) },
     record: {
       id: row.id,
       ord: row.ord,
@@ -142,6 +149,14 @@ export interface PendingWrite {
   fromAvailableAt: number;
   record: ItemRecord;
   purged: boolean;
+  /** decisions §8.6: the id of the dead-letter copy made of the item in this transaction. */
+  deadLetterId?: string;
+}
+
+/** decisions §8.6: an item this transaction made failed or timed out in a queue with `deadLetter`: copied before COMMIT. */
+export interface Failure {
+  ref: QueueRef;
+  change: Change;
 }
 
 /** One transaction: its connection, its time, and what it changed so far. */
@@ -162,6 +177,10 @@ export class Tx {
   groups = 0;
   /** Items this transaction posts, by '<queue>\n<id>', and the group that posts each. */
   readonly postedBy = new Map<string, number>();
+  /** decisions §8.6: items that failed or timed out in this transaction, to be copied to their dead-letter queues before COMMIT. */
+  readonly failures: Failure[] = [];
+  /** Status records this transaction answers with, by '<queue>\n<id>': a copy made of the item before COMMIT is named in it. */
+  readonly shown = new Map<string, StatusRecord>();
 
   /**
    * The time its rules apply at: when it began, moved later to the last change of any row it
@@ -220,11 +239,29 @@ export class Tx {
   stage(ref: QueueRef, loaded: Loaded, t: Transition): void {
     const slot = `${ref.key}\n${t.record.id}`;
     const earlier = this.pending.get(slot);
+    const from = earlier ? earlier.record.status : loaded.record.status;
     if (earlier) {
       earlier.record = t.record;
       earlier.purged = t.purged === true;
     } else this.pending.set(slot, { ref, version: loaded.version, ctid: loaded.ctid, from: loaded.record.status, fromAvailableAt: loaded.record.availableAt, record: t.record, purged: t.purged === true });
-    this.changes.push({ ref, record: t.record, events: t.events, purged: t.purged === true });
+    const change: Change = { ref, record: t.record, events: t.events, purged: t.purged === true };
+    this.changes.push(change);
+    if (rules.needsDeadLetter(from, t.record, ref.config)) this.failures.push({ ref, change });
+  }
+
+  /**
+   * decisions §8.6: the item's record names its dead-letter copy: written with the item's staged
+   * change, or now when that change was written already (a sweep's batch).
+   */
+  async deadLetterMade(ref: QueueRef, id: string, copyId: string): Promise<void> {
+    const shown = this.shown.get(`${ref.key}\n${id}`);
+    if (shown) shown.deadLetterId = copyId;
+    const w = this.pending.get(`${ref.key}\n${id}`);
+    if (w) {
+      w.deadLetterId = copyId;
+      return;
+    }
+    await this.query(named('svcq_dead_letter_id', 'UPDATE svcq_items SET dead_letter_id = $3 WHERE queue = $1 AND id = $2'), [ref.key, id, copyId]);
   }
 
   /** Counts `n` more (or fewer) items of the queue in `status` once this transaction commits. */
@@ -310,8 +347,8 @@ export class Tx {
   async flush(): Promise<void> {
     if (this.pending.size === 0) return;
     const { updates, deletes } = this.takeWrites();
-    const res = await this.query<{ updated: number; deleted: number }>(named('svcq_write_items', `WITH ${WRITE_ITEMS}
-       SELECT (SELECT count(*) FROM upd)::integer AS updated, (SELECT count(*) FROM del)::integer AS deleted`, 'generic'), writeParams(updates, deletes));
+    const res = await this.query<{ updated: number; deleted: number }>(named('svcq_write_items', `WITH ${writeItems(18)}
+       SELECT (SELECT count(*) FROM upd)::integer AS updated, (SELECT count(*) FROM del)::integer AS deleted`, 'generic'), [...writeParams(updates, deletes), deadLetterIds(updates)]);
     checkWritten(res.rows[0]!, updates, deletes);
   }
 }
@@ -326,15 +363,17 @@ export class Tx {
  * version 9) fails the guard too: the transaction runs again with a new id, so the task history,
  * read in the order of transaction ids, holds every item's events in the order they happened.
  */
-const WRITE_ITEMS = `upd AS (
+function writeItems(deadLetterIds: number): string {
+  return `upd AS (
     UPDATE svcq_items AS i
        SET status = u.status, updated_at = u.updated_at, finished_at = u.finished_at, attempts = u.attempts,
            lease_worker = u.lease_worker, lease_until = u.lease_until, available_at = u.available_at,
            progress = u.progress, result = u.result, error = u.error, fetched_at = u.fetched_at,
+           dead_letter_id = coalesce(u.dead_letter_id, i.dead_letter_id),
            version = i.version + 1, writer = pg_current_xact_id()
       FROM unnest($1::tid[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[], $7::integer[], $8::text[],
-                  $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::bigint[])
-           AS u(ctid, id, version, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at)
+                  $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::bigint[], $${deadLetterIds}::text[])
+           AS u(ctid, id, version, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at, dead_letter_id)
      WHERE i.ctid = ANY($1::tid[]) AND i.ctid = u.ctid AND i.id = u.id AND i.version = u.version AND i.writer <= pg_current_xact_id()
     RETURNING 1
   ), del AS (
@@ -342,6 +381,12 @@ const WRITE_ITEMS = `upd AS (
      WHERE i.ctid = ANY($15::tid[]) AND i.ctid = d.ctid AND i.id = d.id AND i.version = d.version AND i.writer <= pg_current_xact_id()
     RETURNING 1
   )`;
+}
+
+/** decisions §8.6: the dead-letter ids of the updates, as the last parameter of {@link writeItems}; none sent when no update has one (unnest pads with nulls). */
+function deadLetterIds(updates: readonly PendingWrite[]): Array<string | null> {
+  return updates.some((w) => w.deadLetterId !== undefined) ? updates.map((w) => w.deadLetterId ?? null) : [];
+}
 
 function writeParams(updates: readonly PendingWrite[], deletes: readonly PendingWrite[]): unknown[] {
   const r = updates.map((w) => w.record);
@@ -410,6 +455,10 @@ export async function finishTx(tx: Tx): Promise<void> {
   const schedules: Array<string | null> = [];
   const occurrences: Array<number | null> = [];
   let scheduled = false;
+  // decisions §8.6: likewise only when some event names a dead letter or where a redrive sent an item.
+  const deadLetters: Array<string | null> = [];
+  const redriven: Array<string | null> = [];
+  let linked = false;
   for (const c of tx.changes) {
     for (const e of c.events) {
       ts.push(tx.now);
@@ -423,6 +472,9 @@ export async function finishTx(tx: Tx): Promise<void> {
       schedules.push(e.schedule ?? null);
       occurrences.push(e.occurrence ?? null);
       if (e.schedule !== undefined) scheduled = true;
+      deadLetters.push(e.deadLetter ?? null);
+      redriven.push(e.redrivenTo ?? null);
+      if (e.deadLetter !== undefined || e.redrivenTo !== undefined) linked = true;
     }
   }
   const countQueues: string[] = [];
@@ -437,9 +489,9 @@ export async function finishTx(tx: Tx): Promise<void> {
   }
   if (updates.length === 0 && deletes.length === 0 && ts.length === 0 && countDeltas.length === 0) return;
   const res = await tx.query<{ updated: number; deleted: number }>(
-    named('svcq_finish', `WITH ${WRITE_ITEMS}, events AS (
-       INSERT INTO svcq_events (ts, host, queue, id, event, attempts, status, worker, schedule, occurrence)
-       SELECT * FROM unnest($18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[], $23::integer[], $24::text[], $25::text[], $29::text[], $30::bigint[])
+    named('svcq_finish', `WITH ${writeItems(31)}, events AS (
+       INSERT INTO svcq_events (ts, host, queue, id, event, attempts, status, worker, schedule, occurrence, dead_letter, redriven_to)
+       SELECT * FROM unnest($18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[], $23::integer[], $24::text[], $25::text[], $29::text[], $30::bigint[], $32::text[], $33::text[])
      ), counted AS (
        -- The net change of the counts goes with the changes (decisions §5.1).
        INSERT INTO svcq_count_deltas (queue, status, delta) SELECT * FROM unnest($26::text[], $27::text[], $28::integer[])
@@ -451,7 +503,7 @@ export async function finishTx(tx: Tx): Promise<void> {
             CASE WHEN updated = cardinality($2::text[]) AND deleted = cardinality($16::text[]) THEN 0
                  ELSE svcq_stale_write((cardinality($2::text[]) + cardinality($16::text[]) - updated - deleted) || ' item(s)') END AS stale
        FROM done`, 'generic'),
-    [...writeParams(updates, deletes), ts, hosts, names, ids, kinds, attempts, statuses, workers, countQueues, countStatuses, countDeltas, scheduled ? schedules : [], scheduled ? occurrences : []],
+    [...writeParams(updates, deletes), ts, hosts, names, ids, kinds, attempts, statuses, workers, countQueues, countStatuses, countDeltas, scheduled ? schedules : [], scheduled ? occurrences : [], deadLetterIds(updates), linked ? deadLetters : [], linked ? redriven : []],
   );
   checkWritten(res.rows[0]!, updates, deletes);
 }

@@ -14,6 +14,7 @@ import { ANSWER_TIMEOUT_MS, answered, keepConnectionErrors, watch } from './pg-g
 import { PgEventOutbox } from './pg-event-outbox.js';
 import { readPayload, writePayloads } from './pg-payloads.js';
 import { insertPosts, ItemIds } from './pg-posts.js';
+import { bulkBatch, copyDeadLetters } from './pg-dead-letters.js';
 import { submitMany, type SubmissionCall } from './pg-submissions.js';
 import { readSchedules, tickSchedules } from './pg-schedules.js';
 import type { ScheduleView } from '../../engine/schedules.js';
@@ -391,9 +392,10 @@ export class PostgresStore implements Store, EventOutbox {
       throw err instanceof StoreUnavailable ? err : new StoreUnavailable(err as Error, true);
     }
     if (!row) return null;
-    const seen = recordOf(row).record;
+    const read = recordOf(row);
+    const seen = read.record;
     const now = this.now();
-    if (!rules.due(seen, ref.config, now) && !rules.fetched(seen, now)) return statusOf(seen);
+    if (!rules.due(seen, ref.config, now) && !rules.fetched(seen, now)) return statusOf(seen, read.links);
     return this.submitOp<StatusRecord | null>({
       ref,
       run: async (tx) => {
@@ -403,7 +405,10 @@ export class PostgresStore implements Store, EventOutbox {
         if (!r) return null;
         const stamp = rules.fetched(r, tx.now);
         if (stamp) tx.stage(ref, loaded, stamp);
-        return statusOf(r);
+        const status = statusOf(r, loaded.links);
+        // A failure this fetch applied is copied before the COMMIT: the record then names the copy.
+        tx.shown.set(`${ref.key}\n${id}`, status);
+        return status;
       },
     });
   }
@@ -461,8 +466,8 @@ export class PostgresStore implements Store, EventOutbox {
    * applied). Counts are kept (decisions §5.1): svcq_counts plus the deltas not yet compacted,
    * whatever the number of items the queue holds.
    */
-  async bulk(_ref: QueueRef, action: BulkAction, _max: number): Promise<BulkOutcome> {
-    throw new Error(`bulk ${action.kind} is not built on this store yet`);
+  bulk(ref: QueueRef, action: BulkAction, max: number): Promise<BulkOutcome> {
+    return this.submitOp<BulkOutcome>({ ref, run: (tx) => bulkBatch(tx, ref, action, max, this.itemIds) });
   }
 
   async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
@@ -731,6 +736,8 @@ export class PostgresStore implements Store, EventOutbox {
         }
         // Every statement sent is answered before the last ones (or a ROLLBACK) go out.
         await settle();
+        // decisions §8.6: the dead-letter copies of what failed or timed out, in this transaction.
+        if (tx.failures.length > 0) await copyDeadLetters(tx, this.options.configFor ?? (() => undefined), this.itemIds);
         // The last writes and the COMMIT go out together. A write that fails (a guard included,
         // see migration 6) aborts the transaction, and the COMMIT behind it then rolls it back.
         tx.hold();

@@ -284,6 +284,19 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE svcq_events ADD COLUMN schedule text, ADD COLUMN occurrence bigint;
     `,
   },
+  {
+    version: 14,
+    description: 'dead letters: the copy an item names, the source a dead letter names, and the events that say so',
+    sql: `
+      -- decisions §8.6. dead_letter_id: the id of the item's copy in its queue's deadLetter queue;
+      -- source: on a dead letter, where it came from, as JSON text ({queue, id, status, attempts,
+      -- error}). Null on other items. No default: the table is not rewritten.
+      ALTER TABLE svcq_items ADD COLUMN dead_letter_id text, ADD COLUMN source text;
+      -- A redrive walks a queue's pending dead letters in claim order.
+      CREATE INDEX svcq_items_dead_letters ON svcq_items (queue, (-priority), ord) WHERE status = 'pending' AND source IS NOT NULL;
+      ALTER TABLE svcq_events ADD COLUMN dead_letter text, ADD COLUMN redriven_to text;
+    `,
+  },
 ];
 
 /** Any constant the whole database agrees on: the lock that serialises migrations across nodes. */

@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto';
+import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
+import type { TaskEvent } from '../../../src/engine/item.js';
 import pg from 'pg';
 import type { QueueConfig } from '../../../src/engine/config.js';
 import { EmbeddedStore } from '../../../src/store/embedded-store.js';
@@ -40,6 +42,8 @@ export interface StoreUnderTest {
    * store and the model apply what is due at their next call.
    */
   settle?(): Promise<void>;
+  /** Every task event made durable so far, oldest first; absent for a store that keeps no task history (the model). */
+  events?(): Promise<TaskEvent[]>;
 }
 
 export interface FactoryOptions {
@@ -67,6 +71,7 @@ async function underTest<O extends Opened>(
   close: (opened: O) => Promise<void>,
   remove: () => Promise<void> | void,
   settle?: (opened: O) => Promise<void>,
+  events?: (opened: O) => Promise<TaskEvent[]>,
 ): Promise<StoreUnderTest> {
   let opened: O;
   try {
@@ -93,6 +98,7 @@ async function underTest<O extends Opened>(
       await remove();
     },
     ...(settle ? { settle: () => settle(opened) } : {}),
+    ...(events ? { events: () => events(opened) } : {}),
   };
 }
 
@@ -118,6 +124,16 @@ export const embedded: StoreFactory = async (options) => {
       tools = undefined;
     },
     () => cleanupTemp(home),
+    undefined,
+    async () => {
+      await tools!.tasks.flush();
+      const dir = tools!.tasks.dir;
+      const out: TaskEvent[] = [];
+      for (const f of (await readdir(dir)).filter((f) => f.endsWith('.log')).sort()) {
+        for (const line of (await readFile(path.join(dir, f), 'utf8')).split('\n')) if (line !== '') out.push(JSON.parse(line) as TaskEvent);
+      }
+      return out;
+    },
   );
 };
 
@@ -129,7 +145,7 @@ export const model: StoreFactory = async (options) => {
     clock,
     async () => {
       const notifier = new InProcessNotifier();
-      const store = new ModelStore(disk, { now: clock.now, notifier });
+      const store = new ModelStore(disk, { now: clock.now, notifier, configFor: options.configFor });
       await store.open();
       return { store, waits: new LongPolls(store, notifier) };
     },
@@ -193,6 +209,24 @@ export function postgresFactory(baseUrl: string): StoreFactory {
       },
       () => db.drop(),
       ({ store }) => store.sweepNow(),
+      // The events as the database holds them, in the order the history reads them (every change is committed before its call resolves).
+      async () => {
+        const client = new pg.Client({ connectionString: db.url });
+        await client.connect();
+        try {
+          const { rows } = await client.query<Record<string, unknown>>('SELECT ts, host, queue, id, event, attempts, worker, status, schedule, occurrence, dead_letter, redriven_to FROM svcq_events ORDER BY xid, seq');
+          return rows.map((r) => {
+            const e: Record<string, unknown> = { ts: Number(r.ts), host: r.host, queue: r.queue, id: r.id, event: r.event, attempts: r.attempts, status: r.status };
+            if (r.worker !== null) e.worker = r.worker;
+            if (r.schedule !== null) Object.assign(e, { schedule: r.schedule, occurrence: Number(r.occurrence) });
+            if (r.dead_letter !== null) e.deadLetter = r.dead_letter;
+            if (r.redriven_to !== null) e.redrivenTo = r.redriven_to;
+            return e as unknown as TaskEvent;
+          });
+        } finally {
+          await client.end();
+        }
+      },
     );
   };
 }
