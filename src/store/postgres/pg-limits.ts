@@ -222,9 +222,13 @@ async function take(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[]): Prom
     if (!set) rebuilt.set(ref.config, (set = new Set()));
     set.add(ref.key);
   }
+  // The plain claims with one call of svcq_claim_groups, the earlier claim taking the earlier turns.
+  const plain = calls.filter((c) => c.criteria === undefined && c.max > 0);
+  const byGroups = plain.length > 0 ? await takeByGroups(tx, ref, plain) : [];
+  let at = 0;
   for (const c of calls) {
     if (c.max <= 0) out.push({ items: [], saturated: false });
-    else if (c.criteria === undefined) out.push(await takeByGroups(tx, ref, c));
+    else if (c.criteria === undefined) out.push(byGroups[at++]!);
     else out.push(await takeMatchingByGroups(tx, ref, c, c.criteria));
   }
   return out;
@@ -234,29 +238,36 @@ const PREFIXED = COLUMNS.split(', ')
   .map((c) => `i.${c}`)
   .join(', ');
 
-/** A plain claim by groups: svcq_claim_groups picks and locks the items, each one turn. */
-async function takeByGroups(tx: Tx, ref: QueueRef, call: LimitedClaim): Promise<Taken> {
+/**
+ * Plain claims by groups, in the order they were made: svcq_claim_groups picks and locks the items
+ * for all of them at once, each item one turn, and they are handed out in that order.
+ */
+async function takeByGroups(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[]): Promise<Taken[]> {
   const config = ref.config;
+  const want = calls.reduce((a, c) => a + c.max, 0);
   const res = await tx.query<ItemRow & { pick: number; picked: string | null }>(
     named(
       'svcq_claim_groups',
       `WITH c AS MATERIALIZED (SELECT id AS picked, n AS pick FROM svcq_claim_groups($1, $2, $3, $4))
        SELECT ${PREFIXED}, c.pick, c.picked FROM c LEFT JOIN svcq_items AS i ON i.queue = $1 AND i.id = c.picked ORDER BY c.pick`,
     ),
-    [ref.key, call.max, config.groupMaxActive, config.fairness === 'groups'],
+    [ref.key, want, config.groupMaxActive, config.fairness === 'groups'],
   );
-  const items: Claimed[] = [];
+  const out: Taken[] = calls.map(() => ({ items: [], saturated: false }));
+  let at = 0;
   let saturated = false;
   for (const row of res.rows) {
     if (row.picked === null) {
       saturated = true;
       continue;
     }
-    if (row.id === null) continue;
-    const got = claimRow(tx, ref, row, call.input.worker);
-    if (got) items.push(got);
+    while (at < calls.length && out[at]!.items.length >= calls[at]!.max) at++;
+    if (at >= calls.length || row.id === null) continue;
+    const got = claimRow(tx, ref, row, calls[at]!.input.worker);
+    if (got) out[at]!.items.push(got);
   }
-  return { items, saturated };
+  if (saturated) for (const o of out) o.saturated = true;
+  return out;
 }
 
 /** Applies the claim rule to a row locked for it; null when the row is no longer claimable (read again under its lock). */
