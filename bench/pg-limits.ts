@@ -198,6 +198,8 @@ async function fairPart(): Promise<void> {
       const { rows } = await c.query<{ n: number }>('SELECT count(*)::integer AS n FROM svcq_groups WHERE queue = $1', [fair.key]);
       console.log(`\nfair    svcq_groups rows of the queue: ${rows[0]!.n}`);
       await explain('pick: the least recently served group with a claimable item of the highest priority', `SELECT s.grp, s.head_p, s.head_ord FROM svcq_groups s WHERE s.queue = $1 AND s.head_p IS NOT NULL AND s.grp <> ALL ($2::text[]) ORDER BY (-s.head_p), s.turn, s.head_ord LIMIT 1`, [fair.key, []]);
+      await c.query('VACUUM svcq_groups');
+      await explain('the same pick after VACUUM svcq_groups', `SELECT s.grp, s.head_p, s.head_ord FROM svcq_groups s WHERE s.queue = $1 AND s.head_p IS NOT NULL AND s.grp <> ALL ($2::text[]) ORDER BY (-s.head_p), s.turn, s.head_ord LIMIT 1`, [fair.key, []]);
       await explain("the group's first claimable item (group big: 500,000 items)", `SELECT i.id, i.priority, i.ord FROM svcq_items i WHERE i.queue = $1 AND coalesce(i.grp, '') = $2 AND i.status = 'pending' AND i.available_at = 0 AND i.id <> ALL ($3::text[]) ORDER BY (-i.priority), i.ord LIMIT 1`, [fair.key, 'big', []]);
       await explain('a whole claim of 10 items by groups (svcq_claim_groups), in a transaction rolled back', `SELECT * FROM svcq_claim_groups($1, 10, NULL, true)`, [fair.key]);
       await c.query('BEGIN');

@@ -117,12 +117,30 @@ describe('PostgreSQL store: flow control (decisions §8.5)', function () {
   });
 
   it('paused: a paused queue with limits holds claims with reason paused (decisions §8.4, §8.5)', async () => {
-    const q = use(refOf('paused', { maxActive: 2 }));
-    await post(q, 2);
+    for (const q of [use(refOf('paused', { maxActive: 2 })), use(refOf('paused-fair', { fairness: 'groups' }))]) {
+      await post(q, 2, () => 'a');
+      await store.setPaused(q, true);
+      const held: ClaimHold = {};
+      expect(await store.claim(q, { worker: 'w', held })).to.equal(null);
+      expect(held.reason, q.name).to.equal('paused');
+    }
+  });
+
+  it('paused: a claim on a paused queue without limits says paused too, plain or with criteria; one that is not held back leaves held untouched (decisions §8.4, §8.5)', async () => {
+    const q = use(refOf('paused-plain', {}));
+    await post(q, 1);
     await store.setPaused(q, true);
-    const held: ClaimHold = {};
-    expect(await store.claim(q, { worker: 'w', held })).to.equal(null);
-    expect(held.reason).to.equal('paused');
+    const plain: ClaimHold = {};
+    const matching: ClaimHold = {};
+    expect(await store.claim(q, { worker: 'w', held: plain })).to.equal(null);
+    expect(await store.claim(q, { worker: 'w', criteria: { i: 0 }, held: matching })).to.equal(null);
+    expect(plain.reason).to.equal('paused');
+    expect(matching.reason).to.equal('paused');
+    await store.setPaused(q, false);
+    const free: ClaimHold = {};
+    expect(await store.claim(q, { worker: 'w', held: free })).to.not.equal(null);
+    expect(await store.claim(q, { worker: 'w', held: free })).to.equal(null);
+    expect(free).to.deep.equal({});
   });
 
   it('groupMaxActive: each group leases at most groupMaxActive; a saturated group is passed over, the claim says groupMaxActive (decisions §8.5)', async () => {
@@ -162,6 +180,18 @@ describe('PostgreSQL store: flow control (decisions §8.5)', function () {
     await store.postMany(q, [{ body: JSON.stringify({ i: 200 }), postedBy: 'p', options: { group: 'a', priority: 5 } }]);
     const top = await store.claim(q, { worker: 'w' });
     expect(num(top)).to.equal(200);
+  });
+
+  it('groups fairness: claims made in the same turn share one transaction and take the turns in the order they were made (decisions §8.5, §6)', async () => {
+    const q = use(refOf('fair-fold', { fairness: 'groups', maxActive: 3 }));
+    await post(q, 3, () => 'a');
+    await post(q, 3, () => 'b');
+    const held: ClaimHold = {};
+    const [one, two, three] = await Promise.all([store.claimMany(q, { worker: 'w1' }, 2), store.claim(q, { worker: 'w2' }), store.claim(q, { worker: 'w3', held })]);
+    expect(one.map(num)).to.deep.equal([0, 3]);
+    expect(num(two)).to.equal(1);
+    expect(three).to.equal(null);
+    expect(held.reason).to.equal('maxActive');
   });
 
   it('groups fairness: the turns survive a restart (decisions §8.5)', async () => {

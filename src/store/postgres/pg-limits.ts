@@ -6,7 +6,7 @@ import { groupKey, hasLimits, type HoldReason } from '../../engine/limits.js';
 import { matches } from '../../engine/criteria.js';
 import * as rules from '../../engine/rules.js';
 import { claimedOf, type Claimed, type QueueRef } from '../store.js';
-import { claimMatching, claimPlain, type PlainClaim } from './pg-claims.js';
+import { claimMatching, claimPlain, heldByPause, type PlainClaim } from './pg-claims.js';
 import { applyDue, COLUMNS, named, type ItemRow, type Tx } from './pg-tx.js';
 
 /** Whether claims on a queue go through its limiter row (a limit, or groups fairness). */
@@ -31,6 +31,8 @@ const LOOK_ITEMS = 50;
 
 /** The limiter row of a queue as this transaction holds it (locked until COMMIT). */
 interface Limiter {
+  /** Whether the queue's rules (when locked) have a rateLimit: only then are leases noted. */
+  rated: boolean;
   rateMax: number;
   rateCount: number;
   /** Leases this transaction noted, in order (their slots follow rateCount's value when locked). */
@@ -66,12 +68,13 @@ export async function lockLimiters(tx: Tx, refs: readonly QueueRef[]): Promise<v
   const held = new Map<string, Limiter>();
   for (const row of rows) {
     if (row.last_at > tx.now) tx.now = row.last_at;
-    held.set(row.queue, { rateMax: row.rate_max, rateCount: row.rate_count, noted: 0, lockedCount: row.rate_count });
+    held.set(row.queue, { rated: false, rateMax: row.rate_max, rateCount: row.rate_count, noted: 0, lockedCount: row.rate_count });
   }
   limiters.set(tx, held);
   for (const ref of refs) {
     const lim = held.get(ref.key);
     const rate = ref.config.rateLimit;
+    if (lim && rate) lim.rated = true;
     if (lim && rate && lim.rateMax !== rate.max) await resize(tx, ref.key, lim, rate.max);
   }
 }
@@ -124,7 +127,11 @@ export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly Limite
   const slotsToRead = rate ? Math.min(wanted + 1, rate.max) : 0;
   const slotNumbers: number[] = [];
   for (let i = 0; i < slotsToRead; i++) slotNumbers.push((lim.rateCount + lim.noted + i) % rate!.max);
-  const state = (
+  // Without maxActive or a rateLimit nothing is counted here (groups are counted by svcq_claim_groups).
+  const counting = config.maxActive !== null || rate !== null;
+  const state = !counting
+    ? { paused: false, leased: 0, slots: null, at: null }
+    : (
     await tx.query<{ paused: boolean; leased: number; slots: Array<number | string> | null; at: Array<number | string> | null }>(
       named(
         'svcq_limits_state',
@@ -175,6 +182,8 @@ export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly Limite
       else hold(calls[i]!, 'rateLimit', got < slotsToRead ? slotTime(got) + rate!.windowMs : tx.now + rate!.windowMs);
     } else if (out[i]!.saturated) hold(calls[i]!, 'groupMaxActive');
   }
+  // The pause, when it was not read with the counts, is read only for a claim that came up short.
+  if (!counting) await heldByPause(tx, ref, calls.map((c, i) => ({ input: c.input, short: out[i]!.items.length < asks[i]! })));
   return out.map((o) => o.items);
 }
 
@@ -387,6 +396,7 @@ export function finishLimits(tx: Tx): Promise<unknown> | undefined {
     const counts: string[] = [];
     const counted: number[] = [];
     for (const [key, lim] of held) {
+      if (!lim.rated || lim.noted === 0 || lim.rateMax === 0) continue;
       counts.push(key);
       counted.push(lim.rateMax === 0 ? 0 : lim.rateCount + lim.noted);
       if (lim.rateMax === 0) continue;
@@ -395,7 +405,8 @@ export function finishLimits(tx: Tx): Promise<unknown> | undefined {
         slots.push(k % lim.rateMax);
       }
     }
-    sends.push(
+    if (counts.length > 0)
+      sends.push(
       tx.query(
         named(
           'svcq_note_leases',
