@@ -24,6 +24,8 @@ export function wakesOnLeaseEnd(config: QueueConfig): boolean {
   return config.maxActive !== null || config.groupMaxActive !== null;
 }
 
+/** Claimable items a claim with criteria held back by a limit reads to see whether one matches. */
+const MORE_LOOK = 500;
 /** A criteria claim by groups looks at this many groups per item it takes, at most ... */
 const LOOK_GROUPS = 50;
 /** ... and at this many claimable items of each. */
@@ -87,19 +89,25 @@ async function resize(tx: Tx, key: string, lim: Limiter, max: number): Promise<v
   const keep = lim.rateMax === 0 ? 0 : Math.min(max, lim.rateMax, lim.rateCount);
   const slots: number[] = [];
   for (let k = lim.rateCount - keep; k < lim.rateCount; k++) slots.push(k % lim.rateMax);
+  const kept = (
+    await tx.query<{ at: string | number }>(
+      named('svcq_rate_kept', 'SELECT s.at FROM unnest($2::integer[]) WITH ORDINALITY AS u(slot, n) JOIN svcq_rate_slots s ON s.queue = $1 AND s.slot = u.slot ORDER BY u.n'),
+      [key, slots],
+    )
+  ).rows.map((r) => Number(r.at));
+  await tx.query(named('svcq_rate_clear', 'DELETE FROM svcq_rate_slots WHERE queue = $1'), [key]);
   await tx.query(
     named(
       'svcq_rate_resize',
-      `WITH kept AS (SELECT s.at, u.n FROM unnest($2::integer[]) WITH ORDINALITY AS u(slot, n) JOIN svcq_rate_slots s ON s.queue = $1 AND s.slot = u.slot),
-            gone AS (DELETE FROM svcq_rate_slots WHERE queue = $1),
-            put AS (INSERT INTO svcq_rate_slots (queue, slot, at) SELECT $1, n - 1, at FROM kept)
+      `WITH put AS (INSERT INTO svcq_rate_slots (queue, slot, at) SELECT $1, n - 1, at FROM unnest($2::bigint[]) WITH ORDINALITY AS u(at, n))
        UPDATE svcq_limiters SET rate_max = $3, rate_count = $4 WHERE queue = $1`,
     ),
-    [key, slots, max, keep],
+    [key, kept, max, kept.length],
   );
+  const keepCount = kept.length;
   lim.rateMax = max;
-  lim.rateCount = keep;
-  lim.lockedCount = keep;
+  lim.rateCount = keepCount;
+  lim.lockedCount = keepCount;
 }
 
 /** A claim on a limited queue: plain, or with criteria. */
@@ -175,8 +183,10 @@ export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly Limite
   for (let i = 0; i < calls.length; i++) {
     if (out[i]!.items.length >= asks[i]!) continue;
     if (capped[i]!.max < asks[i]!) {
-      more ??= await moreClaimable(tx, ref, out.flatMap((o) => o.items.map((c) => c.id)));
-      if (!more) continue;
+      const takenIds = out.flatMap((o) => o.items.map((c) => c.id));
+      const criteria = calls[i]!.criteria;
+      const wouldTake = criteria === undefined ? (more ??= await moreClaimable(tx, ref, takenIds)) : await moreMatching(tx, ref, takenIds, criteria);
+      if (!wouldTake) continue;
       // The first limit that binds, in the order of decisions §8.5.
       if (roomActive <= roomRate) hold(calls[i]!, 'maxActive');
       else hold(calls[i]!, 'rateLimit', got < slotsToRead ? slotTime(got) + rate!.windowMs : tx.now + rate!.windowMs);
@@ -193,6 +203,19 @@ function hold(call: LimitedClaim, reason: HoldReason, retryAt?: number): void {
   held.reason = reason;
   if (retryAt !== undefined && Number.isFinite(retryAt)) held.retryAt = retryAt;
   else delete held.retryAt;
+}
+
+/**
+ * Whether a claimable item besides those just taken passes the criteria, among the first
+ * {@link MORE_LOOK} in claim order (a bounded look: a limit that held back a claim with criteria is
+ * named only when a matching item lies that near).
+ */
+async function moreMatching(tx: Tx, ref: QueueRef, taken: string[], criteria: Record<string, unknown>): Promise<boolean> {
+  const res = await tx.query<{ body: string }>(
+    named('svcq_limits_more_matching', `SELECT body FROM svcq_items WHERE queue = $1 AND status = 'pending' AND available_at = 0 AND id <> ALL ($2::text[]) ORDER BY (-priority), ord LIMIT $3`, 'custom-ordered'),
+    [ref.key, taken, MORE_LOOK],
+  );
+  return res.rows.some((r) => passes(r.body, criteria));
 }
 
 /** Whether the queue holds a claimable item besides those just taken (one probe of the pending index). */
@@ -311,7 +334,8 @@ async function takeMatchingByGroups(tx: Tx, ref: QueueRef, call: LimitedClaim, c
     for (const r of res.rows) leased.set(r.k, r.c);
   }
   const items: Claimed[] = [];
-  let saturated = false;
+  /** Groups at groupMaxActive passed over. */
+  const full = new Set<string>();
   const takenIds: string[] = [];
   while (items.length < call.max && !call.input.signal?.aborted) {
     const groups = (
@@ -327,20 +351,11 @@ async function takeMatchingByGroups(tx: Tx, ref: QueueRef, call: LimitedClaim, c
     let looked = 0;
     for (const { grp } of groups) {
       if (gmax !== null && (leased.get(grp) ?? 0) >= gmax) {
-        saturated = true;
+        full.add(grp);
         continue;
       }
       if (++looked > LOOK_GROUPS) break;
-      const page = (
-        await tx.query<{ id: string; body: string }>(
-          named(
-            'svcq_look_group',
-            `SELECT id, body FROM svcq_items WHERE queue = $1 AND coalesce(grp, '') = $2 AND status = 'pending' AND available_at = 0 AND id <> ALL ($3::text[])
-              ORDER BY (-priority), ord LIMIT $4`,
-          ),
-          [ref.key, grp, takenIds, LOOK_ITEMS],
-        )
-      ).rows;
+      const page = await lookGroup(tx, ref, grp, takenIds);
       const match = page.filter((p) => passes(p.body, criteria)).map((p) => p.id);
       if (match.length === 0) continue;
       const rows = (
@@ -366,7 +381,32 @@ async function takeMatchingByGroups(tx: Tx, ref: QueueRef, call: LimitedClaim, c
     if (!found) break;
     items.push(found);
   }
-  return { items, saturated: saturated && items.length < call.max };
+  // Held by groupMaxActive only when a group at the limit holds a matching item.
+  let saturated = false;
+  if (items.length < call.max) {
+    for (const grp of full) {
+      const page = await lookGroup(tx, ref, grp, takenIds);
+      if (page.some((p) => passes(p.body, criteria))) {
+        saturated = true;
+        break;
+      }
+    }
+  }
+  return { items, saturated };
+}
+
+/** The first {@link LOOK_ITEMS} claimable items of a group in claim order, without those taken. */
+async function lookGroup(tx: Tx, ref: QueueRef, grp: string, taken: string[]): Promise<Array<{ id: string; body: string }>> {
+  return (
+    await tx.query<{ id: string; body: string }>(
+      named(
+        'svcq_look_group',
+        `SELECT id, body FROM svcq_items WHERE queue = $1 AND coalesce(grp, '') = $2 AND status = 'pending' AND available_at = 0 AND id <> ALL ($3::text[])
+          ORDER BY (-priority), ord LIMIT $4`,
+      ),
+      [ref.key, grp, taken, LOOK_ITEMS],
+    )
+  ).rows;
 }
 
 /** decisions §3.3 by the engine's own `matches`; a body that is not a JSON object matches nothing. */
