@@ -31,6 +31,7 @@ const LONGEST = [
   'test/client/work.test.ts',
   'test/http/shutdown.test.ts',
   'test/store/postgres-notifier.test.ts',
+  'test/store/postgres-limits.test.ts',
 ];
 
 /** Runs a command; resolves with its exit code and, when `quiet`, what it printed. */
