@@ -727,7 +727,8 @@ export class PostgresStore implements Store, EventOutbox {
           // an item of their queue, posts after a purge freed an idempotency key) waits for the
           // statements already sent: their answers are read against what is staged, and the
           // write takes it (rows read before it would then look unchanged).
-          const writesFirst = op.posts ? tx.purges(op.ref.key) : op.claim ? tx.requeued(op.ref.key) : false;
+          // Limited claims write everything staged before they count (pg-limits.ts): always first.
+          const writesFirst = op.posts ? tx.purges(op.ref.key) : op.claim ? op.limits === true || tx.requeued(op.ref.key) : false;
           const requeuing = submitting.get(op.ref.key);
           const afterSubmissions = requeuing !== undefined && (!quiet.has(op.ref.key) || (op.claim !== undefined && requeuing));
           if (afterSubmissions || (writesFirst && inFlight.length > 0)) {
