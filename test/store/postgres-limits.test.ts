@@ -209,6 +209,24 @@ describe('PostgreSQL store: flow control (decisions §8.5)', function () {
     expect(num(b)).to.equal(3);
   });
 
+  it('groups fairness: the turns are the database\'s, so claims made on two nodes in turn go round the groups as on one (decisions §8.5, §6.1)', async () => {
+    const q = use(refOf('fair-nodes', { fairness: 'groups' }));
+    await post(q, 3, () => 'a');
+    await post(q, 3, () => 'b');
+    await post(q, 3, () => 'c');
+    const other = await open();
+    try {
+      const order: string[] = [];
+      for (let k = 0; k < 9; k++) {
+        const c = await (k % 2 === 0 ? store : other).claim(q, { worker: 'w' });
+        order.push('abc'[Math.floor(num(c) / 3)]!);
+      }
+      expect(order.join('')).to.equal('abcabcabc');
+    } finally {
+      await other.close();
+    }
+  });
+
   it('groups fairness with criteria: a bounded look takes the first matching item in the order of the turns (decisions §8.5)', async () => {
     const q = use(refOf('fair-criteria', { fairness: 'groups' }));
     await store.postMany(q, [
