@@ -32,6 +32,7 @@ const LONGEST = [
   'test/http/shutdown.test.ts',
   'test/store/postgres-notifier.test.ts',
   'test/http/flow-control.test.ts',
+  'test/store/postgres-limits.test.ts',
 ];
 
 /** Runs a command; resolves with its exit code and, when `quiet`, what it printed. */

@@ -92,7 +92,24 @@ export async function claimPlain(tx: Tx, ref: QueueRef, calls: readonly PlainCla
     // would find none (and would see what later calls of this transaction posted meanwhile).
     if (rows.length < limit) break;
   }
+  await heldByPause(tx, ref, calls.map((c, i) => ({ input: c.input, short: out[i]!.length < c.max })));
   return out;
+}
+
+/**
+ * decisions §8.5: a claim that came up short and asked why (`held`) says `paused` when its queue
+ * is paused. One probe of svcq_queues, made only then: a claim that got what it asked for, or
+ * whose caller does not ask, pays nothing.
+ */
+export async function heldByPause(tx: Tx, ref: QueueRef, claims: ReadonlyArray<{ input: ClaimInput; short: boolean }>): Promise<void> {
+  const asking = claims.filter((c) => c.short && c.input.held && !c.input.signal?.aborted);
+  if (asking.length === 0) return;
+  const res = await tx.query<{ paused: boolean }>(named('svcq_claim_paused', 'SELECT paused FROM svcq_queues WHERE key = $1'), [ref.key]);
+  if (res.rows[0]?.paused !== true) return;
+  for (const c of asking) {
+    c.input.held!.reason = 'paused';
+    delete c.input.held!.retryAt;
+  }
 }
 
 /**
@@ -151,6 +168,7 @@ export async function claimMatching(tx: Tx, ref: QueueRef, input: ClaimInput, cr
       out.push(claimedOf(t.record));
     }
   }
+  await heldByPause(tx, ref, [{ input, short: out.length < max }]);
   return out;
 }
 

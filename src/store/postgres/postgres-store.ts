@@ -8,6 +8,7 @@ import { claimTopic, itemTopic, type Notifier } from '../../waiting/notifier.js'
 import { fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StatusRecord, type Store, type StoreObserver, type SubmitOutcome } from '../store.js';
 import { FailureStreak } from '../failure-streak.js';
 import { claimMatching, claimPlain, type PlainClaim } from './pg-claims.js';
+import { claimLimited, finishLimits, GROUPS_WAITING_SQL, grouped, limited, lockLimiters, wakesOnLeaseEnd } from './pg-limits.js';
 import { Deadlines, refOf } from './pg-deadlines.js';
 import { failureKind } from './pg-errors.js';
 import { ANSWER_TIMEOUT_MS, answered, keepConnectionErrors, watch } from './pg-guard.js';
@@ -127,6 +128,8 @@ interface Op {
   submit?: SubmissionCall;
   /** Anything else. */
   run?: (tx: Tx) => Promise<unknown>;
+  /** A claim on a queue with a limit or groups fairness (decisions §8.5): its limiter row is locked first. */
+  limits?: boolean;
   /** Sweep the queue even inside its quiet window (the periodic sweep). */
   sweep?: boolean;
   resolve: (value: unknown) => void;
@@ -369,12 +372,26 @@ export class PostgresStore implements Store, EventOutbox {
 
   async claim(ref: QueueRef, input: ClaimInput): Promise<Claimed | null> {
     if (input.signal?.aborted) return null;
-    const got = await this.submitOp<Claimed[]>(input.criteria === undefined ? { ref, claim: { input, max: 1 } } : { ref, run: (tx) => claimMatching(tx, ref, input, input.criteria!, 1) });
+    const got = await this.claimOp(ref, input, 1);
     return got[0] ?? null;
   }
 
   async claimMany(ref: QueueRef, input: ClaimInput, max: number): Promise<Claimed[]> {
     if (input.signal?.aborted || max <= 0) return [];
+    return this.claimOp(ref, input, max);
+  }
+
+  /**
+   * A claim as a call: plain claims of one queue are folded into one statement; a queue with a
+   * limit or groups fairness claims under its limiter row (pg-limits.ts), each claim with criteria
+   * on its own.
+   */
+  private claimOp(ref: QueueRef, input: ClaimInput, max: number): Promise<Claimed[]> {
+    if (limited(ref.config)) {
+      if (input.criteria === undefined) return this.submitOp<Claimed[]>({ ref, claim: { input, max }, limits: true });
+      const criteria = input.criteria;
+      return this.submitOp<Claimed[][]>({ ref, limits: true, run: (tx) => claimLimited(tx, ref, [{ input, max, criteria }], this.now) }).then((out) => out[0]!);
+    }
     return this.submitOp<Claimed[]>(input.criteria === undefined ? { ref, claim: { input, max } } : { ref, run: (tx) => claimMatching(tx, ref, input, input.criteria!, max) });
   }
 
@@ -472,7 +489,7 @@ export class PostgresStore implements Store, EventOutbox {
 
   async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
     try {
-      const [paused, counts, oldestAt, oldest, leases] = await Promise.all([
+      const [paused, counts, oldestAt, oldest, leases, groups] = await Promise.all([
         this.read<{ paused: boolean }>(named('svcq_overview_paused', 'SELECT paused FROM svcq_queues WHERE key = $1'), [ref.key]),
         this.read<{ status: ItemStatus; n: number }>(
           named(
@@ -511,6 +528,7 @@ export class PostgresStore implements Store, EventOutbox {
               [ref.key, limits.leases],
             )
           : null,
+        grouped(ref.config) ? this.read<{ n: number }>(named('svcq_groups_waiting', GROUPS_WAITING_SQL), [ref.key]) : null,
       ]);
       const partial: Partial<Record<ItemStatus, number>> = {};
       for (const row of counts.rows) partial[row.status] = row.n;
@@ -520,7 +538,7 @@ export class PostgresStore implements Store, EventOutbox {
         oldestPendingAt: oldestAt.rows[0]?.at ?? null,
         oldest: (oldest?.rows ?? []).map((r) => ({ id: r.id, postedAt: r.posted_at, attempts: r.attempts })),
         leases: (leases?.rows ?? []).map((r) => ({ id: r.id, worker: r.lease_worker ?? '', until: r.lease_until ?? 0, attempts: r.attempts })),
-        groupsWaiting: null,
+        groupsWaiting: groups ? (groups.rows[0]?.n ?? 0) : null,
       };
     } catch (err) {
       throw new StoreUnavailable(err as Error, true);
@@ -652,6 +670,13 @@ export class PostgresStore implements Store, EventOutbox {
       try {
         const queues = new Map<string, QueueRef>();
         for (const op of ops) if (!queues.has(op.ref.key)) queues.set(op.ref.key, op.ref);
+        // Limiter rows before anything else (see lockLimiters).
+        const limitedRefs = ops.filter((op) => op.limits).map((op) => op.ref);
+        if (limitedRefs.length > 0) {
+          const locking = lockLimiters(tx, limitedRefs);
+          tx.send();
+          await locking;
+        }
         // Queues in which nothing can be due now: a row read there is never changed by rules.due.
         const quiet = new Set<string>();
         for (const ref of queues.values()) {
@@ -707,7 +732,8 @@ export class PostgresStore implements Store, EventOutbox {
           // an item of their queue, posts after a purge freed an idempotency key) waits for the
           // statements already sent: their answers are read against what is staged, and the
           // write takes it (rows read before it would then look unchanged).
-          const writesFirst = op.posts ? tx.purges(op.ref.key) : op.claim ? tx.requeued(op.ref.key) : false;
+          // Limited claims write everything staged before they count (pg-limits.ts): always first.
+          const writesFirst = op.posts ? tx.purges(op.ref.key) : op.claim ? op.limits === true || tx.requeued(op.ref.key) : false;
           const requeuing = submitting.get(op.ref.key);
           const afterSubmissions = requeuing !== undefined && (!quiet.has(op.ref.key) || (op.claim !== undefined && requeuing));
           if (afterSubmissions || (writesFirst && inFlight.length > 0)) {
@@ -725,7 +751,7 @@ export class PostgresStore implements Store, EventOutbox {
               }
             });
           } else if (op.claim) {
-            running = claimPlain(tx, op.ref, group.map((g) => g.claim!)).then((claimed) => group.forEach((g, i) => results.set(g, claimed[i])));
+            running = (op.limits ? claimLimited(tx, op.ref, group.map((g) => g.claim!), this.now) : claimPlain(tx, op.ref, group.map((g) => g.claim!))).then((claimed) => group.forEach((g, i) => results.set(g, claimed[i])));
           } else {
             running = submitMany(tx, op.ref, group.map((g) => g.submit!)).then((answers) => group.forEach((g, i) => results.set(g, answers[i])));
             submitting.set(op.ref.key, group.some((g) => g.submit!.requeues === true));
@@ -742,12 +768,15 @@ export class PostgresStore implements Store, EventOutbox {
         // see migration 6) aborts the transaction, and the COMMIT behind it then rolls it back.
         tx.hold();
         const finishing = finishTx(tx);
+        const limiting = finishLimits(tx);
+        limiting?.catch(() => undefined);
         const archiving = tx.payloads.size > 0 ? writePayloads(tx, [...tx.payloads.values()], tx.now) : undefined;
         committing = client.query('COMMIT');
         tx.send();
         for (const p of [finishing, archiving, committing]) p?.catch(() => undefined);
         await begun;
         await finishing;
+        await limiting;
         await archiving;
         const commit = await committing;
         if (commit.command !== 'COMMIT') throw new Error(`the transaction ended with ${commit.command}, not COMMIT`);
@@ -804,7 +833,13 @@ export class PostgresStore implements Store, EventOutbox {
     if (tx.changes.some((c) => c.events.length > 0)) this.outbox.soon();
     const notifier = this.options.notifier;
     const kinds = new Map<string, TaskEventKind[]>();
+    // decisions §8.5: a lease ended in a queue with maxActive or groupMaxActive: its held claims look again.
+    const ended = new Set<string>();
     for (const c of tx.changes) {
+      if (notifier && !ended.has(c.ref.key) && wakesOnLeaseEnd(c.ref.config) && c.record.status !== 'claimed' && c.record.status !== 'processing') {
+        ended.add(c.ref.key);
+        notifier.notify(claimTopic(c.ref.key));
+      }
       if (notifier) {
         if (c.purged || isTerminal(c.record.status)) notifier.notify(itemTopic(c.ref.key, c.record.id));
         else if (c.record.status === 'pending' && c.record.availableAt === 0) notifier.notify(claimTopic(c.ref.key));

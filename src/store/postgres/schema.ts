@@ -297,6 +297,231 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE svcq_events ADD COLUMN dead_letter text, ADD COLUMN redriven_to text;
     `,
   },
+  {
+    version: 15,
+    description: 'flow control: limiter rows, the rate window, groups and their turns',
+    sql: `
+      -- decisions §8.5, see docs/postgresql-flow.md. One row per queue with a limit or groups
+      -- fairness, locked (FOR UPDATE) by every claim on the queue, at the start of its
+      -- transaction: claims of such a queue take turns on every node, and count what is leased
+      -- under the lock. turn: the groups fairness counter (each leased item is one turn);
+      -- rate_max, rate_count: the rate window's size and the leases noted so far (RateRing);
+      -- last_at: the time of the last noted lease (a later claim never notes an earlier one);
+      -- ready_groups: groups whose head is known (svcq_groups.head_p set), for the operators' view.
+      CREATE TABLE svcq_limiters (
+        queue        text    PRIMARY KEY,
+        turn         bigint  NOT NULL DEFAULT 0,
+        rate_max     integer NOT NULL DEFAULT 0,
+        rate_count   bigint  NOT NULL DEFAULT 0,
+        last_at      bigint  NOT NULL DEFAULT 0,
+        ready_groups integer NOT NULL DEFAULT 0
+      );
+      -- The rate window as RateRing keeps it: lease number k is in slot k mod rate_max, with its
+      -- time. A slot never written stands for a lease before every window.
+      CREATE TABLE svcq_rate_slots (
+        queue text    NOT NULL,
+        slot  integer NOT NULL,
+        at    bigint  NOT NULL,
+        PRIMARY KEY (queue, slot)
+      );
+      -- Groups of a queue with groups fairness or groupMaxActive (grp '' for items without one).
+      -- turn: the queue's turn counter when the group was last served (0: never). head_p,
+      -- head_ord: the priority and claim order of the group's first claimable item as the claims
+      -- last knew it (NULL: none known), checked against the items when the group is picked.
+      -- Only claims write it, under the queue's limiter row.
+      CREATE TABLE svcq_groups (
+        queue    text     NOT NULL,
+        grp      text     NOT NULL,
+        turn     bigint   NOT NULL DEFAULT 0,
+        head_p   smallint,
+        head_ord bigint,
+        PRIMARY KEY (queue, grp)
+      );
+      -- The least recently served group with a claimable item of the highest priority first ...
+      CREATE INDEX svcq_groups_fair ON svcq_groups (queue, (-head_p), turn, head_ord) WHERE head_p IS NOT NULL;
+      -- ... or, without fairness, the group whose first claimable item comes first in claim order.
+      CREATE INDEX svcq_groups_fifo ON svcq_groups (queue, (-head_p), head_ord) WHERE head_p IS NOT NULL;
+      -- Items that became claimable in such a queue (posted, re-queued, their delay over), one row
+      -- per group and transaction, appended in the transaction that made them claimable (no
+      -- unique key: writers never wait on each other). The next claim folds them into svcq_groups.
+      CREATE TABLE svcq_group_wakes (
+        queue    text     NOT NULL,
+        grp      text     NOT NULL,
+        priority smallint NOT NULL,
+        ord      bigint   NOT NULL
+      );
+      CREATE INDEX svcq_group_wakes_queue ON svcq_group_wakes (queue);
+      -- Every claim by groups rewrites a row or two of svcq_groups and deletes the wakes it folds:
+      -- vacuumed after a thousand dead rows rather than a fifth of the table, so that the index
+      -- a pick reads first does not fill with dead entries.
+      ALTER TABLE svcq_groups SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
+      ALTER TABLE svcq_group_wakes SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
+      -- A group's claimable items in claim order.
+      CREATE INDEX svcq_items_groups ON svcq_items (queue, (coalesce(grp, '')), (-priority), ord) WHERE status = 'pending' AND available_at = 0;
+
+      -- Folds the wakes of a queue into its groups: a group's head becomes the best of what it
+      -- was and what woke it (higher priority, then earlier in claim order).
+      CREATE FUNCTION svcq_fold_groups(q text) RETURNS void LANGUAGE plpgsql VOLATILE AS $f$
+      DECLARE
+        w record;
+        old record;
+        added integer := 0;
+      BEGIN
+        FOR w IN WITH d AS (DELETE FROM svcq_group_wakes x WHERE x.queue = q RETURNING x.grp, x.priority, x.ord)
+                 SELECT DISTINCT ON (d.grp) d.grp, d.priority, d.ord FROM d ORDER BY d.grp, d.priority DESC, d.ord LOOP
+          SELECT s.head_p, s.head_ord INTO old FROM svcq_groups s WHERE s.queue = q AND s.grp = w.grp;
+          IF NOT FOUND THEN
+            INSERT INTO svcq_groups (queue, grp, head_p, head_ord) VALUES (q, w.grp, w.priority, w.ord);
+            added := added + 1;
+          ELSIF old.head_p IS NULL THEN
+            UPDATE svcq_groups s SET head_p = w.priority, head_ord = w.ord WHERE s.queue = q AND s.grp = w.grp;
+            added := added + 1;
+          ELSIF w.priority > old.head_p OR (w.priority = old.head_p AND w.ord < old.head_ord) THEN
+            UPDATE svcq_groups s SET head_p = w.priority, head_ord = w.ord WHERE s.queue = q AND s.grp = w.grp;
+          END IF;
+        END LOOP;
+        IF added > 0 THEN
+          UPDATE svcq_limiters l SET ready_groups = l.ready_groups + added WHERE l.queue = q;
+        END IF;
+      END
+      $f$;
+
+      -- Rebuilds a queue's group heads from its items (when a node first claims under a
+      -- definition: items made claimable while the queue had no groups left no wakes). Reads one
+      -- index entry per group (a skip scan of svcq_items_groups), not every item.
+      CREATE FUNCTION svcq_rebuild_groups(q text) RETURNS void LANGUAGE plpgsql VOLATILE AS $f$
+      DECLARE
+        k text;
+        h record;
+        n integer := 0;
+      BEGIN
+        DELETE FROM svcq_group_wakes x WHERE x.queue = q;
+        UPDATE svcq_groups s SET head_p = NULL, head_ord = NULL WHERE s.queue = q AND s.head_p IS NOT NULL;
+        SELECT coalesce(i.grp, '') INTO k FROM svcq_items i WHERE i.queue = q AND i.status = 'pending' AND i.available_at = 0
+          ORDER BY coalesce(i.grp, '') LIMIT 1;
+        WHILE k IS NOT NULL LOOP
+          SELECT i.priority, i.ord INTO h FROM svcq_items i WHERE i.queue = q AND coalesce(i.grp, '') = k AND i.status = 'pending' AND i.available_at = 0
+            ORDER BY (-i.priority), i.ord LIMIT 1;
+          INSERT INTO svcq_groups AS s (queue, grp, head_p, head_ord) VALUES (q, k, h.priority, h.ord)
+            ON CONFLICT (queue, grp) DO UPDATE SET head_p = EXCLUDED.head_p, head_ord = EXCLUDED.head_ord;
+          n := n + 1;
+          k := (SELECT coalesce(i.grp, '') FROM svcq_items i WHERE i.queue = q AND i.status = 'pending' AND i.available_at = 0 AND coalesce(i.grp, '') > k
+                 ORDER BY coalesce(i.grp, '') LIMIT 1);
+        END LOOP;
+        UPDATE svcq_limiters l SET ready_groups = n WHERE l.queue = q;
+      END
+      $f$;
+
+      -- Picks and locks up to want claimable items of a queue by groups: with fair, each from the
+      -- least recently served group holding a claimable item of the highest priority there is
+      -- (ties: the group whose first such item comes first); without, each the first claimable
+      -- item in claim order of a group below gmax. Each item taken is a turn of the queue, stamped
+      -- on its group. Returns the items in the order taken (n from 1); a last row with a NULL id
+      -- when a group at gmax held a claimable item and fewer than want were taken. The queue's
+      -- limiter row is locked by the caller.
+      CREATE FUNCTION svcq_claim_groups(q text, want integer, gmax integer, fair boolean)
+        RETURNS TABLE (id text, n integer) LANGUAGE plpgsql VOLATILE AS $f$
+      DECLARE
+        leased jsonb := '{}';
+        skip text[] := '{}';
+        taken text[] := '{}';
+        g record;
+        h record;
+        nx record;
+        got integer := 0;
+        t bigint;
+        saturated boolean := false;
+        emptied integer := 0;
+      BEGIN
+        IF want <= 0 OR EXISTS (SELECT 1 FROM svcq_queues WHERE key = q AND paused) THEN
+          RETURN;
+        END IF;
+        PERFORM svcq_fold_groups(q);
+        IF gmax IS NOT NULL THEN
+          -- Leased items by group: read through svcq_items_leases, as many as are leased.
+          SELECT coalesce(jsonb_object_agg(x.k, x.c), '{}') INTO leased FROM (
+            SELECT coalesce(i.grp, '') AS k, count(*) AS c FROM svcq_items i
+             WHERE i.queue = q AND i.status IN ('claimed', 'processing') GROUP BY 1) AS x;
+        END IF;
+        SELECT l.turn INTO t FROM svcq_limiters l WHERE l.queue = q;
+        WHILE got < want LOOP
+          IF fair THEN
+            SELECT s.grp, s.head_p, s.head_ord INTO g FROM svcq_groups s
+             WHERE s.queue = q AND s.head_p IS NOT NULL AND s.grp <> ALL (skip)
+             ORDER BY (-s.head_p), s.turn, s.head_ord LIMIT 1;
+          ELSE
+            SELECT s.grp, s.head_p, s.head_ord INTO g FROM svcq_groups s
+             WHERE s.queue = q AND s.head_p IS NOT NULL AND s.grp <> ALL (skip)
+             ORDER BY (-s.head_p), s.head_ord LIMIT 1;
+          END IF;
+          IF NOT FOUND THEN
+            -- Nothing known: an item made claimable without a wake (by a node that did not yet
+            -- know the queue's groups) is found here. Only when no group was passed over, so
+            -- that this never walks the items of a saturated group.
+            EXIT WHEN cardinality(skip) > 0;
+            SELECT coalesce(i.grp, '') AS grp, i.priority, i.ord INTO h FROM svcq_items i
+             WHERE i.queue = q AND i.status = 'pending' AND i.available_at = 0 AND i.id <> ALL (taken)
+             ORDER BY (-i.priority), i.ord LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            INSERT INTO svcq_groups AS s (queue, grp, head_p, head_ord) VALUES (q, h.grp, h.priority, h.ord)
+              ON CONFLICT (queue, grp) DO UPDATE SET head_p = EXCLUDED.head_p, head_ord = EXCLUDED.head_ord;
+            emptied := emptied - 1;
+            CONTINUE;
+          END IF;
+          IF gmax IS NOT NULL AND coalesce((leased ->> g.grp)::integer, 0) >= gmax THEN
+            skip := skip || g.grp;
+            saturated := true;
+            CONTINUE;
+          END IF;
+          -- The group's first claimable item as it is now.
+          SELECT i.id, i.priority, i.ord INTO h FROM svcq_items i
+           WHERE i.queue = q AND coalesce(i.grp, '') = g.grp AND i.status = 'pending' AND i.available_at = 0 AND i.id <> ALL (taken)
+           ORDER BY (-i.priority), i.ord LIMIT 1;
+          IF NOT FOUND THEN
+            UPDATE svcq_groups s SET head_p = NULL, head_ord = NULL WHERE s.queue = q AND s.grp = g.grp;
+            emptied := emptied + 1;
+            CONTINUE;
+          END IF;
+          IF h.priority <> g.head_p OR h.ord <> g.head_ord THEN
+            -- What the group row said is out of date (an item taken, cancelled, or made claimable
+            -- again): corrected, and the group takes its place again.
+            UPDATE svcq_groups s SET head_p = h.priority, head_ord = h.ord WHERE s.queue = q AND s.grp = g.grp;
+            CONTINUE;
+          END IF;
+          PERFORM 1 FROM svcq_items i WHERE i.queue = q AND i.id = h.id AND i.status = 'pending' AND i.available_at = 0 FOR UPDATE SKIP LOCKED;
+          IF NOT FOUND THEN
+            -- Held by another transaction (a cancel, a sweep): the group sits this claim out.
+            skip := skip || g.grp;
+            CONTINUE;
+          END IF;
+          got := got + 1;
+          t := t + 1;
+          taken := taken || h.id;
+          leased := jsonb_set(leased, ARRAY[g.grp], to_jsonb(coalesce((leased ->> g.grp)::integer, 0) + 1));
+          SELECT i.priority, i.ord INTO nx FROM svcq_items i
+           WHERE i.queue = q AND coalesce(i.grp, '') = g.grp AND i.status = 'pending' AND i.available_at = 0
+             AND ((-i.priority), i.ord) > ((-h.priority), h.ord) AND i.id <> ALL (taken)
+           ORDER BY (-i.priority), i.ord LIMIT 1;
+          IF FOUND THEN
+            UPDATE svcq_groups s SET turn = t, head_p = nx.priority, head_ord = nx.ord WHERE s.queue = q AND s.grp = g.grp;
+          ELSE
+            UPDATE svcq_groups s SET turn = t, head_p = NULL, head_ord = NULL WHERE s.queue = q AND s.grp = g.grp;
+            emptied := emptied + 1;
+          END IF;
+          id := h.id;
+          n := got;
+          RETURN NEXT;
+        END LOOP;
+        UPDATE svcq_limiters l SET turn = t, ready_groups = greatest(0, l.ready_groups - emptied) WHERE l.queue = q;
+        IF saturated AND got < want THEN
+          id := NULL;
+          n := got + 1;
+          RETURN NEXT;
+        END IF;
+      END
+      $f$;
+    `,
+  },
 ];
 
 /** Any constant the whole database agrees on: the lock that serialises migrations across nodes. */

@@ -1,0 +1,498 @@
+// Flow control on the PostgreSQL store (decisions §8.5): maxActive, groupMaxActive and rateLimit
+// checked in the claim's own transaction under a per-queue limiter row, and groups fairness read
+// from a table of groups. See docs/postgresql-flow.md for the design and the plans.
+import type { QueueConfig } from '../../engine/config.js';
+import { groupKey, hasLimits, type HoldReason } from '../../engine/limits.js';
+import { matches } from '../../engine/criteria.js';
+import * as rules from '../../engine/rules.js';
+import { claimedOf, type Claimed, type QueueRef } from '../store.js';
+import { claimMatching, claimPlain, heldByPause, type PlainClaim } from './pg-claims.js';
+import { applyDue, COLUMNS, named, type ItemRow, type Tx } from './pg-tx.js';
+
+/** Whether claims on a queue go through its limiter row (a limit, or groups fairness). */
+export function limited(config: QueueConfig): boolean {
+  return hasLimits(config) || config.fairness === 'groups';
+}
+
+/** Whether a queue's claims pick by groups (fairness, or a limit per group), so that its items' wakes are kept. */
+export function grouped(config: QueueConfig): boolean {
+  return config.groupMaxActive !== null || config.fairness === 'groups';
+}
+
+/** Whether a lease ending in the queue may let a held claim through at once (decisions §8.5). */
+export function wakesOnLeaseEnd(config: QueueConfig): boolean {
+  return config.maxActive !== null || config.groupMaxActive !== null;
+}
+
+/** Claimable items a claim with criteria held back by a limit reads to see whether one matches. */
+const MORE_LOOK = 500;
+/** A criteria claim by groups looks at this many groups per item it takes, at most ... */
+const LOOK_GROUPS = 50;
+/** ... and at this many claimable items of each. */
+const LOOK_ITEMS = 50;
+
+/** The limiter row of a queue as this transaction holds it (locked until COMMIT). */
+interface Limiter {
+  /** Whether the queue's rules (when locked) have a rateLimit: only then are leases noted. */
+  rated: boolean;
+  rateMax: number;
+  rateCount: number;
+  /** Leases this transaction noted, in order (their slots follow rateCount's value when locked). */
+  noted: number;
+  /** rateCount when locked (after a resize). */
+  lockedCount: number;
+}
+
+/** Per transaction, the limiter rows it locked, by queue. */
+const limiters = new WeakMap<Tx, Map<string, Limiter>>();
+/** The changes of a transaction already turned into group wakes (see {@link finishLimits}). */
+const woken = new WeakMap<Tx, number>();
+/** Definitions (by their rules object) under which this node has rebuilt a queue's groups. */
+const rebuilt = new WeakMap<QueueConfig, Set<string>>();
+
+/**
+ * Locks the limiter rows of the queues whose claims the transaction will make, in key order, at
+ * its very start: before any item row, so that a transaction holding an item's lock never waits
+ * for a limiter row (which another, holding that row, might hold while it waits for the item).
+ * A row missing is made first. Moves the transaction's time at least to the last noted lease's,
+ * so that leases are noted in order across nodes. Resizes the rate window when its `max` changed.
+ */
+export async function lockLimiters(tx: Tx, refs: readonly QueueRef[]): Promise<void> {
+  const keys = [...new Set(refs.map((r) => r.key))].sort();
+  type Row = { queue: string; rate_max: number; rate_count: number; last_at: number };
+  const read = (): Promise<{ rows: Row[] }> =>
+    tx.query<Row>(named('svcq_lock_limiters', 'SELECT queue, rate_max, rate_count, last_at FROM svcq_limiters WHERE queue = ANY($1::text[]) ORDER BY queue FOR UPDATE'), [keys]);
+  let { rows } = await read();
+  if (rows.length < keys.length) {
+    await tx.query(named('svcq_add_limiters', 'INSERT INTO svcq_limiters (queue) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (queue) DO NOTHING'), [keys]);
+    ({ rows } = await read());
+  }
+  const held = new Map<string, Limiter>();
+  for (const row of rows) {
+    if (row.last_at > tx.now) tx.now = row.last_at;
+    held.set(row.queue, { rated: false, rateMax: row.rate_max, rateCount: row.rate_count, noted: 0, lockedCount: row.rate_count });
+  }
+  limiters.set(tx, held);
+  for (const ref of refs) {
+    const lim = held.get(ref.key);
+    const rate = ref.config.rateLimit;
+    if (lim && rate) lim.rated = true;
+    if (lim && rate && lim.rateMax !== rate.max) await resize(tx, ref.key, lim, rate.max);
+  }
+}
+
+/**
+ * Follows a changed rate `max` as RateRing.resize does: the most recent leases noted (as many as
+ * both sizes hold) keep counting, in slots 0, 1, … of the new window.
+ */
+async function resize(tx: Tx, key: string, lim: Limiter, max: number): Promise<void> {
+  const keep = lim.rateMax === 0 ? 0 : Math.min(max, lim.rateMax, lim.rateCount);
+  const slots: number[] = [];
+  for (let k = lim.rateCount - keep; k < lim.rateCount; k++) slots.push(k % lim.rateMax);
+  const kept = (
+    await tx.query<{ at: string | number }>(
+      named('svcq_rate_kept', 'SELECT s.at FROM unnest($2::integer[]) WITH ORDINALITY AS u(slot, n) JOIN svcq_rate_slots s ON s.queue = $1 AND s.slot = u.slot ORDER BY u.n'),
+      [key, slots],
+    )
+  ).rows.map((r) => Number(r.at));
+  await tx.query(named('svcq_rate_clear', 'DELETE FROM svcq_rate_slots WHERE queue = $1'), [key]);
+  await tx.query(
+    named(
+      'svcq_rate_resize',
+      `WITH put AS (INSERT INTO svcq_rate_slots (queue, slot, at) SELECT $1, n - 1, at FROM unnest($2::bigint[]) WITH ORDINALITY AS u(at, n))
+       UPDATE svcq_limiters SET rate_max = $3, rate_count = $4 WHERE queue = $1`,
+    ),
+    [key, kept, max, kept.length],
+  );
+  const keepCount = kept.length;
+  lim.rateMax = max;
+  lim.rateCount = keepCount;
+  lim.lockedCount = keepCount;
+}
+
+/** A claim on a limited queue: plain, or with criteria. */
+export interface LimitedClaim extends PlainClaim {
+  criteria?: Record<string, unknown>;
+}
+
+/**
+ * Claims on a queue with a limit or groups fairness, in the order they were made, under its
+ * limiter row (locked by {@link lockLimiters}): how many may be leased (maxActive less what is
+ * leased, the rate window's room) is shared out in order, then the items are taken in claim order
+ * (pg-claims.ts) or by groups (svcq_claim_groups). A claim that got less than it asked for because
+ * of a limit, while more was claimable, says why in `input.held`.
+ */
+export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], now: () => number): Promise<Claimed[][]> {
+  const config = ref.config;
+  const lim = limiters.get(tx)?.get(ref.key);
+  if (!lim) throw new Error(`the limiter row of ${ref.key} is not locked by this transaction`);
+  // What this transaction changed so far is in the table before anything is counted.
+  await tx.flush();
+  const asks = calls.map((c) => (c.input.signal?.aborted ? 0 : c.max));
+  const wanted = asks.reduce((a, b) => a + b, 0);
+  const rate = config.rateLimit;
+  // The rate window's slots the next leases would overwrite, oldest first.
+  const slotsToRead = rate ? Math.min(wanted + 1, rate.max) : 0;
+  const slotNumbers: number[] = [];
+  for (let i = 0; i < slotsToRead; i++) slotNumbers.push((lim.rateCount + lim.noted + i) % rate!.max);
+  // Without maxActive or a rateLimit nothing is counted here (groups are counted by svcq_claim_groups).
+  const counting = config.maxActive !== null || rate !== null;
+  const state = !counting
+    ? { paused: false, leased: 0, slots: null, at: null }
+    : (
+    await tx.query<{ paused: boolean; leased: number; slots: Array<number | string> | null; at: Array<number | string> | null }>(
+      named(
+        'svcq_limits_state',
+        `SELECT EXISTS (SELECT 1 FROM svcq_queues WHERE key = $1 AND paused) AS paused,
+                (SELECT count(*) FROM (SELECT 1 FROM svcq_items WHERE queue = $1 AND status IN ('claimed', 'processing') LIMIT $2) AS l)::integer AS leased,
+                (SELECT array_agg(slot) FROM svcq_rate_slots WHERE queue = $1 AND slot = ANY($3::integer[])) AS slots,
+                (SELECT array_agg(at) FROM svcq_rate_slots WHERE queue = $1 AND slot = ANY($3::integer[])) AS at`,
+      ),
+      [ref.key, config.maxActive ?? 0, slotNumbers],
+    )
+  ).rows[0]!;
+  // The claims' time is no earlier than that count: a lease it saw end ended before it.
+  const counted = now();
+  if (counted > tx.now) tx.now = counted;
+  if (state.paused) {
+    for (let i = 0; i < calls.length; i++) if (asks[i]! > 0) hold(calls[i]!, 'paused');
+    return calls.map(() => []);
+  }
+  const times = new Map<number, number>();
+  // bigint[] comes back as text.
+  (state.slots ?? []).forEach((s, i) => times.set(Number(s), Number(state.at![i]!)));
+  const slotTime = (i: number): number => times.get(slotNumbers[i]!) ?? -Infinity;
+  const roomActive = config.maxActive === null ? Infinity : Math.max(0, config.maxActive - state.leased);
+  let roomRate = Infinity;
+  if (rate) {
+    roomRate = 0;
+    while (roomRate < slotsToRead && slotTime(roomRate) <= tx.now - rate.windowMs) roomRate++;
+  }
+  // Shared out in the order the claims were made.
+  let left = Math.min(roomActive, roomRate);
+  const capped = calls.map((c, i) => {
+    const n = Math.min(asks[i]!, left);
+    left -= n;
+    return { ...c, max: n };
+  });
+  const out = await take(tx, ref, capped);
+  const got = out.reduce((a, o) => a + o.items.length, 0);
+  lim.noted += got;
+  // Why a claim got less than it asked for.
+  let more: boolean | undefined;
+  for (let i = 0; i < calls.length; i++) {
+    if (out[i]!.items.length >= asks[i]!) continue;
+    if (capped[i]!.max < asks[i]!) {
+      const takenIds = out.flatMap((o) => o.items.map((c) => c.id));
+      const criteria = calls[i]!.criteria;
+      const wouldTake = criteria === undefined ? (more ??= await moreClaimable(tx, ref, takenIds)) : await moreMatching(tx, ref, takenIds, criteria);
+      if (!wouldTake) continue;
+      // The first limit that binds, in the order of decisions §8.5.
+      if (roomActive <= roomRate) hold(calls[i]!, 'maxActive');
+      else hold(calls[i]!, 'rateLimit', got < slotsToRead ? slotTime(got) + rate!.windowMs : tx.now + rate!.windowMs);
+    } else if (out[i]!.saturated) hold(calls[i]!, 'groupMaxActive');
+  }
+  // The pause, when it was not read with the counts, is read only for a claim that came up short.
+  if (!counting) await heldByPause(tx, ref, calls.map((c, i) => ({ input: c.input, short: out[i]!.items.length < asks[i]! })));
+  return out.map((o) => o.items);
+}
+
+function hold(call: LimitedClaim, reason: HoldReason, retryAt?: number): void {
+  const held = call.input.held;
+  if (!held) return;
+  held.reason = reason;
+  if (retryAt !== undefined && Number.isFinite(retryAt)) held.retryAt = retryAt;
+  else delete held.retryAt;
+}
+
+/**
+ * Whether a claimable item besides those just taken passes the criteria, among the first
+ * {@link MORE_LOOK} in claim order (a bounded look: a limit that held back a claim with criteria is
+ * named only when a matching item lies that near).
+ */
+async function moreMatching(tx: Tx, ref: QueueRef, taken: string[], criteria: Record<string, unknown>): Promise<boolean> {
+  const res = await tx.query<{ body: string }>(
+    named('svcq_limits_more_matching', `SELECT body FROM svcq_items WHERE queue = $1 AND status = 'pending' AND available_at = 0 AND id <> ALL ($2::text[]) ORDER BY (-priority), ord LIMIT $3`, 'custom-ordered'),
+    [ref.key, taken, MORE_LOOK],
+  );
+  return res.rows.some((r) => passes(r.body, criteria));
+}
+
+/** Whether the queue holds a claimable item besides those just taken (one probe of the pending index). */
+async function moreClaimable(tx: Tx, ref: QueueRef, taken: string[]): Promise<boolean> {
+  const res = await tx.query<{ more: boolean }>(
+    named('svcq_limits_more', `SELECT EXISTS (SELECT 1 FROM svcq_items WHERE queue = $1 AND status = 'pending' AND available_at = 0 AND id <> ALL ($2::text[])) AS more`),
+    [ref.key, taken],
+  );
+  return res.rows[0]!.more;
+}
+
+/** What one claim took, and whether a group at groupMaxActive held a claimable item it would otherwise have taken. */
+interface Taken {
+  items: Claimed[];
+  saturated: boolean;
+}
+
+/** Takes what each (capped) claim may take: in claim order, or by groups. */
+async function take(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[]): Promise<Taken[]> {
+  const out: Taken[] = [];
+  if (!grouped(ref.config)) {
+    // One locking read for the plain claims (pg-claims.ts), then each claim with criteria.
+    const plain = calls.filter((c) => c.criteria === undefined && c.max > 0);
+    const plainOut = plain.length > 0 ? await claimPlain(tx, ref, plain) : [];
+    let at = 0;
+    for (const c of calls) {
+      if (c.max <= 0) out.push({ items: [], saturated: false });
+      else if (c.criteria === undefined) out.push({ items: plainOut[at++]!, saturated: false });
+      else out.push({ items: await claimMatching(tx, ref, c.input, c.criteria, c.max), saturated: false });
+    }
+    return out;
+  }
+  if (!rebuilt.get(ref.config)?.has(ref.key)) {
+    await tx.query(named('svcq_rebuild_groups', 'SELECT svcq_rebuild_groups($1)'), [ref.key]);
+    let set = rebuilt.get(ref.config);
+    if (!set) rebuilt.set(ref.config, (set = new Set()));
+    set.add(ref.key);
+  }
+  // The plain claims with one call of svcq_claim_groups, the earlier claim taking the earlier turns.
+  const plain = calls.filter((c) => c.criteria === undefined && c.max > 0);
+  const byGroups = plain.length > 0 ? await takeByGroups(tx, ref, plain) : [];
+  let at = 0;
+  for (const c of calls) {
+    if (c.max <= 0) out.push({ items: [], saturated: false });
+    else if (c.criteria === undefined) out.push(byGroups[at++]!);
+    else out.push(await takeMatchingByGroups(tx, ref, c, c.criteria));
+  }
+  return out;
+}
+
+const PREFIXED = COLUMNS.split(', ')
+  .map((c) => `i.${c}`)
+  .join(', ');
+
+/**
+ * Plain claims by groups, in the order they were made: svcq_claim_groups picks and locks the items
+ * for all of them at once, each item one turn, and they are handed out in that order.
+ */
+async function takeByGroups(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[]): Promise<Taken[]> {
+  const config = ref.config;
+  const want = calls.reduce((a, c) => a + c.max, 0);
+  const res = await tx.query<ItemRow & { pick: number; picked: string | null }>(
+    named(
+      'svcq_claim_groups',
+      `WITH c AS MATERIALIZED (SELECT id AS picked, n AS pick FROM svcq_claim_groups($1, $2, $3, $4))
+       SELECT ${PREFIXED}, c.pick, c.picked FROM c LEFT JOIN svcq_items AS i ON i.queue = $1 AND i.id = c.picked ORDER BY c.pick`,
+    ),
+    [ref.key, want, config.groupMaxActive, config.fairness === 'groups'],
+  );
+  const out: Taken[] = calls.map(() => ({ items: [], saturated: false }));
+  let at = 0;
+  let saturated = false;
+  for (const row of res.rows) {
+    if (row.picked === null) {
+      saturated = true;
+      continue;
+    }
+    while (at < calls.length && out[at]!.items.length >= calls[at]!.max) at++;
+    if (at >= calls.length || row.id === null) continue;
+    const got = claimRow(tx, ref, row, calls[at]!.input.worker);
+    if (got) out[at]!.items.push(got);
+  }
+  if (saturated) for (const o of out) o.saturated = true;
+  return out;
+}
+
+/** Applies the claim rule to a row locked for it; null when the row is no longer claimable (read again under its lock). */
+function claimRow(tx: Tx, ref: QueueRef, row: ItemRow, worker: string): Claimed | null {
+  const loaded = tx.current(ref, row);
+  if (!loaded) return null;
+  const r = applyDue(tx, ref, loaded);
+  if (!r || !rules.claimable(r, tx.now)) return null;
+  const t = rules.claim(r, ref.config, worker, tx.now);
+  tx.stage(ref, loaded, t);
+  return claimedOf(t.record);
+}
+
+/**
+ * A claim with criteria by groups, with a bounded look: per item it takes, the first
+ * {@link LOOK_GROUPS} groups in the order of the turns (or of their first claimable items,
+ * without fairness) that are below groupMaxActive, and in each the first {@link LOOK_ITEMS}
+ * claimable items in claim order; the first item there that passes the criteria is taken, a turn
+ * of its group. A matching item further back is not found by this claim (see
+ * docs/postgresql-flow.md).
+ */
+async function takeMatchingByGroups(tx: Tx, ref: QueueRef, call: LimitedClaim, criteria: Record<string, unknown>): Promise<Taken> {
+  const config = ref.config;
+  const gmax = config.groupMaxActive;
+  await tx.query(named('svcq_fold_groups', 'SELECT svcq_fold_groups($1)'), [ref.key]);
+  const leased = new Map<string, number>();
+  if (gmax !== null) {
+    const res = await tx.query<{ k: string; c: number }>(
+      named('svcq_leased_groups', `SELECT coalesce(grp, '') AS k, count(*)::integer AS c FROM svcq_items WHERE queue = $1 AND status IN ('claimed', 'processing') GROUP BY 1`),
+      [ref.key],
+    );
+    for (const r of res.rows) leased.set(r.k, r.c);
+  }
+  const items: Claimed[] = [];
+  /** Groups at groupMaxActive passed over. */
+  const full = new Set<string>();
+  const takenIds: string[] = [];
+  while (items.length < call.max && !call.input.signal?.aborted) {
+    const groups = (
+      await tx.query<{ grp: string }>(
+        named(
+          config.fairness === 'groups' ? 'svcq_look_groups_fair' : 'svcq_look_groups_fifo',
+          `SELECT grp FROM svcq_groups WHERE queue = $1 AND head_p IS NOT NULL ORDER BY (-head_p), ${config.fairness === 'groups' ? 'turn, ' : ''}head_ord LIMIT $2`,
+        ),
+        [ref.key, LOOK_GROUPS + (gmax === null ? 0 : leased.size)],
+      )
+    ).rows;
+    let found: Claimed | null = null;
+    let looked = 0;
+    for (const { grp } of groups) {
+      if (gmax !== null && (leased.get(grp) ?? 0) >= gmax) {
+        full.add(grp);
+        continue;
+      }
+      if (++looked > LOOK_GROUPS) break;
+      const page = await lookGroup(tx, ref, grp, takenIds);
+      const match = page.filter((p) => passes(p.body, criteria)).map((p) => p.id);
+      if (match.length === 0) continue;
+      const rows = (
+        await tx.query<ItemRow>(
+          named('svcq_lock_group_items', `SELECT ${COLUMNS} FROM svcq_items WHERE queue = $1 AND id = ANY($2::text[]) AND (status = 'pending') IS TRUE AND available_at = 0 ORDER BY (-priority), ord FOR UPDATE SKIP LOCKED`),
+          [ref.key, match],
+        )
+      ).rows;
+      for (const row of rows) {
+        found = claimRow(tx, ref, row, call.input.worker);
+        if (found) break;
+      }
+      if (!found) continue;
+      // One turn of the queue, stamped on the group; its head row is put right by the next pick.
+      await tx.query(
+        named('svcq_turn_group', `WITH t AS (UPDATE svcq_limiters SET turn = turn + 1 WHERE queue = $1 RETURNING turn) UPDATE svcq_groups SET turn = (SELECT turn FROM t) WHERE queue = $1 AND grp = $2`),
+        [ref.key, grp],
+      );
+      leased.set(grp, (leased.get(grp) ?? 0) + 1);
+      takenIds.push(found.id);
+      break;
+    }
+    if (!found) break;
+    items.push(found);
+  }
+  // Held by groupMaxActive only when a group at the limit holds a matching item.
+  let saturated = false;
+  if (items.length < call.max) {
+    for (const grp of full) {
+      const page = await lookGroup(tx, ref, grp, takenIds);
+      if (page.some((p) => passes(p.body, criteria))) {
+        saturated = true;
+        break;
+      }
+    }
+  }
+  return { items, saturated };
+}
+
+/** The first {@link LOOK_ITEMS} claimable items of a group in claim order, without those taken. */
+async function lookGroup(tx: Tx, ref: QueueRef, grp: string, taken: string[]): Promise<Array<{ id: string; body: string }>> {
+  return (
+    await tx.query<{ id: string; body: string }>(
+      named(
+        'svcq_look_group',
+        `SELECT id, body FROM svcq_items WHERE queue = $1 AND coalesce(grp, '') = $2 AND status = 'pending' AND available_at = 0 AND id <> ALL ($3::text[])
+          ORDER BY (-priority), ord LIMIT $4`,
+      ),
+      [ref.key, grp, taken, LOOK_ITEMS],
+    )
+  ).rows;
+}
+
+/** decisions §3.3 by the engine's own `matches`; a body that is not a JSON object matches nothing. */
+function passes(body: string, criteria: Record<string, unknown>): boolean {
+  let item: unknown;
+  try {
+    item = JSON.parse(body);
+  } catch {
+    return false;
+  }
+  return item !== null && typeof item === 'object' && !Array.isArray(item) && matches(item as Record<string, unknown>, criteria);
+}
+
+/**
+ * The transaction's last writes for flow control, sent just before its COMMIT (after its items'
+ * writes were taken): the leases its claims noted in the rate window (at the transaction's final
+ * time, so that no lease is noted earlier than its `claimed` event), and the wakes of the groups
+ * its changes made an item claimable in. Nothing is sent for a transaction that touched no
+ * limited queue.
+ */
+export function finishLimits(tx: Tx): Promise<unknown> | undefined {
+  const sends: Array<Promise<unknown>> = [];
+  const held = limiters.get(tx);
+  if (held) {
+    const keys: string[] = [];
+    const slots: number[] = [];
+    const counts: string[] = [];
+    const counted: number[] = [];
+    for (const [key, lim] of held) {
+      if (!lim.rated || lim.noted === 0 || lim.rateMax === 0) continue;
+      counts.push(key);
+      counted.push(lim.rateMax === 0 ? 0 : lim.rateCount + lim.noted);
+      if (lim.rateMax === 0) continue;
+      for (let k = Math.max(lim.rateCount, lim.rateCount + lim.noted - lim.rateMax); k < lim.rateCount + lim.noted; k++) {
+        keys.push(key);
+        slots.push(k % lim.rateMax);
+      }
+    }
+    if (counts.length > 0)
+      sends.push(
+      tx.query(
+        named(
+          'svcq_note_leases',
+          `WITH noted AS (
+             INSERT INTO svcq_rate_slots (queue, slot, at) SELECT k, s, $3 FROM unnest($1::text[], $2::integer[]) AS u(k, s)
+             ON CONFLICT (queue, slot) DO UPDATE SET at = EXCLUDED.at
+           )
+           UPDATE svcq_limiters AS l SET rate_count = u.c, last_at = greatest(l.last_at, $3) FROM unnest($4::text[], $5::bigint[]) AS u(k, c) WHERE l.queue = u.k`,
+        ),
+        [keys, slots, tx.now, counts, counted],
+      ),
+    );
+  }
+  const from = woken.get(tx) ?? 0;
+  woken.set(tx, tx.changes.length);
+  const best = new Map<string, { key: string; grp: string; priority: number; ord: number }>();
+  for (let i = from; i < tx.changes.length; i++) {
+    const c = tx.changes[i]!;
+    if (c.purged || c.record.status !== 'pending' || c.record.availableAt !== 0 || !grouped(c.ref.config)) continue;
+    const grp = groupKey(c.record.group);
+    const slot = `${c.ref.key}\n${grp}`;
+    const was = best.get(slot);
+    if (!was || c.record.priority > was.priority || (c.record.priority === was.priority && c.record.ord < was.ord)) best.set(slot, { key: c.ref.key, grp, priority: c.record.priority, ord: c.record.ord });
+  }
+  if (best.size > 0) {
+    const w = [...best.values()];
+    sends.push(
+      tx.query(named('svcq_group_wakes', 'INSERT INTO svcq_group_wakes (queue, grp, priority, ord) SELECT * FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[])'), [
+        w.map((x) => x.key),
+        w.map((x) => x.grp),
+        w.map((x) => x.priority),
+        w.map((x) => x.ord),
+      ]),
+    );
+  }
+  if (sends.length === 0) return undefined;
+  return Promise.all(sends);
+}
+
+/**
+ * decisions §8.5 groupsWaiting for a queue by groups: the groups whose first claimable item the
+ * claims know of, plus those woken since the last claim that were not known to hold one. Two
+ * probes and the wakes not yet folded (at most one row per group per transaction since the last
+ * claim), never the items.
+ */
+export const GROUPS_WAITING_SQL = `SELECT coalesce((SELECT ready_groups FROM svcq_limiters WHERE queue = $1), 0)
+  + (SELECT count(DISTINCT w.grp) FROM svcq_group_wakes w WHERE w.queue = $1
+       AND NOT EXISTS (SELECT 1 FROM svcq_groups s WHERE s.queue = $1 AND s.grp = w.grp AND s.head_p IS NOT NULL))::integer AS n`;
+

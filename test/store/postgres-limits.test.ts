@@ -1,0 +1,340 @@
+import { expect } from 'chai';
+import pg from 'pg';
+import { resolveQueue, type QueueConfig } from '../../src/engine/config.js';
+import type { ClaimHold } from '../../src/engine/limits.js';
+import { PgNotifier } from '../../src/store/postgres/pg-notifier.js';
+import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
+import type { Claimed, QueueRef } from '../../src/store/store.js';
+import { LongPolls } from '../../src/waiting/long-poll.js';
+import { FakeClock, freshDatabaseWithClient, postgresPresent, postgresUnderTest } from './support/stores.js';
+
+/**
+ * Flow control on the PostgreSQL store (decisions §8.5): limits checked under the queue's limiter
+ * row so that several nodes claiming at once never exceed them, groups fairness from the table of
+ * groups, held reasons, and held claims woken on every node when a lease ends.
+ */
+
+const target = await postgresUnderTest();
+
+function refOf(name: string, def: Parameters<typeof resolveQueue>[0]): QueueRef {
+  return { key: `limits.example.com/${name}`, host: 'limits.example.com', name, config: resolveQueue(def) };
+}
+
+describe('PostgreSQL store: flow control (decisions §8.5)', function () {
+  this.timeout(60_000);
+  let db: { url: string; admin: pg.Client; drop: () => Promise<void> };
+  let clock: FakeClock;
+  let store: PostgresStore;
+  const configs = new Map<string, QueueConfig>();
+  /** Items posted by `post` so far in the test: each item's body is { i: its number }. */
+  let posted = 0;
+  const open = async (now: () => number = clock.now): Promise<PostgresStore> => {
+    const s = new PostgresStore({ url: db.url, now, configFor: (key) => configs.get(key), sweepIntervalMs: 0 });
+    await s.open();
+    return s;
+  };
+  const use = (ref: QueueRef): QueueRef => {
+    configs.set(ref.key, ref.config);
+    return ref;
+  };
+  const post = (ref: QueueRef, n: number, group?: (i: number) => string | undefined, priority?: (i: number) => number) =>
+    store.postMany(
+      ref,
+      Array.from({ length: n }, (_, i) => ({ body: JSON.stringify({ i: posted++ }), postedBy: 'p', options: { group: group?.(i), priority: priority?.(i) } })),
+    );
+  const num = (c: Claimed | null): number => (JSON.parse(c!.item) as { i: number }).i;
+
+  if (postgresPresent(target)) {
+    beforeEach(async () => {
+      db = await freshDatabaseWithClient(target.url);
+      clock = new FakeClock();
+      configs.clear();
+      posted = 0;
+      store = await open();
+    });
+    afterEach(async () => {
+      await store.close();
+      await db.admin.end();
+      await db.drop();
+    });
+  }
+
+  it('maxActive: a claim leases at most maxActive less what is leased, and says maxActive when it held back (decisions §8.5)', async () => {
+    const q = use(refOf('max', { maxActive: 3 }));
+    await post(q, 10);
+    const held: ClaimHold = {};
+    const first = await store.claimMany(q, { worker: 'w', held }, 2);
+    expect(first).to.have.length(2);
+    expect(held).to.deep.equal({});
+    const second = await store.claimMany(q, { worker: 'w', held }, 5);
+    expect(second).to.have.length(1);
+    expect(held.reason).to.equal('maxActive');
+    const none: ClaimHold = {};
+    expect(await store.claim(q, { worker: 'w', held: none })).to.equal(null);
+    expect(none.reason).to.equal('maxActive');
+    await store.result(q, first[0]!.id, '{}');
+    expect(await store.claimMany(q, { worker: 'w' }, 5)).to.have.length(1);
+  });
+
+  it('maxActive: a claim that found nothing to claim leaves held untouched (decisions §8.5)', async () => {
+    const q = use(refOf('empty', { maxActive: 1 }));
+    await post(q, 1);
+    expect(await store.claim(q, { worker: 'w' })).to.not.equal(null);
+    const held: ClaimHold = {};
+    expect(await store.claim(q, { worker: 'w', held })).to.equal(null);
+    expect(held).to.deep.equal({});
+  });
+
+  it('rateLimit: lease k may happen only when lease k − max is a window old; retryAt is that time (decisions §8.5)', async () => {
+    const q = use(refOf('rate', { rateLimit: { max: 3, perSeconds: 10 } }));
+    await post(q, 10);
+    const t0 = clock.now();
+    expect(await store.claimMany(q, { worker: 'w' }, 2)).to.have.length(2);
+    clock.advance(4000);
+    const held: ClaimHold = {};
+    expect(await store.claimMany(q, { worker: 'w', held }, 5)).to.have.length(1);
+    expect(held).to.deep.equal({ reason: 'rateLimit', retryAt: t0 + 10_000 });
+    clock.advance(5999);
+    const again: ClaimHold = {};
+    expect(await store.claim(q, { worker: 'w', held: again })).to.equal(null);
+    expect(again).to.deep.equal({ reason: 'rateLimit', retryAt: t0 + 10_000 });
+    clock.advance(1);
+    expect(await store.claimMany(q, { worker: 'w' }, 5)).to.have.length(2);
+    const third: ClaimHold = {};
+    expect(await store.claim(q, { worker: 'w', held: third })).to.equal(null);
+    expect(third).to.deep.equal({ reason: 'rateLimit', retryAt: t0 + 4000 + 10_000 });
+  });
+
+  it('rateLimit: the window survives a restart, kept in the database (decisions §8.5)', async () => {
+    const q = use(refOf('rate-restart', { rateLimit: { max: 2, perSeconds: 60 } }));
+    await post(q, 5);
+    expect(await store.claimMany(q, { worker: 'w' }, 5)).to.have.length(2);
+    await store.close();
+    store = await open();
+    const held: ClaimHold = {};
+    expect(await store.claim(q, { worker: 'w', held })).to.equal(null);
+    expect(held.reason).to.equal('rateLimit');
+  });
+
+  it('paused: a paused queue with limits holds claims with reason paused (decisions §8.4, §8.5)', async () => {
+    for (const q of [use(refOf('paused', { maxActive: 2 })), use(refOf('paused-fair', { fairness: 'groups' }))]) {
+      await post(q, 2, () => 'a');
+      await store.setPaused(q, true);
+      const held: ClaimHold = {};
+      expect(await store.claim(q, { worker: 'w', held })).to.equal(null);
+      expect(held.reason, q.name).to.equal('paused');
+    }
+  });
+
+  it('paused: a claim on a paused queue without limits says paused too, plain or with criteria; one that is not held back leaves held untouched (decisions §8.4, §8.5)', async () => {
+    const q = use(refOf('paused-plain', {}));
+    await post(q, 1);
+    await store.setPaused(q, true);
+    const plain: ClaimHold = {};
+    const matching: ClaimHold = {};
+    expect(await store.claim(q, { worker: 'w', held: plain })).to.equal(null);
+    expect(await store.claim(q, { worker: 'w', criteria: { i: 0 }, held: matching })).to.equal(null);
+    expect(plain.reason).to.equal('paused');
+    expect(matching.reason).to.equal('paused');
+    await store.setPaused(q, false);
+    const free: ClaimHold = {};
+    expect(await store.claim(q, { worker: 'w', held: free })).to.not.equal(null);
+    expect(await store.claim(q, { worker: 'w', held: free })).to.equal(null);
+    expect(free).to.deep.equal({});
+  });
+
+  it('groupMaxActive: each group leases at most groupMaxActive; a saturated group is passed over, the claim says groupMaxActive (decisions §8.5)', async () => {
+    const q = use(refOf('gmax', { groupMaxActive: 1 }));
+    // a a a b b, then items without a group
+    await post(q, 5, (i) => (i < 3 ? 'a' : 'b'));
+    await post(q, 2);
+    const got = await store.claimMany(q, { worker: 'w' }, 10);
+    expect(got.map(num)).to.deep.equal([0, 3, 5]);
+    const held: ClaimHold = {};
+    expect(await store.claim(q, { worker: 'w', held })).to.equal(null);
+    expect(held.reason).to.equal('groupMaxActive');
+    await store.result(q, got[0]!.id, '{}');
+    const next = await store.claim(q, { worker: 'w' });
+    expect(num(next)).to.equal(1);
+  });
+
+  it('groups fairness: claims take turns among groups, least recently served first, priority first; a multi-claim takes one item per turn (decisions §8.5)', async () => {
+    const q = use(refOf('fair', { fairness: 'groups' }));
+    // Group a posts 6 first, then b 2, then c 2: FIFO would give a's six first.
+    await post(q, 6, () => 'a');
+    await post(q, 2, () => 'b');
+    await post(q, 2, () => 'c');
+    const order: string[] = [];
+    const names = (i: number): string => (i < 6 ? 'a' : i < 8 ? 'b' : 'c');
+    const first = await store.claimMany(q, { worker: 'w' }, 4);
+    for (const c of first) order.push(names(num(c)));
+    expect(order).to.deep.equal(['a', 'b', 'c', 'a']);
+    // A group posted later, never served, comes before every served one.
+    await store.postMany(q, [{ body: JSON.stringify({ i: 100 }), postedBy: 'p', options: { group: 'd' } }]);
+    const next = await store.claim(q, { worker: 'w' });
+    expect(num(next)).to.equal(100);
+    // Then b (served at turn 2), c (turn 3), a (turn 4).
+    const rest = await store.claimMany(q, { worker: 'w' }, 3);
+    expect(rest.map((c) => names(num(c)))).to.deep.equal(['b', 'c', 'a']);
+    // A higher priority goes first, whatever the turns.
+    await store.postMany(q, [{ body: JSON.stringify({ i: 200 }), postedBy: 'p', options: { group: 'a', priority: 5 } }]);
+    const top = await store.claim(q, { worker: 'w' });
+    expect(num(top)).to.equal(200);
+  });
+
+  it('groups fairness: claims made in the same turn share one transaction and take the turns in the order they were made (decisions §8.5, §6)', async () => {
+    const q = use(refOf('fair-fold', { fairness: 'groups', maxActive: 3 }));
+    await post(q, 3, () => 'a');
+    await post(q, 3, () => 'b');
+    const held: ClaimHold = {};
+    const [one, two, three] = await Promise.all([store.claimMany(q, { worker: 'w1' }, 2), store.claim(q, { worker: 'w2' }), store.claim(q, { worker: 'w3', held })]);
+    expect(one.map(num)).to.deep.equal([0, 3]);
+    expect(num(two)).to.equal(1);
+    expect(three).to.equal(null);
+    expect(held.reason).to.equal('maxActive');
+  });
+
+  it('groups fairness: the turns survive a restart (decisions §8.5)', async () => {
+    const q = use(refOf('fair-restart', { fairness: 'groups' }));
+    await post(q, 3, () => 'a');
+    await post(q, 3, () => 'b');
+    const a = await store.claim(q, { worker: 'w' });
+    expect(num(a)).to.equal(0);
+    await store.close();
+    // A node that starts afresh (a new definition object too) rebuilds the heads and keeps the turns.
+    configs.set(q.key, resolveQueue({ fairness: 'groups' }));
+    store = await open();
+    const q2 = { ...q, config: configs.get(q.key)! };
+    const b = await store.claim(q2, { worker: 'w' });
+    expect(num(b)).to.equal(3);
+  });
+
+  it('groups fairness: the turns are the database\'s, so claims made on two nodes in turn go round the groups as on one (decisions §8.5, §6.1)', async () => {
+    const q = use(refOf('fair-nodes', { fairness: 'groups' }));
+    await post(q, 3, () => 'a');
+    await post(q, 3, () => 'b');
+    await post(q, 3, () => 'c');
+    const other = await open();
+    try {
+      const order: string[] = [];
+      for (let k = 0; k < 9; k++) {
+        const c = await (k % 2 === 0 ? store : other).claim(q, { worker: 'w' });
+        order.push('abc'[Math.floor(num(c) / 3)]!);
+      }
+      expect(order.join('')).to.equal('abcabcabc');
+    } finally {
+      await other.close();
+    }
+  });
+
+  it('groups fairness with criteria: a bounded look takes the first matching item in the order of the turns (decisions §8.5)', async () => {
+    const q = use(refOf('fair-criteria', { fairness: 'groups' }));
+    await store.postMany(q, [
+      { body: JSON.stringify({ i: 0, kind: 'x' }), postedBy: 'p', options: { group: 'a' } },
+      { body: JSON.stringify({ i: 1, kind: 'y' }), postedBy: 'p', options: { group: 'a' } },
+      { body: JSON.stringify({ i: 2, kind: 'y' }), postedBy: 'p', options: { group: 'b' } },
+    ]);
+    const got = await store.claimMany(q, { worker: 'w', criteria: { kind: 'y' } }, 2);
+    expect(got.map(num)).to.deep.equal([1, 2]);
+  });
+
+  it('groupsWaiting: the groups holding a claimable item, null for a queue without groups (decisions §8.5)', async () => {
+    const q = use(refOf('waiting', { fairness: 'groups' }));
+    const plain = use(refOf('plain', {}));
+    await post(q, 6, (i) => (i % 3 === 0 ? undefined : `g${i % 3}`));
+    const view = () => store.overview(q, { oldest: 0, leases: 0 });
+    expect((await view()).groupsWaiting).to.equal(3);
+    await store.claimMany(q, { worker: 'w' }, 3);
+    expect((await view()).groupsWaiting).to.equal(3);
+    await store.claimMany(q, { worker: 'w' }, 3);
+    expect((await view()).groupsWaiting).to.equal(0);
+    expect((await store.overview(plain, { oldest: 0, leases: 0 })).groupsWaiting).to.equal(null);
+  });
+
+  it('a lease ending in a queue with maxActive wakes a claim held on another node (decisions §8.5, §6.1)', async () => {
+    const q = use(refOf('wake', { maxActive: 1, leaseSeconds: 600 }));
+    await post(q, 2);
+    const na = new PgNotifier({ url: db.url });
+    const nb = new PgNotifier({ url: db.url });
+    await Promise.all([na.start(), nb.start()]);
+    const a = new PostgresStore({ url: db.url, now: clock.now, notifier: na, sweepIntervalMs: 0 });
+    const b = new PostgresStore({ url: db.url, now: clock.now, notifier: nb, sweepIntervalMs: 0 });
+    await Promise.all([a.open(), b.open()]);
+    try {
+      const first = await a.claim(q, { worker: 'w' });
+      expect(first).to.not.equal(null);
+      const polls = new LongPolls(b, nb);
+      const started = Date.now();
+      const waiting = polls.claim(q, { worker: 'w2', waitMs: 10_000 });
+      // Let the held claim look once and wait, then end the lease on the other node.
+      await new Promise((r) => setTimeout(r, 1500));
+      await a.result(q, first!.id, '{}');
+      const got = await waiting;
+      expect(got).to.not.equal(null);
+      expect(Date.now() - started).to.be.below(5000);
+    } finally {
+      await a.close();
+      await b.close();
+      await na.close();
+      await nb.close();
+    }
+  });
+
+  it('three nodes claiming as fast as they can never exceed maxActive, groupMaxActive or the rate window, and every item finishes (decisions §8.5, §6.1)', async function () {
+    this.timeout(120_000);
+    const windowMs = 1000;
+    const max = 25;
+    const q = use(refOf('nodes', { maxActive: 5, groupMaxActive: 1, rateLimit: { max, perSeconds: windowMs / 1000 }, leaseSeconds: 60 }));
+    const total = 120;
+    await post(q, total, (i) => `g${i % 8}`);
+    const nodes = await Promise.all([0, 1, 2].map(() => open(Date.now)));
+    try {
+      let done = 0;
+      const worker = async (s: PostgresStore, w: number): Promise<void> => {
+        while (done < total) {
+          const got = await s.claimMany(q, { worker: `w${w}` }, 2);
+          if (got.length === 0) {
+            await new Promise((r) => setTimeout(r, 2));
+            continue;
+          }
+          await Promise.all(
+            got.map(async (c) => {
+              await new Promise((r) => setTimeout(r, Math.random() * 10));
+              const out = await s.result(q, c.id, '{}');
+              if (out?.accepted) done++;
+            }),
+          );
+        }
+      };
+      await Promise.all(nodes.flatMap((s, n) => [0, 1, 2, 3].map((w) => worker(s, n * 4 + w))));
+    } finally {
+      await Promise.all(nodes.map((s) => s.close()));
+    }
+    const { rows } = await db.admin.query<{ ts: string; id: string; event: string }>(`SELECT ts, id, event FROM svcq_events WHERE queue = 'nodes' AND event IN ('claimed', 'finished') ORDER BY ts, (event = 'claimed'), seq`);
+    const { rows: items } = await db.admin.query<{ id: string; grp: string; status: string }>(`SELECT id, grp, status FROM svcq_items WHERE queue = $1`, [q.key]);
+    const groupOf = new Map(items.map((r) => [r.id, r.grp]));
+    expect(items.filter((r) => r.status === 'finished')).to.have.length(total);
+    let leased = 0;
+    let most = 0;
+    const perGroup = new Map<string, number>();
+    const claims: number[] = [];
+    for (const r of rows) {
+      const g = groupOf.get(r.id)!;
+      if (r.event === 'claimed') {
+        leased++;
+        perGroup.set(g, (perGroup.get(g) ?? 0) + 1);
+        expect(perGroup.get(g), `group ${g} at ${r.ts}`).to.be.at.most(1);
+        claims.push(Number(r.ts));
+      } else {
+        leased--;
+        perGroup.set(g, perGroup.get(g)! - 1);
+      }
+      most = Math.max(most, leased);
+      expect(leased, `leased at ${r.ts}`).to.be.at.most(5);
+    }
+    expect(claims).to.have.length(total);
+    expect(most).to.equal(5);
+    claims.sort((x, y) => x - y);
+    for (let k = max; k < claims.length; k++) expect(claims[k]! - claims[k - max]!, `leases ${k - max} and ${k}`).to.be.at.least(windowMs);
+  });
+});
