@@ -488,7 +488,10 @@ export const MIGRATIONS: readonly Migration[] = [
             UPDATE svcq_groups s SET head_p = h.priority, head_ord = h.ord WHERE s.queue = q AND s.grp = g.grp;
             CONTINUE;
           END IF;
-          PERFORM 1 FROM svcq_items i WHERE i.queue = q AND i.id = h.id AND i.status = 'pending' AND i.available_at = 0 FOR UPDATE SKIP LOCKED;
+          -- The condition is tested as (…) IS TRUE, which no partial index's predicate is proved
+          -- from: written plainly, the planner may walk a whole partial index of the queue's
+          -- claimable items (a million rows) to find the one id, instead of probing the primary key.
+          PERFORM 1 FROM svcq_items i WHERE i.queue = q AND i.id = h.id AND (i.status = 'pending' AND i.available_at = 0) IS TRUE FOR UPDATE SKIP LOCKED;
           IF NOT FOUND THEN
             -- Held by another transaction (a cancel, a sweep): the group sits this claim out.
             skip := skip || g.grp;
