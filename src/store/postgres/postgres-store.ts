@@ -711,11 +711,14 @@ export class PostgresStore implements Store, EventOutbox {
         let inFlight: Array<Promise<void>> = [];
         /** Queues with submissions sent and not yet answered, and whether one of them can re-queue its item. */
         const submitting = new Map<string, boolean>();
+        /** Queues with limited claims sent and not yet answered. */
+        const limitedClaims = new Set<string>();
         const settle = async (): Promise<void> => {
           tx.send();
           const settled = await Promise.allSettled(inFlight);
           inFlight = [];
           submitting.clear();
+          limitedClaims.clear();
           for (const s of settled) if (s.status === 'rejected') throw s.reason;
         };
         for (const op of ops) {
@@ -736,7 +739,10 @@ export class PostgresStore implements Store, EventOutbox {
           const writesFirst = op.posts ? tx.purges(op.ref.key) : op.claim ? op.limits === true || tx.requeued(op.ref.key) : false;
           const requeuing = submitting.get(op.ref.key);
           const afterSubmissions = requeuing !== undefined && (!quiet.has(op.ref.key) || (op.claim !== undefined && requeuing));
-          if (afterSubmissions || (writesFirst && inFlight.length > 0)) {
+          // Limited claims take several statements, each sent once the one before it is answered:
+          // a group of their queue after them waits for them, or its statement would run (and its
+          // answer be applied) between theirs, as if it came first.
+          if (afterSubmissions || limitedClaims.has(op.ref.key) || (writesFirst && inFlight.length > 0)) {
             await settle();
             tx.hold();
           }
@@ -751,6 +757,7 @@ export class PostgresStore implements Store, EventOutbox {
               }
             });
           } else if (op.claim) {
+            if (op.limits) limitedClaims.add(op.ref.key);
             running = (op.limits ? claimLimited(tx, op.ref, group.map((g) => g.claim!), this.now) : claimPlain(tx, op.ref, group.map((g) => g.claim!))).then((claimed) => group.forEach((g, i) => results.set(g, claimed[i])));
           } else {
             running = submitMany(tx, op.ref, group.map((g) => g.submit!)).then((answers) => group.forEach((g, i) => results.set(g, answers[i])));
