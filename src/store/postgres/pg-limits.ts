@@ -487,12 +487,17 @@ export function finishLimits(tx: Tx): Promise<unknown> | undefined {
 }
 
 /**
- * decisions §8.5 groupsWaiting for a queue by groups: the groups whose first claimable item the
- * claims know of, plus those woken since the last claim that were not known to hold one. Two
- * probes and the wakes not yet folded (at most one row per group per transaction since the last
- * claim), never the items.
+ * decisions §8.5 groupsWaiting for a queue by groups: the groups holding a claimable item, read
+ * from the items themselves (what the group rows know may be out of date: items made claimable
+ * before the queue had groups, or cancelled since the last claim). A skip scan of
+ * svcq_items_groups: one index probe per group counted, whatever the number of items, and none
+ * for the idle groups (they have no entry in that index).
  */
-export const GROUPS_WAITING_SQL = `SELECT coalesce((SELECT ready_groups FROM svcq_limiters WHERE queue = $1), 0)
-  + (SELECT count(DISTINCT w.grp) FROM svcq_group_wakes w WHERE w.queue = $1
-       AND NOT EXISTS (SELECT 1 FROM svcq_groups s WHERE s.queue = $1 AND s.grp = w.grp AND s.head_p IS NOT NULL))::integer AS n`;
-
+export const GROUPS_WAITING_SQL = `WITH RECURSIVE g AS (
+    (SELECT coalesce(i.grp, '') AS k FROM svcq_items i WHERE i.queue = $1 AND i.status = 'pending' AND i.available_at = 0 ORDER BY coalesce(i.grp, '') LIMIT 1)
+  UNION ALL
+    SELECT (SELECT coalesce(i.grp, '') FROM svcq_items i WHERE i.queue = $1 AND i.status = 'pending' AND i.available_at = 0 AND coalesce(i.grp, '') > g.k
+             ORDER BY coalesce(i.grp, '') LIMIT 1)
+      FROM g WHERE g.k IS NOT NULL
+  )
+  SELECT count(k)::integer AS n FROM g`;
