@@ -248,6 +248,8 @@ async function take(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[]): Prom
     }
     return out;
   }
+  // Items this transaction made claimable so far (flushed by claimLimited) are woken first.
+  await writeWakes(tx);
   if (!rebuilt.get(ref.config)?.has(ref.key)) {
     await tx.query(named('svcq_rebuild_groups', 'SELECT svcq_rebuild_groups($1)'), [ref.key]);
     let set = rebuilt.get(ref.config);
@@ -460,6 +462,18 @@ export function finishLimits(tx: Tx): Promise<unknown> | undefined {
       ),
     );
   }
+  const waking = writeWakes(tx);
+  if (waking) sends.push(waking);
+  if (sends.length === 0) return undefined;
+  return Promise.all(sends);
+}
+
+/**
+ * Appends the wakes of the groups in which the transaction's changes since its last wakes made an
+ * item claimable: before its COMMIT, and before a claim by groups in it, so that the claim sees
+ * the items posted or re-queued earlier in the same transaction. Undefined when there are none.
+ */
+function writeWakes(tx: Tx): Promise<unknown> | undefined {
   const from = woken.get(tx) ?? 0;
   woken.set(tx, tx.changes.length);
   const best = new Map<string, { key: string; grp: string; priority: number; ord: number }>();
@@ -471,19 +485,14 @@ export function finishLimits(tx: Tx): Promise<unknown> | undefined {
     const was = best.get(slot);
     if (!was || c.record.priority > was.priority || (c.record.priority === was.priority && c.record.ord < was.ord)) best.set(slot, { key: c.ref.key, grp, priority: c.record.priority, ord: c.record.ord });
   }
-  if (best.size > 0) {
-    const w = [...best.values()];
-    sends.push(
-      tx.query(named('svcq_group_wakes', 'INSERT INTO svcq_group_wakes (queue, grp, priority, ord) SELECT * FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[])'), [
+  if (best.size === 0) return undefined;
+  const w = [...best.values()];
+  return tx.query(named('svcq_group_wakes', 'INSERT INTO svcq_group_wakes (queue, grp, priority, ord) SELECT * FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[])'), [
         w.map((x) => x.key),
         w.map((x) => x.grp),
         w.map((x) => x.priority),
         w.map((x) => x.ord),
-      ]),
-    );
-  }
-  if (sends.length === 0) return undefined;
-  return Promise.all(sends);
+      ]);
 }
 
 /**
