@@ -47,8 +47,11 @@ interface Limiter {
 const limiters = new WeakMap<Tx, Map<string, Limiter>>();
 /** The changes of a transaction already turned into group wakes (see {@link finishLimits}). */
 const woken = new WeakMap<Tx, number>();
-/** Definitions (by their rules object) under which this node has rebuilt a queue's groups. */
-const rebuilt = new WeakMap<QueueConfig, Set<string>>();
+/**
+ * The queues whose groups a store has rebuilt, by the definition (its rules object) it rebuilt
+ * them under: one per store, since each store may be on a database of its own.
+ */
+export type GroupRebuilds = WeakMap<QueueConfig, Set<string>>;
 
 /**
  * Locks the limiter rows of the queues whose claims the transaction will make, in key order, at
@@ -122,7 +125,7 @@ export interface LimitedClaim extends PlainClaim {
  * (pg-claims.ts) or by groups (svcq_claim_groups). A claim that got less than it asked for because
  * of a limit, while more was claimable, says why in `input.held`.
  */
-export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], now: () => number): Promise<Claimed[][]> {
+export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], now: () => number, rebuilt: GroupRebuilds): Promise<Claimed[][]> {
   const config = ref.config;
   const lim = limiters.get(tx)?.get(ref.key);
   if (!lim) throw new Error(`the limiter row of ${ref.key} is not locked by this transaction`);
@@ -175,7 +178,7 @@ export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly Limite
     left -= n;
     return { ...c, max: n };
   });
-  const out = await take(tx, ref, capped);
+  const out = await take(tx, ref, capped, rebuilt);
   const got = out.reduce((a, o) => a + o.items.length, 0);
   lim.noted += got;
   // Why a claim got less than it asked for.
@@ -234,7 +237,7 @@ interface Taken {
 }
 
 /** Takes what each (capped) claim may take: in claim order, or by groups. */
-async function take(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[]): Promise<Taken[]> {
+async function take(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], rebuilt: GroupRebuilds): Promise<Taken[]> {
   const out: Taken[] = [];
   if (!grouped(ref.config)) {
     // One locking read for the plain claims (pg-claims.ts), then each claim with criteria.
