@@ -47,8 +47,11 @@ interface Limiter {
 const limiters = new WeakMap<Tx, Map<string, Limiter>>();
 /** The changes of a transaction already turned into group wakes (see {@link finishLimits}). */
 const woken = new WeakMap<Tx, number>();
-/** Definitions (by their rules object) under which this node has rebuilt a queue's groups. */
-const rebuilt = new WeakMap<QueueConfig, Set<string>>();
+/**
+ * The queues whose groups a store has rebuilt, by the definition (its rules object) it rebuilt
+ * them under: one per store, since each store may be on a database of its own.
+ */
+export type GroupRebuilds = WeakMap<QueueConfig, Set<string>>;
 
 /**
  * Locks the limiter rows of the queues whose claims the transaction will make, in key order, at
@@ -122,7 +125,7 @@ export interface LimitedClaim extends PlainClaim {
  * (pg-claims.ts) or by groups (svcq_claim_groups). A claim that got less than it asked for because
  * of a limit, while more was claimable, says why in `input.held`.
  */
-export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], now: () => number): Promise<Claimed[][]> {
+export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], now: () => number, rebuilt: GroupRebuilds): Promise<Claimed[][]> {
   const config = ref.config;
   const lim = limiters.get(tx)?.get(ref.key);
   if (!lim) throw new Error(`the limiter row of ${ref.key} is not locked by this transaction`);
@@ -175,7 +178,7 @@ export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly Limite
     left -= n;
     return { ...c, max: n };
   });
-  const out = await take(tx, ref, capped);
+  const out = await take(tx, ref, capped, rebuilt);
   const got = out.reduce((a, o) => a + o.items.length, 0);
   lim.noted += got;
   // Why a claim got less than it asked for.
@@ -234,7 +237,7 @@ interface Taken {
 }
 
 /** Takes what each (capped) claim may take: in claim order, or by groups. */
-async function take(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[]): Promise<Taken[]> {
+async function take(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], rebuilt: GroupRebuilds): Promise<Taken[]> {
   const out: Taken[] = [];
   if (!grouped(ref.config)) {
     // One locking read for the plain claims (pg-claims.ts), then each claim with criteria.
@@ -248,6 +251,8 @@ async function take(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[]): Prom
     }
     return out;
   }
+  // Items this transaction made claimable so far (flushed by claimLimited) are woken first.
+  await writeWakes(tx);
   if (!rebuilt.get(ref.config)?.has(ref.key)) {
     await tx.query(named('svcq_rebuild_groups', 'SELECT svcq_rebuild_groups($1)'), [ref.key]);
     let set = rebuilt.get(ref.config);
@@ -460,6 +465,18 @@ export function finishLimits(tx: Tx): Promise<unknown> | undefined {
       ),
     );
   }
+  const waking = writeWakes(tx);
+  if (waking) sends.push(waking);
+  if (sends.length === 0) return undefined;
+  return Promise.all(sends);
+}
+
+/**
+ * Appends the wakes of the groups in which the transaction's changes since its last wakes made an
+ * item claimable: before its COMMIT, and before a claim by groups in it, so that the claim sees
+ * the items posted or re-queued earlier in the same transaction. Undefined when there are none.
+ */
+function writeWakes(tx: Tx): Promise<unknown> | undefined {
   const from = woken.get(tx) ?? 0;
   woken.set(tx, tx.changes.length);
   const best = new Map<string, { key: string; grp: string; priority: number; ord: number }>();
@@ -471,28 +488,28 @@ export function finishLimits(tx: Tx): Promise<unknown> | undefined {
     const was = best.get(slot);
     if (!was || c.record.priority > was.priority || (c.record.priority === was.priority && c.record.ord < was.ord)) best.set(slot, { key: c.ref.key, grp, priority: c.record.priority, ord: c.record.ord });
   }
-  if (best.size > 0) {
-    const w = [...best.values()];
-    sends.push(
-      tx.query(named('svcq_group_wakes', 'INSERT INTO svcq_group_wakes (queue, grp, priority, ord) SELECT * FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[])'), [
+  if (best.size === 0) return undefined;
+  const w = [...best.values()];
+  return tx.query(named('svcq_group_wakes', 'INSERT INTO svcq_group_wakes (queue, grp, priority, ord) SELECT * FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[])'), [
         w.map((x) => x.key),
         w.map((x) => x.grp),
         w.map((x) => x.priority),
         w.map((x) => x.ord),
-      ]),
-    );
-  }
-  if (sends.length === 0) return undefined;
-  return Promise.all(sends);
+      ]);
 }
 
 /**
- * decisions §8.5 groupsWaiting for a queue by groups: the groups whose first claimable item the
- * claims know of, plus those woken since the last claim that were not known to hold one. Two
- * probes and the wakes not yet folded (at most one row per group per transaction since the last
- * claim), never the items.
+ * decisions §8.5 groupsWaiting for a queue by groups: the groups holding a claimable item, read
+ * from the items themselves (what the group rows know may be out of date: items made claimable
+ * before the queue had groups, or cancelled since the last claim). A skip scan of
+ * svcq_items_groups: one index probe per group counted, whatever the number of items, and none
+ * for the idle groups (they have no entry in that index).
  */
-export const GROUPS_WAITING_SQL = `SELECT coalesce((SELECT ready_groups FROM svcq_limiters WHERE queue = $1), 0)
-  + (SELECT count(DISTINCT w.grp) FROM svcq_group_wakes w WHERE w.queue = $1
-       AND NOT EXISTS (SELECT 1 FROM svcq_groups s WHERE s.queue = $1 AND s.grp = w.grp AND s.head_p IS NOT NULL))::integer AS n`;
-
+export const GROUPS_WAITING_SQL = `WITH RECURSIVE g AS (
+    (SELECT coalesce(i.grp, '') AS k FROM svcq_items i WHERE i.queue = $1 AND i.status = 'pending' AND i.available_at = 0 ORDER BY coalesce(i.grp, '') LIMIT 1)
+  UNION ALL
+    SELECT (SELECT coalesce(i.grp, '') FROM svcq_items i WHERE i.queue = $1 AND i.status = 'pending' AND i.available_at = 0 AND coalesce(i.grp, '') > g.k
+             ORDER BY coalesce(i.grp, '') LIMIT 1)
+      FROM g WHERE g.k IS NOT NULL
+  )
+  SELECT count(k)::integer AS n FROM g`;

@@ -8,7 +8,7 @@ import { claimTopic, itemTopic, type Notifier } from '../../waiting/notifier.js'
 import { fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StatusRecord, type Store, type StoreObserver, type SubmitOutcome } from '../store.js';
 import { FailureStreak } from '../failure-streak.js';
 import { claimMatching, claimPlain, type PlainClaim } from './pg-claims.js';
-import { claimLimited, finishLimits, GROUPS_WAITING_SQL, grouped, limited, lockLimiters, wakesOnLeaseEnd } from './pg-limits.js';
+import { claimLimited, finishLimits, GROUPS_WAITING_SQL, grouped, limited, lockLimiters, wakesOnLeaseEnd, type GroupRebuilds } from './pg-limits.js';
 import { Deadlines, refOf } from './pg-deadlines.js';
 import { failureKind } from './pg-errors.js';
 import { ANSWER_TIMEOUT_MS, answered, keepConnectionErrors, watch } from './pg-guard.js';
@@ -207,6 +207,8 @@ export class PostgresStore implements Store, EventOutbox {
   private readonly deadlines: Deadlines;
   /** Item ids, and the queues known to be registered. */
   private readonly itemIds = new ItemIds();
+  /** Queues whose groups this store rebuilt, per definition (pg-limits.ts). */
+  private readonly groupRebuilds: GroupRebuilds = new WeakMap();
   private readonly transactions: FailureStreak;
   private readonly outbox: PgEventOutbox;
   private purgeTimer: NodeJS.Timeout | undefined;
@@ -390,7 +392,7 @@ export class PostgresStore implements Store, EventOutbox {
     if (limited(ref.config)) {
       if (input.criteria === undefined) return this.submitOp<Claimed[]>({ ref, claim: { input, max }, limits: true });
       const criteria = input.criteria;
-      return this.submitOp<Claimed[][]>({ ref, limits: true, run: (tx) => claimLimited(tx, ref, [{ input, max, criteria }], this.now) }).then((out) => out[0]!);
+      return this.submitOp<Claimed[][]>({ ref, limits: true, run: (tx) => claimLimited(tx, ref, [{ input, max, criteria }], this.now, this.groupRebuilds) }).then((out) => out[0]!);
     }
     return this.submitOp<Claimed[]>(input.criteria === undefined ? { ref, claim: { input, max } } : { ref, run: (tx) => claimMatching(tx, ref, input, input.criteria!, max) });
   }
@@ -711,11 +713,14 @@ export class PostgresStore implements Store, EventOutbox {
         let inFlight: Array<Promise<void>> = [];
         /** Queues with submissions sent and not yet answered, and whether one of them can re-queue its item. */
         const submitting = new Map<string, boolean>();
+        /** Queues with limited claims sent and not yet answered. */
+        const limitedClaims = new Set<string>();
         const settle = async (): Promise<void> => {
           tx.send();
           const settled = await Promise.allSettled(inFlight);
           inFlight = [];
           submitting.clear();
+          limitedClaims.clear();
           for (const s of settled) if (s.status === 'rejected') throw s.reason;
         };
         for (const op of ops) {
@@ -736,7 +741,10 @@ export class PostgresStore implements Store, EventOutbox {
           const writesFirst = op.posts ? tx.purges(op.ref.key) : op.claim ? op.limits === true || tx.requeued(op.ref.key) : false;
           const requeuing = submitting.get(op.ref.key);
           const afterSubmissions = requeuing !== undefined && (!quiet.has(op.ref.key) || (op.claim !== undefined && requeuing));
-          if (afterSubmissions || (writesFirst && inFlight.length > 0)) {
+          // Limited claims take several statements, each sent once the one before it is answered:
+          // a group of their queue after them waits for them, or its statement would run (and its
+          // answer be applied) between theirs, as if it came first.
+          if (afterSubmissions || limitedClaims.has(op.ref.key) || (writesFirst && inFlight.length > 0)) {
             await settle();
             tx.hold();
           }
@@ -751,7 +759,8 @@ export class PostgresStore implements Store, EventOutbox {
               }
             });
           } else if (op.claim) {
-            running = (op.limits ? claimLimited(tx, op.ref, group.map((g) => g.claim!), this.now) : claimPlain(tx, op.ref, group.map((g) => g.claim!))).then((claimed) => group.forEach((g, i) => results.set(g, claimed[i])));
+            if (op.limits) limitedClaims.add(op.ref.key);
+            running = (op.limits ? claimLimited(tx, op.ref, group.map((g) => g.claim!), this.now, this.groupRebuilds) : claimPlain(tx, op.ref, group.map((g) => g.claim!))).then((claimed) => group.forEach((g, i) => results.set(g, claimed[i])));
           } else {
             running = submitMany(tx, op.ref, group.map((g) => g.submit!)).then((answers) => group.forEach((g, i) => results.set(g, answers[i])));
             submitting.set(op.ref.key, group.some((g) => g.submit!.requeues === true));
