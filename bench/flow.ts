@@ -232,7 +232,7 @@ async function ratePhase(): Promise<void> {
   const prefill = await runLoad(spec('batch-post', 'rl', { maxCount: 40, durationMs: 120_000, inFlight: 4 }));
   log(`rate: ${prefill.count.toLocaleString('en')} items posted; draining for ${RATE_SECONDS} s from ${NODES} node(s)`);
   const t0 = Date.now();
-  const drained = await runLoad(spec('drain', 'rl', { durationMs: RATE_SECONDS * 1000, inFlight: 12 }));
+  const drained = await runLoad(spec('drain', 'rl', { durationMs: RATE_SECONDS * 1000, inFlight: 12, claimWaitS: 5 }));
   const expected = RATE_SECONDS * RATE_MAX;
   log(`rate: ${drained.count.toLocaleString('en')} leased and finished in ${(drained.elapsedMs / 1000).toFixed(1)} s (${((drained.count / expected - 1) * 100).toFixed(2)}% from ${expected.toLocaleString('en')})`);
   if (database) {

@@ -268,7 +268,7 @@ async function loop(index: number): Promise<void> {
           break;
         }
         case 'drain': {
-          const done = await claimAndFinish(conn, worker);
+          const done = await claimAndFinish(conn, worker, spec.claimWaitS ?? 0);
           if (done === true) count++;
           // An empty queue ends this loop: the drain is over.
           else if (done === false) return;

@@ -44,6 +44,8 @@ export interface LoadSpec {
   priorities?: number;
   /** Every post (and every batch) carries `?delay=S`. */
   delayS?: number;
+  /** `drain`: each claim waits up to this many seconds (decisions §3.3 `wait`), so that a claim a rate limit holds back is answered when the window moves on instead of ending the drain. */
+  claimWaitS?: number;
 }
 
 export interface LatencySummary {
