@@ -173,7 +173,7 @@ export async function claimMatching(tx: Tx, ref: QueueRef, input: ClaimInput, cr
 }
 
 /** decisions §3.3 by the engine's own `matches`; a body that is not a JSON object matches nothing. */
-function passes(body: string, criteria: Record<string, unknown>): boolean {
+export function passes(body: string, criteria: Record<string, unknown>): boolean {
   let item: unknown;
   try {
     item = JSON.parse(body);

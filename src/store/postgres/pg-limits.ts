@@ -3,10 +3,9 @@
 // from a table of groups. See docs/postgresql-flow.md for the design and the plans.
 import type { QueueConfig } from '../../engine/config.js';
 import { groupKey, hasLimits, type HoldReason } from '../../engine/limits.js';
-import { matches } from '../../engine/criteria.js';
 import * as rules from '../../engine/rules.js';
 import { claimedOf, type Claimed, type QueueRef } from '../store.js';
-import { claimMatching, claimPlain, heldByPause, type PlainClaim } from './pg-claims.js';
+import { claimMatching, claimPlain, heldByPause, passes, type PlainClaim } from './pg-claims.js';
 import { applyDue, COLUMNS, named, type ItemRow, type Tx } from './pg-tx.js';
 
 /** Whether claims on a queue go through its limiter row (a limit, or groups fairness). */
@@ -412,17 +411,6 @@ async function lookGroup(tx: Tx, ref: QueueRef, grp: string, taken: string[]): P
       [ref.key, grp, taken, LOOK_ITEMS],
     )
   ).rows;
-}
-
-/** decisions §3.3 by the engine's own `matches`; a body that is not a JSON object matches nothing. */
-function passes(body: string, criteria: Record<string, unknown>): boolean {
-  let item: unknown;
-  try {
-    item = JSON.parse(body);
-  } catch {
-    return false;
-  }
-  return item !== null && typeof item === 'object' && !Array.isArray(item) && matches(item as Record<string, unknown>, criteria);
 }
 
 /**
