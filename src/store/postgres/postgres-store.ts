@@ -394,7 +394,21 @@ export class PostgresStore implements Store, EventOutbox {
       const criteria = input.criteria;
       return this.submitOp<Claimed[][]>({ ref, limits: true, run: (tx) => claimLimited(tx, ref, [{ input, max, criteria }], this.now, this.groupRebuilds) }).then((out) => out[0]!);
     }
-    return this.submitOp<Claimed[]>(input.criteria === undefined ? { ref, claim: { input, max } } : { ref, run: (tx) => claimMatching(tx, ref, input, input.criteria!, max) });
+    const claimed = this.submitOp<Claimed[]>(input.criteria === undefined ? { ref, claim: { input, max } } : { ref, run: (tx) => claimMatching(tx, ref, input, input.criteria!, max) });
+    if (!input.held) return claimed;
+    // decisions §8.5: a claim that came up short and asked why says `paused` when its queue is
+    // paused: one read, after the claim's transaction and outside it (in it, the probe put one
+    // more statement between the fold's claims and what was folded after them, and a claim held
+    // with wait then missed the resume it waited for).
+    return claimed.then(async (out) => {
+      if (out.length >= max || input.signal?.aborted) return out;
+      const res = await this.read<{ paused: boolean }>('SELECT paused FROM svcq_queues WHERE key = $1', [ref.key]);
+      if (res.rows[0]?.paused === true) {
+        input.held!.reason = 'paused';
+        delete input.held!.retryAt;
+      }
+      return out;
+    });
   }
 
   /**
