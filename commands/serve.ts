@@ -30,6 +30,11 @@ One SIGINT or SIGTERM stops it: held long polls are answered at once, requests u
     'stats-days': Flags.integer({ description: 'remove stats day-files of days more than N days past, at start and once a day (default 0: keep every one)', env: 'SVCQ_STATS_DAYS', default: 0, min: 0, max: 1_000_000 }),
     'compact-bytes': Flags.integer({ description: 'journal size in bytes past which the store writes a snapshot (and at least four times the last snapshot)', env: 'SVCQ_COMPACT_BYTES', default: 64 * 1024 * 1024, min: 1024 }),
     store: Flags.string({ description: 'where items live: "embedded" (under --root) or postgres://USER@HOST:PORT/DB, shared by every server started with it and the same master token', env: 'SVCQ_STORE', default: 'embedded' }),
+    'push-allow': Flags.string({
+      description: 'a URL prefix (scheme, host, port and path start, e.g. https://hooks.example.com/) that push queues and callbacks may call; repeat it for more (SVCQ_PUSH_ALLOW: comma-separated). With none, the server calls no URL',
+      env: 'SVCQ_PUSH_ALLOW',
+      multiple: true,
+    }),
     'shutdown-grace': Flags.integer({ description: 'seconds a connection may take, once a stop begins, to deliver a whole request before it is cut', env: 'SVCQ_SHUTDOWN_GRACE', default: 5, min: 0, max: 3600 }),
   };
 
@@ -58,7 +63,7 @@ One SIGINT or SIGTERM stops it: held long polls are answered at once, requests u
     let server;
     try {
       server = await startServerThread(
-        { root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], replaceMasterToken: flags['replace-master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'], historyDays: flags['history-days'], statsDays: flags['stats-days'], compactBytes: flags['compact-bytes'], shutdownGraceMs: graceMs, store: flags.store },
+        { root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], replaceMasterToken: flags['replace-master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'], historyDays: flags['history-days'], statsDays: flags['stats-days'], compactBytes: flags['compact-bytes'], shutdownGraceMs: graceMs, store: flags.store, pushAllow: pushAllowOf(flags['push-allow']) },
         (err) => {
           // The server stopped on its own (a bug): say why, with the stack, and end the process as an uncaught error would.
           stderrLine(`svcq: the server stopped: ${err.stack ?? err.message}`);
@@ -86,4 +91,9 @@ One SIGINT or SIGTERM stops it: held long polls are answered at once, requests u
     await server.close();
     process.exit(0);
   }
+}
+
+/** The flag's values; from SVCQ_PUSH_ALLOW oclif hands over the environment's one string as it is, not a list. */
+function pushAllowOf(values: string[] | string | undefined): string[] {
+  return values === undefined ? [] : typeof values === 'string' ? [values] : values;
 }

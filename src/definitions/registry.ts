@@ -63,6 +63,7 @@ export class DefinitionRegistry {
   private constructor(
     private readonly stored: DefinitionStore,
     private readonly warn: (line: string) => void,
+    private readonly refuseUrl: (url: string) => string | null,
   ) {}
 
   /**
@@ -74,9 +75,9 @@ export class DefinitionRegistry {
    * change takes effect here within the store's delay (decisions §6.1: within 1 s). {@link close}
    * stops following.
    */
-  static async load(from: string | DefinitionStore, warn: (line: string) => void = () => {}): Promise<DefinitionRegistry> {
+  static async load(from: string | DefinitionStore, warn: (line: string) => void = () => {}, refuseUrl: (url: string) => string | null = () => null): Promise<DefinitionRegistry> {
     if (typeof from === 'string') await makeDir(from);
-    const registry = new DefinitionRegistry(typeof from === 'string' ? new FileDefinitionStore(from) : from, warn);
+    const registry = new DefinitionRegistry(typeof from === 'string' ? new FileDefinitionStore(from) : from, warn, refuseUrl);
     // Watched before the list is read: a change made meanwhile is in the list, or reported, or both.
     registry.unwatch = registry.stored.watch?.((at) => {
       registry.reload(at).catch((err: Error) => warn(`could not reload definition ${at.path} after another node changed it: ${err.message}`));
@@ -202,10 +203,23 @@ export class DefinitionRegistry {
     return kept !== undefined && same ? name : undefined;
   }
 
-  /** Validates, then writes the exact bytes atomically, then makes them live. Throws DefinitionError for a bad body. */
+  /**
+   * Validates, then writes the exact bytes atomically, then makes them live. Throws DefinitionError
+   * for a bad body, and for a queue whose `push.url` or `callback` the server may not call
+   * (decisions §9: `refuseUrl`'s sentence). Definitions already stored are not refused for their
+   * URLs: each call out is checked against the allow-list as it stands when it is made.
+   */
   async put(at: DefinitionPath, bytes: Buffer): Promise<void> {
     const parsed = parseIncomingDefinition(at, bytes);
     if ('error' in parsed) throw new DefinitionError(parsed.error);
+    if (parsed.kind === 'queue') {
+      const refusals: string[] = [];
+      for (const [field, url] of [['push.url', parsed.queue.push?.url], ['callback', parsed.queue.callback]] as const) {
+        const why = url === undefined ? null : this.refuseUrl(url);
+        if (why !== null) refusals.push(`${field} ${why}`);
+      }
+      if (refusals.length > 0) throw new DefinitionError(`${at.path}: ${refusals.join('; ')}`);
+    }
     await this.serially(async () => {
       await this.stored.put(at, bytes);
       this.live(at, parsed, bytes);

@@ -3,6 +3,7 @@ import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.
 import addFormatsModule from 'ajv-formats';
 import type { DefinitionPath } from './names.js';
 import { cronProblem, MAX_SCHEDULES, type ScheduleDefinition } from '../engine/schedules.js';
+import { urlProblem } from '../engine/urls.js';
 
 /** A queue definition as stored (decisions §2.2); defaults are applied by {@link resolveQueue}. */
 export interface QueueDefinition {
@@ -28,6 +29,19 @@ export interface QueueDefinition {
   fairness?: 'fifo' | 'groups';
   /** decisions §8.6: the name of another queue of the same host. */
   deadLetter?: string;
+  /** decisions §9.1: the server works the queue itself by POSTing each item to this target. */
+  push?: PushDefinition;
+  /** decisions §9.2: where the status record of each item of the queue is POSTed when it ends (an item's own `?callback` comes first). */
+  callback?: string;
+}
+
+/** decisions §9.1 queue field `push`. */
+export interface PushDefinition {
+  url: string;
+  timeoutSeconds?: number;
+  concurrency?: number;
+  headers?: Record<string, string>;
+  secret?: string;
 }
 
 export interface UserDefinition {
@@ -89,6 +103,20 @@ const queueSchema = {
     fairness: { enum: ['fifo', 'groups'] },
     // decisions §8.6: a queue name (decisions §2.1); that it is not the queue itself is checked in parseDefinition.
     deadLetter: { type: 'string', pattern: '^[a-z0-9][a-z0-9_-]{0,63}$' },
+    // decisions §9.1; the URLs' form and the headers' names are checked in parseDefinition.
+    push: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['url'],
+      properties: {
+        url: { type: 'string' },
+        timeoutSeconds: { type: 'integer', minimum: 1, maximum: 3600 },
+        concurrency: { type: 'integer', minimum: 1, maximum: 1000 },
+        headers: { type: 'object', maxProperties: 64, additionalProperties: { type: 'string', maxLength: 8192 } },
+        secret: { type: 'string', minLength: 16, maxLength: 256 },
+      },
+    },
+    callback: { type: 'string' },
     schedules: {
       type: 'object',
       maxProperties: MAX_SCHEDULES,
@@ -201,6 +229,13 @@ const FIELD_RULE: Record<string, string> = {
   'rateLimit.perSeconds': 'an integer from 1 to 86400',
   fairness: '"fifo" or "groups"',
   deadLetter: 'the name of another queue of the same host (1 to 64 of a-z, 0-9, _ and -, starting with a letter or digit)',
+  push: 'an object { "url": URL, "timeoutSeconds"?: 1–3600, "concurrency"?: 1–1000, "headers"?: { name: value }, "secret"?: 16–256 characters }',
+  'push.url': 'an absolute http:// or https:// URL',
+  'push.timeoutSeconds': 'an integer from 1 to 3600',
+  'push.concurrency': 'an integer from 1 to 1000',
+  'push.headers': 'an object of at most 64 header names, each with a string value of at most 8192 characters',
+  'push.secret': 'a string of 16 to 256 characters',
+  callback: 'an absolute http:// or https:// URL',
   'svc-user-name': 'a string',
   tokenSha256: '64 lowercase hexadecimal characters (the sha256 of the token)',
 };
@@ -312,8 +347,37 @@ export function parseDefinition(at: DefinitionPath, bytes: Buffer | string): Par
   }
   problems.push(...scheduleProblems(record.schedules, validator));
   if (record.deadLetter === at.name) problems.push(`deadLetter "${at.name}" names the queue itself; name another queue of the same host`);
+  problems.push(...pushProblems(record.push, record.callback));
   if (problems.length > 0) return refused(file, problems);
   return { kind: 'queue', queue: value as QueueDefinition, validator };
+}
+
+/** Header names a push queue may not set: the server sets them itself (decisions §9.1). */
+const RESERVED_HEADER = /^(content-type|content-length|host|connection|transfer-encoding|svcq-.*)$/i;
+/** An HTTP field name (RFC 9110 §5.1: a token). */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+/** decisions §9.1–§9.2 beyond the JSON Schema: the URLs' form, and header names and values that HTTP can carry. */
+function pushProblems(push: unknown, callback: unknown): string[] {
+  const problems: string[] = [];
+  if (typeof callback === 'string') {
+    const problem = urlProblem(callback);
+    if (problem) problems.push(`callback ${problem} (got ${shortJson(callback)})`);
+  }
+  if (typeof push !== 'object' || push === null || Array.isArray(push)) return problems;
+  const def = push as Record<string, unknown>;
+  if (typeof def.url === 'string') {
+    const problem = urlProblem(def.url);
+    if (problem) problems.push(`push.url ${problem} (got ${shortJson(def.url)})`);
+  }
+  if (typeof def.headers === 'object' && def.headers !== null && !Array.isArray(def.headers)) {
+    for (const [name, value] of Object.entries(def.headers)) {
+      if (!HEADER_NAME.test(name)) problems.push(`push.headers has "${name}", which is not an HTTP header name`);
+      else if (RESERVED_HEADER.test(name)) problems.push(`push.headers may not set "${name}": the server sets it`);
+      if (typeof value === 'string' && /[\r\n\0]/.test(value)) problems.push(`push.headers.${name} may not hold a line break or NUL`);
+    }
+  }
+  return problems;
 }
 
 /** What each schedule field must be (decisions §8.3). */

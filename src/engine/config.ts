@@ -28,6 +28,21 @@ export interface QueueConfig {
   fairness: 'fifo' | 'groups';
   /** decisions §8.6: the queue of the same host that failed and timed-out items are copied to; null: none. */
   deadLetter: string | null;
+  /** decisions §9.1: the target the server POSTs each item to; null: a queue for workers alone. */
+  push: PushConfig | null;
+  /** decisions §9.2: where an item's status record is POSTed when it ends, unless it names its own; null: nowhere. */
+  callback: string | null;
+}
+
+/** decisions §9.1 with its defaults applied. */
+export interface PushConfig {
+  url: string;
+  timeoutMs: number;
+  /** Deliveries at once, per node. */
+  concurrency: number;
+  headers: Readonly<Record<string, string>>;
+  /** Signs each delivery and callback (HMAC-SHA256); null: unsigned. */
+  secret: string | null;
 }
 
 /**
@@ -48,8 +63,13 @@ export function accessPolicy(access: QueueDefinition['access']): AccessPolicy {
 }
 
 export function resolveQueue(def: QueueDefinition): QueueConfig {
+  const push: PushConfig | null = def.push
+    ? { url: def.push.url, timeoutMs: (def.push.timeoutSeconds ?? 30) * 1000, concurrency: def.push.concurrency ?? 10, headers: def.push.headers ?? {}, secret: def.push.secret ?? null }
+    : null;
+  const leaseSeconds = def.leaseSeconds ?? 60;
   return {
-    leaseMs: (def.leaseSeconds ?? 60) * 1000,
+    // decisions §9.1: a push queue's lease outlasts its delivery's timeout by at least 5 s.
+    leaseMs: (push ? Math.max(leaseSeconds, push.timeoutMs / 1000 + 5) : leaseSeconds) * 1000,
     maxAttempts: def.maxAttempts ?? 3,
     retryDelayMs: (def.retryDelaySeconds ?? 0) * 1000,
     retryBackoff: def.retryBackoff ?? 'fixed',
@@ -65,6 +85,8 @@ export function resolveQueue(def: QueueDefinition): QueueConfig {
     rateLimit: def.rateLimit ? { max: def.rateLimit.max, windowMs: def.rateLimit.perSeconds * 1000 } : null,
     fairness: def.fairness ?? 'fifo',
     deadLetter: def.deadLetter ?? null,
+    push,
+    callback: def.callback ?? null,
   };
 }
 

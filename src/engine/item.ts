@@ -22,7 +22,13 @@ export type TaskEventKind =
   /** decisions §8.6: a bulk retry made a failed, timed-out or cancelled item pending again. */
   | 'retried'
   /** decisions §8.6: a redrive moved a dead letter back to the queue it came from (and out of this one). */
-  | 'redriven';
+  | 'redriven'
+  /** decisions §9.1: a push queue's target answered a delivery with 2xx (the item finished). */
+  | 'delivered'
+  /** decisions §9.1: a delivery failed (non-2xx, timeout, connection refused or reset); an error was recorded. */
+  | 'delivery-failed'
+  /** decisions §9.2: a callback still failing after 24 hours was given up. */
+  | 'callback-dropped';
 
 /** One line of the task history (decisions §5). */
 export interface TaskEvent {

@@ -1,5 +1,6 @@
 import type { QueueConfig } from './config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from './item.js';
+import { urlProblem } from './urls.js';
 
 /**
  * The queue rules (decisions §3) as pure functions: each takes an item's record, the queue's
@@ -104,7 +105,7 @@ export function workAsPosted(postedAt: number): Omit<ItemState, 'status'> {
   return { updatedAt: postedAt, finishedAt: null, attempts: 0, leaseWorker: null, leaseUntil: null, availableAt: 0, progress: null, result: null, error: null, fetchedAt: null };
 }
 
-/** A post's options (decisions §8.1), as the boundary checked them. */
+/** A post's options (decisions §8.1, §9.2), as the boundary checked them. */
 export interface PostOptions {
   /** Seconds after postedAt before the item is claimable (0–31536000). */
   delaySeconds?: number;
@@ -114,6 +115,8 @@ export interface PostOptions {
   priority?: number;
   /** 1–128 printable ASCII characters. */
   group?: string;
+  /** decisions §9.2: where the item's status record is POSTed when it ends (before the queue's `callback`). */
+  callback?: string;
 }
 
 export const MAX_DELAY_SECONDS = 31_536_000;
@@ -158,7 +161,11 @@ export function postOptions(query: Record<string, unknown>): { options: PostOpti
     else if (name === 'group') {
       if (typeof v === 'string' && PRINTABLE.test(v)) options.group = v;
       else errors.push({ path: '?group', message: 'group must be 1 to 128 printable ASCII characters' });
-    } else errors.push({ path: `?${name}`, message: `${name} is not a parameter of a post (delay, at, priority, group)` });
+    } else if (name === 'callback') {
+      const problem = typeof v === 'string' ? urlProblem(v) : 'must be a URL';
+      if (problem === null) options.callback = v as string;
+      else errors.push({ path: '?callback', message: `callback ${problem}` });
+    } else errors.push({ path: `?${name}`, message: `${name} is not a parameter of a post (delay, at, priority, group, callback)` });
   }
   if (query.delay !== undefined && query.at !== undefined) errors.push({ path: '?at', message: 'at may not be given with delay' });
   for (const k of Object.keys(options) as Array<keyof PostOptions>) if (options[k] === undefined) delete options[k];

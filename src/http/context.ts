@@ -5,7 +5,8 @@ import type { AccessLogSink } from '../tools/access-log.js';
 import type { Snapshot } from '../tools/stats.js';
 import type { LongPolls } from '../waiting/long-poll.js';
 
-/** Everything a request handler may use. Built by `startServer`, or by a test for `createApp`. */
+/** Everything a request handler may use. Built by `startServer`, or by a test for `createApp`. */import type { PushAllowList } from '../push/allow-list.js';
+
 export interface ServerContext {
   root: string;
   masterToken: string;
@@ -31,4 +32,6 @@ export interface ServerContext {
   stopping: AbortSignal;
   /** What operators see (decisions §5.1): queue overviews, rates and metrics. */
   operators: Operators;
+  /** decisions §9: the URLs this server may call (`--push-allow`); a post's `?callback` outside them is a 400. */
+  pushAllow: PushAllowList;
 }

@@ -7,6 +7,7 @@ import type { ErrorObject, ValidateFunction } from 'ajv';
 import type { Operation } from '../definitions/schemas.js';
 import type { QueueRuntime } from '../definitions/registry.js';
 import { allows, type AccessPolicy } from '../engine/config.js';
+import type { PushAllowList } from '../push/allow-list.js';
 import { postOptions, releaseDelayOf, retryWishOf, sourceJson, type PostOptions, type RetryWish } from '../engine/rules.js';
 import { EmbeddedStore } from '../store/embedded-store.js';
 import { QueueWithdrawn, type ClaimHolds } from '../waiting/long-poll.js';
@@ -99,7 +100,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
 
   route('POST', '/:queue', 'post', async (req, res, queue, _params, query, postedBy) => {
     const body = await readBody(req, ctx.maxBody);
-    const options = postOptionsOf(query);
+    const options = postOptionsOf(query, ctx.pushAllow);
     const item = parseObject(body, 'the item');
     if (queue.validator) validateItem(queue.validator, item, body);
     const key = idempotencyKeyOf(req);
@@ -207,7 +208,7 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
   route('POST', '/:queue/batch', 'post', async (req, res, queue, _params, query, postedBy) => {
     const body = await readBody(req, MAX_BATCH_BYTES);
     // A batch's options apply to each of its items (decisions §8.1).
-    const options = postOptionsOf(query);
+    const options = postOptionsOf(query, ctx.pushAllow);
     const key = idempotencyKeyOf(req);
     const { values, texts } = batchItems(body);
     const answers: string[] = new Array<string>(texts.length);
@@ -363,7 +364,8 @@ function wishOf(entry: DoneEntry): RetryWish | undefined {
  * A post's query parameters (decisions §8.1), checked before anything is created: undefined when
  * there are none (a plain post carries no options), a 400 naming each bad one.
  */
-function postOptionsOf(query: Record<string, unknown>): PostOptions | undefined {
+/** A post's options (decisions §8.1); a `?callback` the server may not call (decisions §9) is refused before anything is kept. */
+function postOptionsOf(query: Record<string, unknown>, allow: PushAllowList): PostOptions | undefined {
   let any = false;
   for (const _ in query) {
     any = true;
@@ -371,6 +373,7 @@ function postOptionsOf(query: Record<string, unknown>): PostOptions | undefined 
   }
   if (!any) return undefined;
   const { options, errors } = postOptions(query);
+  if (options.callback !== undefined && !allow.allows(options.callback)) errors.push({ path: '?callback', message: `callback ${allow.refusal(options.callback)}` });
   if (errors.length > 0) throw new Rejected(errors);
   return options;
 }

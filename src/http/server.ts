@@ -5,6 +5,7 @@ import type { Duplex } from 'node:stream';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { DefinitionRegistry } from '../definitions/registry.js';
+import { PushAllowList } from '../push/allow-list.js';
 import { openStore, parseStoreLocation } from '../store/open-store.js';
 import { openPostgresDefinitions } from '../store/postgres/pg-definition-store.js';
 import { PostgresStore } from '../store/postgres/postgres-store.js';
@@ -52,6 +53,8 @@ export interface ServeOptions {
   shutdownGraceMs?: number;
   /** Where warnings go (a torn journal record, a definition that no longer parses). */
   warn?: (line: string) => void;
+  /** decisions §9 `--push-allow`: URL prefixes push targets and callbacks may use (each value may hold several, comma-separated); none: no URL. */
+  pushAllow?: string[];
 }
 
 export interface RunningServer {
@@ -141,6 +144,8 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
   const root = path.resolve(options.root);
   const home = homeOf(root);
   const location = parseStoreLocation(options.store);
+  // A prefix that is not a URL stops the start before anything is opened.
+  const pushAllow = PushAllowList.parse(options.pushAllow);
   // Definitions live with the items: files under the root, or the shared database, where every
   // node follows the others' changes (decisions §6.1).
   const definitions =
@@ -149,7 +154,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
           throw new Error(`cannot reach the PostgreSQL store at ${new URL(location.url).host} (${err.message})`, { cause: err });
         })
       : undefined;
-  const registry = await DefinitionRegistry.load(definitions?.store ?? root, warn);
+  const registry = await DefinitionRegistry.load(definitions?.store ?? root, warn, (url) => pushAllow.allows(url) ? null : pushAllow.refusal(url));
   const tools = await openTools({ home, logMaxBytes: options.logMaxBytes, logKeep: options.logKeep, statsInterval: options.statsInterval, historyDays: options.historyDays, statsDays: options.statsDays, warn });
   // Rates and metrics learn of durable events and group commits from the store itself.
   const operators = new Operators(registry);
@@ -196,6 +201,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
     maxBody: options.maxBody ?? 1024 * 1024,
     stopping: stopping.signal,
     operators,
+    pushAllow,
     payloads: store instanceof PostgresStore ? { read: (host, queue, id, kind) => store.readPayload(host, queue, id, kind) } : undefined,
   };
   // A held claim or fetch whose queue is deleted, or whose caller loses the access, gets the wall at once (decisions §2.4).
