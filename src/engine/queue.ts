@@ -29,6 +29,8 @@ interface ItemWork {
   fetchedAt: number | null;
   /** decisions §8.6: the item's dead-letter links, on the few items that have them; null on the others. */
   links: DeadLetterLinks | null;
+  /** decisions §9.2: where the item's status record goes when it ends (its post's `?callback`), or null. */
+  callback: string | null;
 }
 
 /** decisions §8.6: the id of an item's dead-letter copy, and where a dead letter came from. */
@@ -103,7 +105,7 @@ export class Item {
 
   private worked(): ItemWork {
     // What rules.workAsPosted gives, spelled out: made once per item that is worked on.
-    return (this.work ??= { idempotencyKey: null, priority: 0, group: null, updatedAt: this.postedAt, finishedAt: null, attempts: 0, leaseWorker: null, leaseUntil: null, availableAt: 0, progress: null, result: null, error: null, fetchedAt: null, links: null });
+    return (this.work ??= { idempotencyKey: null, priority: 0, group: null, updatedAt: this.postedAt, finishedAt: null, attempts: 0, leaseWorker: null, leaseUntil: null, availableAt: 0, progress: null, result: null, error: null, fetchedAt: null, links: null, callback: null });
   }
 
   get idempotencyKey(): string | null {
@@ -187,6 +189,13 @@ export class Item {
   set links(v: DeadLetterLinks | null) {
     if (this.work !== null || v !== null) this.worked().links = v;
   }
+  /** decisions §9.2: the item's own callback URL (kept with the work on it: most items have none). */
+  get callback(): string | null {
+    return this.work === null ? null : this.work.callback;
+  }
+  set callback(v: string | null) {
+    if (this.work !== null || v !== null) this.worked().callback = v;
+  }
   /** Stamped by the first fetch that returned the item terminal (retainFrom: "fetched"). */
   get fetchedAt(): number | null {
     return this.work === null ? null : this.work.fetchedAt;
@@ -216,6 +225,11 @@ export interface Change {
   purged?: boolean;
   /** A lease counted by the rate window or fairness turns (decisions §8.5): the store journals it, and a revert takes it back. */
   lease?: LeaseMark;
+  /**
+   * decisions §9.2: the change ended the item and a callback is owed to this URL: the store records
+   * the obligation in the change's own write (and a revert takes the hold on retention back).
+   */
+  callback?: string;
 }
 
 /** One lease as the rate window and the fairness turns count it. */
@@ -313,6 +327,8 @@ export class Queue {
   readonly stamps = new Map<string, number>();
   /** Whether any limit or fairness applies: claims take {@link limitedStep}. */
   private limited = false;
+  /** decisions §9.2: callbacks owed, by item id: retention does not purge these items until they are settled. */
+  private readonly owed = new Map<string, number>();
 
   constructor(public config: QueueConfig) {
     this.takeFlow(config);
@@ -345,6 +361,7 @@ export class Queue {
       item.priority = r.priority;
       item.group = r.group;
       item.availableAt = r.availableAt;
+      if (fields.options.callback !== undefined) item.callback = fields.options.callback;
     }
     this.add(item);
     return { item, events };
@@ -384,6 +401,7 @@ export class Queue {
   revert(change: Change): void {
     const { item, before } = change;
     if (change.lease) this.unlease(change.lease);
+    if (change.callback !== undefined) this.owing(item.id, -1);
     if (before === undefined) return this.remove(item.id);
     this.unfile(item);
     const present = this.items.get(item.id) === item;
@@ -653,7 +671,27 @@ export class Queue {
     if (now.timeout !== null && now.timeout !== was.timeout) this.timeouts.push(now.timeout, item);
     if (now.retention !== null && now.retention !== was.retention) this.retention.push(now.retention, item);
     this.fileIfPending(item, now.retry);
-    return { item, before, events: t.events };
+    const change: Change = { item, before, events: t.events };
+    const url = rules.callbackUrl(before.status, item.status, item.callback, this.config);
+    if (url !== null) {
+      change.callback = url;
+      this.owing(item.id, 1);
+    }
+    return change;
+  }
+
+  /**
+   * decisions §9.2: one more (1) or one fewer (−1) callback owed for the item (the store calls this
+   * for the callbacks it finds at start, and as each is settled). Once none is owed, its retention
+   * deadline is filed again: it falls as usual.
+   */
+  owing(id: string, d: 1 | -1): void {
+    const n = (this.owed.get(id) ?? 0) + d;
+    if (n > 0) return void this.owed.set(id, n);
+    this.owed.delete(id);
+    const item = this.items.get(id);
+    const at = item === undefined ? null : rules.deadlines(item, this.config).retention;
+    if (at !== null) this.retention.push(at, item!);
   }
 
   /** Applies every time-driven rule that is due at `now` and returns what changed. */
@@ -676,7 +714,8 @@ export class Queue {
     run(this.leases, rules.leaseEndedUnlessTimedOut);
     run(this.delayed, rules.retryAvailable);
     run(this.timeouts, rules.timedOut, (d) => d.timeout);
-    run(this.retention, rules.retentionEnded, (d) => d.retention);
+    // An item a callback is owed for stays (decisions §9.2): `owing` files it again once none is.
+    run(this.retention, (r, c, now) => rules.retentionEnded(r, c, now, this.owed.has(r.id)), (d) => d.retention);
     return changes;
   }
 

@@ -476,19 +476,25 @@ export function timedOut(r: ItemRecord, config: QueueConfig, now: number): Trans
   return { record: next(r, finish('timedout', now)), events: [{ event: 'timedout' }] };
 }
 
-/** retainSeconds after retention starts, a terminal item leaves the live store. */
-export function retentionEnded(r: ItemRecord, config: QueueConfig, now: number): Transition | null {
+/**
+ * retainSeconds after retention starts, a terminal item leaves the live store; not while a callback
+ * is still owed for it (decisions §9.2, `callbackOwed`): then it stays until that is settled, and
+ * the rule applies again after.
+ */
+export function retentionEnded(r: ItemRecord, config: QueueConfig, now: number, callbackOwed = false): Transition | null {
   const at = deadlines(r, config).retention;
-  if (at === null || at > now) return null;
+  if (at === null || at > now || callbackOwed) return null;
   return { record: r, events: [{ event: 'purged' }], purged: true };
 }
 
 /**
  * Every time-driven rule due at `now`, applied in their order (lease end, retry delay, timeout,
  * retention; a timeout that came before the lease end takes its place), as one transition; null
- * when none is due. For stores that sweep by deadline.
+ * when none is due. For stores that sweep by deadline. `callback`: whether a callback is owed for
+ * the item already, and its own callback URL (decisions §9.2): a callback owed, or one this
+ * transition makes owed, holds back its retention.
  */
-export function due(r: ItemRecord, config: QueueConfig, now: number): Transition | null {
+export function due(r: ItemRecord, config: QueueConfig, now: number, callback?: { owed: boolean; own: string | null }): Transition | null {
   let record = r;
   const events: EventDraft[] = [];
   let changed = false;
@@ -499,7 +505,36 @@ export function due(r: ItemRecord, config: QueueConfig, now: number): Transition
     for (const e of t.events) events.push({ ...e, status: record.status, attempts: record.attempts });
     changed = true;
   }
-  const purge = retentionEnded(record, config, now);
+  const held = callback !== undefined && (callback.owed || callbackUrl(r.status, record.status, callback.own, config) !== null);
+  const purge = retentionEnded(record, config, now, held);
   if (purge) return { record, events: [...events, ...purge.events], purged: true };
   return changed ? { record, events } : null;
+}
+
+/** decisions §9.2: the first retry of a failed callback comes this long after the failure, each next one twice as long after. */
+export const CALLBACK_FIRST_RETRY_MS = 1000;
+/** decisions §9.2: the longest wait between two attempts of a callback. */
+export const CALLBACK_MAX_RETRY_MS = 10 * 60 * 1000;
+/** decisions §9.2: a callback still failing this long after its item ended is dropped. */
+export const CALLBACK_GIVE_UP_MS = 24 * 60 * 60 * 1000;
+
+/**
+ * decisions §9.2: the URL a callback is owed to when a change takes an item from `before` to
+ * `after`: the item's own (its post's `?callback`), else the queue's `callback` at that moment;
+ * null when the change does not end the item (it was terminal already, or is not now) or there is
+ * no URL.
+ */
+export function callbackUrl(before: ItemStatus, after: ItemStatus, own: string | null | undefined, config: QueueConfig): string | null {
+  if (isTerminal(before) || !isTerminal(after)) return null;
+  return own ?? config.callback;
+}
+
+/**
+ * decisions §9.2: when a callback whose item ended at `owedSince` is tried again after its
+ * `tries`-th failed attempt (tries ≥ 1) failed at `now`: 1 s after the first, doubling up to
+ * 10 min; null when it is to be dropped (the attempt failed 24 hours or more after the item ended).
+ */
+export function callbackRetryAt(owedSince: number, tries: number, now: number): number | null {
+  if (now - owedSince >= CALLBACK_GIVE_UP_MS) return null;
+  return now + Math.min(CALLBACK_MAX_RETRY_MS, CALLBACK_FIRST_RETRY_MS * 2 ** Math.min(Math.max(0, tries - 1), 30));
 }

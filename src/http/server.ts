@@ -6,6 +6,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { DefinitionRegistry } from '../definitions/registry.js';
 import { PushAllowList } from '../push/allow-list.js';
+import { CallbackDelivery } from '../push/callbacks.js';
 import { openStore, parseStoreLocation } from '../store/open-store.js';
 import { openPostgresDefinitions } from '../store/postgres/pg-definition-store.js';
 import { PostgresStore } from '../store/postgres/postgres-store.js';
@@ -182,6 +183,18 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
   registry.onQueueChange((key) => ticker.changed(key));
   ticker.start();
   operators.watch(store);
+  // decisions §9.2: every node delivers the callbacks owed, whichever node's change made them owed.
+  const callbacks = new CallbackDelivery({
+    store,
+    configFor: (key) => {
+      const slash = key.indexOf('/');
+      return registry.queue(key.slice(0, slash), key.slice(slash + 1))?.config;
+    },
+    allow: pushAllow,
+    warn,
+    counted: (key, outcome) => operators.metrics.callback(key, outcome),
+  });
+  callbacks.start();
   if (opened.outbox && !benchOff.history) await tools.tasks.start(opened.outbox);
 
   const stopping = new AbortController();
@@ -307,6 +320,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
         clearTimeout(grace);
         await swept;
         await ticker.close();
+        await callbacks.close();
         await opened.close();
         registry.close();
         await definitions?.close();

@@ -48,6 +48,8 @@ export interface QueueDetail extends QueueEntry {
   leases: Array<{ id: string; worker: string; until: number; attempts: number }>;
   /** decisions §8.3: the queue's schedules, their next and last occurrences (absent from servers before them). */
   schedules?: ScheduleView[];
+  /** decisions §9.2: callbacks owed for the queue's items, and how many of them failed at least once (absent from servers before them). */
+  callbacks?: { owed: number; failing: number };
 }
 
 /** Where a client asks for the list (the `/api/v2` prefix included). */

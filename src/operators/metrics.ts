@@ -1,6 +1,10 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ItemStatus, TaskEventKind } from '../engine/item.js';
 import { HOLD_REASONS, type HoldReason } from '../engine/limits.js';
+import type { CallbackOutcome } from '../push/callbacks.js';
+
+/** decisions §9.2: the outcomes svcq_callbacks_total counts. */
+const CALLBACK_OUTCOMES: readonly CallbackOutcome[] = ['delivered', 'failed', 'dropped'];
 import type { StatusCounts } from '../store/store.js';
 import { BucketHistogram } from './histogram.js';
 
@@ -40,6 +44,9 @@ export class OperatorMetrics {
   private readonly oldestAge: Gauge<'host' | 'queue'>;
   private readonly paused: Gauge<'host' | 'queue'>;
   private readonly active: Gauge<'host' | 'queue'>;
+  private readonly callbackCounter: Counter<'host' | 'queue' | 'outcome'>;
+  /** decisions §9.2: per queue key, callback attempts settled on this node, in CALLBACK_OUTCOMES order. */
+  private readonly callbackTotals = new Map<string, Float64Array>();
   /** decisions §8.5: per queue key, claim requests held back, in HOLD_REASONS order. */
   private readonly heldTotals = new Map<string, Float64Array>();
   private readonly heldCounter: Counter<'host' | 'queue' | 'reason'>;
@@ -66,6 +73,12 @@ export class OperatorMetrics {
       name: 'svcq_claims_held_total',
       help: 'Claim requests on this node that the pause or a limit of the queue held back (decisions §8.5), by the first reason that held each.',
       labelNames: ['host', 'queue', 'reason'],
+      registers,
+    });
+    this.callbackCounter = new Counter({
+      name: 'svcq_callbacks_total',
+      help: 'Callback attempts (decisions §9.2) settled on this node: delivered (2xx), failed (tried again later), dropped (still failing 24 hours after the item ended).',
+      labelNames: ['host', 'queue', 'outcome'],
       registers,
     });
     this.counters = COUNTED_EVENTS.map(
@@ -109,6 +122,13 @@ export class OperatorMetrics {
     totals[HOLD_REASONS.indexOf(reason)]! += 1;
   }
 
+  /** decisions §9.2: an attempt of a callback of queue `key` was settled on this node. */
+  callback(key: string, outcome: CallbackOutcome): void {
+    let totals = this.callbackTotals.get(key);
+    if (!totals) this.callbackTotals.set(key, (totals = new Float64Array(CALLBACK_OUTCOMES.length)));
+    totals[CALLBACK_OUTCOMES.indexOf(outcome)]! += 1;
+  }
+
   /** Claim requests of queue `key` held back so far on this node, by reason (every reason present). */
   heldCounts(key: string): Record<HoldReason, number> {
     const totals = this.heldTotals.get(key);
@@ -138,6 +158,7 @@ export class OperatorMetrics {
     this.paused.reset();
     this.active.reset();
     this.heldCounter.reset();
+    this.callbackCounter.reset();
     for (const counter of this.counters) counter.reset();
     for (const q of queues) {
       const labels = { host: q.host, queue: q.name };
@@ -147,6 +168,8 @@ export class OperatorMetrics {
       this.active.set(labels, q.counts.claimed + q.counts.processing);
       const held = this.heldCounts(`${q.host}/${q.name}`);
       for (const reason of HOLD_REASONS) this.heldCounter.inc({ ...labels, reason }, held[reason]);
+      const callbacks = this.callbackTotals.get(`${q.host}/${q.name}`);
+      CALLBACK_OUTCOMES.forEach((outcome, i) => this.callbackCounter.inc({ ...labels, outcome }, callbacks?.[i] ?? 0));
       const totals = this.totalsOf(`${q.host}/${q.name}`);
       this.counters.forEach((counter, i) => counter.inc(labels, totals[i]!));
     }

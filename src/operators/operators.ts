@@ -72,7 +72,7 @@ export class Operators {
       this.storeOf().schedules(ref),
       deadLetter ? this.storeOf().overview(refOf(deadLetter), COUNTS_ONLY) : undefined,
     ]);
-    return { ...this.entry(ref, overview, this.now(), letters ? letters.counts.pending : null), oldest: overview.oldest, leases: overview.leases, schedules };
+    return { ...this.entry(ref, overview, this.now(), letters ? letters.counts.pending : null), oldest: overview.oldest, leases: overview.leases, schedules, callbacks: overview.callbacks };
   }
 
   /**

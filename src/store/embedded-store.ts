@@ -5,10 +5,10 @@ import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.
 import * as rules from '../engine/rules.js';
 import type { RetryWish } from '../engine/rules.js';
 import { Queue, type Change, type Item, type LeaseMark, type Outcome, type Place, type SavedState } from '../engine/queue.js';
-import { deleteRecord, eventsRecord, flowRecord, itemRecord, Journal, leaseRecord, markRecord, pausedRecord, scheduleRecord, updateRecord, type HistoryMark } from './journal.js';
+import { callbackRecord, deleteRecord, eventsRecord, flowRecord, itemRecord, Journal, leaseRecord, markRecord, pausedRecord, scheduleRecord, updateRecord, type HistoryMark } from './journal.js';
 import { planSchedule, postedBy, scheduledOptions, scheduleView, type ScheduleSpec, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
 import type { WriteFn } from './append-file.js';
-import { claimedOf, DEAD_LETTER_POSTER, REDRIVE_POSTER, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE } from './store.js';
+import { claimedOf, DEAD_LETTER_POSTER, REDRIVE_POSTER, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE, type OwedCallback, type TakenCallback, type CallbackAttempt, type CallbackSettlement } from './store.js';
 import { jsonString } from '../json-text.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
 
@@ -122,6 +122,15 @@ export class EmbeddedStore implements Store, EventOutbox {
    * retention at start must not make a durable change's payload look like one of a change that never was.
    */
   private purgedSinceOpen: Map<string, Item> | undefined = new Map();
+  /**
+   * decisions §9.2: the callbacks owed, by id; `durable` once the write that made one owed is on
+   * disk (only then may it be taken: a callback never tells of a change that was taken back).
+   */
+  private readonly callbacks = new Map<string, { c: OwedCallback; durable: boolean }>();
+  /** decisions §9.2: callbacks owed and failing, by queue key (operators read them: never a scan). */
+  private readonly callbackCounts = new Map<string, { owed: number; failing: number }>();
+  private readonly owedListeners: Array<() => void> = [];
+  private owedAnnounced = false;
 
   constructor(private readonly options: EmbeddedStoreOptions) {
     this.journal = new Journal({ dir: options.dir, warn: options.warn, compactBytes: options.compactBytes, write: options.write, onFailure: (err) => this.takeBack(err), onGroup: options.observer && ((seconds, appends) => options.observer!.committed(seconds, appends)) });
@@ -129,7 +138,7 @@ export class EmbeddedStore implements Store, EventOutbox {
   }
 
   async open(): Promise<void> {
-    const { items: loaded, paused, schedules, flows, events } = await this.journal.open();
+    const { items: loaded, paused, schedules, flows, callbacks, events } = await this.journal.open();
     // The outbox starts with every durable event the history did not say it holds.
     this.eventSeq = events.lastSeq;
     this.delivered = events.mark?.seq ?? 0;
@@ -143,6 +152,12 @@ export class EmbeddedStore implements Store, EventOutbox {
       for (const item of items.values()) slot.queue.restore(item);
     }
     for (const key of paused) this.slotFor(key, this.options.configFor(key) ?? DEFAULT_CONFIG).queue.paused = true;
+    // decisions §9.2: every callback still owed is owed again, and holds its item's retention back.
+    for (const c of callbacks.values()) {
+      this.slotFor(c.queue, this.options.configFor(c.queue) ?? DEFAULT_CONFIG).queue.owing(c.itemId, 1);
+      this.callbacks.set(c.id, { c, durable: true });
+      this.countCallback(c, 1);
+    }
     for (const [key, states] of schedules) if (states.size > 0) this.slotFor(key, this.options.configFor(key) ?? DEFAULT_CONFIG).schedules = states;
     // The rate windows and turns (decisions §8.5) as they were: a restart neither resets a window nor the order of turns.
     for (const [key, flow] of flows) {
@@ -392,7 +407,7 @@ export class EmbeddedStore implements Store, EventOutbox {
   async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
     if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
     const slot = this.slots.get(ref.key);
-    if (!slot) return { paused: false, counts: fullCounts({}), oldestPendingAt: null, oldest: [], leases: [], groupsWaiting: ref.config.fairness === 'groups' || ref.config.groupMaxActive !== null ? 0 : null };
+    if (!slot) return { paused: false, counts: fullCounts({}), oldestPendingAt: null, oldest: [], leases: [], groupsWaiting: ref.config.fairness === 'groups' || ref.config.groupMaxActive !== null ? 0 : null, callbacks: { owed: 0, failing: 0 } };
     // Under the rules the request carries: whether groups are counted is the definition's to say.
     this.takeRules(slot, ref.config);
     const queue = slot.queue;
@@ -403,6 +418,120 @@ export class EmbeddedStore implements Store, EventOutbox {
       oldest: limits.oldest > 0 ? queue.oldestPending(limits.oldest).map((i) => ({ id: i.id, postedAt: i.postedAt, attempts: i.attempts })) : [],
       leases: limits.leases > 0 ? queue.leased(limits.leases).map((i) => ({ id: i.id, worker: i.leaseWorker ?? '', until: i.leaseUntil ?? 0, attempts: i.attempts })) : [],
       groupsWaiting: queue.groupsWaiting(),
+      callbacks: { ...(this.callbackCounts.get(ref.key) ?? { owed: 0, failing: 0 }) },
+    };
+  }
+
+  /** Counts a callback in (1) or out (−1) of its queue's owed and failing. */
+  private countCallback(c: OwedCallback, d: 1 | -1): void {
+    let counts = this.callbackCounts.get(c.queue);
+    if (!counts) this.callbackCounts.set(c.queue, (counts = { owed: 0, failing: 0 }));
+    counts.owed += d;
+    if (c.tries > 0) counts.failing += d;
+  }
+
+  /** See {@link Store.takeCallbacks}. The hold is kept in memory only: after a restart every callback owed is due again (at least once). */
+  async takeCallbacks(max: number, holdMs: number): Promise<TakenCallback[]> {
+    if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
+    const now = this.now();
+    const due: OwedCallback[] = [];
+    for (const { c, durable } of this.callbacks.values()) if (durable && c.dueAt <= now) due.push(c);
+    due.sort((a, b) => a.dueAt - b.dueAt);
+    const out: TakenCallback[] = [];
+    for (const c of due.slice(0, max)) {
+      const held: OwedCallback = { ...c, dueAt: now + holdMs };
+      this.callbacks.set(c.id, { c: held, durable: true });
+      const item = this.slots.get(c.queue)?.queue.items.get(c.itemId);
+      out.push({ ...held, record: item ? statusOf(item, item.links ?? undefined) : null });
+    }
+    return out;
+  }
+
+  /**
+   * See {@link Store.settleCallback}: applied in memory at once and journalled as one group (a
+   * drop with its task event); a write that fails takes it back, and the callback stays owed.
+   */
+  async settleCallback(taken: OwedCallback, attempt: CallbackAttempt): Promise<CallbackSettlement> {
+    if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
+    const entry = this.callbacks.get(taken.id);
+    const c = entry?.c;
+    if (!c || c.dueAt !== taken.dueAt || c.tries !== taken.tries) return 'stale';
+    const slot = this.slotFor(c.queue, this.options.configFor(c.queue) ?? DEFAULT_CONFIG);
+    const retryAt = attempt.delivered ? null : rules.callbackRetryAt(c.owedSince, c.tries + 1, this.now());
+    const outcome: CallbackSettlement = attempt.delivered ? 'delivered' : retryAt === null ? 'dropped' : 'retrying';
+    const changes: Change[] = [];
+    let undo: () => void;
+    this.countCallback(c, -1);
+    if (retryAt !== null) {
+      const next: OwedCallback = { ...c, tries: c.tries + 1, dueAt: retryAt };
+      this.callbacks.set(c.id, { c: next, durable: true });
+      this.countCallback(next, 1);
+      undo = () => {
+        this.countCallback(next, -1);
+        this.callbacks.set(c.id, { c, durable: true });
+        this.countCallback(c, 1);
+      };
+    } else {
+      this.callbacks.delete(c.id);
+      slot.queue.owing(c.itemId, -1);
+      const item = slot.queue.items.get(c.itemId);
+      if (outcome === 'dropped' && item) changes.push({ item, before: item.saveState(), events: [{ event: 'callback-dropped' }] });
+      undo = () => {
+        this.callbacks.set(c.id, { c, durable: true });
+        this.countCallback(c, 1);
+        slot.queue.owing(c.itemId, 1);
+      };
+    }
+    await this.commit(slot, changes, false, undefined, { records: callbackRecord(retryAt === null ? c.id : this.callbacks.get(c.id)!.c), undo });
+    return outcome;
+  }
+
+  onCallbacksOwed(listener: () => void): void {
+    this.owedListeners.push(listener);
+  }
+
+  /**
+   * decisions §9.2: the callbacks the changes make owed (those that ended an item with a URL for
+   * it), kept in memory now, not to be taken until durable: their records, what takes them back,
+   * and what makes them durable once the write is on disk.
+   */
+  private oweCallbacks(slot: QueueSlot, changes: readonly Change[]): { records: string; undo: () => void; made: () => void } | undefined {
+    let made: OwedCallback[] | undefined;
+    for (const change of changes) {
+      const url = change.callback;
+      if (url === undefined) continue;
+      const now = this.now();
+      const c: OwedCallback = { id: randomBytes(8).toString('hex'), queue: slot.key, itemId: change.item.id, event: change.item.status, url, owedSince: now, dueAt: now, tries: 0 };
+      (made ??= []).push(c);
+    }
+    if (!made) return undefined;
+    const list = made;
+    let records = '';
+    for (const c of list) {
+      this.callbacks.set(c.id, { c, durable: false });
+      this.countCallback(c, 1);
+      records += callbackRecord(c);
+    }
+    return {
+      records,
+      // The changes' own revert takes back the hold on retention (Queue.revert).
+      undo: () => {
+        for (const c of list) {
+          if (this.callbacks.delete(c.id)) this.countCallback(c, -1);
+        }
+      },
+      made: () => {
+        for (const c of list) {
+          const entry = this.callbacks.get(c.id);
+          if (entry) entry.durable = true;
+        }
+        if (this.owedAnnounced) return;
+        this.owedAnnounced = true;
+        queueMicrotask(() => {
+          this.owedAnnounced = false;
+          for (const listener of this.owedListeners) listener();
+        });
+      },
     };
   }
 
@@ -677,6 +806,10 @@ export class EmbeddedStore implements Store, EventOutbox {
     const { pieces, lines, count, ts } = this.describe(slot, changes, created);
     // The queue's own state changed with the items (a schedule's last occurrence): in the same group.
     if (queueState) pieces.unshift(queueState.records);
+    // decisions §9.2: callbacks the changes made owed, in the same group.
+    const owed = created ? undefined : this.oweCallbacks(slot, changes);
+    if (owed) pieces.push(owed.records);
+    const undo = owed === undefined ? queueState?.undo : queueState === undefined ? owed.undo : () => (owed.undo(), queueState.undo());
     const config = slot.queue.config;
     if (!created && (config.rateLimit !== null || config.fairness === 'groups')) {
       // Leases the rate window or the turns counted: in the group of the claim (decisions §8.5).
@@ -689,7 +822,7 @@ export class EmbeddedStore implements Store, EventOutbox {
     }
     const seq = this.eventSeq;
     const through = (this.changeSeq += changes.length);
-    this.unconfirmed.push({ seq: through, slot, changes, undo: queueState?.undo });
+    this.unconfirmed.push({ seq: through, slot, changes, undo });
     // Items posted to other queues by the same step (dead-letter copies, redriven items): journalled
     // in the same write, so that a crash keeps all of it or none.
     const others: Array<{ slot: QueueSlot; changes: Change[]; seq: number; lines: string[]; count: number }> = [];
@@ -704,6 +837,7 @@ export class EmbeddedStore implements Store, EventOutbox {
     const durable = this.journal.append(pieces).then(
       () => {
         this.confirm(last);
+        owed?.made();
         // Durable writes complete in order, so the outbox stays in the order of the events' numbers.
         if (count > 0) this.toOutbox({ seq, ts, lines });
         this.announce(slot, changes);
@@ -982,6 +1116,7 @@ export class EmbeddedStore implements Store, EventOutbox {
   /** A record for each paused queue and each schedule's state: the snapshot's part of the queues' own state. */
   private pauseRecords(): string {
     let records = '';
+    for (const { c } of this.callbacks.values()) records += callbackRecord(c);
     for (const slot of this.slots.values()) {
       if (slot.queue.paused) records += pausedRecord(slot.keyJson, true);
       const queue = slot.queue;

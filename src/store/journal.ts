@@ -10,6 +10,7 @@ import { AppendFile, type AppendFileOptions, type WriteFn } from './append-file.
 import { jsonString } from '../json-text.js';
 import type { ScheduleState } from '../engine/schedules.js';
 import type { DeadLetterSource } from '../engine/rules.js';
+import type { OwedCallback } from './store.js';
 
 /**
  * The embedded store's files, in `<root>/_svcq/store/`:
@@ -39,6 +40,13 @@ import type { DeadLetterSource } from '../engine/rules.js';
 //   ["k", queue, id, deadLetterId, source]
 //                                   decisions §8.6: the item's dead-letter links (the id of its copy, or null; a dead
 //                                   letter's source object, or null), right after the item's own record whenever it has any
+//   ["c", queue, id, url]           decisions §9.2: the item's own callback URL, right after its whole record (post, snapshot)
+//                                   whenever it has one
+//   ["o", id, queue, itemId, event, url, owedSince, dueAt, tries]
+//                                   decisions §9.2: a callback owed (whole: replaying converges), written in the group
+//                                   of the change that ended the item, and again as an attempt fails; a snapshot holds
+//                                   one for each owed callback, before the items
+//   ["o", id]                       the callback was delivered or dropped: forgotten
 //   ["q", queue, paused]            the queue is paused (true) or not (false) from here on (decisions §8.4); a
 //                                   snapshot holds one for each paused queue, before its items
 //   ["s", queue, name, hash, passedAt, lastAt, lastId]
@@ -92,12 +100,25 @@ export function itemRecord(queueJson: string, item: Item): string {
   const { body } = item;
   const ranked = !item.untouched && (item.priority !== 0 || item.group !== null) ? `,${item.priority},${text(item.group)}` : '';
   if (body.includes('\n')) {
-    return `["i",${queueJson},"${item.id}",${item.ord},${JSON.stringify(body)},${jsonString(item.postedBy)},${item.postedAt},${text(item.idempotencyKey)},${stateText(item)}${ranked}]\n${linksText(queueJson, item)}`;
+    return `["i",${queueJson},"${item.id}",${item.ord},${JSON.stringify(body)},${jsonString(item.postedBy)},${item.postedAt},${text(item.idempotencyKey)},${stateText(item)}${ranked}]\n${linksText(queueJson, item)}${callbackText(queueJson, item)}`;
   }
   const at = `${item.postedAt}`;
   // An item as posted (nothing has worked on it yet) has the default state: no getter calls.
   const state = item.untouched ? `"${item.status}",${at},null,0,null,null,0,null,null,null,null` : stateText(item);
-  return `["p",${queueJson},"${item.id}",${item.ord},${jsonString(item.postedBy)},${at},${text(item.idempotencyKey)},${state},${body.length}${ranked}]\t${body}\n${linksText(queueJson, item)}`;
+  return `["p",${queueJson},"${item.id}",${item.ord},${jsonString(item.postedBy)},${at},${text(item.idempotencyKey)},${state},${body.length}${ranked}]\t${body}\n${linksText(queueJson, item)}${callbackText(queueJson, item)}`;
+}
+
+/** decisions §9.2: the item's own callback URL record, or nothing for the items without one. */
+function callbackText(queueJson: string, item: Item): string {
+  if (item.untouched) return '';
+  const url = item.callback;
+  return url === null ? '' : `["c",${queueJson},"${item.id}",${jsonString(url)}]\n`;
+}
+
+/** decisions §9.2: an owed callback whole, or (`c` a string, its id) its end. */
+export function callbackRecord(c: OwedCallback | string): string {
+  if (typeof c === 'string') return `["o","${c}"]\n`;
+  return `["o","${c.id}",${jsonString(c.queue)},"${c.itemId}","${c.event}",${jsonString(c.url)},${c.owedSince},${c.dueAt},${c.tries}]\n`;
 }
 
 export function updateRecord(queueJson: string, item: Item): string {
@@ -165,6 +186,8 @@ export interface LoadedState {
   schedules: Map<string, Map<string, ScheduleState>>;
   /** Rate windows and turns (decisions §8.5), by queue key. */
   flows: Map<string, FlowState>;
+  /** decisions §9.2: the callbacks owed, by id. */
+  callbacks: Map<string, OwedCallback>;
 }
 
 /**
@@ -278,7 +301,7 @@ export class Journal {
   }
 
   /** Loads snapshot and journals and opens the journal for appending. */
-  async open(): Promise<{ items: LoadedItems; paused: Set<string>; schedules: LoadedState['schedules']; flows: LoadedState['flows']; events: LoadedEvents }> {
+  async open(): Promise<{ items: LoadedItems; paused: Set<string>; schedules: LoadedState['schedules']; flows: LoadedState['flows']; callbacks: LoadedState['callbacks']; events: LoadedEvents }> {
     const { dir, warn } = this.options;
     await makeDir(dir);
     this.meta = new Low<Meta>(new JSONFile<Meta>(path.join(dir, 'meta.json')), { format: 1, generation: 0, snapshotAt: null, snapshotItems: 0, mark: null });
@@ -295,7 +318,7 @@ export class Journal {
     this.generation = this.meta.data.generation;
 
     const items: LoadedItems = new Map();
-    const state: LoadedState = { items, paused: new Set(), schedules: new Map(), flows: new Map() };
+    const state: LoadedState = { items, paused: new Set(), schedules: new Map(), flows: new Map(), callbacks: new Map() };
     const mark = this.meta.data.mark ?? null;
     const events: LoadedEvents = { mark, pending: [], lastSeq: mark?.seq ?? 0 };
     const snapshot = path.join(dir, `snapshot-${this.generation}.jsonl`);
@@ -327,7 +350,7 @@ export class Journal {
     // Its open syncs the folder: the stale files removed above stay removed after a power cut.
     this.file = await this.openFile(path.join(dir, `journal-${last}.jsonl`), marked);
     this.current = last;
-    return { items, paused: state.paused, schedules: state.schedules, flows: state.flows, events };
+    return { items, paused: state.paused, schedules: state.schedules, flows: state.flows, callbacks: state.callbacks, events };
   }
 
   /**
@@ -631,6 +654,14 @@ function applyRecord(record: unknown[], body: string | undefined, state: LoadedS
     } else return false;
     return true;
   }
+  if (record[0] === 'o' && typeof record[1] === 'string') {
+    if (record.length === 2) state.callbacks.delete(record[1]);
+    else if (record.length === 9 && typeof record[2] === 'string' && typeof record[3] === 'string' && typeof record[4] === 'string' && typeof record[5] === 'string') {
+      const [, id, queue, itemId, event, url, owedSince, dueAt, tries] = record as [string, string, string, string, OwedCallback['event'], string, number, number, number];
+      state.callbacks.set(id, { id, queue, itemId, event, url, owedSince, dueAt, tries });
+    } else return false;
+    return true;
+  }
   if ((record[0] === 'l' || record[0] === 'f') && record.length >= 5 && typeof record[1] === 'string' && typeof record[2] === 'number' && (record[3] === null || typeof record[3] === 'number') && Array.isArray(record[4])) {
     return applyFlow(record, state);
   }
@@ -667,6 +698,11 @@ function applyRecord(record: unknown[], body: string | undefined, state: LoadedS
     const item = byId.get(id);
     const source = record[4] as DeadLetterSource | null;
     if (item) item.links = { deadLetterId: typeof record[3] === 'string' ? record[3] : null, source: source !== null && typeof source === 'object' ? source : null };
+    return true;
+  }
+  if (type === 'c' && record.length === 4 && typeof record[3] === 'string') {
+    const item = byId.get(id);
+    if (item) item.callback = record[3];
     return true;
   }
   if (type === 'd' && record.length === 3) {

@@ -7,7 +7,7 @@ import * as rules from '../engine/rules.js';
 import type { ItemRecord, RetryWish, Submission } from '../engine/rules.js';
 import { planSchedule, postedBy, scheduledOptions, scheduleView, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
-import { claimedOf, DEAD_LETTER_POSTER, deadLetterKey, fullCounts, REDRIVE_POSTER, statusOf, StoreUnavailable, type DeadLetterLinks, type Claimed, type QueueOverview, type BulkAction, type BulkOutcome, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome } from './store.js';
+import { claimedOf, DEAD_LETTER_POSTER, deadLetterKey, fullCounts, REDRIVE_POSTER, statusOf, StoreUnavailable, type DeadLetterLinks, type Claimed, type QueueOverview, type BulkAction, type BulkOutcome, type ClaimInput, type PostInput, type PostOutcome, type QueueRef, type StatusRecord, type Store, type SubmitOutcome, type OwedCallback, type TakenCallback, type CallbackAttempt, type CallbackSettlement } from './store.js';
 
 /**
  * What a {@link ModelStore} keeps between a close and the next open: its stand-in for a disk.
@@ -27,6 +27,10 @@ export interface ModelDisk {
   flows: Map<string, ModelFlow>;
   /** decisions §8.6: the items' dead-letter links, by queue key, then by id (only items that have one). */
   links: Map<string, Map<string, DeadLetterLinks>>;
+  /** decisions §9.2: the items' own callback URLs (a post's `?callback`), by queue key, then by id. */
+  callbackUrls: Map<string, Map<string, string>>;
+  /** decisions §9.2: the callbacks owed, by their id. */
+  callbacks: Map<string, OwedCallback>;
 }
 
 /** What the limits of decisions §8.5 remember of a queue's past leases. */
@@ -40,7 +44,7 @@ export interface ModelFlow {
 }
 
 export function newModelDisk(): ModelDisk {
-  return { queues: new Map(), lastOrd: new Map(), paused: new Set(), schedules: new Map(), flows: new Map(), links: new Map() };
+  return { queues: new Map(), lastOrd: new Map(), paused: new Set(), schedules: new Map(), flows: new Map(), links: new Map(), callbackUrls: new Map(), callbacks: new Map() };
 }
 
 export interface ModelStoreOptions {
@@ -67,6 +71,8 @@ export class ModelStore implements Store {
   private readonly notifier: Notifier | undefined;
   private readonly configFor: (key: string) => QueueConfig | undefined;
   private state: 'new' | 'open' | 'closed' = 'new';
+  private readonly owedListeners: Array<() => void> = [];
+  private owedAnnounced = false;
 
   constructor(
     private readonly disk: ModelDisk = newModelDisk(),
@@ -104,6 +110,7 @@ export class ModelStore implements Store {
     this.disk.lastOrd.set(ref.key, ord);
     const { record } = rules.post({ id, ord, body: input.body, postedBy: input.postedBy, idempotencyKey: input.idempotencyKey ?? null, options: input.options }, this.now());
     this.put(ref.key, items, record);
+    if (input.options?.callback !== undefined) this.urlsOf(ref.key).set(id, input.options.callback);
     return { id, status: record.status, created: true };
   }
 
@@ -170,6 +177,72 @@ export class ModelStore implements Store {
   private forget(key: string, items: Map<string, ItemRecord>, id: string): void {
     items.delete(id);
     this.disk.links.get(key)?.delete(id);
+    this.disk.callbackUrls.get(key)?.delete(id);
+  }
+
+  /** decisions §9.2: the items' own callback URLs of a queue. */
+  private urlsOf(key: string): Map<string, string> {
+    let urls = this.disk.callbackUrls.get(key);
+    if (!urls) this.disk.callbackUrls.set(key, (urls = new Map()));
+    return urls;
+  }
+
+  /** decisions §9.2: what rules.due needs to know of an item's callbacks. */
+  private callbackOf(key: string, id: string): { owed: boolean; own: string | null } {
+    let owed = false;
+    for (const c of this.disk.callbacks.values()) if (c.queue === key && c.itemId === id) owed = true;
+    return { owed, own: this.disk.callbackUrls.get(key)?.get(id) ?? null };
+  }
+
+  /** decisions §9.2: a change from `before` that ended the item makes a callback owed, when there is a URL for it. */
+  private oweCallback(ref: QueueRef, before: ItemStatus, record: ItemRecord): void {
+    const url = rules.callbackUrl(before, record.status, this.disk.callbackUrls.get(ref.key)?.get(record.id), ref.config);
+    if (url === null) return;
+    const now = this.now();
+    let id: string;
+    do id = randomBytes(8).toString('hex');
+    while (this.disk.callbacks.has(id));
+    this.disk.callbacks.set(id, { id, queue: ref.key, itemId: record.id, event: record.status, url, owedSince: now, dueAt: now, tries: 0 });
+    if (this.owedAnnounced) return;
+    this.owedAnnounced = true;
+    queueMicrotask(() => {
+      this.owedAnnounced = false;
+      for (const listener of this.owedListeners) listener();
+    });
+  }
+
+  async takeCallbacks(max: number, holdMs: number): Promise<TakenCallback[]> {
+    if (this.state !== 'open') throw new StoreUnavailable(new Error('the store is not open'));
+    const now = this.now();
+    const due = [...this.disk.callbacks.values()].filter((c) => c.dueAt <= now).sort((a, b) => a.dueAt - b.dueAt || (a.id < b.id ? -1 : 1));
+    return due.slice(0, max).map((c) => {
+      const held = { ...c, dueAt: now + holdMs };
+      this.disk.callbacks.set(c.id, held);
+      const r = this.disk.queues.get(c.queue)?.get(c.itemId);
+      return { ...held, record: r ? statusOf(r, this.disk.links.get(c.queue)?.get(c.itemId)) : null };
+    });
+  }
+
+  async settleCallback(taken: OwedCallback, attempt: CallbackAttempt): Promise<CallbackSettlement> {
+    if (this.state !== 'open') throw new StoreUnavailable(new Error('the store is not open'));
+    const c = this.disk.callbacks.get(taken.id);
+    if (!c || c.dueAt !== taken.dueAt || c.tries !== taken.tries) return 'stale';
+    if (attempt.delivered) {
+      this.disk.callbacks.delete(c.id);
+      return 'delivered';
+    }
+    const now = this.now();
+    const at = rules.callbackRetryAt(c.owedSince, c.tries + 1, now);
+    if (at === null) {
+      this.disk.callbacks.delete(c.id);
+      return 'dropped';
+    }
+    this.disk.callbacks.set(c.id, { ...c, tries: c.tries + 1, dueAt: at });
+    return 'retrying';
+  }
+
+  onCallbacksOwed(listener: () => void): void {
+    this.owedListeners.push(listener);
   }
 
   /**
@@ -203,7 +276,18 @@ export class ModelStore implements Store {
       oldest: pending.slice(0, limits.oldest).map((r) => ({ id: r.id, postedAt: r.postedAt, attempts: r.attempts })),
       leases: leased.slice(0, limits.leases).map((r) => ({ id: r.id, worker: r.leaseWorker ?? '', until: r.leaseUntil ?? 0, attempts: r.attempts })),
       groupsWaiting: ref.config.fairness === 'groups' || ref.config.groupMaxActive !== null ? new Set(items.filter((r) => rules.claimable(r, this.now())).map((r) => groupKey(r.group))).size : null,
+      callbacks: this.callbackCounts(ref.key),
     };
+  }
+
+  private callbackCounts(key: string): { owed: number; failing: number } {
+    const out = { owed: 0, failing: 0 };
+    for (const c of this.disk.callbacks.values()) {
+      if (c.queue !== key) continue;
+      out.owed++;
+      if (c.tries > 0) out.failing++;
+    }
+    return out;
   }
 
   /** A paused queue leases nothing; a resume tells held claims to look again (decisions §8.4). */
@@ -373,7 +457,7 @@ export class ModelStore implements Store {
     const flow = this.disk.flows.get(ref.key);
     if (flow) flow.leases = ref.config.rateLimit === null ? [] : flow.leases.slice(-ref.config.rateLimit.max);
     for (const r of [...items.values()]) {
-      const t = rules.due(r, ref.config, now);
+      const t = rules.due(r, ref.config, now, this.callbackOf(ref.key, r.id));
       if (!t) continue;
       if (t.purged) {
         this.deadLetter(ref, r.status, t.record);
@@ -391,7 +475,8 @@ export class ModelStore implements Store {
    */
   private settle(ref: QueueRef, items: Map<string, ItemRecord>, record: ItemRecord, before: ItemStatus): void {
     this.deadLetter(ref, before, record);
-    const t = rules.due(record, ref.config, this.now());
+    this.oweCallback(ref, before, record);
+    const t = rules.due(record, ref.config, this.now(), this.callbackOf(ref.key, record.id));
     if (!t) return this.put(ref.key, items, record, ref.config);
     if (!t.purged) {
       // Its lease ended with this change (a put that is never made is not announced otherwise).

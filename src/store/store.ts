@@ -125,7 +125,46 @@ export interface QueueOverview {
    * `groupMaxActive` (kept as items change: never a scan); null for other queues.
    */
   groupsWaiting: number | null;
+  /** decisions §9.2: callbacks owed for the queue's items, and how many of them failed at least once (kept as they change: never a scan). */
+  callbacks: { owed: number; failing: number };
 }
+
+/**
+ * decisions §9.2: a callback owed for an item that ended, as a store keeps it: written in the same
+ * atomic step as the change that ended the item, and kept until it is delivered or dropped.
+ */
+export interface OwedCallback {
+  /** Unique in the store. */
+  id: string;
+  /** `<host>/<name>` of the item's queue. */
+  queue: string;
+  itemId: string;
+  /** How the item ended (finished, failed, timedout, cancelled): the `svcq-event` header. */
+  event: ItemStatus;
+  url: string;
+  /** When the item ended: the callback is dropped once it still fails 24 hours later. */
+  owedSince: number;
+  /** When the next attempt may be made; while one is under way, the end of its hold. */
+  dueAt: number;
+  /** Failed attempts so far. */
+  tries: number;
+}
+
+/** An owed callback taken for one attempt, with the item's status record as it stands (null: the item is gone). */
+export interface TakenCallback extends OwedCallback {
+  record: StatusRecord | null;
+}
+
+/** How one attempt of a callback went: a 2xx, or not (with a sentence saying why). */
+export type CallbackAttempt = { delivered: true } | { delivered: false; reason: string };
+
+/**
+ * What settling an attempt did: `delivered` (removed), `retrying` (tried again later, by the
+ * backoff), `dropped` (failing 24 hours after its item ended: removed, with a `callback-dropped`
+ * task event), `stale` (the obligation is no longer the one taken: its hold ran out and another
+ * attempt took it, or it was settled already; nothing changed).
+ */
+export type CallbackSettlement = 'delivered' | 'retrying' | 'dropped' | 'stale';
 
 /**
  * What a store tells whoever watches it (metrics, rates). Called after the fact, never on a path
@@ -396,6 +435,28 @@ export interface Store {
    * `more`: whether items this action would change are left after the batch.
    */
   bulk(queue: QueueRef, action: BulkAction, max: number): Promise<BulkOutcome>;
+  /**
+   * decisions §9.2: takes up to `max` owed callbacks of any queue that are due at the store's now,
+   * soonest first, and moves each one's `dueAt` to now + `holdMs` in the same atomic step, so that
+   * no other taker (another node on a shared database) gets the same attempt while this one is
+   * under way (`holdMs` is longer than an attempt may take; when it runs out unsettled, the
+   * callback is due again: at least once). Each comes with its item's status record as it stands.
+   * Callbacks are owed by every change that ends an item (by a result, an error, a hand-in, a lease
+   * or timeout that ends it, a cancel, a bulk cancel) whose item has a callback URL or whose queue
+   * has `callback` at that moment: written in the change's own atomic step, never without it.
+   * While one is owed for an item, retention does not purge it.
+   */
+  takeCallbacks(max: number, holdMs: number): Promise<TakenCallback[]>;
+  /**
+   * decisions §9.2: settles an attempt of a callback taken by {@link takeCallbacks}, only if the
+   * obligation is still the one taken (same `dueAt` and `tries`): delivered, it is removed; failed,
+   * it is due again by rules.callbackRetryAt, or removed with a `callback-dropped` task event in
+   * the same step once 24 hours have passed since its item ended. Once no callback is owed for the
+   * item, retention applies to it again as usual.
+   */
+  settleCallback(taken: OwedCallback, attempt: CallbackAttempt): Promise<CallbackSettlement>;
+  /** Calls `listener` (at most once per turn of the event loop) when this store makes a callback owed (durably). */
+  onCallbacksOwed(listener: () => void): void;
 }
 
 /** Counts with every status present. */

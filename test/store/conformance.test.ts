@@ -5,6 +5,7 @@ import { LEASE_EXPIRED, retryDelay, type PostOptions, type RetryWish } from '../
 import type { QueueDefinition } from '../../src/definitions/schemas.js';
 import type { QueueRef, Store, SubmitOutcome } from '../../src/store/store.js';
 import { deadLetterConformance } from './conformance-dead-letters.js';
+import { callbackConformance } from './conformance-callbacks.js';
 import { embedded, model, START, type StoreFactory, type StoreUnderTest } from './support/stores.js';
 import { limitsConformance } from './conformance-limits.js';
 
@@ -1639,12 +1640,13 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
 
       it('overview of a queue that holds nothing is all zeros', async () => {
         const o = await s().overview(queue(), { oldest: 20, leases: 100 });
-        expect(o).to.deep.equal({ paused: false, counts: { pending: 0, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 }, oldestPendingAt: null, oldest: [], leases: [], groupsWaiting: null });
+        expect(o).to.deep.equal({ paused: false, counts: { pending: 0, claimed: 0, processing: 0, finished: 0, failed: 0, timedout: 0, cancelled: 0 }, oldestPendingAt: null, oldest: [], leases: [], groupsWaiting: null, callbacks: { owed: 0, failing: 0 } });
       });
     });
 
     limitsConformance({ h: () => h, queue, redefine });
     deadLetterConformance({ h: () => h, queue, post, claimId: (q) => claimId(q), advance });
+    callbackConformance({ h: () => h, queue, post, claimId: (q) => claimId(q), advance });
   });
 }
 

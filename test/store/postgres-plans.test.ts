@@ -16,7 +16,7 @@ const target = await postgresUnderTest();
 /** The statements whose plan a connection keeps, with arguments for EXPLAIN EXECUTE (empty arrays: the plan is what is read). */
 const KEPT: Record<string, string> = {
   svcq_claim: `'h/q', -1000, -1, 10`,
-  svcq_insert_items: `'h/q', '{}', '{}', '{}', '{}', 0, 0, 'pending', 0, 0, '{}', '{}', '{}', '{}'`,
+  svcq_insert_items: `'h/q', '{}', '{}', '{}', '{}', 0, 0, 'pending', 0, 0, '{}', '{}', '{}', '{}', '{}'`,
   svcq_write_items: Array(18).fill(`'{}'`).join(', '),
   svcq_finish: Array(33).fill(`'{}'`).join(', '),
   svcq_write_payloads: `'{}', '{}', '{}', '{}', '{}', 0`,

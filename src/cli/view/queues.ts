@@ -259,6 +259,9 @@ export function queueDetailView(q: QueueDetail, now = serverNowOf(q)): string {
   );
   lines.push(`per second over the last 60 s: posted ${humanRate(q.rates.posted)}, claimed ${humanRate(q.rates.claimed)}, finished ${humanRate(q.rates.finished)}, failed ${humanRate(q.rates.failed)}`);
   const flow = flowLines(q);
+  // decisions §9.2: absent from servers before callbacks.
+  const callbacks = q.callbacks;
+  if (callbacks) flow.push(`${chalk.bold('callbacks owed:')} ${callbacks.owed}${callbacks.failing > 0 ? `, ${chalk.red(`${callbacks.failing} failing`)} (tried again with backoff for 24 hours after their item ended)` : ''}`);
   if (flow.length > 0) lines.push('', ...flow);
   lines.push('');
   lines.push(chalk.bold(`oldest pending (${q.oldest.length}${q.oldest.length === 20 ? ' shown' : ''})`));

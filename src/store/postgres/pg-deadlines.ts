@@ -101,9 +101,9 @@ export class Deadlines {
            UNION ALL
              SELECT id FROM svcq_items WHERE queue = $1 AND $3::boolean AND status IN ('pending', 'claimed', 'processing') AND posted_at <= $4
            UNION ALL
-             SELECT id FROM svcq_items WHERE queue = $1 AND $5::boolean AND finished_at <= $6
+             SELECT id FROM svcq_items WHERE queue = $1 AND $5::boolean AND finished_at <= $6 AND callbacks_owed = 0
            UNION ALL
-             SELECT id FROM svcq_items WHERE queue = $1 AND $7::boolean AND fetched_at <= $6
+             SELECT id FROM svcq_items WHERE queue = $1 AND $7::boolean AND fetched_at <= $6 AND callbacks_owed = 0
          )) LIMIT ${SWEEP_BATCH} FOR UPDATE SKIP LOCKED`),
         // The ids first, as an array probed through the primary key (as a join, the generic plan
         // of the prepared statement read every row of the queue). Only pending items have an
@@ -111,7 +111,8 @@ export class Deadlines {
         // status: with one, statistics taken while nothing was pending had it read the queue's
         // pending index whole (280 ms at 1,000,000 pending items) instead of the
         // (queue, available_at) index. Only terminal items have
-        // finished_at or fetched_at: the retention branches read the
+        // finished_at or fetched_at: the retention branches read the (an item a callback is owed
+        // for, decisions §9.2, waits until it is settled, which ends the queue's quiet window)
         // (queue, finished_at) and (queue, fetched_at) indexes by range. (With a status condition
         // the planner took the (queue, status) index and read every finished item of the queue.)
         [ref.key, tx.now, c.timeoutMs !== null, tx.now - (c.timeoutMs ?? 0), c.retainFrom === 'finished', tx.now - c.retainMs, c.retainFrom === 'fetched'],
@@ -176,8 +177,8 @@ export class Deadlines {
            (SELECT min(lease_until) FROM svcq_items WHERE queue = $1 AND status IN ('claimed', 'processing')),
            (SELECT min(available_at) FROM svcq_items WHERE queue = $1 AND available_at > 0 AND status = 'pending'),
            (SELECT min(posted_at) FROM svcq_items WHERE queue = $1 AND status IN ('pending', 'claimed', 'processing')) + $2::bigint,
-           (SELECT min(finished_at) FROM svcq_items WHERE queue = $1 AND finished_at IS NOT NULL) + $3::bigint,
-           (SELECT min(fetched_at) FROM svcq_items WHERE queue = $1 AND fetched_at IS NOT NULL) + $4::bigint
+           (SELECT min(finished_at) FROM svcq_items WHERE queue = $1 AND finished_at IS NOT NULL AND callbacks_owed = 0) + $3::bigint,
+           (SELECT min(fetched_at) FROM svcq_items WHERE queue = $1 AND fetched_at IS NOT NULL AND callbacks_owed = 0) + $4::bigint
          ) AS at`,
       ),
       [ref.key, c.timeoutMs, c.retainFrom === 'finished' ? c.retainMs : null, c.retainFrom === 'fetched' ? c.retainMs : null],

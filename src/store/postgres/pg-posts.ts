@@ -76,8 +76,8 @@ export async function insertPosts(tx: Tx, ref: QueueRef, inputs: readonly PostIn
        ), ords AS (
          SELECT v, row_number() OVER (ORDER BY v) AS n FROM (SELECT nextval('svcq_item_ord') AS v FROM generate_series(1, $6::integer)) AS s
        )
-       INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, attempts, available_at, priority, grp, source)
-       SELECT $1, input.id, ords.v, input.body, input.posted_by, $7, input.idempotency_key, $8, $9, $10, coalesce(($11::bigint[])[input.n], 0), coalesce(($12::smallint[])[input.n], 0), ($13::text[])[input.n], ($14::text[])[input.n]
+       INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, attempts, available_at, priority, grp, source, callback)
+       SELECT $1, input.id, ords.v, input.body, input.posted_by, $7, input.idempotency_key, $8, $9, $10, coalesce(($11::bigint[])[input.n], 0), coalesce(($12::smallint[])[input.n], 0), ($13::text[])[input.n], ($14::text[])[input.n], ($15::text[])[input.n]
          FROM input JOIN ords USING (n) ORDER BY input.n
        ON CONFLICT DO NOTHING
        RETURNING id, ord`, 'generic'),
@@ -99,6 +99,8 @@ export async function insertPosts(tx: Tx, ref: QueueRef, inputs: readonly PostIn
         records.some((t) => t.record.group !== null) ? records.map((t) => t.record.group) : null,
         // decisions §8.6: a dead letter's source (only dead-letter copies have one; they have no idempotency key, so no repeats).
         sources ? todo.map((n) => sources[n] ?? null) : null,
+        // decisions §9.2: the items' own callback URLs, when one of them has one.
+        todo.some((n) => inputs[n]!.options?.callback !== undefined) ? todo.map((n) => inputs[n]!.options?.callback ?? null) : null,
       ],
     );
     if (ahead.length > 0) {

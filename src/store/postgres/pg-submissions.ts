@@ -47,7 +47,7 @@ export async function submitMany(tx: Tx, ref: QueueRef, calls: readonly Submissi
       // What the change made due at once (a retention of 0 s purges a finished item) applies
       // before the next call, as every call applies what is due first: a later call of this
       // transaction finds the item gone, and a post finds its idempotency key free.
-      const due = rules.due(outcome.transition.record, ref.config, tx.now);
+      const due = rules.due(outcome.transition.record, ref.config, tx.now, tx.callbackState(ref, l));
       if (due) tx.stage(ref, l, due);
       current.set(call.id, due ? (due.purged ? null : due.record) : outcome.transition.record);
     }

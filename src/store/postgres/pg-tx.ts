@@ -1,5 +1,6 @@
 // One transaction of the PostgreSQL store: its connection, the changes it stages, and how they
 // are written (guarded on the version read) together with their task events and count changes.
+import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import type { ItemStatus } from '../../engine/item.js';
 import * as rules from '../../engine/rules.js';
@@ -9,7 +10,7 @@ import type { DeadLetterSource } from '../../engine/rules.js';
 import { StaleWrite } from './pg-errors.js';
 import type { Payload } from './pg-payloads.js';
 
-export const COLUMNS = 'ctid, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at, version, priority, grp, dead_letter_id, source';
+export const COLUMNS = 'ctid, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at, version, priority, grp, dead_letter_id, source, callback, callbacks_owed';
 
 export interface ItemRow {
   /** Where the row's current version lies in the table, as text ('(page,slot)'): its guarded write finds it there. */
@@ -37,6 +38,9 @@ export interface ItemRow {
   /** decisions §8.6 (schema version 14): the id of the item's dead-letter copy; a dead letter's source, as JSON text. */
   dead_letter_id: string | null;
   source: string | null;
+  /** decisions §9.2 (schema version 17): the item's own callback URL; how many callbacks are owed for it. */
+  callback: string | null;
+  callbacks_owed: number;
 }
 
 /** A record as read, with the version its guarded write must find, and where. */
@@ -46,12 +50,17 @@ export interface Loaded {
   ctid: string;
   /** decisions §8.6: the row's dead-letter links as read. */
   links?: DeadLetterLinks;
+  /** decisions §9.2: the item's own callback URL, and how many callbacks are owed for it, as read (with this transaction's). */
+  callback: string | null;
+  owed: number;
 }
 
 export function recordOf(row: ItemRow): Loaded {
   return {
     version: row.version,
     ctid: row.ctid,
+    callback: row.callback,
+    owed: row.callbacks_owed,
     links: row.dead_letter_id === null && row.source === null ? undefined : { deadLetterId: row.dead_letter_id, source: row.source === null ? null : (JSON.parse(row.source) as DeadLetterSource) },
     record: {
       id: row.id,
@@ -151,6 +160,17 @@ export interface PendingWrite {
   purged: boolean;
   /** decisions §8.6: the id of the dead-letter copy made of the item in this transaction. */
   deadLetterId?: string;
+  /** decisions §9.2: the item's own callback URL, and the callbacks owed for it (those this transaction makes owed included). */
+  callback: string | null;
+  owed: number;
+}
+
+/** decisions §9.2: a callback a change of this transaction made owed, inserted before COMMIT. */
+export interface CallbackMade {
+  ref: QueueRef;
+  itemId: string;
+  event: ItemStatus;
+  url: string;
 }
 
 /** decisions §8.6: an item this transaction made failed or timed out in a queue with `deadLetter`: copied before COMMIT. */
@@ -181,6 +201,8 @@ export class Tx {
   readonly failures: Failure[] = [];
   /** Status records this transaction answers with, by '<queue>\n<id>': a copy made of the item before COMMIT is named in it. */
   readonly shown = new Map<string, StatusRecord>();
+  /** decisions §9.2: callbacks the changes of this transaction made owed. */
+  readonly callbacks: CallbackMade[] = [];
 
   /**
    * The time its rules apply at: when it began, moved later to the last change of any row it
@@ -240,10 +262,17 @@ export class Tx {
     const slot = `${ref.key}\n${t.record.id}`;
     const earlier = this.pending.get(slot);
     const from = earlier ? earlier.record.status : loaded.record.status;
-    if (earlier) {
-      earlier.record = t.record;
-      earlier.purged = t.purged === true;
-    } else this.pending.set(slot, { ref, version: loaded.version, ctid: loaded.ctid, from: loaded.record.status, fromAvailableAt: loaded.record.availableAt, record: t.record, purged: t.purged === true });
+    let w = earlier;
+    if (w) {
+      w.record = t.record;
+      w.purged = t.purged === true;
+    } else this.pending.set(slot, (w = { ref, version: loaded.version, ctid: loaded.ctid, from: loaded.record.status, fromAvailableAt: loaded.record.availableAt, record: t.record, purged: t.purged === true, callback: loaded.callback, owed: loaded.owed }));
+    // decisions §9.2: a change that ended the item owes a callback, inserted with it (see finishCallbacks).
+    const url = t.purged === true ? null : rules.callbackUrl(from, t.record.status, w.callback, ref.config);
+    if (url !== null) {
+      w.owed++;
+      this.callbacks.push({ ref, itemId: t.record.id, event: t.record.status, url });
+    }
     const change: Change = { ref, record: t.record, events: t.events, purged: t.purged === true };
     this.changes.push(change);
     if (rules.needsDeadLetter(from, t.record, ref.config)) this.failures.push({ ref, change });
@@ -262,6 +291,12 @@ export class Tx {
       return;
     }
     await this.query(named('svcq_dead_letter_id', 'UPDATE svcq_items SET dead_letter_id = $3 WHERE queue = $1 AND id = $2'), [ref.key, id, copyId]);
+  }
+
+  /** decisions §9.2: what rules.due needs to know of the item's callbacks, as this transaction has them. */
+  callbackState(ref: QueueRef, loaded: Loaded): { owed: boolean; own: string | null } {
+    const w = this.pending.get(`${ref.key}\n${loaded.record.id}`);
+    return w ? { owed: w.owed > 0, own: w.callback } : { owed: loaded.owed > 0, own: loaded.callback };
   }
 
   /** Counts `n` more (or fewer) items of the queue in `status` once this transaction commits. */
@@ -283,7 +318,7 @@ export class Tx {
    */
   current(ref: QueueRef, row: ItemRow): Loaded | null {
     const w = this.pending.get(`${ref.key}\n${row.id}`);
-    if (w) return w.purged ? null : { record: w.record, version: w.version, ctid: w.ctid };
+    if (w) return w.purged ? null : { record: w.record, version: w.version, ctid: w.ctid, callback: w.callback, owed: w.owed };
     const loaded = recordOf(row);
     if (loaded.record.updatedAt > this.now) this.now = loaded.record.updatedAt;
     return loaded;
@@ -430,7 +465,7 @@ export async function lock(tx: Tx, ref: QueueRef, id: string): Promise<Loaded | 
 
 /** Stages what rules.due says for a locked row; the record after it, or null when it was purged. */
 export function applyDue(tx: Tx, ref: QueueRef, loaded: Loaded): ItemRecord | null {
-  const t = rules.due(loaded.record, ref.config, tx.now);
+  const t = rules.due(loaded.record, ref.config, tx.now, tx.callbackState(ref, loaded));
   if (!t) return loaded.record;
   tx.stage(ref, loaded, t);
   return t.purged ? null : t.record;
@@ -506,4 +541,28 @@ export async function finishTx(tx: Tx): Promise<void> {
     [...writeParams(updates, deletes), ts, hosts, names, ids, kinds, attempts, statuses, workers, countQueues, countStatuses, countDeltas, scheduled ? schedules : [], scheduled ? occurrences : [], deadLetterIds(updates), linked ? deadLetters : [], linked ? redriven : []],
   );
   checkWritten(res.rows[0]!, updates, deletes);
+}
+
+/**
+ * decisions §9.2: the callbacks the transaction made owed, inserted, and counted on their items
+ * (which hold their retention back while the count is above 0), in one statement sent after the
+ * items' own writes (it moves their rows, which those writes find where they were read) and
+ * before the COMMIT. Nothing when none was made owed.
+ */
+export function finishCallbacks(tx: Tx): Promise<unknown> | undefined {
+  const made = tx.callbacks;
+  if (made.length === 0) return undefined;
+  const ids = made.map(() => randomBytes(8).toString('hex'));
+  return tx.query(
+    named(
+      'svcq_owe_callbacks',
+      `WITH owed AS (
+         INSERT INTO svcq_callbacks (id, queue, item_id, event, url, owed_since, due_at, tries)
+         SELECT id, queue, item_id, event, url, $6, $6, 0 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS c(id, queue, item_id, event, url)
+         RETURNING queue, item_id
+       ), n AS (SELECT queue, item_id, count(*)::integer AS n FROM owed GROUP BY queue, item_id)
+       UPDATE svcq_items AS i SET callbacks_owed = i.callbacks_owed + n.n FROM n WHERE i.queue = n.queue AND i.id = n.item_id`,
+    ),
+    [ids, made.map((c) => c.ref.key), made.map((c) => c.itemId), made.map((c) => c.event), made.map((c) => c.url), tx.now],
+  );
 }

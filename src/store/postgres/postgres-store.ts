@@ -5,7 +5,7 @@ import { isTerminal, type ItemStatus, type TaskEventKind } from '../../engine/it
 import * as rules from '../../engine/rules.js';
 import type { ItemRecord, RetryWish, Submission } from '../../engine/rules.js';
 import { claimTopic, itemTopic, type Notifier } from '../../waiting/notifier.js';
-import { fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StatusRecord, type Store, type StoreObserver, type SubmitOutcome } from '../store.js';
+import { fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StatusRecord, type Store, type StoreObserver, type SubmitOutcome, type OwedCallback, type TakenCallback, type CallbackAttempt, type CallbackSettlement } from '../store.js';
 import { FailureStreak } from '../failure-streak.js';
 import { claimMatching, claimPlain, type PlainClaim } from './pg-claims.js';
 import { claimLimited, finishLimits, GROUPS_WAITING_SQL, grouped, limited, lockLimiters, wakesOnLeaseEnd, type GroupRebuilds } from './pg-limits.js';
@@ -19,7 +19,7 @@ import { bulkBatch, copyDeadLetters } from './pg-dead-letters.js';
 import { submitMany, type SubmissionCall } from './pg-submissions.js';
 import { readSchedules, tickSchedules } from './pg-schedules.js';
 import type { ScheduleView } from '../../engine/schedules.js';
-import { applyDue, COLUMNS, finishTx, lock, named, recordOf, TYPES, Tx, type ItemRow } from './pg-tx.js';
+import { applyDue, COLUMNS, finishCallbacks, finishTx, lock, named, recordOf, TYPES, Tx, type ItemRow } from './pg-tx.js';
 import { migrate } from './schema.js';
 
 export interface PostgresStoreOptions {
@@ -213,6 +213,8 @@ export class PostgresStore implements Store, EventOutbox {
   private readonly outbox: PgEventOutbox;
   private purgeTimer: NodeJS.Timeout | undefined;
   private purging = false;
+  private readonly owedListeners: Array<() => void> = [];
+  private owedAnnounced = false;
 
   constructor(private readonly options: PostgresStoreOptions) {
     this.now = options.now ?? Date.now;
@@ -428,7 +430,7 @@ export class PostgresStore implements Store, EventOutbox {
     const read = recordOf(row);
     const seen = read.record;
     const now = this.now();
-    if (!rules.due(seen, ref.config, now) && !rules.fetched(seen, now)) return statusOf(seen, read.links);
+    if (!rules.due(seen, ref.config, now, { owed: read.owed > 0, own: read.callback }) && !rules.fetched(seen, now)) return statusOf(seen, read.links);
     return this.submitOp<StatusRecord | null>({
       ref,
       run: async (tx) => {
@@ -505,7 +507,7 @@ export class PostgresStore implements Store, EventOutbox {
 
   async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {
     try {
-      const [paused, counts, oldestAt, oldest, leases, groups] = await Promise.all([
+      const [paused, counts, oldestAt, oldest, leases, groups, callbacks] = await Promise.all([
         this.read<{ paused: boolean }>(named('svcq_overview_paused', 'SELECT paused FROM svcq_queues WHERE key = $1'), [ref.key]),
         this.read<{ status: ItemStatus; n: number }>(
           named(
@@ -545,6 +547,10 @@ export class PostgresStore implements Store, EventOutbox {
             )
           : null,
         grouped(ref.config) ? this.read<{ n: number }>(named('svcq_groups_waiting', GROUPS_WAITING_SQL), [ref.key]) : null,
+        this.read<{ owed: number; failing: number }>(
+          named('svcq_callbacks_owed', 'SELECT count(*)::integer AS owed, (count(*) FILTER (WHERE tries > 0))::integer AS failing FROM svcq_callbacks WHERE queue = $1'),
+          [ref.key],
+        ),
       ]);
       const partial: Partial<Record<ItemStatus, number>> = {};
       for (const row of counts.rows) partial[row.status] = row.n;
@@ -555,6 +561,7 @@ export class PostgresStore implements Store, EventOutbox {
         oldest: (oldest?.rows ?? []).map((r) => ({ id: r.id, postedAt: r.posted_at, attempts: r.attempts })),
         leases: (leases?.rows ?? []).map((r) => ({ id: r.id, worker: r.lease_worker ?? '', until: r.lease_until ?? 0, attempts: r.attempts })),
         groupsWaiting: groups ? (groups.rows[0]?.n ?? 0) : null,
+        callbacks: { owed: callbacks.rows[0]?.owed ?? 0, failing: callbacks.rows[0]?.failing ?? 0 },
       };
     } catch (err) {
       throw new StoreUnavailable(err as Error, true);
@@ -577,6 +584,96 @@ export class PostgresStore implements Store, EventOutbox {
         if (!paused) tx.resumed.add(ref.key);
         return paused;
       },
+    });
+  }
+
+  /**
+   * See {@link Store.takeCallbacks}: one statement, so atomic on its own: the soonest due rows,
+   * those other nodes hold skipped, get their hold; then the items' records are read as they stand.
+   */
+  async takeCallbacks(max: number, holdMs: number): Promise<TakenCallback[]> {
+    const now = this.now();
+    try {
+      const taken = await this.read<CallbackRow>(
+        named(
+          'svcq_take_callbacks',
+          `WITH due AS (SELECT id FROM svcq_callbacks WHERE due_at <= $1 ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+           UPDATE svcq_callbacks AS c SET due_at = $3 FROM due WHERE c.id = due.id
+           RETURNING c.id, c.queue, c.item_id, c.event, c.url, c.owed_since, c.due_at, c.tries`,
+        ),
+        [now, max, now + holdMs],
+      );
+      if (taken.rows.length === 0) return [];
+      const items = await this.read<ItemRow & { queue: string }>(
+        named('svcq_callback_items', `SELECT ${COLUMNS}, queue FROM svcq_items WHERE (queue, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`),
+        [taken.rows.map((r) => r.queue), taken.rows.map((r) => r.item_id)],
+      );
+      const records = new Map(items.rows.map((row) => [`${row.queue}\n${row.id}`, row]));
+      return taken.rows
+        .sort((a, b) => a.due_at - b.due_at)
+        .map((r) => {
+          const row = records.get(`${r.queue}\n${r.item_id}`);
+          const loaded = row && recordOf(row);
+          return { ...callbackOf(r), record: loaded ? statusOf(loaded.record, loaded.links) : null };
+        });
+    } catch (err) {
+      throw err instanceof StoreUnavailable ? err : new StoreUnavailable(err as Error);
+    }
+  }
+
+  /**
+   * See {@link Store.settleCallback}: one statement, guarded on the `due_at` and `tries` taken. A
+   * callback delivered or dropped no longer holds its item's retention (the count on the item goes
+   * down with it, and the queue is swept soon); a drop writes its task event in the same statement.
+   */
+  async settleCallback(taken: OwedCallback, attempt: CallbackAttempt): Promise<CallbackSettlement> {
+    const now = this.now();
+    const retryAt = attempt.delivered ? null : rules.callbackRetryAt(taken.owedSince, taken.tries + 1, now);
+    const guard = [taken.id, taken.dueAt, taken.tries];
+    try {
+      if (retryAt !== null) {
+        const res = await this.read(named('svcq_retry_callback', 'UPDATE svcq_callbacks SET tries = tries + 1, due_at = $4 WHERE id = $1 AND due_at = $2 AND tries = $3'), [...guard, retryAt]);
+        return res.rowCount === 1 ? 'retrying' : 'stale';
+      }
+      const slash = taken.queue.indexOf('/');
+      const res = await this.read<{ n: number }>(
+        named(
+          'svcq_end_callback',
+          `WITH gone AS (
+             DELETE FROM svcq_callbacks WHERE id = $1 AND due_at = $2 AND tries = $3 RETURNING queue, item_id
+           ), item AS (
+             UPDATE svcq_items AS i SET callbacks_owed = i.callbacks_owed - 1 FROM gone
+              WHERE i.queue = gone.queue AND i.id = gone.item_id RETURNING i.id, i.attempts, i.status
+           ), dropped AS (
+             INSERT INTO svcq_events (ts, host, queue, id, event, attempts, status)
+             SELECT $4, $5, $6, item.id, 'callback-dropped', item.attempts, item.status FROM item WHERE $7::boolean
+           )
+           SELECT count(*)::integer AS n FROM gone`,
+        ),
+        [...guard, now, taken.queue.slice(0, slash), taken.queue.slice(slash + 1), !attempt.delivered],
+      );
+      if (res.rows[0]?.n !== 1) return 'stale';
+      // Retention may apply to the item now: its queue's quiet window ends, and a sweep comes soon.
+      this.deadlines.endQuietBy(taken.queue, now);
+      this.deadlines.wakeFor(taken.queue, now);
+      if (!attempt.delivered) this.outbox.soon();
+      return attempt.delivered ? 'delivered' : 'dropped';
+    } catch (err) {
+      throw err instanceof StoreUnavailable ? err : new StoreUnavailable(err as Error);
+    }
+  }
+
+  onCallbacksOwed(listener: () => void): void {
+    this.owedListeners.push(listener);
+  }
+
+  /** Tells the listeners, once per turn of the event loop, that this node made callbacks owed. */
+  private callbacksOwed(): void {
+    if (this.owedAnnounced) return;
+    this.owedAnnounced = true;
+    queueMicrotask(() => {
+      this.owedAnnounced = false;
+      for (const listener of this.owedListeners) listener();
     });
   }
 
@@ -793,6 +890,8 @@ export class PostgresStore implements Store, EventOutbox {
         const finishing = finishTx(tx);
         const limiting = finishLimits(tx);
         limiting?.catch(() => undefined);
+        const owing = finishCallbacks(tx);
+        owing?.catch(() => undefined);
         const archiving = tx.payloads.size > 0 ? writePayloads(tx, [...tx.payloads.values()], tx.now) : undefined;
         committing = client.query('COMMIT');
         tx.send();
@@ -800,6 +899,7 @@ export class PostgresStore implements Store, EventOutbox {
         await begun;
         await finishing;
         await limiting;
+        await owing;
         await archiving;
         const commit = await committing;
         if (commit.command !== 'COMMIT') throw new Error(`the transaction ended with ${commit.command}, not COMMIT`);
@@ -852,6 +952,7 @@ export class PostgresStore implements Store, EventOutbox {
     for (const key of tx.registered) this.itemIds.known.add(key);
     this.deadlines.committed(tx);
     for (const key of tx.resumed) this.options.notifier?.notify(claimTopic(key));
+    if (tx.callbacks.length > 0) this.callbacksOwed();
     if (tx.changes.length === 0) return;
     if (tx.changes.some((c) => c.events.length > 0)) this.outbox.soon();
     const notifier = this.options.notifier;
@@ -970,3 +1071,19 @@ function groupOf(op: Op): string | null {
   return null;
 }
 
+
+/** A row of svcq_callbacks (decisions §9.2). */
+interface CallbackRow {
+  id: string;
+  queue: string;
+  item_id: string;
+  event: ItemStatus;
+  url: string;
+  owed_since: number;
+  due_at: number;
+  tries: number;
+}
+
+function callbackOf(r: CallbackRow): OwedCallback {
+  return { id: r.id, queue: r.queue, itemId: r.item_id, event: r.event, url: r.url, owedSince: r.owed_since, dueAt: r.due_at, tries: r.tries };
+}

@@ -525,6 +525,33 @@ export const MIGRATIONS: readonly Migration[] = [
       $f$;
     `,
   },
+  {
+    version: 17,
+    description: 'callbacks when an item ends: the item\'s own URL, and the callbacks owed',
+    sql: `
+      -- decisions §9.2. callback: the item's own callback URL (a post's ?callback), or null;
+      -- callbacks_owed: how many callbacks are owed for it: retention passes over it while above 0.
+      -- A constant default: the table is not rewritten.
+      ALTER TABLE svcq_items ADD COLUMN callback text, ADD COLUMN callbacks_owed integer NOT NULL DEFAULT 0;
+      -- One row per callback owed, inserted in the transaction that ended its item, deleted once
+      -- delivered or dropped. due_at: when the next attempt may be made (while one is under way,
+      -- the end of its hold); tries: failed attempts so far.
+      CREATE TABLE svcq_callbacks (
+        id         text    PRIMARY KEY,
+        queue      text    NOT NULL,
+        item_id    text    NOT NULL,
+        event      text    NOT NULL,
+        url        text    NOT NULL,
+        owed_since bigint  NOT NULL,
+        due_at     bigint  NOT NULL,
+        tries      integer NOT NULL
+      );
+      -- Every node takes the soonest due first (FOR UPDATE SKIP LOCKED).
+      CREATE INDEX svcq_callbacks_due ON svcq_callbacks (due_at);
+      -- The operators' counts of a queue.
+      CREATE INDEX svcq_callbacks_queue ON svcq_callbacks (queue, tries);
+    `,
+  },
 ];
 
 /** Any constant the whole database agrees on: the lock that serialises migrations across nodes. */

@@ -1,0 +1,185 @@
+// decisions §9.2: the delivery of callbacks owed when items end. Every node runs one loop: it
+// takes due callbacks from the store (each held for one attempt, whichever node takes it), POSTs
+// each item's status record, and settles the attempt; the store keeps the obligation durable and
+// decides the backoff and the drop.
+import { createHmac } from 'node:crypto';
+import { Agent, request } from 'undici';
+import type { QueueConfig } from '../engine/config.js';
+import { sourceJson } from '../engine/rules.js';
+import { jsonString } from '../json-text.js';
+import type { CallbackAttempt, CallbackSettlement, StatusRecord, Store, TakenCallback } from '../store/store.js';
+import type { PushAllowList } from './allow-list.js';
+
+/** How long one attempt may take, from connecting to the end of the answer. */
+export const CALLBACK_TIMEOUT_MS = 30_000;
+/** A callback taken is held this long: longer than an attempt may take, so that no other node takes it meanwhile. */
+export const CALLBACK_HOLD_MS = CALLBACK_TIMEOUT_MS + 30_000;
+/** At most this long between two looks for due callbacks (those other nodes made owed, and retries coming due). */
+export const CALLBACK_POLL_MS = 1000;
+/** Attempts under way at once on a node. */
+export const CALLBACK_CONCURRENCY = 32;
+/** How much of a failed answer's body a reason quotes. */
+const REASON_BODY_CHARS = 200;
+
+export type CallbackOutcome = 'delivered' | 'failed' | 'dropped';
+
+export interface CallbackDeliveryOptions {
+  store: Store;
+  /** A queue's current rules (its push.secret signs its callbacks), or undefined when it is not defined now. */
+  configFor: (key: string) => QueueConfig | undefined;
+  /** Checked at each attempt: a URL no longer allowed is a failed attempt. */
+  allow: PushAllowList;
+  warn: (line: string) => void;
+  /** Told of each attempt settled (metric svcq_callbacks_total). */
+  counted?: (key: string, outcome: CallbackOutcome) => void;
+  now?: () => number;
+  timeoutMs?: number;
+  pollMs?: number;
+}
+
+/** The JSON text a callback POSTs: the item's status record (decisions §2.1, §8), bodies spliced in as stored. */
+export function callbackBody(r: StatusRecord): string {
+  const group = r.group === null ? 'null' : jsonString(r.group);
+  const dead = r.deadLetterId === undefined ? '' : `,"deadLetterId":"${r.deadLetterId}"`;
+  const source = r.source === undefined ? '' : `,"source":${JSON.stringify(sourceJson(r.source))}`;
+  return `{"id":"${r.id}","status":"${r.status}","postedBy":${jsonString(r.postedBy)},"postedAt":${r.postedAt},"updatedAt":${r.updatedAt},"finishedAt":${r.finishedAt},"attempts":${r.attempts},"priority":${r.priority},"group":${group},"runAt":${r.runAt},"progress":${r.progress},"result":${r.result},"error":${r.error}${dead}${source}}`;
+}
+
+/** decisions §9.1 signature headers: `svcq-timestamp` (unix seconds) and `svcq-signature: v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`. */
+export function signatureHeaders(secret: string, body: string, now: number): Record<string, string> {
+  const timestamp = String(Math.floor(now / 1000));
+  const mac = createHmac('sha256', secret).update(`${timestamp}.${body}`).digest('hex');
+  return { 'svcq-timestamp': timestamp, 'svcq-signature': `v1=${mac}` };
+}
+
+/**
+ * The callback loop of one node. Woken when this node's store makes a callback owed, and every
+ * {@link CALLBACK_POLL_MS} besides; takes at most as many callbacks as it has room for attempts.
+ */
+export class CallbackDelivery {
+  private readonly agent: Agent;
+  private readonly now: () => number;
+  private readonly timeoutMs: number;
+  private readonly pollMs: number;
+  private readonly inFlight = new Set<Promise<void>>();
+  private closed = false;
+  private looking: Promise<void> | undefined;
+  private again = false;
+  private timer: NodeJS.Timeout | undefined;
+  private failing = false;
+
+  constructor(private readonly options: CallbackDeliveryOptions) {
+    this.now = options.now ?? Date.now;
+    this.timeoutMs = options.timeoutMs ?? CALLBACK_TIMEOUT_MS;
+    this.pollMs = options.pollMs ?? CALLBACK_POLL_MS;
+    this.agent = new Agent({ connect: { timeout: this.timeoutMs }, headersTimeout: this.timeoutMs, bodyTimeout: this.timeoutMs });
+    options.store.onCallbacksOwed(() => this.wake());
+  }
+
+  start(): void {
+    this.wake();
+  }
+
+  /** Looks for due callbacks now (or right after the look under way). */
+  wake(): void {
+    if (this.closed) return;
+    if (this.looking) {
+      this.again = true;
+      return;
+    }
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.looking = this.look().finally(() => {
+      this.looking = undefined;
+      if (this.closed) return;
+      if (this.again) {
+        this.again = false;
+        this.wake();
+      } else {
+        this.timer = setTimeout(() => this.wake(), this.pollMs);
+        this.timer.unref();
+      }
+    });
+  }
+
+  /**
+   * Stops taking callbacks and waits for the attempts under way (each ends within the send
+   * timeout, which the agent's close cuts short): an attempt cut off is not settled, and its
+   * callback is due again when its hold runs out (at once after a restart of the embedded store).
+   */
+  async close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.timer);
+    await this.looking;
+    await this.agent.destroy().catch(() => undefined);
+    await Promise.allSettled([...this.inFlight]);
+  }
+
+  private async look(): Promise<void> {
+    const room = CALLBACK_CONCURRENCY - this.inFlight.size;
+    if (room <= 0) return;
+    let taken: TakenCallback[];
+    try {
+      taken = await this.options.store.takeCallbacks(room, CALLBACK_HOLD_MS);
+      if (this.failing) {
+        this.failing = false;
+        this.options.warn('callbacks are taken again');
+      }
+    } catch (err) {
+      if (!this.failing) this.options.warn(`callbacks could not be taken (${(err as Error).message}); trying again every second`);
+      this.failing = true;
+      return;
+    }
+    for (const c of taken) {
+      const attempt = this.deliver(c).finally(() => {
+        this.inFlight.delete(attempt);
+        // Room for another: the next look need not wait for the poll.
+        if (!this.closed) this.wake();
+      });
+      this.inFlight.add(attempt);
+    }
+    // A full batch: more may be due at once.
+    if (taken.length === room) this.again = true;
+  }
+
+  private async deliver(c: TakenCallback): Promise<void> {
+    const attempt = await this.send(c);
+    if (this.closed && !attempt.delivered) return;
+    let settled: CallbackSettlement;
+    try {
+      settled = await this.options.store.settleCallback(c, attempt);
+    } catch (err) {
+      // Left owed: due again once its hold runs out.
+      this.options.warn(`a callback's attempt could not be recorded (${(err as Error).message}); it will be tried again`);
+      return;
+    }
+    if (settled === 'stale') return;
+    const outcome: CallbackOutcome = settled === 'delivered' ? 'delivered' : settled === 'dropped' ? 'dropped' : 'failed';
+    this.options.counted?.(c.queue, outcome);
+    if (settled === 'dropped') this.options.warn(`a callback to ${c.url} for item ${c.itemId} of ${c.queue} was dropped: it still failed 24 hours after the item ended (${attempt.delivered ? '' : attempt.reason})`);
+  }
+
+  /** One attempt: a 2xx within the timeout delivers it; anything else is a failure, with a sentence saying why. */
+  private async send(c: TakenCallback): Promise<CallbackAttempt> {
+    const { allow } = this.options;
+    if (!allow.allows(c.url)) return { delivered: false, reason: allow.refusal(c.url) };
+    const record: StatusRecord = c.record ?? { id: c.itemId, status: c.event, postedBy: '', postedAt: 0, updatedAt: 0, finishedAt: null, attempts: 0, priority: 0, group: null, runAt: null, progress: null, result: null, error: null };
+    const body = callbackBody(record);
+    const headers: Record<string, string> = {
+      'content-type': 'application/json',
+      'svcq-event': c.event,
+      'svcq-queue': c.queue,
+      'svcq-item-id': c.itemId,
+    };
+    const secret = this.options.configFor(c.queue)?.push?.secret;
+    if (secret) Object.assign(headers, signatureHeaders(secret, body, this.now()));
+    try {
+      const res = await request(c.url, { method: 'POST', body, headers, dispatcher: this.agent, signal: AbortSignal.timeout(this.timeoutMs) });
+      const text = await res.body.text();
+      if (res.statusCode >= 200 && res.statusCode < 300) return { delivered: true };
+      return { delivered: false, reason: `${c.url} answered ${res.statusCode}${text === '' ? '' : `: ${text.slice(0, REASON_BODY_CHARS)}`}` };
+    } catch (err) {
+      return { delivered: false, reason: `${c.url} could not be reached (${(err as Error).message})` };
+    }
+  }
+}
