@@ -1,9 +1,12 @@
 import { createHmac } from 'node:crypto';
+import { readFileSync, symlinkSync } from 'node:fs';
 import http from 'node:http';
+import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { expect } from 'chai';
 import { request } from '../support/http.js';
-import { cleanupTemp, SERVER_STORE, startServer, type TestServer } from '../support/server.js';
+import { cleanupTemp, REPO, SERVER_STORE, startServer, tempDir, type TestServer } from '../support/server.js';
+import { markedBlocks, normalise, runBlocks, type Block } from '../docs/doc-blocks.js';
 import { defineQueue, PUBLIC_ACCESS, QueueApi, uniqueName, type Json } from '../http/queue-api.js';
 
 const HOST = 'callbacks.example.com';
@@ -192,5 +195,38 @@ describe(`callbacks when an item ends, black box on a real server (decisions §9
     view = await queueView(again, name);
     while ((view.callbacks as Json).owed !== 0 && Date.now() < end) view = await queueView(again, name);
     expect(view.callbacks).to.deep.equal({ owed: 0, failing: 0 });
+  });
+
+  it('runs the example of docs/callbacks.md: its receiver is told the item finished, with its result (STYLE: examples are executable and tested)', async function () {
+    if (SERVER_STORE === 'postgres') {
+      console.log('      skipped on PostgreSQL: the example starts an embedded server of its own');
+      this.skip();
+    }
+    const work = tempDir('svcq-callbacks-doc-');
+    const dir = tempDir('svcq-callbacks-run-');
+    symlinkSync(path.join(REPO, 'bin'), path.join(work, 'bin'));
+    const port = await freePort();
+    const hook = await freePort();
+    const env: NodeJS.ProcessEnv = { ...process.env };
+    for (const key of Object.keys(env)) if (key.startsWith('SVCQ_')) delete env[key];
+    env.SVCQ_PORT = String(port);
+    const doc = readFileSync(path.join(REPO, 'docs/callbacks.md'), 'utf8');
+    const adapt = (text: string): string => text.replaceAll('8080', String(port)).replaceAll('9000', String(hook));
+    const blocks = markedBlocks(doc, 'callbacks').map((b): Block => ({ ...b, code: adapt(b.code), ...(b.ready === undefined ? {} : { ready: adapt(b.ready) }) }));
+    expect(blocks.map((b) => b.kind)).to.deep.equal(['background', 'background', 'run']);
+    const run = await runBlocks(blocks, { cwd: work, env, dir, name: 'callbacks' });
+    try {
+      expect(run.code, `${run.stdout}\n${run.stderr}\n${run.started.map((s) => s.output()).join('\n---\n')}`).to.equal(0);
+      expect(normalise(run.perBlock[2]!)).to.equal(normalise(blocks[2]!.prints!));
+      const receiver = run.started[0]!;
+      const deadline = Date.now() + 10_000;
+      while (!/finished [0-9a-f]{16} \{ frames: 240 \}/.test(receiver.output()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      expect(receiver.output()).to.match(/finished [0-9a-f]{16} \{ frames: 240 \}/);
+    } finally {
+      for (const s of run.started) s.proc.kill('SIGKILL');
+      await Promise.all(run.started.map((s) => s.exited));
+      cleanupTemp(work);
+      cleanupTemp(dir);
+    }
   });
 });

@@ -369,4 +369,32 @@ describe('the embedded store when a write fails (decisions §6: a failed write l
     await new Promise((r) => setTimeout(r, 1200));
     expect((await store.get(q, a.id))?.status).to.equal('pending');
   });
+
+  it('a result whose write fails owes no callback, then or after a restart; a settle whose write fails leaves the callback owed as it was (decisions §6, §9.2)', async () => {
+    const q: QueueRef = { ...ref('callbacks'), config: resolveQueue({ leaseSeconds: 600, callback: 'http://127.0.0.1:9/hook' }) };
+    defined.set(q.key, q.config);
+    const a = await store.post(q, { body: '{"n":1}', postedBy: 'p' });
+    await store.claim(q, { worker: 'w' });
+    disk.failing = true;
+    expect(await rejection(store.result(q, a.id, '{}'))).to.be.instanceOf(StoreUnavailable);
+    disk.failing = false;
+    expect(await store.takeCallbacks(10, 60_000)).to.deep.equal([]);
+    expect((await store.overview(q, { oldest: 0, leases: 0 })).callbacks).to.deep.equal({ owed: 0, failing: 0 });
+    await close();
+    await open();
+    expect(await store.takeCallbacks(10, 60_000)).to.deep.equal([]);
+    expect((await store.get(q, a.id))?.status).to.equal('claimed');
+
+    await store.result(q, a.id, '{}');
+    const [taken] = await store.takeCallbacks(10, 60_000);
+    expect(taken).to.deep.include({ itemId: a.id, event: 'finished', tries: 0 });
+    disk.failing = true;
+    expect(await rejection(store.settleCallback(taken!, { delivered: true }))).to.be.instanceOf(StoreUnavailable);
+    disk.failing = false;
+    expect((await store.overview(q, { oldest: 0, leases: 0 })).callbacks).to.deep.equal({ owed: 1, failing: 0 });
+    await close();
+    await open();
+    const [again] = await store.takeCallbacks(10, 60_000);
+    expect(again).to.deep.include({ id: taken!.id, itemId: a.id, tries: 0 });
+  });
 });

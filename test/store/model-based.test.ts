@@ -54,6 +54,9 @@ const DEFINITIONS: QueueDefinition[] = [
   { leaseSeconds: 5, maxAttempts: 2, rateLimit: { max: 2, perSeconds: 3 } },
   { leaseSeconds: 10, maxAttempts: 2, fairness: 'groups' },
   { leaseSeconds: 10, maxAttempts: 3, fairness: 'groups', groupMaxActive: 1, maxActive: 3, rateLimit: { max: 3, perSeconds: 5 } },
+  // Callbacks (decisions §9.2): every way an item ends owes one (the overviews compare how many),
+  // and an item a callback is owed for outlives its retention (the callbacks are never settled here).
+  { leaseSeconds: 5, maxAttempts: 2, timeoutSeconds: 20, retainSeconds: 3, callback: 'http://127.0.0.1:9/hook' },
 ];
 const CONFIGS: QueueConfig[] = DEFINITIONS.map((def) => resolveQueue(def));
 /** The definitions whose items are purged the moment they end (retainSeconds 0). */
