@@ -685,13 +685,14 @@ export class Queue {
    * for the callbacks it finds at start, and as each is settled). Once none is owed, its retention
    * deadline is filed again: it falls as usual.
    */
-  owing(id: string, d: 1 | -1): void {
+  owing(id: string, d: 1 | -1, now = Infinity): void {
     const n = (this.owed.get(id) ?? 0) + d;
     if (n > 0) return void this.owed.set(id, n);
     this.owed.delete(id);
     const item = this.items.get(id);
     const at = item === undefined ? null : rules.deadlines(item, this.config).retention;
-    if (at !== null) this.retention.push(at, item!);
+    // A deadline still ahead keeps the entry it was filed with; one that fell while owed was passed over.
+    if (at !== null && at <= now) this.retention.push(at, item!);
   }
 
   /** Applies every time-driven rule that is due at `now` and returns what changed. */

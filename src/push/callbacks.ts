@@ -65,6 +65,8 @@ export class CallbackDelivery {
   private closed = false;
   private looking: Promise<void> | undefined;
   private again = false;
+  private soon = false;
+  private readonly allowedUrls = new Map<string, boolean>();
   private timer: NodeJS.Timeout | undefined;
   private failing = false;
 
@@ -80,8 +82,24 @@ export class CallbackDelivery {
     this.wake();
   }
 
-  /** Looks for due callbacks now (or right after the look under way). */
+  /**
+   * Looks for due callbacks at the end of this turn of the event loop (or right after the look
+   * under way): attempts that end together, and callbacks made owed together, share one take.
+   */
   wake(): void {
+    if (this.closed || this.soon) return;
+    if (this.looking) {
+      this.again = true;
+      return;
+    }
+    this.soon = true;
+    setImmediate(() => {
+      this.soon = false;
+      this.lookNow();
+    });
+  }
+
+  private lookNow(): void {
     if (this.closed) return;
     if (this.looking) {
       this.again = true;
@@ -113,6 +131,16 @@ export class CallbackDelivery {
     await this.looking;
     await this.agent.destroy().catch(() => undefined);
     await Promise.allSettled([...this.inFlight]);
+  }
+
+  /** PushAllowList.allows, remembered per URL: the list is fixed for the server's life, and most callbacks go to a few URLs. */
+  private allowed(url: string): boolean {
+    let ok = this.allowedUrls.get(url);
+    if (ok === undefined) {
+      if (this.allowedUrls.size >= 1000) this.allowedUrls.clear();
+      this.allowedUrls.set(url, (ok = this.options.allow.allows(url)));
+    }
+    return ok;
   }
 
   private async look(): Promise<void> {
@@ -161,8 +189,7 @@ export class CallbackDelivery {
 
   /** One attempt: a 2xx within the timeout delivers it; anything else is a failure, with a sentence saying why. */
   private async send(c: TakenCallback): Promise<CallbackAttempt> {
-    const { allow } = this.options;
-    if (!allow.allows(c.url)) return { delivered: false, reason: allow.refusal(c.url) };
+    if (!this.allowed(c.url)) return { delivered: false, reason: this.options.allow.refusal(c.url) };
     const record: StatusRecord = c.record ?? { id: c.itemId, status: c.event, postedBy: '', postedAt: 0, updatedAt: 0, finishedAt: null, attempts: 0, priority: 0, group: null, runAt: null, progress: null, result: null, error: null };
     const body = callbackBody(record);
     const headers: Record<string, string> = {
@@ -174,7 +201,8 @@ export class CallbackDelivery {
     const secret = this.options.configFor(c.queue)?.push?.secret;
     if (secret) Object.assign(headers, signatureHeaders(secret, body, this.now()));
     try {
-      const res = await request(c.url, { method: 'POST', body, headers, dispatcher: this.agent, signal: AbortSignal.timeout(this.timeoutMs) });
+      // The agent's timeouts bound the attempt (connect, headers, body): no timer of its own per request.
+      const res = await request(c.url, { method: 'POST', body, headers, dispatcher: this.agent });
       const text = await res.body.text();
       if (res.statusCode >= 200 && res.statusCode < 300) return { delivered: true };
       return { delivered: false, reason: `${c.url} answered ${res.statusCode}${text === '' ? '' : `: ${text.slice(0, REASON_BODY_CHARS)}`}` };

@@ -4,6 +4,7 @@ import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
 import * as rules from '../engine/rules.js';
 import type { RetryWish } from '../engine/rules.js';
+import { DeadlineHeap } from '../engine/deadline-heap.js';
 import { Queue, type Change, type Item, type LeaseMark, type Outcome, type Place, type SavedState } from '../engine/queue.js';
 import { callbackRecord, deleteRecord, eventsRecord, flowRecord, itemRecord, Journal, leaseRecord, markRecord, pausedRecord, scheduleRecord, updateRecord, type HistoryMark } from './journal.js';
 import { planSchedule, postedBy, scheduledOptions, scheduleView, type ScheduleSpec, type ScheduleState, type ScheduleView } from '../engine/schedules.js';
@@ -127,6 +128,8 @@ export class EmbeddedStore implements Store, EventOutbox {
    * disk (only then may it be taken: a callback never tells of a change that was taken back).
    */
   private readonly callbacks = new Map<string, { c: OwedCallback; durable: boolean }>();
+  /** The same by when each is due (an entry whose callback has changed or gone since is skipped when popped): a take reads only what is due. */
+  private readonly callbacksDue = new DeadlineHeap<OwedCallback>();
   /** decisions §9.2: callbacks owed and failing, by queue key (operators read them: never a scan). */
   private readonly callbackCounts = new Map<string, { owed: number; failing: number }>();
   private readonly owedListeners: Array<() => void> = [];
@@ -156,6 +159,7 @@ export class EmbeddedStore implements Store, EventOutbox {
     for (const c of callbacks.values()) {
       this.slotFor(c.queue, this.options.configFor(c.queue) ?? DEFAULT_CONFIG).queue.owing(c.itemId, 1);
       this.callbacks.set(c.id, { c, durable: true });
+      this.callbacksDue.push(c.dueAt, c);
       this.countCallback(c, 1);
     }
     for (const [key, states] of schedules) if (states.size > 0) this.slotFor(key, this.options.configFor(key) ?? DEFAULT_CONFIG).schedules = states;
@@ -434,16 +438,26 @@ export class EmbeddedStore implements Store, EventOutbox {
   async takeCallbacks(max: number, holdMs: number): Promise<TakenCallback[]> {
     if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
     const now = this.now();
-    const due: OwedCallback[] = [];
-    for (const { c, durable } of this.callbacks.values()) if (durable && c.dueAt <= now) due.push(c);
-    due.sort((a, b) => a.dueAt - b.dueAt);
     const out: TakenCallback[] = [];
-    for (const c of due.slice(0, max)) {
+    const notYet: OwedCallback[] = [];
+    while (out.length < max) {
+      const c = this.callbacksDue.popDue(now);
+      if (c === undefined) break;
+      const entry = this.callbacks.get(c.id);
+      // Settled, taken or retried since it was filed: its current state has an entry of its own.
+      if (entry === undefined || entry.c !== c) continue;
+      // Not durable yet: filed again, for the next take.
+      if (!entry.durable) {
+        notYet.push(c);
+        continue;
+      }
       const held: OwedCallback = { ...c, dueAt: now + holdMs };
       this.callbacks.set(c.id, { c: held, durable: true });
+      this.callbacksDue.push(held.dueAt, held);
       const item = this.slots.get(c.queue)?.queue.items.get(c.itemId);
       out.push({ ...held, record: item ? statusOf(item, item.links ?? undefined) : null });
     }
+    for (const c of notYet) this.callbacksDue.push(c.dueAt, c);
     return out;
   }
 
@@ -465,19 +479,22 @@ export class EmbeddedStore implements Store, EventOutbox {
     if (retryAt !== null) {
       const next: OwedCallback = { ...c, tries: c.tries + 1, dueAt: retryAt };
       this.callbacks.set(c.id, { c: next, durable: true });
+      this.callbacksDue.push(next.dueAt, next);
       this.countCallback(next, 1);
       undo = () => {
         this.countCallback(next, -1);
         this.callbacks.set(c.id, { c, durable: true });
+        this.callbacksDue.push(c.dueAt, c);
         this.countCallback(c, 1);
       };
     } else {
       this.callbacks.delete(c.id);
-      slot.queue.owing(c.itemId, -1);
+      slot.queue.owing(c.itemId, -1, this.now());
       const item = slot.queue.items.get(c.itemId);
       if (outcome === 'dropped' && item) changes.push({ item, before: item.saveState(), events: [{ event: 'callback-dropped' }] });
       undo = () => {
         this.callbacks.set(c.id, { c, durable: true });
+        this.callbacksDue.push(c.dueAt, c);
         this.countCallback(c, 1);
         slot.queue.owing(c.itemId, 1);
       };
@@ -501,7 +518,7 @@ export class EmbeddedStore implements Store, EventOutbox {
       const url = change.callback;
       if (url === undefined) continue;
       const now = this.now();
-      const c: OwedCallback = { id: randomBytes(8).toString('hex'), queue: slot.key, itemId: change.item.id, event: change.item.status, url, owedSince: now, dueAt: now, tries: 0 };
+      const c: OwedCallback = { id: this.randomHex(), queue: slot.key, itemId: change.item.id, event: change.item.status, url, owedSince: now, dueAt: now, tries: 0 };
       (made ??= []).push(c);
     }
     if (!made) return undefined;
@@ -509,6 +526,7 @@ export class EmbeddedStore implements Store, EventOutbox {
     let records = '';
     for (const c of list) {
       this.callbacks.set(c.id, { c, durable: false });
+      this.callbacksDue.push(c.dueAt, c);
       this.countCallback(c, 1);
       records += callbackRecord(c);
     }
@@ -1164,14 +1182,20 @@ export class EmbeddedStore implements Store, EventOutbox {
   /** 16 lowercase hex characters, random, unique in the queue (decisions §3.5). */
   private newId(queue: Queue): string {
     for (;;) {
-      if (this.idsAt + 8 > this.ids.length) {
-        this.ids = randomBytes(4096);
-        this.idsAt = 0;
-      }
-      const id = this.ids.toString('hex', this.idsAt, this.idsAt + 8);
-      this.idsAt += 8;
+      const id = this.randomHex();
       if (!queue.items.has(id)) return id;
     }
+  }
+
+  /** 16 random lowercase hex characters, from a buffer of random bytes drawn 4 KiB at a time. */
+  private randomHex(): string {
+    if (this.idsAt + 8 > this.ids.length) {
+      this.ids = randomBytes(4096);
+      this.idsAt = 0;
+    }
+    const id = this.ids.toString('hex', this.idsAt, this.idsAt + 8);
+    this.idsAt += 8;
+    return id;
   }
 }
 

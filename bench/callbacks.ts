@@ -1,0 +1,127 @@
+/**
+ * What callbacks (decisions §9.2) add to the full cycle: the server's CPU per job for post → claim
+ * → result on a queue without a callback and on one whose `callback` is a local node:http receiver
+ * answering 200 at once, in alternating rounds on one server.
+ *
+ *   npm run build && node --import tsx bench/callbacks.ts [--rounds 3] [--jobs 8000] [--in-flight 32] [--store postgres://USER@HOST:PORT/DB]
+ *
+ * `--cpu-prof DIR` profiles the server (written to DIR when it stops).
+ *
+ * A phase is bench/load.ts's `cycle` (producers posting, workers claiming with a long poll and
+ * posting results); on the callback queue it ends once every callback is delivered (the queue's
+ * view shows none owed), so that the delivery's CPU is counted. The figure is the server process's
+ * /proc utime+stime over the phase divided by the jobs; the ratio (callback / plain) is taken
+ * within each round, and the median and spread (min–max) of the rounds' ratios are printed.
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { cpuMsOf, killAll, runLoad, startSvcq } from './procs.js';
+
+const HOST = 'bench.test';
+const MASTER = 'bench-master-token-0123456789abcdef';
+const ACCESS = { post: 'public', fetch: 'public', work: 'public' };
+
+const { values: opts } = parseArgs({
+  options: {
+    rounds: { type: 'string', default: '3' },
+    jobs: { type: 'string', default: '8000' },
+    'in-flight': { type: 'string', default: '32' },
+    store: { type: 'string' },
+    'cpu-prof': { type: 'string' },
+  },
+  strict: true,
+});
+const rounds = Number(opts.rounds);
+const jobs = Number(opts.jobs);
+const inFlight = Number(opts['in-flight']);
+
+let received = 0;
+const receiver = http.createServer((req, res) => {
+  req.resume();
+  req.on('end', () => {
+    received++;
+    res.end();
+  });
+});
+await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+const hook = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/`;
+
+const root = mkdtempSync(path.join(os.tmpdir(), 'svcq-bench-callbacks-'));
+let database: string | undefined;
+let store: string | undefined;
+if (opts.store) {
+  database = `svcq_bench_callbacks_${process.pid}`;
+  const admin = new pg.Client({ connectionString: opts.store });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${database}`);
+  await admin.end();
+  const u = new URL(opts.store);
+  u.pathname = `/${database}`;
+  store = u.toString();
+}
+// startSvcq passes its environment on: the server may call the receiver, and keeps its items where asked.
+process.env.SVCQ_PUSH_ALLOW = hook;
+if (store) process.env.SVCQ_STORE = store;
+const server = await startSvcq({ root, masterToken: MASTER, nodeArgs: opts['cpu-prof'] ? ['--cpu-prof', '--cpu-prof-dir', opts['cpu-prof']] : [] });
+
+async function api(method: string, p: string, body?: unknown): Promise<unknown> {
+  const res = await fetch(`${server.url}${p}`, { method, headers: { authorization: `Bearer ${MASTER}` }, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${text}`);
+  return JSON.parse(text) as unknown;
+}
+await api('PUT', `/api/v2/def?path=${HOST}/svc-queues/plain.json`, { leaseSeconds: 300, access: ACCESS });
+await api('PUT', `/api/v2/def?path=${HOST}/svc-queues/cb.json`, { leaseSeconds: 300, access: ACCESS, callback: hook });
+
+async function owed(queue: string): Promise<number> {
+  const view = (await api('GET', `/api/v2/queues/${HOST}/${queue}`)) as { callbacks?: { owed: number } };
+  return view.callbacks?.owed ?? 0;
+}
+
+/** One phase: server CPU µs per job. */
+async function phase(queue: 'plain' | 'cb'): Promise<{ usPerJob: number; rate: number }> {
+  const before = received;
+  const cpu0 = cpuMsOf(server.pid);
+  const r = await runLoad({ mode: 'cycle', url: server.url, host: HOST, queue, inFlight, durationMs: 120_000, maxCount: jobs, itemBytes: 190, recordLatency: false });
+  if (r.errors > 0) throw new Error(`${queue}: ${r.errors} errors, the first: ${r.firstError}`);
+  if (queue === 'cb') {
+    // Every callback delivered and settled before the CPU is read.
+    while (received - before < r.count || (await owed(queue)) > 0) await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  const cpuMs = cpuMsOf(server.pid) - cpu0;
+  return { usPerJob: (cpuMs * 1000) / r.count, rate: r.rate };
+}
+
+try {
+  console.log(`callbacks bench: ${rounds} rounds of ${jobs} jobs per side, ${inFlight} in flight, ${store ? 'PostgreSQL' : 'embedded'} store`);
+  // Warm-up of both sides.
+  await phase('plain');
+  await phase('cb');
+  const ratios: number[] = [];
+  for (let n = 0; n < rounds; n++) {
+    const order: Array<'plain' | 'cb'> = n % 2 === 0 ? ['plain', 'cb'] : ['cb', 'plain'];
+    const got: Record<string, { usPerJob: number; rate: number }> = {};
+    for (const side of order) got[side] = await phase(side);
+    const ratio = got.cb!.usPerJob / got.plain!.usPerJob;
+    ratios.push(ratio);
+    console.log(`round ${n + 1}: plain ${got.plain!.usPerJob.toFixed(0)} µs/job (${got.plain!.rate.toFixed(0)} jobs/s), callback ${got.cb!.usPerJob.toFixed(0)} µs/job (${got.cb!.rate.toFixed(0)} jobs/s), ratio ${ratio.toFixed(3)}`);
+  }
+  const sorted = [...ratios].sort((a, b) => a - b);
+  console.log(`server CPU per job, callback / plain: median ${sorted[Math.floor(sorted.length / 2)]!.toFixed(3)}× (spread ${sorted[0]!.toFixed(3)}–${sorted[sorted.length - 1]!.toFixed(3)}); target ≤ 1.15×`);
+} finally {
+  await server.stop().catch(() => undefined);
+  receiver.close();
+  rmSync(root, { recursive: true, force: true });
+  if (database && opts.store) {
+    const admin = new pg.Client({ connectionString: opts.store });
+    await admin.connect();
+    await admin.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
+    await admin.end();
+  }
+  killAll();
+}
