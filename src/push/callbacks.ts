@@ -161,8 +161,9 @@ export class CallbackDelivery {
     for (const c of taken) {
       const attempt = this.deliver(c).finally(() => {
         this.inFlight.delete(attempt);
-        // Room for another: the next look need not wait for the poll.
-        if (!this.closed) this.wake();
+        // Room for more: the next look need not wait for the poll. Once half the room is free,
+        // so that one take serves many attempts rather than one each.
+        if (!this.closed && this.inFlight.size <= CALLBACK_CONCURRENCY / 2) this.wake();
       });
       this.inFlight.add(attempt);
     }

@@ -215,6 +215,8 @@ export class PostgresStore implements Store, EventOutbox {
   private purging = false;
   private readonly owedListeners: Array<() => void> = [];
   private owedAnnounced = false;
+  /** decisions §9.2: settles waiting to go together in one statement (see settleCallback). */
+  private settles: Array<{ taken: OwedCallback; retryAt: number | null; outcome: CallbackSettlement; resolve: (s: CallbackSettlement) => void; reject: (err: Error) => void }> = [];
 
   constructor(private readonly options: PostgresStoreOptions) {
     this.now = options.now ?? Date.now;
@@ -594,72 +596,103 @@ export class PostgresStore implements Store, EventOutbox {
   async takeCallbacks(max: number, holdMs: number): Promise<TakenCallback[]> {
     const now = this.now();
     try {
-      const taken = await this.read<CallbackRow>(
+      // The items' rows are read in the same statement, as they stand (an item is never purged while its callback is owed).
+      const taken = await this.read<CallbackRow & { item: ItemRow | null }>(
         named(
           'svcq_take_callbacks',
-          `WITH due AS (SELECT id FROM svcq_callbacks WHERE due_at <= $1 ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-           UPDATE svcq_callbacks AS c SET due_at = $3 FROM due WHERE c.id = due.id
-           RETURNING c.id, c.queue, c.item_id, c.event, c.url, c.owed_since, c.due_at, c.tries`,
+          `WITH due AS (SELECT id FROM svcq_callbacks WHERE due_at <= $1 ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+           taken AS (
+             UPDATE svcq_callbacks AS c SET due_at = $3 FROM due WHERE c.id = due.id
+             RETURNING c.id, c.queue, c.item_id, c.event, c.url, c.owed_since, c.due_at, c.tries
+           )
+           SELECT taken.*, (SELECT row_to_json(i) FROM (SELECT ${COLUMNS} FROM svcq_items WHERE queue = taken.queue AND id = taken.item_id) AS i) AS item
+             FROM taken ORDER BY taken.due_at`,
         ),
         [now, max, now + holdMs],
       );
-      if (taken.rows.length === 0) return [];
-      const items = await this.read<ItemRow & { queue: string }>(
-        named('svcq_callback_items', `SELECT ${COLUMNS}, queue FROM svcq_items WHERE (queue, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`),
-        [taken.rows.map((r) => r.queue), taken.rows.map((r) => r.item_id)],
-      );
-      const records = new Map(items.rows.map((row) => [`${row.queue}\n${row.id}`, row]));
-      return taken.rows
-        .sort((a, b) => a.due_at - b.due_at)
-        .map((r) => {
-          const row = records.get(`${r.queue}\n${r.item_id}`);
-          const loaded = row && recordOf(row);
-          return { ...callbackOf(r), record: loaded ? statusOf(loaded.record, loaded.links) : null };
-        });
+      return taken.rows.map((r) => {
+        const loaded = r.item && recordOf(r.item);
+        return { ...callbackOf(r), record: loaded ? statusOf(loaded.record, loaded.links) : null };
+      });
     } catch (err) {
       throw err instanceof StoreUnavailable ? err : new StoreUnavailable(err as Error);
     }
   }
 
   /**
-   * See {@link Store.settleCallback}: one statement, guarded on the `due_at` and `tries` taken. A
-   * callback delivered or dropped no longer holds its item's retention (the count on the item goes
-   * down with it, and the queue is swept soon); a drop writes its task event in the same statement.
+   * See {@link Store.settleCallback}. The settles made together (in one turn of the event loop)
+   * are one statement, each guarded on the `due_at` and `tries` taken. A callback delivered or
+   * dropped no longer holds its item's retention (the count on the item goes down with it, and
+   * the queue is swept soon); a drop writes its task event in the same statement.
    */
-  async settleCallback(taken: OwedCallback, attempt: CallbackAttempt): Promise<CallbackSettlement> {
+  settleCallback(taken: OwedCallback, attempt: CallbackAttempt): Promise<CallbackSettlement> {
+    const retryAt = attempt.delivered ? null : rules.callbackRetryAt(taken.owedSince, taken.tries + 1, this.now());
+    const outcome: CallbackSettlement = attempt.delivered ? 'delivered' : retryAt === null ? 'dropped' : 'retrying';
+    return new Promise((resolve, reject) => {
+      this.settles.push({ taken, retryAt, outcome, resolve, reject });
+      if (this.settles.length > 1) return;
+      setImmediate(() => void this.flushSettles());
+    });
+  }
+
+  private async flushSettles(): Promise<void> {
+    const batch = this.settles.splice(0);
     const now = this.now();
-    const retryAt = attempt.delivered ? null : rules.callbackRetryAt(taken.owedSince, taken.tries + 1, now);
-    const guard = [taken.id, taken.dueAt, taken.tries];
     try {
-      if (retryAt !== null) {
-        const res = await this.read(named('svcq_retry_callback', 'UPDATE svcq_callbacks SET tries = tries + 1, due_at = $4 WHERE id = $1 AND due_at = $2 AND tries = $3'), [...guard, retryAt]);
-        return res.rowCount === 1 ? 'retrying' : 'stale';
-      }
-      const slash = taken.queue.indexOf('/');
-      const res = await this.read<{ n: number }>(
+      const res = await this.read<{ id: string; finished_at: number | null; fetched_at: number | null }>(
         named(
-          'svcq_end_callback',
-          `WITH gone AS (
-             DELETE FROM svcq_callbacks WHERE id = $1 AND due_at = $2 AND tries = $3 RETURNING queue, item_id
+          'svcq_settle_callbacks',
+          `WITH s AS (
+             SELECT * FROM unnest($1::text[], $2::bigint[], $3::integer[], $4::bigint[], $5::boolean[]) AS s(id, due_at, tries, retry_at, dropped)
+           ), retried AS (
+             UPDATE svcq_callbacks AS c SET tries = c.tries + 1, due_at = s.retry_at FROM s
+              WHERE s.retry_at IS NOT NULL AND c.id = s.id AND c.due_at = s.due_at AND c.tries = s.tries RETURNING c.id
+           ), gone AS (
+             DELETE FROM svcq_callbacks AS c USING s
+              WHERE s.retry_at IS NULL AND c.id = s.id AND c.due_at = s.due_at AND c.tries = s.tries RETURNING c.id, c.queue, c.item_id, s.dropped
+           ), n AS (
+             SELECT queue, item_id, count(*)::integer AS n FROM gone GROUP BY queue, item_id
            ), item AS (
-             UPDATE svcq_items AS i SET callbacks_owed = i.callbacks_owed - 1 FROM gone
-              WHERE i.queue = gone.queue AND i.id = gone.item_id RETURNING i.id, i.attempts, i.status
+             UPDATE svcq_items AS i SET callbacks_owed = i.callbacks_owed - n.n FROM n
+              WHERE i.queue = n.queue AND i.id = n.item_id RETURNING i.queue, i.id, i.attempts, i.status, i.finished_at, i.fetched_at
            ), dropped AS (
              INSERT INTO svcq_events (ts, host, queue, id, event, attempts, status)
-             SELECT $4, $5, $6, item.id, 'callback-dropped', item.attempts, item.status FROM item WHERE $7::boolean
+             SELECT $6, split_part(gone.queue, '/', 1), substr(gone.queue, strpos(gone.queue, '/') + 1), gone.item_id, 'callback-dropped', item.attempts, item.status
+               FROM gone JOIN item ON item.queue = gone.queue AND item.id = gone.item_id WHERE gone.dropped
            )
-           SELECT count(*)::integer AS n FROM gone`,
+           SELECT id, NULL::bigint AS finished_at, NULL::bigint AS fetched_at FROM retried
+           UNION ALL
+           SELECT gone.id, item.finished_at, item.fetched_at FROM gone LEFT JOIN item ON item.queue = gone.queue AND item.id = gone.item_id`,
         ),
-        [...guard, now, taken.queue.slice(0, slash), taken.queue.slice(slash + 1), !attempt.delivered],
+        [batch.map((b) => b.taken.id), batch.map((b) => b.taken.dueAt), batch.map((b) => b.taken.tries), batch.map((b) => b.retryAt), batch.map((b) => b.outcome === 'dropped'), now],
       );
-      if (res.rows[0]?.n !== 1) return 'stale';
-      // Retention may apply to the item now: its queue's quiet window ends, and a sweep comes soon.
-      this.deadlines.endQuietBy(taken.queue, now);
-      this.deadlines.wakeFor(taken.queue, now);
-      if (!attempt.delivered) this.outbox.soon();
-      return attempt.delivered ? 'delivered' : 'dropped';
+      const settled = new Map(res.rows.map((r) => [r.id, r]));
+      let dropped = false;
+      for (const b of batch) {
+        const row = settled.get(b.taken.id);
+        if (!row) {
+          b.resolve('stale');
+          continue;
+        }
+        const config = b.outcome === 'retrying' ? undefined : this.options.configFor?.(b.taken.queue);
+        if (config) {
+          // Retention applies to the item again: the queue's quiet window (found without it) ends by
+          // its retention deadline, and a sweep comes then; only the items whose deadline is past
+          // cost a sweep now.
+          const from = config.retainFrom === 'fetched' ? row.fetched_at : row.finished_at;
+          if (from !== null) {
+            const at = Math.max(now, from + config.retainMs);
+            this.deadlines.endQuietBy(b.taken.queue, at);
+            this.deadlines.wakeFor(b.taken.queue, at);
+          }
+        }
+        if (b.outcome === 'dropped') dropped = true;
+        b.resolve(b.outcome);
+      }
+      if (dropped) this.outbox.soon();
     } catch (err) {
-      throw err instanceof StoreUnavailable ? err : new StoreUnavailable(err as Error);
+      const refusal = err instanceof StoreUnavailable ? err : new StoreUnavailable(err as Error);
+      for (const b of batch) b.reject(refusal);
     }
   }
 
