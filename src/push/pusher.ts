@@ -120,14 +120,18 @@ export class Pusher {
   }
 }
 
-/** One delivery under way: its abort, and whether it was abandoned at a stop. */
+/** One delivery under way: its abort (a stop), and whether its request has ended (its slot is free). */
 interface InFlight {
   abort: AbortController;
+  answered: boolean;
 }
 
 /** One push queue's deliveries on this node. */
 class PushLane {
+  /** Deliveries under way, until their result or error is recorded. */
   readonly inFlight = new Map<string, InFlight>();
+  /** Requests under way: what `concurrency` bounds. */
+  private requests = 0;
   last: PushView['last'] = null;
   consecutiveFailures = 0;
   lastError: string | null = null;
@@ -169,7 +173,7 @@ class PushLane {
         await this.pause();
         continue;
       }
-      const free = push.concurrency - this.inFlight.size;
+      const free = push.concurrency - this.requests;
       if (free <= 0) {
         await this.pause();
         continue;
@@ -231,18 +235,31 @@ class PushLane {
   }
 
   private start(ref: QueueRef & { config: { push: PushConfig } }, item: Claimed): void {
-    const delivery: InFlight = { abort: new AbortController() };
+    const delivery: InFlight = { abort: new AbortController(), answered: false };
     this.inFlight.set(item.id, delivery);
+    this.requests += 1;
     this.deliver(ref, item, delivery)
       .catch((err: unknown) => {
         // The lease ends and the item is delivered again: at least once.
         this.deps.warn(`push queue ${this.key}: item ${item.id} could not be recorded (${(err as Error).message}); it is delivered again when its lease ends`);
       })
       .finally(() => {
+        this.answered(delivery);
         this.inFlight.delete(item.id);
         if (this.inFlight.size === 0) for (const resolve of this.idle.splice(0)) resolve();
         this.wakeUp();
       });
+  }
+
+  /**
+   * The delivery's request has ended: its slot is free at once, so that the next claim goes out
+   * beside the result or error being recorded (the store folds the two into one durable write).
+   */
+  private answered(delivery: InFlight): void {
+    if (delivery.answered) return;
+    delivery.answered = true;
+    this.requests -= 1;
+    this.wakeUp();
   }
 
   private async deliver(claimedAs: QueueRef & { config: { push: PushConfig } }, item: Claimed, delivery: InFlight): Promise<void> {
@@ -262,6 +279,7 @@ class PushLane {
     headers['svcq-attempt'] = String(item.attempts);
     if (push.secret !== null) Object.assign(headers, sign(push.secret, item.item, Date.now()));
     const sent = await send(push.url, item.item, headers, { timeoutMs: push.timeoutMs, maxBytes: Math.max(ANSWER_TEXT_BYTES, this.deps.maxBody), signal: delivery.abort.signal });
+    this.answered(delivery);
     if (sent.failure === 'abandoned') {
       await store.release(ref, item.id, 0);
       return;
