@@ -15,6 +15,11 @@ export interface Sent {
   truncated: boolean;
   /** One sentence saying why this was not a 2xx, or null when it was one. */
   reason: string | null;
+  /**
+   * What kind of failure it was: `answer` (the target answered, not 2xx), `timeout`, `connection`
+   * (refused, reset, a name not resolved), `abandoned` (the caller's signal); null for a 2xx.
+   */
+  failure: 'answer' | 'timeout' | 'connection' | 'abandoned' | null;
   /** The answer's `Retry-After` in whole seconds (a number of seconds or an HTTP date), or null. */
   retryAfterSeconds: number | null;
 }
@@ -27,6 +32,8 @@ export interface SendOptions {
   maxBytes?: number;
   /** Where connections come from (default: one agent for the process, keeping connections alive). */
   dispatcher?: Dispatcher;
+  /** Abandons the request (a stopping server): the answer is a failure of kind `abandoned`. */
+  signal?: AbortSignal;
 }
 
 /**
@@ -47,6 +54,9 @@ export async function send(url: string, body: string | Buffer, headers: Record<s
   const started = performance.now();
   const abort = new AbortController();
   const timer = setTimeout(() => abort.abort(), timeoutMs);
+  const abandon = (): void => abort.abort();
+  options.signal?.addEventListener('abort', abandon, { once: true });
+  if (options.signal?.aborted) abort.abort();
   const elapsed = (): number => Math.round(performance.now() - started);
   let status: number | null = null;
   try {
@@ -77,12 +87,17 @@ export async function send(url: string, body: string | Buffer, headers: Record<s
       body: text,
       truncated,
       reason: ok ? null : answerReason(status, answer.headers.location),
+      failure: ok ? null : 'answer',
       retryAfterSeconds: retryAfter(answer.headers['retry-after'], Date.now()),
     };
   } catch (error) {
-    return { status, ms: elapsed(), body: '', truncated: false, reason: failureReason(error, status, timeoutMs, abort.signal.aborted), retryAfterSeconds: null };
+    const ms = elapsed();
+    if (options.signal?.aborted) return { status, ms, body: '', truncated: false, reason: 'the request was abandoned', failure: 'abandoned', retryAfterSeconds: null };
+    const timedOut = abort.signal.aborted || error instanceof errors.HeadersTimeoutError || error instanceof errors.BodyTimeoutError || error instanceof errors.ConnectTimeoutError;
+    return { status, ms, body: '', truncated: false, reason: failureReason(error, status, timeoutMs, timedOut), failure: timedOut ? 'timeout' : 'connection', retryAfterSeconds: null };
   } finally {
     clearTimeout(timer);
+    options.signal?.removeEventListener('abort', abandon);
   }
 }
 
@@ -97,7 +112,7 @@ function answerReason(status: number, location: string | string[] | undefined): 
 function failureReason(error: unknown, status: number | null, timeoutMs: number, timedOut: boolean): string {
   const within = `within ${formatSeconds(timeoutMs)}`;
   const code = (error as { code?: unknown }).code;
-  if (timedOut || error instanceof errors.HeadersTimeoutError || error instanceof errors.BodyTimeoutError || error instanceof errors.ConnectTimeoutError) {
+  if (timedOut) {
     return status === null ? `no answer ${within}` : `the answer ${status} did not end ${within}`;
   }
   if (code === 'ECONNREFUSED') return 'the connection was refused';

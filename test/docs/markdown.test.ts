@@ -19,7 +19,7 @@ const PAGES = [
 ].sort();
 
 /** The tags of the marked blocks that tests run (test/examples.test.ts, test/scaling-doc.test.ts, test/client/library.test.ts). */
-const RUN_TAGS = ['readme', 'walkthrough', 'http', 'browsers', 'operators', 'reference', 'behaviour', 'scaling', 'nginx', 'client', 'scheduling', 'retries', 'flow'];
+const RUN_TAGS = ['readme', 'walkthrough', 'http', 'browsers', 'operators', 'reference', 'behaviour', 'scaling', 'nginx', 'client', 'scheduling', 'retries', 'flow', 'push'];
 
 /** The text a reader sees outside code: fenced blocks and inline code spans blanked out. */
 function prose(markdown: string): string {

@@ -450,12 +450,12 @@ export class PostgresStore implements Store, EventOutbox {
     return this.submission(ref, id, (r, now) => rules.progress(r, ref.config, body, now), { kind: 'progress', body });
   }
 
-  result(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
-    return this.submission(ref, id, (r, now) => rules.result(r, body, now), { kind: 'result', body });
+  result(ref: QueueRef, id: string, body: string, delivery?: rules.Delivery): Promise<SubmitOutcome | null> {
+    return this.submission(ref, id, (r, now) => rules.result(r, body, now, delivery), { kind: 'result', body });
   }
 
-  error(ref: QueueRef, id: string, body: string, wish?: RetryWish): Promise<SubmitOutcome | null> {
-    return this.submission(ref, id, (r, now) => rules.error(r, ref.config, body, now, wish), { kind: 'error', body }, true);
+  error(ref: QueueRef, id: string, body: string, wish?: RetryWish, delivery?: rules.Delivery): Promise<SubmitOutcome | null> {
+    return this.submission(ref, id, (r, now) => rules.error(r, ref.config, body, now, wish, delivery), { kind: 'error', body }, true);
   }
 
   release(ref: QueueRef, id: string, delaySeconds: number): Promise<SubmitOutcome | null> {

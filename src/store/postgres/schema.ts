@@ -761,6 +761,15 @@ export const MIGRATIONS: readonly Migration[] = [
       $f$;
     `,
   },
+  {
+    version: 17,
+    description: "push delivery: the status code and time of a delivery's events",
+    sql: `
+      -- decisions §9.1: on a delivered / delivery-failed event, the target's status code (NULL
+      -- when it gave none) and the milliseconds the request took; NULL on every other event.
+      ALTER TABLE svcq_events ADD COLUMN code integer, ADD COLUMN ms integer;
+    `,
+  },
 ];
 
 /** Any constant the whole database agrees on: the lock that serialises migrations across nodes. */
