@@ -105,6 +105,8 @@ export interface SvcqOptions {
   masterToken: string;
   /** Extra node flags for the server process (e.g. --cpu-prof). */
   nodeArgs?: string[];
+  /** Extra `svcq serve` flags (e.g. --push-allow). */
+  args?: string[];
   startTimeoutMs?: number;
 }
 
@@ -112,7 +114,7 @@ export interface SvcqOptions {
 export async function startSvcq(options: SvcqOptions): Promise<Svcq> {
   const t0 = performance.now();
   const proc = track(
-    spawn(process.execPath, [...(options.nodeArgs ?? []), BIN, 'serve', '--root', options.root, '--port', '0', '--bind', '127.0.0.1', '--master-token', options.masterToken], {
+    spawn(process.execPath, [...(options.nodeArgs ?? []), BIN, 'serve', '--root', options.root, '--port', '0', '--bind', '127.0.0.1', '--master-token', options.masterToken, ...(options.args ?? [])], {
       stdio: ['ignore', 'pipe', 'pipe'],
     }),
   );

@@ -4,6 +4,7 @@ import { BaseCommand, UserError, hostFlag } from '../src/cli/base-command.js';
 import { mayHavePosted, mayHavePostedSentence, parseItemArgument, parseItemsFromStdin, postBatches, postMany, postWithRetry, type ItemInput, type ItemOptions } from '../src/cli/producer.js';
 import type { PostAnswer } from '../src/protocol.js';
 import type { ClientError } from '../src/client/client.js';
+import { urlProblem } from '../src/engine/urls.js';
 
 export default class Post extends BaseCommand<typeof Post> {
   static override summary = 'Post an item to a queue and print its id and status.';
@@ -13,7 +14,7 @@ With --idempotency-key a repeated post returns the first item instead of creatin
 Without a key, a single post whose answer was lost is not sent again (it may have been created); with one, it is. A post answered 502, 503 or 504 by a proxy in front of the server (which may have passed it on) is treated the same way; either way the command then says that the item may have been posted, and how to go on safely.
 If the server cannot be reached partway through, the items already posted are printed, the rest are reported as not posted, and the exit code is 1.
 Ctrl-C (or SIGTERM) partway through sends nothing more: the requests under way finish, and the outcome is reported the same way (a second Ctrl-C ends it at once).
---delay or --at, --priority and --group apply to every item posted (see docs/scheduling.md): a delayed item is pending and not claimable before its time; a claim takes the highest priority first.`;
+--delay or --at, --priority, --group and --callback apply to every item posted (see docs/scheduling.md and docs/push.md): a delayed item is pending and not claimable before its time; a claim takes the highest priority first.`;
   static override examples = [
     `<%= config.bin %> post public-echo '{"text":"hello"}' --host jobs.example.com`,
     `<%= config.bin %> post thumbnails - --host jobs.example.com --token $ALICE_TOKEN < items.jsonl`,
@@ -32,6 +33,7 @@ Ctrl-C (or SIGTERM) partway through sends nothing more: the requests under way f
     at: Flags.string({ description: 'not claimable before this time: ms since the Unix epoch, or an ISO 8601 time with its zone', exclusive: ['delay'] }),
     priority: Flags.integer({ description: 'a claim takes the highest priority first (-100 to 100, default 0)', min: -100, max: 100 }),
     group: Flags.string({ description: "the item's group (1-128 printable ASCII characters)" }),
+    callback: Flags.string({ description: "a URL the server POSTs the item's status record to when it ends (see docs/push.md; the server must allow it with --push-allow)" }),
   };
 
   async run(): Promise<PostAnswer | undefined> {
@@ -121,8 +123,13 @@ Ctrl-C (or SIGTERM) partway through sends nothing more: the requests under way f
 }
 
 /** The item options of the flags (decisions §8.1), checked as the server checks them. */
-function itemOptions(flags: { delay?: number; at?: string; priority?: number; group?: string }): ItemOptions {
+function itemOptions(flags: { delay?: number; at?: string; priority?: number; group?: string; callback?: string }): ItemOptions {
   const out: ItemOptions = {};
+  if (flags.callback !== undefined) {
+    const problem = urlProblem(flags.callback);
+    if (problem !== null) throw new UserError(`--callback ${problem}, not "${flags.callback}"`);
+    out.callback = flags.callback;
+  }
   if (flags.delay !== undefined) out.delay = flags.delay;
   if (flags.priority !== undefined) out.priority = flags.priority;
   if (flags.group !== undefined) {

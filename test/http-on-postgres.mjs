@@ -33,7 +33,7 @@ console.log('HTTP suites on PostgreSQL: every server these tests start keeps its
 const suites =
   process.env.SUITES === 'all'
     ? ['test/http/*.test.ts', '--ignore', 'test/http/multi-node.test.ts']
-    : ['test/http/queue.test.ts', 'test/http/batch.test.ts', 'test/http/long-poll.test.ts', 'test/http/operators.test.ts', 'test/http/pause.test.ts', 'test/http/priority.test.ts', 'test/http/retries.test.ts', 'test/http/flow-control.test.ts'];
+    : ['test/http/queue.test.ts', 'test/http/batch.test.ts', 'test/http/long-poll.test.ts', 'test/http/operators.test.ts', 'test/http/pause.test.ts', 'test/http/priority.test.ts', 'test/http/retries.test.ts', 'test/http/flow-control.test.ts', 'test/push/push.test.ts'];
 // Each file drops the databases of its servers when it ends; a file that a worker process runs
 // after another may not (the hook that drops them is registered once per process), and a crashed
 // run leaves its databases too. So every database this run made carries its tag, and is dropped here.

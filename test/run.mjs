@@ -33,6 +33,8 @@ const LONGEST = [
   'test/store/postgres-notifier.test.ts',
   'test/http/flow-control.test.ts',
   'test/store/postgres-limits.test.ts',
+  'test/push/push.test.ts',
+  'test/push/push-nodes.test.ts',
 ];
 
 /** Runs a command; resolves with its exit code and, when `quiet`, what it printed. */

@@ -5,8 +5,8 @@ import { ClientError } from '../client/client.js';
 import { FailureReport, isTransient, retrying, sleep, surelyNotApplied, svcqAnswered } from '../client/backoff.js';
 import { UserError } from './base-command.js';
 
-/** An item's options (decisions §8.1): delay or time, priority, group; every item of a run gets the same. */
-export type ItemOptions = Pick<PostOptions, 'delay' | 'at' | 'priority' | 'group'>;
+/** An item's options (decisions §8.1, §9.2): delay or time, priority, group, callback; every item of a run gets the same. */
+export type ItemOptions = Pick<PostOptions, 'delay' | 'at' | 'priority' | 'group' | 'callback'>;
 
 /** One item to post: its JSON text and where it came from, for messages. */
 export interface ItemInput {

@@ -54,7 +54,7 @@ export interface CallOptions {
 }
 
 /**
- * A post's options (decisions §8.1), sent as its query parameters; a batch's apply to each of its
+ * A post's options (decisions §8.1, §9.2), sent as its query parameters; a batch's apply to each of its
  * items. The server checks them: a value out of range rejects the post (code `rejected`), naming it.
  */
 export interface PostOptions extends CallOptions {
@@ -66,12 +66,14 @@ export interface PostOptions extends CallOptions {
   priority?: number;
   /** 1–128 printable ASCII characters: the item's group. */
   group?: string;
+  /** decisions §9.2: the URL the item's status record is POSTed to when it ends (the server must allow it: `--push-allow`). */
+  callback?: string;
 }
 
 /** The query of a post with these options: empty without any. */
 function postQuery(opts: PostOptions): string {
   const query: string[] = [];
-  for (const name of ['delay', 'at', 'priority', 'group'] as const) {
+  for (const name of ['delay', 'at', 'priority', 'group', 'callback'] as const) {
     const value = opts[name];
     if (value !== undefined) query.push(`${name}=${encodeURIComponent(String(value))}`);
   }

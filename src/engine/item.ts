@@ -47,4 +47,7 @@ export interface TaskEvent {
   deadLetter?: string;
   /** decisions §8.6: on a `redriven` event, where the item went: `<queue>/<new id>`. */
   redrivenTo?: string;
+  /** decisions §9.1: on a `delivered` / `delivery-failed` event, the target's status code (null when it gave none) and the milliseconds the request took. */
+  code?: number | null;
+  ms?: number;
 }

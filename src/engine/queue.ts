@@ -220,7 +220,7 @@ export interface Change {
    */
   before?: SavedState;
   /** Events in the order they happened. */
-  events: Array<{ event: TaskEventKind; worker?: string; schedule?: string; occurrence?: number; deadLetter?: string; redrivenTo?: string }>;
+  events: Array<{ event: TaskEventKind; worker?: string; schedule?: string; occurrence?: number; deadLetter?: string; redrivenTo?: string; code?: number | null; ms?: number }>;
   /** The item left the queue for good (retention): the store deletes it. */
   purged?: boolean;
   /** A lease counted by the rate window or fairness turns (decisions §8.5): the store journals it, and a revert takes it back. */
@@ -547,15 +547,15 @@ export class Queue {
   }
 
   /** A result for any non-terminal item is accepted, whoever sends it. */
-  result(id: string, body: string, now: number): Outcome | null {
+  result(id: string, body: string, now: number, delivery?: rules.Delivery): Outcome | null {
     const item = this.items.get(id);
-    return item ? this.submitted(item, rules.result(item, body, now)) : null;
+    return item ? this.submitted(item, rules.result(item, body, now, delivery)) : null;
   }
 
   /** Records an error; the item is re-queued, or failed when its attempts are used up (decisions §3.4). */
-  error(id: string, body: string, now: number, wish?: rules.RetryWish): Outcome | null {
+  error(id: string, body: string, now: number, wish?: rules.RetryWish, delivery?: rules.Delivery): Outcome | null {
     const item = this.items.get(id);
-    return item ? this.submitted(item, rules.error(item, this.config, body, now, wish)) : null;
+    return item ? this.submitted(item, rules.error(item, this.config, body, now, wish, delivery)) : null;
   }
 
   /** Hands a leased item back (decisions §8.2): pending again after `delaySeconds`, its attempt not counted. */

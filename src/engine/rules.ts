@@ -56,6 +56,20 @@ export interface EventDraft {
   /** decisions §8.6: see TaskEvent.deadLetter and TaskEvent.redrivenTo. */
   deadLetter?: string;
   redrivenTo?: string;
+  /** decisions §9.1: on a `delivered` / `delivery-failed` event, see TaskEvent.code and TaskEvent.ms. */
+  code?: number | null;
+  ms?: number;
+}
+
+/**
+ * decisions §9.1: how a push delivery went, given with the result or error it led to, so that its
+ * `delivered` / `delivery-failed` event is written in the same atomic step as the submission.
+ */
+export interface Delivery {
+  /** The target's status code, or null when it gave none (timeout, refused, reset). */
+  code: number | null;
+  /** Milliseconds the request took. */
+  ms: number;
 }
 
 /** What a rule did to one item. */
@@ -243,10 +257,13 @@ export function progress(r: ItemRecord, config: QueueConfig, body: string, now: 
 }
 
 /** A result for any non-terminal item is accepted, whoever sends it (interface §4.2 rule 6). */
-export function result(r: ItemRecord, body: string, now: number): Submission {
+export function result(r: ItemRecord, body: string, now: number, delivery?: Delivery): Submission {
   if (isTerminal(r.status)) return { accepted: false, status: r.status };
   const record = next(r, { result: body, ...finish('finished', now) });
-  return { accepted: true, status: record.status, transition: { record, events: [{ event: 'finished', worker: r.leaseWorker ?? undefined }] } };
+  const worker = r.leaseWorker ?? undefined;
+  const events: EventDraft[] = [{ event: 'finished', worker }];
+  if (delivery) events.unshift({ event: 'delivered', worker, code: delivery.code, ms: delivery.ms });
+  return { accepted: true, status: record.status, transition: { record, events } };
 }
 
 /**
@@ -255,13 +272,14 @@ export function result(r: ItemRecord, body: string, now: number): Submission {
  * claimable again that many seconds from now in place of the queue's delay (failed all the same
  * when no attempt is left).
  */
-export function error(r: ItemRecord, config: QueueConfig, body: string, now: number, wish?: RetryWish): Submission {
+export function error(r: ItemRecord, config: QueueConfig, body: string, now: number, wish?: RetryWish, delivery?: Delivery): Submission {
   if (isTerminal(r.status)) return { accepted: false, status: r.status };
   const withError = next(r, { error: body });
   const after = wish?.final === true ? next(withError, finish('failed', now)) : requeueOrFail(withError, config, now, wish?.retryIn === undefined ? undefined : wish.retryIn * 1000);
   // Both events name the worker whose error it was, as a lease that ends names the lease's worker.
   const worker = r.leaseWorker ?? undefined;
   const events: EventDraft[] = [{ event: 'error', worker }, { event: after.status === 'failed' ? 'failed' : 'requeued', worker }];
+  if (delivery) events.unshift({ event: 'delivery-failed', worker, code: delivery.code, ms: delivery.ms });
   return { accepted: true, status: after.status, transition: { record: after, events } };
 }
 

@@ -17,6 +17,7 @@ import { openTools } from '../tools/index.js';
 import { payloadsDir } from '../tools/files.js';
 import { placeStaged, sweepStaged } from '../durable-files.js';
 import { Operators } from '../operators/operators.js';
+import { Pusher } from '../push/pusher.js';
 import type { ServerContext } from './context.js';
 import { FileMasterTokenStore, resolveMasterToken, resolveSharedMasterToken } from './master-token.js';
 import { createQueueRouter } from './queue-router.js';
@@ -219,6 +220,23 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
   };
   // A held claim or fetch whose queue is deleted, or whose caller loses the access, gets the wall at once (decisions §2.4).
   registry.onHostChange((host) => ctx.waits.definitionsChanged(host));
+  // decisions §9.1: this node works every push queue as the worker push:<node>.
+  const pusher = new Pusher({
+    store,
+    waits: ctx.waits,
+    queue: (key) => {
+      const slash = key.indexOf('/');
+      return registry.queue(key.slice(0, slash), key.slice(slash + 1));
+    },
+    queues: () => registry.queues(),
+    allow: pushAllow,
+    maxBody: ctx.maxBody,
+    observer: operators,
+    warn,
+  });
+  registry.onQueueChange((key) => pusher.changed(key));
+  operators.watchPushes(pusher);
+  pusher.start();
   const app = apiInBackground(ctx, warn);
   const queues = createQueueRouter(ctx);
 
@@ -304,6 +322,8 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
       (closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         stopping.abort();
+        // decisions §9.1: no new delivery; those in flight finish within the grace, or are released.
+        const pushed = pusher.stop(options.shutdownGraceMs ?? 5000);
         // Requests under way are finished, and their answers carry `connection: close`, so that
         // no client sends another request on a connection that is about to end.
         for (const socket of open) {
@@ -318,6 +338,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
         const grace = setTimeout(() => server.closeAllConnections(), options.shutdownGraceMs ?? 5000);
         await closed;
         clearTimeout(grace);
+        await pushed;
         await swept;
         await ticker.close();
         await callbacks.close();

@@ -24,6 +24,27 @@ export interface QueueEntry {
   groupsWaiting?: number | null;
   /** decisions §8.6: pending items of the queue's dead-letter queue; null without one (or when that queue is not defined). */
   deadLetters?: number | null;
+  /** decisions §9.1: a push queue's target and its health on the node that answers; null for other queues (absent from servers before push queues). */
+  push?: PushState | null;
+}
+
+/** decisions §9.1: a push queue as operators see it on the node that answers. */
+export interface PushState {
+  /** The target URL. */
+  url: string;
+  /** Deliveries in flight on this node now, and the most it makes at once (`concurrency`). */
+  inFlight: number;
+  concurrency: number;
+  /** This node's last delivery: delivered or failed, its status code (null: none came), its time (ms), when it ended (ms since the epoch); null before the first. */
+  last: { outcome: 'delivered' | 'failed'; code: number | null; ms: number; at: number } | null;
+  /** Deliveries that failed in a row on this node since the last one delivered. */
+  consecutiveFailures: number;
+  /** The target is failing: this node's last delivery failed, or the server may not call the URL. */
+  failing: boolean;
+  /** The sentence of the last failure, or of the allow-list's refusal; null when none. */
+  lastError: string | null;
+  /** The URL is outside `--push-allow`: this node delivers nothing of the queue, and its items wait. */
+  refused: boolean;
 }
 
 /** A queue's flow-control fields (decisions §8.5, §8.6) as operators see them. */

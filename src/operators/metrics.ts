@@ -53,6 +53,8 @@ export class OperatorMetrics {
   private readonly httpDuration: BucketHistogram;
   private readonly commitDuration: Histogram;
   private readonly commitBatch: Histogram;
+  private readonly pushRequests: Counter<'host' | 'queue' | 'outcome'>;
+  private readonly pushDuration: Histogram<'host' | 'queue'>;
 
   constructor() {
     const registers = [this.register];
@@ -94,6 +96,19 @@ export class OperatorMetrics {
       name: 'svcq_store_commit_duration_seconds',
       help: 'Time one durable write of the store took (a group commit: write and fsync).',
       buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers,
+    });
+    this.pushRequests = new Counter({
+      name: 'svcq_push_requests_total',
+      help: 'Push deliveries this node made (decisions §9.1), by outcome: delivered (2xx), answered-error, timeout, connection-failed.',
+      labelNames: ['host', 'queue', 'outcome'],
+      registers,
+    });
+    this.pushDuration = new Histogram({
+      name: 'svcq_push_duration_seconds',
+      help: 'Time one push delivery took, from the request to the end of its answer or its failure.',
+      labelNames: ['host', 'queue'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers,
     });
     this.commitBatch = new Histogram({
@@ -139,6 +154,12 @@ export class OperatorMetrics {
   committed(seconds: number, changes: number): void {
     this.commitDuration.observe(seconds);
     this.commitBatch.observe(changes);
+  }
+
+  /** decisions §9.1: a push delivery of queue `host/queue` ended with `outcome` after `seconds`. */
+  pushed(host: string, queue: string, outcome: string, seconds: number): void {
+    this.pushRequests.inc({ host, queue, outcome });
+    this.pushDuration.observe({ host, queue }, seconds);
   }
 
   /** A response was handed to the socket `seconds` after its request arrived. */

@@ -1,7 +1,7 @@
 import type { DefinitionRegistry, QueueRuntime } from '../definitions/registry.js';
 import type { TaskEventKind } from '../engine/item.js';
 import type { QueueOverview, QueueRef, Store, StoreObserver } from '../store/store.js';
-import type { BulkAnswer, PauseAnswer, QueueDetail, QueueEntry, QueueLimits, QueueList } from './answers.js';
+import type { BulkAnswer, PauseAnswer, PushState, QueueDetail, QueueEntry, QueueLimits, QueueList } from './answers.js';
 import { BULK_COUNT_FIELD, bulkAction, bulkRequest, runBulk, type BulkKind } from './bulk.js';
 import { OperatorMetrics, type Audience } from './metrics.js';
 import { EventRates } from './rates.js';
@@ -22,6 +22,7 @@ export class Operators {
   /** Pass this to the store: it tells the rates and the metrics. */
   readonly observer: StoreObserver;
   private store?: Store;
+  private pushes?: { view(key: string): PushState | null };
 
   constructor(
     private readonly registry: DefinitionRegistry,
@@ -43,6 +44,16 @@ export class Operators {
   /** The store to read counts from (it is made after the observer it is given). */
   watch(store: Store): void {
     this.store = store;
+  }
+
+  /** decisions §9.1: where push queues' deliveries on this node are seen (the queue views' `push`). */
+  watchPushes(pushes: { view(key: string): PushState | null }): void {
+    this.pushes = pushes;
+  }
+
+  /** decisions §9.1: a push delivery ended (the metrics count it). */
+  pushed(host: string, queue: string, outcome: string, seconds: number): void {
+    this.metrics.pushed(host, queue, outcome, seconds);
   }
 
   /** Every defined queue, by host then name. */
@@ -138,6 +149,7 @@ export class Operators {
       held: this.metrics.heldCounts(ref.key),
       groupsWaiting: o.groupsWaiting,
       deadLetters,
+      push: ref.config.push === null ? null : (this.pushes?.view(ref.key) ?? null),
     };
   }
 

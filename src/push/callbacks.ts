@@ -2,13 +2,14 @@
 // takes due callbacks from the store (each held for one attempt, whichever node takes it), POSTs
 // each item's status record, and settles the attempt; the store keeps the obligation durable and
 // decides the backoff and the drop.
-import { createHmac } from 'node:crypto';
-import { Agent, request } from 'undici';
+import { Agent } from 'undici';
 import type { QueueConfig } from '../engine/config.js';
 import { sourceJson } from '../engine/rules.js';
 import { jsonString } from '../json-text.js';
 import type { CallbackAttempt, CallbackSettlement, StatusRecord, Store, TakenCallback } from '../store/store.js';
 import type { PushAllowList } from './allow-list.js';
+import { send } from './send.js';
+import { sign } from './sign.js';
 
 /** How long one attempt may take, from connecting to the end of the answer. */
 export const CALLBACK_TIMEOUT_MS = 30_000;
@@ -18,8 +19,6 @@ export const CALLBACK_HOLD_MS = CALLBACK_TIMEOUT_MS + 30_000;
 export const CALLBACK_POLL_MS = 1000;
 /** Attempts under way at once on a node. */
 export const CALLBACK_CONCURRENCY = 32;
-/** How much of a failed answer's body a reason quotes. */
-const REASON_BODY_CHARS = 200;
 
 export type CallbackOutcome = 'delivered' | 'failed' | 'dropped';
 
@@ -43,13 +42,6 @@ export function callbackBody(r: StatusRecord): string {
   const dead = r.deadLetterId === undefined ? '' : `,"deadLetterId":"${r.deadLetterId}"`;
   const source = r.source === undefined ? '' : `,"source":${JSON.stringify(sourceJson(r.source))}`;
   return `{"id":"${r.id}","status":"${r.status}","postedBy":${jsonString(r.postedBy)},"postedAt":${r.postedAt},"updatedAt":${r.updatedAt},"finishedAt":${r.finishedAt},"attempts":${r.attempts},"priority":${r.priority},"group":${group},"runAt":${r.runAt},"progress":${r.progress},"result":${r.result},"error":${r.error}${dead}${source}}`;
-}
-
-/** decisions §9.1 signature headers: `svcq-timestamp` (unix seconds) and `svcq-signature: v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`. */
-export function signatureHeaders(secret: string, body: string, now: number): Record<string, string> {
-  const timestamp = String(Math.floor(now / 1000));
-  const mac = createHmac('sha256', secret).update(`${timestamp}.${body}`).digest('hex');
-  return { 'svcq-timestamp': timestamp, 'svcq-signature': `v1=${mac}` };
 }
 
 /**
@@ -172,7 +164,7 @@ export class CallbackDelivery {
   }
 
   private async deliver(c: TakenCallback): Promise<void> {
-    const attempt = await this.send(c);
+    const attempt = await this.attempt(c);
     if (this.closed && !attempt.delivered) return;
     let settled: CallbackSettlement;
     try {
@@ -189,7 +181,7 @@ export class CallbackDelivery {
   }
 
   /** One attempt: a 2xx within the timeout delivers it; anything else is a failure, with a sentence saying why. */
-  private async send(c: TakenCallback): Promise<CallbackAttempt> {
+  private async attempt(c: TakenCallback): Promise<CallbackAttempt> {
     if (!this.allowed(c.url)) return { delivered: false, reason: this.options.allow.refusal(c.url) };
     const record: StatusRecord = c.record ?? { id: c.itemId, status: c.event, postedBy: '', postedAt: 0, updatedAt: 0, finishedAt: null, attempts: 0, priority: 0, group: null, runAt: null, progress: null, result: null, error: null };
     const body = callbackBody(record);
@@ -200,15 +192,9 @@ export class CallbackDelivery {
       'svcq-item-id': c.itemId,
     };
     const secret = this.options.configFor(c.queue)?.push?.secret;
-    if (secret) Object.assign(headers, signatureHeaders(secret, body, this.now()));
-    try {
-      // The agent's timeouts bound the attempt (connect, headers, body): no timer of its own per request.
-      const res = await request(c.url, { method: 'POST', body, headers, dispatcher: this.agent });
-      const text = await res.body.text();
-      if (res.statusCode >= 200 && res.statusCode < 300) return { delivered: true };
-      return { delivered: false, reason: `${c.url} answered ${res.statusCode}${text === '' ? '' : `: ${text.slice(0, REASON_BODY_CHARS)}`}` };
-    } catch (err) {
-      return { delivered: false, reason: `${c.url} could not be reached (${(err as Error).message})` };
-    }
+    if (secret) Object.assign(headers, sign(secret, body, this.now()));
+    // decisions §9.1's sender: one POST, no redirect followed, the whole exchange within the timeout.
+    const sent = await send(c.url, body, headers, { timeoutMs: this.timeoutMs, maxBytes: 200, dispatcher: this.agent });
+    return sent.reason === null ? { delivered: true } : { delivered: false, reason: sent.reason };
   }
 }

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
 import * as rules from '../engine/rules.js';
-import type { RetryWish } from '../engine/rules.js';
+import type { Delivery, RetryWish } from '../engine/rules.js';
 import { DeadlineHeap } from '../engine/deadline-heap.js';
 import { Queue, type Change, type Item, type LeaseMark, type Outcome, type Place, type SavedState } from '../engine/queue.js';
 import { callbackRecord, deleteRecord, eventsRecord, flowRecord, itemRecord, Journal, leaseRecord, markRecord, pausedRecord, scheduleRecord, updateRecord, type HistoryMark } from './journal.js';
@@ -326,12 +326,12 @@ export class EmbeddedStore implements Store, EventOutbox {
     return this.submit(ref, id, 'progress', body, (queue, now) => queue.progress(id, body, now));
   }
 
-  result(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
-    return this.submit(ref, id, 'result', body, (queue, now) => queue.result(id, body, now));
+  result(ref: QueueRef, id: string, body: string, delivery?: Delivery): Promise<SubmitOutcome | null> {
+    return this.submit(ref, id, 'result', body, (queue, now) => queue.result(id, body, now, delivery));
   }
 
-  error(ref: QueueRef, id: string, body: string, wish?: RetryWish): Promise<SubmitOutcome | null> {
-    return this.submit(ref, id, 'error', body, (queue, now) => queue.error(id, body, now, wish));
+  error(ref: QueueRef, id: string, body: string, wish?: RetryWish, delivery?: Delivery): Promise<SubmitOutcome | null> {
+    return this.submit(ref, id, 'error', body, (queue, now) => queue.error(id, body, now, wish, delivery));
   }
 
   release(ref: QueueRef, id: string, delaySeconds: number): Promise<SubmitOutcome | null> {
@@ -1065,7 +1065,8 @@ export class EmbeddedStore implements Store, EventOutbox {
         const scheduled = e.schedule === undefined ? '' : `,"schedule":${jsonString(e.schedule)},"occurrence":${e.occurrence}`;
         const dead = e.deadLetter === undefined ? '' : `,"deadLetter":"${e.deadLetter}"`;
         const redriven = e.redrivenTo === undefined ? '' : `,"redrivenTo":${jsonString(e.redrivenTo)}`;
-        const event = `{"ts":${ts},${slot.eventPrefix},"id":"${item.id}","event":"${e.event}","attempts":${attempts}${worker},"status":"${status}"${scheduled}${dead}${redriven}}`;
+        const delivery = e.ms === undefined ? '' : `,"code":${e.code ?? null},"ms":${e.ms}`;
+        const event = `{"ts":${ts},${slot.eventPrefix},"id":"${item.id}","event":"${e.event}","attempts":${attempts}${worker},"status":"${status}"${scheduled}${dead}${redriven}${delivery}}`;
         // Made flat here, once: it is written twice (journal, history), and a string built of
         // pieces is copied whole at each write (charCodeAt makes V8 flatten it in place).
         event.charCodeAt(0);

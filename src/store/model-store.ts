@@ -358,12 +358,12 @@ export class ModelStore implements Store {
     return this.submit(ref, id, (r, now) => rules.progress(r, ref.config, body, now));
   }
 
-  async result(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
-    return this.submit(ref, id, (r, now) => rules.result(r, body, now));
+  async result(ref: QueueRef, id: string, body: string, delivery?: rules.Delivery): Promise<SubmitOutcome | null> {
+    return this.submit(ref, id, (r, now) => rules.result(r, body, now, delivery));
   }
 
-  async error(ref: QueueRef, id: string, body: string, wish?: RetryWish): Promise<SubmitOutcome | null> {
-    return this.submit(ref, id, (r, now) => rules.error(r, ref.config, body, now, wish));
+  async error(ref: QueueRef, id: string, body: string, wish?: RetryWish, delivery?: rules.Delivery): Promise<SubmitOutcome | null> {
+    return this.submit(ref, id, (r, now) => rules.error(r, ref.config, body, now, wish, delivery));
   }
 
   async release(ref: QueueRef, id: string, delaySeconds: number): Promise<SubmitOutcome | null> {

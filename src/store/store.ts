@@ -2,7 +2,7 @@ import type { QueueConfig } from '../engine/config.js';
 import type { Criteria } from '../engine/criteria.js';
 import type { ItemStatus, TaskEventKind } from '../engine/item.js';
 import type { ClaimHold } from '../engine/limits.js';
-import type { DeadLetterSource, ItemRecord, PostOptions, RetryWish } from '../engine/rules.js';
+import type { DeadLetterSource, Delivery, ItemRecord, PostOptions, RetryWish } from '../engine/rules.js';
 import { runAt } from '../engine/rules.js';
 import type { ScheduleView } from '../engine/schedules.js';
 
@@ -374,13 +374,17 @@ export interface Store {
   get(queue: QueueRef, id: string): Promise<StatusRecord | null>;
   /** Records progress (a heartbeat that extends the lease) unless the item is terminal. */
   progress(queue: QueueRef, id: string, body: string): Promise<SubmitOutcome | null>;
-  /** Finishes the item unless it is terminal, whoever sends it. */
-  result(queue: QueueRef, id: string, body: string): Promise<SubmitOutcome | null>;
+  /**
+   * Finishes the item unless it is terminal, whoever sends it. With `delivery` (decisions §9.1, a
+   * push queue's target answered 2xx), a `delivered` event carrying it comes first, in the same step.
+   */
+  result(queue: QueueRef, id: string, body: string, delivery?: Delivery): Promise<SubmitOutcome | null>;
   /**
    * Records an error; the item is re-queued or failed by the attempts rule (decisions §3.2, §3.4),
-   * or as the worker's wish says (decisions §8.2).
+   * or as the worker's wish says (decisions §8.2). With `delivery` (decisions §9.1, a push
+   * delivery that failed), a `delivery-failed` event carrying it comes first, in the same step.
    */
-  error(queue: QueueRef, id: string, body: string, wish?: RetryWish): Promise<SubmitOutcome | null>;
+  error(queue: QueueRef, id: string, body: string, wish?: RetryWish, delivery?: Delivery): Promise<SubmitOutcome | null>;
   /** Hands a leased item back: pending again after `delaySeconds`, its attempt not counted (decisions §8.2). */
   release(queue: QueueRef, id: string, delaySeconds: number): Promise<SubmitOutcome | null>;
   /** Cancels a non-terminal item (decisions §3.6). */

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import stringWidth from 'string-width';
-import { flowLines, humanAge, humanRate, queueDetailView, queueListTable, serverNowOf } from '../../src/cli/view/queues.js';
+import { flowLines, humanAge, humanRate, pushLines, queueDetailView, queueListTable, serverNowOf } from '../../src/cli/view/queues.js';
 import type { QueueDetail, QueueEntry } from '../../src/operators/answers.js';
 import { withoutColour } from '../support/colour.js';
 
@@ -212,5 +212,29 @@ describe('svcq queue shows a queue\'s limits, the claims they held back and its 
     expect(flowLines({ ...detailFrom(0), limits: plain, active: 0, held, groupsWaiting: null, deadLetters: null })).to.deep.equal([]);
     expect(flowLines(detailFrom(0))).to.deep.equal([]);
     expect(flowLines({ ...detailFrom(0), limits: { ...plain, deadLetter: 'gone' }, active: 0, held, groupsWaiting: null, deadLetters: null })).to.deep.equal(['dead letters: gone is not defined (failed items are not copied)']);
+  });
+});
+
+describe('svcq queue shows a push queue\'s target and its health (decisions §9.1)', () => {
+  withoutColour();
+  const base = { url: 'http://127.0.0.1:9000/hook', inFlight: 2, concurrency: 10, consecutiveFailures: 0, failing: false, lastError: null, refused: false };
+
+  it('the target, deliveries in flight, the last delivery, and a failing target with its last error', () => {
+    const ok: QueueDetail = { ...detailFrom(0), push: { ...base, last: { outcome: 'delivered', code: 200, ms: 12, at: NOW } } };
+    const lines = pushLines(ok);
+    expect(lines[0]).to.equal('push to: http://127.0.0.1:9000/hook');
+    expect(lines[1]).to.equal('target: ok, 2 of 10 deliveries in flight on this node');
+    expect(lines[2]).to.match(/^last delivery: delivered \(200\) in 12 ms at /);
+    expect(queueDetailView(ok, NOW)).to.include('push to: http://127.0.0.1:9000/hook');
+    const failing: QueueDetail = { ...detailFrom(0), push: { ...base, inFlight: 0, last: { outcome: 'failed', code: null, ms: 30000, at: NOW }, consecutiveFailures: 3, failing: true, lastError: 'no answer within 30 s' } };
+    expect(pushLines(failing).slice(1)).to.deep.include.members(['target: failing (3 in a row), 0 of 10 deliveries in flight on this node', 'last error: no answer within 30 s']);
+    expect(pushLines(failing)[2]).to.match(/^last delivery: failed, no answer in 30000 ms/);
+  });
+
+  it('a URL outside --push-allow says so; nothing for a queue that is not a push queue', () => {
+    const refused: QueueDetail = { ...detailFrom(0), push: { ...base, inFlight: 0, last: null, failing: true, refused: true, lastError: '"http://x/" is not a URL this server may call' } };
+    expect(pushLines(refused)[1]).to.equal('target: not allowed (outside --push-allow), 0 of 10 deliveries in flight on this node');
+    expect(pushLines(detailFrom(0))).to.deep.equal([]);
+    expect(pushLines({ ...detailFrom(0), push: null })).to.deep.equal([]);
   });
 });

@@ -341,4 +341,15 @@ describe('svcq top shows flow control (decisions §8.5, §8.6)', () => {
     expect(lines.find((l) => l.includes('plain'))).to.match(/\b0\b.*-/);
     expect(snapshotTable([plain], null)).to.not.include('dead letters');
   });
+
+  it('a push queue\'s target health: under the selected queue\'s title, and a column of the snapshot table (decisions §9.1)', () => {
+    const push = { url: 'http://127.0.0.1:9000/hook', inFlight: 3, concurrency: 10, last: { outcome: 'failed' as const, code: 500, ms: 4, at: NOW }, consecutiveFailures: 2, failing: true, lastError: 'the target answered 500', refused: false };
+    const pushed: QueueEntry = { ...entry('jobs.test', 'pushed', 3), push };
+    const lines = screenLines(stateWith([pushed, plain]), { columns: 120, rows: 30 }, VIEW, NOW);
+    expect(lines.find((l) => l.includes('push failing'))).to.include('failing (2 in a row) 3/10 in flight');
+    const text = snapshotTable([pushed, plain], null);
+    expect(text.split('\n').find((l) => l.includes('in flight'))).to.include('push target');
+    expect(text.split('\n').find((l) => l.includes('pushed'))).to.include('failing (2 in a row)');
+    expect(snapshotTable([plain], null)).to.not.include('push target');
+  });
 });

@@ -563,6 +563,18 @@ describe('svcq post, item, cancel (decisions §1.2, §3.5, §3.6)', () => {
     expect(await pending(queue)).to.equal(0);
   });
 
+  it('post --callback must be an http(s) URL (exit 2, naming the flag), and one the server may not call is refused by the server, naming ?callback (decisions §9, §9.2)', async () => {
+    const queue = queueName('callback');
+    await defineQueue(server, queue);
+    const bad = await cli(['post', queue, '{}', '--callback', 'ftp://x.test/']);
+    expect(bad.code, bad.stderr).to.equal(2);
+    expect(bad.stderr).to.include('--callback must be an absolute http:// or https:// URL, not "ftp://x.test/"');
+    const outside = await cli(['post', queue, '{}', '--callback', 'http://127.0.0.1:9/done']);
+    expect(outside.code, outside.stderr).to.equal(1);
+    expect(outside.stderr).to.include('"http://127.0.0.1:9/done" is not a URL this server may call');
+    expect(await pending(queue)).to.equal(0);
+  });
+
   it('item prints a readable summary, and "no such item" with exit 1 for an unknown id', async () => {
     const queue = queueName('show');
     await defineQueue(server, queue);

@@ -2,7 +2,7 @@ import { mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import Serve from '../../commands/serve.js';
-import { defineQueue, PUBLIC_ACCESS } from '../http/queue-api.js';
+import { defineQueue, PUBLIC_ACCESS, putDef } from '../http/queue-api.js';
 import { request } from '../support/http.js';
 import { runCli } from '../support/cli.js';
 import { cleanupTemp, startServer, tempDir } from '../support/server.js';
@@ -30,6 +30,33 @@ describe('svcq serve flags (decisions §1.1)', () => {
     const bad = await runCli(['serve', '--root', root], { env: { SVCQ_LOG_KEEP: 'many' } });
     expect(bad.code).to.not.equal(0);
     expect(bad.stderr).to.match(/log-keep/);
+  });
+});
+
+describe('svcq serve --push-allow (decisions §9)', () => {
+  it('takes prefixes from the flag, repeated, and from SVCQ_PUSH_ALLOW, comma-separated; a definition naming a URL outside them is a 400 naming it', async function () {
+    this.timeout(30_000);
+    for (const [args, env] of [[['--push-allow', 'http://a.test/', '--push-allow', 'http://127.0.0.1:9/'], {}], [[], { SVCQ_PUSH_ALLOW: 'http://a.test/,http://127.0.0.1:9/' }]] as const) {
+      const root = tempDir();
+      const server = await startServer({ root, args: [...args], env: { ...env } });
+      try {
+        await putDef(server, 'localhost/svc-queues/allowed.json', { push: { url: 'http://127.0.0.1:9/jobs' }, callback: 'http://a.test/done' });
+        const put = await request(server.url, '/api/v2/def?path=localhost/svc-queues/outside.json', { method: 'PUT', token: server.masterToken, body: JSON.stringify({ push: { url: 'http://127.0.0.2:9/jobs' } }) });
+        expect(put.status).to.equal(400);
+        expect((put.json as { error: string }).error).to.include('push.url "http://127.0.0.2:9/jobs" is not a URL this server may call');
+      } finally {
+        expect(await server.stop()).to.equal(0);
+        cleanupTemp(root);
+      }
+    }
+  });
+
+  it('refuses to start, in one sentence naming the prefix, when a prefix is not an http(s) URL', async () => {
+    const root = tempDir();
+    const bad = await runCli(['serve', '--root', root, '--port', '0', '--push-allow', 'hooks.example.com']);
+    expect(bad.code).to.equal(1);
+    expect(bad.stderr).to.equal('svcq: cannot start: --push-allow "hooks.example.com" is not an absolute http:// or https:// URL prefix\n');
+    cleanupTemp(root);
   });
 });
 

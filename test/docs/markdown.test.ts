@@ -18,8 +18,8 @@ const PAGES = [
     .map((f) => path.join('docs', f)),
 ].sort();
 
-/** The tags of the marked blocks that tests run (test/examples.test.ts, test/scaling-doc.test.ts, test/client/library.test.ts, test/push/callbacks.test.ts). */
-const RUN_TAGS = ['readme', 'walkthrough', 'http', 'browsers', 'operators', 'reference', 'behaviour', 'scaling', 'nginx', 'client', 'scheduling', 'retries', 'flow', 'callbacks'];
+/** The tags of the marked blocks that tests run (test/examples.test.ts, test/scaling-doc.test.ts, test/client/library.test.ts, test/push/push-doc.test.ts, test/push/callbacks.test.ts). */
+const RUN_TAGS = ['readme', 'walkthrough', 'http', 'browsers', 'operators', 'reference', 'behaviour', 'scaling', 'nginx', 'client', 'scheduling', 'retries', 'flow', 'push', 'callbacks'];
 
 /** The text a reader sees outside code: fenced blocks and inline code spans blanked out. */
 function prose(markdown: string): string {

@@ -38,6 +38,8 @@ describe('queue defaults (decisions §2.2)', () => {
       rateLimit: null,
       fairness: 'fifo',
       deadLetter: null,
+      push: null,
+      callback: null,
     });
   });
 });

@@ -106,7 +106,7 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
     // By host, then by name.
     expect(mine.map((e) => `${e.host}/${e.name}`)).to.deep.equal([`${OTHER_HOST}/${empty.name}`, ...[`${HOST}/${q.name}`, `${HOST}/${timing.name}`].sort()]);
     const entry = mine.find((e) => e.name === q.name)!;
-    expect(Object.keys(entry)).to.deep.equal(['host', 'name', 'paused', 'counts', 'oldestPendingAgeMs', 'rates', 'limits', 'active', 'held', 'groupsWaiting', 'deadLetters']);
+    expect(Object.keys(entry)).to.deep.equal(['host', 'name', 'paused', 'counts', 'oldestPendingAgeMs', 'rates', 'limits', 'active', 'held', 'groupsWaiting', 'deadLetters', 'push']);
     expect(entry.paused).to.equal(false);
     expect(entry.counts).to.deep.equal(EXPECTED_COUNTS);
     expect(entry.rates).to.deep.equal(EXPECTED_RATES);

@@ -470,6 +470,35 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
         expect(await claimId(q)).to.equal(null);
       });
 
+      it('a result or an error with a delivery note writes a delivered / delivery-failed event before the others, carrying the code and the time; a 429 wish retries later (decisions §9.1)', async () => {
+        const q = queue({ maxAttempts: 3 });
+        const a = await post(q);
+        const b = await post(q);
+        await claimId(q);
+        await claimId(q);
+        expect(await s().result(q, a, '{"ok":true}', { code: 200, ms: 12 })).to.deep.equal({ accepted: true, status: 'finished' });
+        expect(await s().error(q, b, '{"status":429}', { retryIn: 60 }, { code: 429, ms: 3 })).to.deep.equal({ accepted: true, status: 'pending' });
+        expect((await s().get(q, b))?.runAt).to.equal(START + 60_000);
+        expect(await claimId(q)).to.equal(null);
+        advance(60_000);
+        expect(await claimId(q)).to.equal(b);
+        expect(await s().error(q, b, '{"status":null}', undefined, { code: null, ms: 1000 })).to.deep.equal({ accepted: true, status: 'pending' });
+        const all = await h.events?.();
+        if (!all) return;
+        const of = (id: string): Array<Record<string, unknown>> => all.filter((e) => e.id === id).map((e) => ({ event: e.event, code: e.code, ms: e.ms }));
+        expect(of(a)).to.deep.equal([
+          { event: 'posted', code: undefined, ms: undefined },
+          { event: 'claimed', code: undefined, ms: undefined },
+          { event: 'delivered', code: 200, ms: 12 },
+          { event: 'finished', code: undefined, ms: undefined },
+        ]);
+        expect(of(b).filter((e) => e.event === 'delivery-failed')).to.deep.equal([
+          { event: 'delivery-failed', code: 429, ms: 3 },
+          { event: 'delivery-failed', code: null, ms: 1000 },
+        ]);
+        expect(of(b).map((e) => e.event)).to.deep.equal(['posted', 'claimed', 'delivery-failed', 'error', 'requeued', 'claimed', 'delivery-failed', 'error', 'requeued']);
+      });
+
       it('a re-queued item is not claimable before retryDelaySeconds have passed, not a millisecond early (decisions §2.2, §3.2)', async () => {
         const q = queue({ retryDelaySeconds: 5 });
         const a = await post(q);

@@ -238,6 +238,69 @@ describe('PostgreSQL store: flow control (decisions §8.5)', function () {
     expect(got.map(num)).to.deep.equal([1, 2]);
   });
 
+  it('groups with criteria: among the groups it looks at, a claim takes the highest priority first, then with fairness the least recently served group, without it the first matching item in claim order (decisions §8.5)', async () => {
+    const body = (i: number, kind: string): string => JSON.stringify({ i, kind });
+    const fair = use(refOf('criteria-priority', { fairness: 'groups' }));
+    // a: a non-matching item of priority 5, then a matching one of priority 0; b: a matching one of priority 1.
+    await store.postMany(fair, [
+      { body: body(0, 'x'), postedBy: 'p', options: { group: 'a', priority: 5 } },
+      { body: body(1, 'y'), postedBy: 'p', options: { group: 'a' } },
+      { body: body(2, 'y'), postedBy: 'p', options: { group: 'b', priority: 1 } },
+    ]);
+    expect(num(await store.claim(fair, { worker: 'w', criteria: { kind: 'y' } }))).to.equal(2);
+    const fifo = use(refOf('criteria-order', { groupMaxActive: 2 }));
+    // a holds the first item, which does not match; b's matching item comes before a's.
+    await store.postMany(fifo, [
+      { body: body(3, 'x'), postedBy: 'p', options: { group: 'a' } },
+      { body: body(4, 'y'), postedBy: 'p', options: { group: 'b' } },
+      { body: body(5, 'y'), postedBy: 'p', options: { group: 'a' } },
+    ]);
+    expect(num(await store.claim(fifo, { worker: 'w', criteria: { kind: 'y' } }))).to.equal(4);
+  });
+
+  it('groupMaxActive: a group whose last claimable item a claim with criteria took does not hold the next claim back (decisions §8.5)', async () => {
+    const q = use(refOf('gmax-criteria', { groupMaxActive: 1 }));
+    await store.postMany(q, [{ body: JSON.stringify({ i: 0, kind: 'a' }), postedBy: 'p' }]);
+    expect(num(await store.claim(q, { worker: 'w', criteria: { kind: 'a' } }))).to.equal(0);
+    const held: ClaimHold = {};
+    expect(await store.claim(q, { worker: 'w', held })).to.equal(null);
+    expect(held).to.deep.equal({});
+  });
+
+  it('paused: a claim with criteria on a paused queue by groups leases nothing and says paused, also folded with the pause (decisions §8.4, §8.5)', async () => {
+    for (const [name, def] of [['paused-gmax', { groupMaxActive: 1 }], ['paused-fair', { fairness: 'groups' as const }]] as const) {
+      const q = use(refOf(name, def));
+      await post(q, 2, () => 'g');
+      const held: ClaimHold = {};
+      const [, got] = await Promise.all([store.setPaused(q, true), store.claim(q, { worker: 'w', criteria: {}, held })]);
+      expect(got).to.equal(null);
+      expect(held.reason).to.equal('paused');
+      const later: ClaimHold = {};
+      expect(await store.claim(q, { worker: 'w', criteria: {}, held: later })).to.equal(null);
+      expect(later.reason).to.equal('paused');
+    }
+  });
+
+  it('groups fairness: items posted while the queue had no groups take their turns once the definition is back, the same rules object included; turns are stamped only with fairness (decisions §8.5, §2.4)', async () => {
+    const fairRules = resolveQueue({ fairness: 'groups' });
+    const plainRules = resolveQueue({});
+    const gmaxRules = resolveQueue({ groupMaxActive: 5 });
+    const q = use({ ...refOf('fair-back', {}), config: fairRules });
+    const as = (config: QueueConfig): QueueRef => use({ ...q, config });
+    await post(q, 1, () => 'b');
+    expect(num(await store.claim(q, { worker: 'w' }))).to.equal(0);
+    await post(q, 1, () => 'b');
+    // Posted without groups: no wake; c was never served, so it comes before b once fairness is back.
+    await post(as(plainRules), 1, () => 'c');
+    expect(num(await store.claim(as(fairRules), { worker: 'w' }))).to.equal(2);
+    // Served under groupMaxActive alone (in claim order: b, then d), d is still never served for
+    // the turns, while b was served under fairness: d comes before b.
+    await post(as(gmaxRules), 2, () => 'd');
+    expect((await store.claimMany(as(gmaxRules), { worker: 'w' }, 2)).map(num)).to.deep.equal([1, 3]);
+    await post(as(gmaxRules), 1, () => 'b');
+    expect(num(await store.claim(as(fairRules), { worker: 'w' }))).to.equal(4);
+  });
+
   it('groupsWaiting: the groups holding a claimable item, null for a queue without groups (decisions §8.5)', async () => {
     const q = use(refOf('waiting', { fairness: 'groups' }));
     const plain = use(refOf('plain', {}));

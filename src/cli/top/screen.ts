@@ -4,7 +4,7 @@ import type { QueueDetail, QueueEntry } from '../../operators/answers.js';
 import type { Snapshot } from '../../tools/stats.js';
 import { clip, clipMiddle, localTime, printable, table } from '../view/format.js';
 import { bar, diskSummary, memorySummary } from '../view/panel.js';
-import { agePaint, humanAge, humanRate, leaseLeftText, paintAge, pausedMark, pausedMarkWidth, serverNowOf } from '../view/queues.js';
+import { agePaint, humanAge, humanRate, leaseLeftText, paintAge, pausedMark, pausedMarkWidth, pushHealth, serverNowOf } from '../view/queues.js';
 import { HISTORY, keyOf, sparkline, type TopState } from './model.js';
 
 type Align = 'left' | 'right';
@@ -75,14 +75,17 @@ function queueCells(q: QueueEntry): Array<{ text: string; paint?: (s: string) =>
 export function snapshotTable(queues: QueueEntry[], health: Snapshot | null): string {
   // decisions §8.5, §8.6: held claims and dead letters get columns only where some queue has limits or a dead-letter queue.
   const flow = queues.some((q) => heldTotal(q) > 0 || hasLimit(q) || q.limits?.deadLetter != null);
+  // decisions §9.1: a column of push targets' health where some queue is a push queue.
+  const pushes = queues.some((q) => q.push);
   const rows = queues.map((q) => [
     q.host,
     q.name + pausedMark(q),
     ...queueCells(q).map((c) => (c.paint ? c.paint(c.text) : c.text)),
     paintAge(q.oldestPendingAgeMs),
     ...(flow ? [String(heldTotal(q)), q.deadLetters == null ? '-' : String(q.deadLetters)] : []),
+    ...(pushes ? [pushHealth(q) ?? '-'] : []),
   ]);
-  const head = ['host', 'queue', 'pending', 'in flight', 'finished/s', 'failed/s', 'oldest pending', ...(flow ? ['held', 'dead letters'] : [])];
+  const head = ['host', 'queue', 'pending', 'in flight', 'finished/s', 'failed/s', 'oldest pending', ...(flow ? ['held', 'dead letters'] : []), ...(pushes ? ['push target'] : [])];
   const body = queues.length === 0 ? 'no queues defined' : table(head, rows, ['left', 'left', 'right', 'right', 'right', 'right', 'right', 'right', 'right']);
   return `${healthLine(health, null)}\n${body}`;
 }
@@ -287,6 +290,8 @@ function flowLine(q: QueueEntry): string {
   if (l?.fairness === 'groups') parts.push(`groups waiting ${q.groupsWaiting ?? '-'}`);
   if (hasLimit(q) || heldTotal(q) > 0) parts.push(`held ${heldTotal(q)}`);
   if (l?.deadLetter != null) parts.push(`dead letters ${q.deadLetters ?? '-'} in ${l.deadLetter}`);
+  // decisions §9.1: a push queue's target health, and its deliveries in flight on the node that answered.
+  if (q.push) parts.push(`push ${pushHealth(q)} ${q.push.inFlight}/${q.push.concurrency} in flight`);
   return parts.length === 0 ? '' : ` ${parts.join('  ')}`;
 }
 

@@ -258,7 +258,7 @@ export function queueDetailView(q: QueueDetail, now = serverNowOf(q)): string {
     ),
   );
   lines.push(`per second over the last 60 s: posted ${humanRate(q.rates.posted)}, claimed ${humanRate(q.rates.claimed)}, finished ${humanRate(q.rates.finished)}, failed ${humanRate(q.rates.failed)}`);
-  const flow = flowLines(q);
+  const flow = [...pushLines(q), ...flowLines(q)];
   // decisions §9.2: absent from servers before callbacks.
   const callbacks = q.callbacks;
   if (callbacks) flow.push(`${chalk.bold('callbacks owed:')} ${callbacks.owed}${callbacks.failing > 0 ? `, ${chalk.red(`${callbacks.failing} failing`)} (tried again with backoff for 24 hours after their item ended)` : ''}`);
@@ -327,6 +327,30 @@ export function flowLines(q: QueueEntry): string[] {
     lines.push(`${chalk.bold('dead letters:')} ${dead === null || dead === undefined ? `${l.deadLetter} is not defined (failed items are not copied)` : `${count(dead, dead > 0 ? chalk.red : undefined)} pending in ${l.deadLetter} (svcq redrive ${q.host}/${l.deadLetter} sends them back)`}`);
   }
   return lines;
+}
+
+/**
+ * decisions §9.1: a push queue's target and its health on the node that answered, as `svcq queue`
+ * shows them; nothing for other queues (or from a server before push queues).
+ */
+export function pushLines(q: QueueEntry): string[] {
+  const p = q.push;
+  if (!p) return [];
+  const lines = [`${chalk.bold('push to:')} ${printable(p.url)}`];
+  const inFlight = `${p.inFlight} of ${p.concurrency} deliveries in flight on this node`;
+  lines.push(`${chalk.bold('target:')} ${pushHealth(q) ?? ''}, ${inFlight}`);
+  if (p.last) lines.push(`${chalk.bold('last delivery:')} ${p.last.outcome}${p.last.code === null ? ', no answer' : ` (${p.last.code})`} in ${p.last.ms} ms at ${localTime(p.last.at)}`);
+  if (p.lastError !== null && p.failing) lines.push(`${chalk.bold('last error:')} ${chalk.red(printable(p.lastError))}`);
+  return lines;
+}
+
+/** decisions §9.1: a push queue's target health in a word or three (`ok`, `failing (3 in a row)`, `not allowed`), painted; null for other queues. */
+export function pushHealth(q: QueueEntry): string | null {
+  const p = q.push;
+  if (!p) return null;
+  if (p.refused) return chalk.red('not allowed (outside --push-allow)');
+  if (p.failing) return chalk.red(`failing (${p.consecutiveFailures} in a row)`);
+  return p.last === null ? chalk.dim('no delivery yet') : chalk.green('ok');
 }
 
 /** Time left on a lease; a lease already past its end (not yet applied) says so. */

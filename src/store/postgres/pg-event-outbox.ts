@@ -33,6 +33,8 @@ interface EventRow {
   occurrence: number | null;
   dead_letter: string | null;
   redriven_to: string | null;
+  code: number | null;
+  ms: number | null;
 }
 
 /**
@@ -199,7 +201,7 @@ export class PgEventOutbox implements EventOutbox {
             // the whole table on every call).
             name: 'svcq_read_events',
             text: `WITH txs AS (SELECT DISTINCT xid FROM svcq_events WHERE xid > $1::xid8 AND xid < $3::xid8 ORDER BY xid LIMIT $2)
-                   SELECT e.xid::text::bigint AS xid, e.ts, e.host, e.queue, e.id, e.event, e.attempts, e.status, e.worker, e.schedule, e.occurrence, e.dead_letter, e.redriven_to
+                   SELECT e.xid::text::bigint AS xid, e.ts, e.host, e.queue, e.id, e.event, e.attempts, e.status, e.worker, e.schedule, e.occurrence, e.dead_letter, e.redriven_to, e.code, e.ms
                      FROM svcq_events AS e
                     WHERE e.xid > $1::xid8 AND e.xid <= (SELECT max(xid) FROM txs)
                     ORDER BY e.xid, e.seq`,
@@ -296,5 +298,6 @@ function lineOf(row: EventRow): string {
   const scheduled = row.schedule === null ? '' : `,"schedule":${JSON.stringify(row.schedule)},"occurrence":${Number(row.occurrence)}`;
   const dead = row.dead_letter === null ? '' : `,"deadLetter":${JSON.stringify(row.dead_letter)}`;
   const redriven = row.redriven_to === null ? '' : `,"redrivenTo":${JSON.stringify(row.redriven_to)}`;
-  return `{"ts":${Number(row.ts)},"host":${JSON.stringify(row.host)},"queue":${JSON.stringify(row.queue)},"id":${JSON.stringify(row.id)},"event":${JSON.stringify(row.event)},"attempts":${Number(row.attempts)}${worker},"status":${JSON.stringify(row.status)}${scheduled}${dead}${redriven}}\n`;
+  const delivery = row.ms === null ? '' : `,"code":${row.code === null ? null : Number(row.code)},"ms":${Number(row.ms)}`;
+  return `{"ts":${Number(row.ts)},"host":${JSON.stringify(row.host)},"queue":${JSON.stringify(row.queue)},"id":${JSON.stringify(row.id)},"event":${JSON.stringify(row.event)},"attempts":${Number(row.attempts)}${worker},"status":${JSON.stringify(row.status)}${scheduled}${dead}${redriven}${delivery}}\n`;
 }

@@ -5,7 +5,7 @@ import type { QueueConfig } from '../../engine/config.js';
 import { groupKey, hasLimits, type HoldReason } from '../../engine/limits.js';
 import * as rules from '../../engine/rules.js';
 import { claimedOf, type Claimed, type QueueRef } from '../store.js';
-import { claimMatching, claimPlain, heldByPause, passes, type PlainClaim } from './pg-claims.js';
+import { claimMatching, claimPlain, heldByPause, NOT_PAUSED, passes, type PlainClaim } from './pg-claims.js';
 import { applyDue, COLUMNS, named, type ItemRow, type Tx } from './pg-tx.js';
 
 /** Whether claims on a queue go through its limiter row (a limit, or groups fairness). */
@@ -47,10 +47,35 @@ const limiters = new WeakMap<Tx, Map<string, Limiter>>();
 /** The changes of a transaction already turned into group wakes (see {@link finishLimits}). */
 const woken = new WeakMap<Tx, number>();
 /**
- * The queues whose groups a store has rebuilt, by the definition (its rules object) it rebuilt
- * them under: one per store, since each store may be on a database of its own.
+ * The queues whose group heads a store has rebuilt under the definition in force: one per store,
+ * since each store may be on a database of its own. Items made claimable while a queue had no
+ * groups (no limit per group, no fairness) left no wakes, so the first claim by groups after any
+ * change of definition rebuilds the heads from the items, also when the change goes back to a
+ * definition used before (the same rules object): the items posted in between are in no head.
  */
-export type GroupRebuilds = WeakMap<QueueConfig, Set<string>>;
+export class GroupRebuilds {
+  /** The rules each queue's last call was made under, by queue key. */
+  private readonly rules = new Map<string, QueueConfig>();
+  /** Queues whose heads were rebuilt under the rules in `rules`. */
+  private readonly fresh = new Set<string>();
+
+  /** Notes the rules a call on the queue was made under: a change makes the next claim by groups rebuild. */
+  saw(ref: QueueRef): void {
+    if (this.rules.get(ref.key) === ref.config) return;
+    this.rules.set(ref.key, ref.config);
+    this.fresh.delete(ref.key);
+  }
+
+  /** Whether a claim by groups must rebuild the queue's heads first. */
+  due(ref: QueueRef): boolean {
+    this.saw(ref);
+    return !this.fresh.has(ref.key);
+  }
+
+  rebuilt(ref: QueueRef): void {
+    this.fresh.add(ref.key);
+  }
+}
 
 /**
  * Locks the limiter rows of the queues whose claims the transaction will make, in key order, at
@@ -252,11 +277,9 @@ async function take(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], rebui
   }
   // Items this transaction made claimable so far (flushed by claimLimited) are woken first.
   await writeWakes(tx);
-  if (!rebuilt.get(ref.config)?.has(ref.key)) {
+  if (rebuilt.due(ref)) {
     await tx.query(named('svcq_rebuild_groups', 'SELECT svcq_rebuild_groups($1)'), [ref.key]);
-    let set = rebuilt.get(ref.config);
-    if (!set) rebuilt.set(ref.config, (set = new Set()));
-    set.add(ref.key);
+    rebuilt.rebuilt(ref);
   }
   // The plain claims with one call of svcq_claim_groups, the earlier claim taking the earlier turns.
   const plain = calls.filter((c) => c.criteria === undefined && c.max > 0);
@@ -318,16 +341,21 @@ function claimRow(tx: Tx, ref: QueueRef, row: ItemRow, worker: string): Claimed 
 }
 
 /**
- * A claim with criteria by groups, with a bounded look: per item it takes, the first
- * {@link LOOK_GROUPS} groups in the order of the turns (or of their first claimable items,
- * without fairness) that are below groupMaxActive, and in each the first {@link LOOK_ITEMS}
- * claimable items in claim order; the first item there that passes the criteria is taken, a turn
- * of its group. A matching item further back is not found by this claim (see
- * docs/postgresql-flow.md).
+ * A claim with criteria by groups, with a bounded look: per item it takes, the groups in the order
+ * of the turns (or of their first claimable items, without fairness) that are below
+ * groupMaxActive, at most {@link LOOK_GROUPS} of them, and in each the first {@link LOOK_ITEMS}
+ * claimable items in claim order. Among the matching items there it takes the one decisions §8.5
+ * names: the highest priority first; then, with fairness, the group served least recently (ties:
+ * the group whose first claimable item at that priority comes first), its first matching item;
+ * without, the first in claim order. The walk stops at the first group that cannot hold a better
+ * item than the best found (the order of the group rows says so: a row's head is never later than
+ * the group's first claimable item once the wakes are folded in). A matching item further back is
+ * not found by this claim (see docs/postgresql-flow.md).
  */
 async function takeMatchingByGroups(tx: Tx, ref: QueueRef, call: LimitedClaim, criteria: Record<string, unknown>): Promise<Taken> {
   const config = ref.config;
   const gmax = config.groupMaxActive;
+  const fair = config.fairness === 'groups';
   await tx.query(named('svcq_fold_groups', 'SELECT svcq_fold_groups($1)'), [ref.key]);
   const leased = new Map<string, number>();
   if (gmax !== null) {
@@ -342,48 +370,59 @@ async function takeMatchingByGroups(tx: Tx, ref: QueueRef, call: LimitedClaim, c
   const full = new Set<string>();
   const takenIds: string[] = [];
   while (items.length < call.max && !call.input.signal?.aborted) {
+    // A paused queue's claim finds no group (and is then told why by heldByPause).
     const groups = (
-      await tx.query<{ grp: string }>(
+      await tx.query<{ grp: string; turn: string | number; head_p: number; head_ord: string | number }>(
         named(
-          config.fairness === 'groups' ? 'svcq_look_groups_fair' : 'svcq_look_groups_fifo',
-          `SELECT grp FROM svcq_groups WHERE queue = $1 AND head_p IS NOT NULL ORDER BY (-head_p), ${config.fairness === 'groups' ? 'turn, ' : ''}head_ord LIMIT $2`,
+          fair ? 'svcq_look_groups_fair' : 'svcq_look_groups_fifo',
+          `SELECT grp, turn, head_p, head_ord FROM svcq_groups WHERE queue = $1 AND head_p IS NOT NULL AND ${NOT_PAUSED}
+            ORDER BY (-head_p), ${fair ? 'turn, ' : ''}head_ord LIMIT $2`,
         ),
         [ref.key, LOOK_GROUPS + (gmax === null ? 0 : leased.size)],
       )
     ).rows;
-    let found: Claimed | null = null;
+    /** The best matching item found so far: its group, priority, claim order, and the group's turn and first claimable item at that priority. */
+    let best: { grp: string; id: string; priority: number; ord: number; turn: number; head: number } | null = null;
     let looked = 0;
-    for (const { grp } of groups) {
-      if (gmax !== null && (leased.get(grp) ?? 0) >= gmax) {
-        full.add(grp);
+    for (const g of groups) {
+      const turn = Number(g.turn);
+      const headOrd = Number(g.head_ord);
+      if (best) {
+        // No item of this group or of any after it can come before the best one.
+        if (g.head_p < best.priority) break;
+        if (g.head_p === best.priority && (fair ? turn > best.turn || (turn === best.turn && headOrd > best.head) : headOrd > best.ord)) break;
+      }
+      if (gmax !== null && (leased.get(g.grp) ?? 0) >= gmax) {
+        full.add(g.grp);
         continue;
       }
       if (++looked > LOOK_GROUPS) break;
-      const page = await lookGroup(tx, ref, grp, takenIds);
-      const match = page.filter((p) => passes(p.body, criteria)).map((p) => p.id);
-      if (match.length === 0) continue;
-      const rows = (
-        await tx.query<ItemRow>(
-          named('svcq_lock_group_items', `SELECT ${COLUMNS} FROM svcq_items WHERE queue = $1 AND id = ANY($2::text[]) AND (status = 'pending') IS TRUE AND available_at = 0 ORDER BY (-priority), ord FOR UPDATE SKIP LOCKED`),
-          [ref.key, match],
-        )
-      ).rows;
-      for (const row of rows) {
-        found = claimRow(tx, ref, row, call.input.worker);
-        if (found) break;
-      }
-      if (!found) continue;
-      // One turn of the queue, stamped on the group; its head row is put right by the next pick.
-      await tx.query(
-        named('svcq_turn_group', `WITH t AS (UPDATE svcq_limiters SET turn = turn + 1 WHERE queue = $1 RETURNING turn) UPDATE svcq_groups SET turn = (SELECT turn FROM t) WHERE queue = $1 AND grp = $2`),
-        [ref.key, grp],
-      );
-      leased.set(grp, (leased.get(grp) ?? 0) + 1);
-      takenIds.push(found.id);
-      break;
+      const page = await lookGroup(tx, ref, g.grp, takenIds);
+      // The group's first matching item is its best: the highest priority, then the first in claim order.
+      const m = page.find((p) => passes(p.body, criteria));
+      if (!m) continue;
+      const head = page.find((p) => p.priority === m.priority)!;
+      const found = { grp: g.grp, id: m.id, priority: m.priority, ord: Number(m.ord), turn, head: Number(head.ord) };
+      if (!best || better(found, best, fair)) best = found;
     }
-    if (!found) break;
-    items.push(found);
+    if (!best) break;
+    const rows = (
+      await tx.query<ItemRow>(
+        named('svcq_lock_group_items', `SELECT ${COLUMNS} FROM svcq_items WHERE queue = $1 AND id = ANY($2::text[]) AND (status = 'pending') IS TRUE AND available_at = 0 ORDER BY (-priority), ord FOR UPDATE SKIP LOCKED`),
+        [ref.key, [best.id]],
+      )
+    ).rows;
+    const got = rows.length > 0 ? claimRow(tx, ref, rows[0]!, call.input.worker) : null;
+    // Held by another transaction (or no longer claimable): this claim leaves it.
+    takenIds.push(best.id);
+    if (!got) continue;
+    // One turn of the queue, stamped on the group with fairness; its head row is put right by the next pick.
+    await tx.query(
+      named('svcq_turn_group', `WITH t AS (UPDATE svcq_limiters SET turn = turn + 1 WHERE queue = $1 RETURNING turn) UPDATE svcq_groups SET turn = CASE WHEN $3 THEN (SELECT turn FROM t) ELSE turn END WHERE queue = $1 AND grp = $2`),
+      [ref.key, best.grp, fair],
+    );
+    leased.set(best.grp, (leased.get(best.grp) ?? 0) + 1);
+    items.push(got);
   }
   // Held by groupMaxActive only when a group at the limit holds a matching item.
   let saturated = false;
@@ -399,13 +438,21 @@ async function takeMatchingByGroups(tx: Tx, ref: QueueRef, call: LimitedClaim, c
   return { items, saturated };
 }
 
+/** Whether a matching item found by a claim by groups comes before another (decisions §8.5). */
+function better(a: { priority: number; ord: number; turn: number; head: number }, b: { priority: number; ord: number; turn: number; head: number }, fair: boolean): boolean {
+  if (a.priority !== b.priority) return a.priority > b.priority;
+  if (!fair) return a.ord < b.ord;
+  // A group never served (turn 0) before every other; then the first claimable item at that priority.
+  return a.turn !== b.turn ? a.turn < b.turn : a.head < b.head;
+}
+
 /** The first {@link LOOK_ITEMS} claimable items of a group in claim order, without those taken. */
-async function lookGroup(tx: Tx, ref: QueueRef, grp: string, taken: string[]): Promise<Array<{ id: string; body: string }>> {
+async function lookGroup(tx: Tx, ref: QueueRef, grp: string, taken: string[]): Promise<Array<{ id: string; priority: number; ord: string | number; body: string }>> {
   return (
-    await tx.query<{ id: string; body: string }>(
+    await tx.query<{ id: string; priority: number; ord: string | number; body: string }>(
       named(
         'svcq_look_group',
-        `SELECT id, body FROM svcq_items WHERE queue = $1 AND coalesce(grp, '') = $2 AND status = 'pending' AND available_at = 0 AND id <> ALL ($3::text[])
+        `SELECT id, priority, ord, body FROM svcq_items WHERE queue = $1 AND coalesce(grp, '') = $2 AND status = 'pending' AND available_at = 0 AND id <> ALL ($3::text[])
           ORDER BY (-priority), ord LIMIT $4`,
       ),
       [ref.key, grp, taken, LOOK_ITEMS],

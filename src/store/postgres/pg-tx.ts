@@ -494,6 +494,10 @@ export async function finishTx(tx: Tx): Promise<void> {
   const deadLetters: Array<string | null> = [];
   const redriven: Array<string | null> = [];
   let linked = false;
+  // decisions §9.1: likewise only when some event is a push delivery's (its code may be null, its time never is).
+  const codes: Array<number | null> = [];
+  const times: Array<number | null> = [];
+  let delivered = false;
   for (const c of tx.changes) {
     for (const e of c.events) {
       ts.push(tx.now);
@@ -510,6 +514,9 @@ export async function finishTx(tx: Tx): Promise<void> {
       deadLetters.push(e.deadLetter ?? null);
       redriven.push(e.redrivenTo ?? null);
       if (e.deadLetter !== undefined || e.redrivenTo !== undefined) linked = true;
+      codes.push(e.code ?? null);
+      times.push(e.ms ?? null);
+      if (e.ms !== undefined) delivered = true;
     }
   }
   const countQueues: string[] = [];
@@ -525,8 +532,8 @@ export async function finishTx(tx: Tx): Promise<void> {
   if (updates.length === 0 && deletes.length === 0 && ts.length === 0 && countDeltas.length === 0) return;
   const res = await tx.query<{ updated: number; deleted: number }>(
     named('svcq_finish', `WITH ${writeItems(31)}, events AS (
-       INSERT INTO svcq_events (ts, host, queue, id, event, attempts, status, worker, schedule, occurrence, dead_letter, redriven_to)
-       SELECT * FROM unnest($18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[], $23::integer[], $24::text[], $25::text[], $29::text[], $30::bigint[], $32::text[], $33::text[])
+       INSERT INTO svcq_events (ts, host, queue, id, event, attempts, status, worker, schedule, occurrence, dead_letter, redriven_to, code, ms)
+       SELECT * FROM unnest($18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[], $23::integer[], $24::text[], $25::text[], $29::text[], $30::bigint[], $32::text[], $33::text[], $34::integer[], $35::integer[])
      ), counted AS (
        -- The net change of the counts goes with the changes (decisions §5.1).
        INSERT INTO svcq_count_deltas (queue, status, delta) SELECT * FROM unnest($26::text[], $27::text[], $28::integer[])
@@ -538,7 +545,7 @@ export async function finishTx(tx: Tx): Promise<void> {
             CASE WHEN updated = cardinality($2::text[]) AND deleted = cardinality($16::text[]) THEN 0
                  ELSE svcq_stale_write((cardinality($2::text[]) + cardinality($16::text[]) - updated - deleted) || ' item(s)') END AS stale
        FROM done`, 'generic'),
-    [...writeParams(updates, deletes), ts, hosts, names, ids, kinds, attempts, statuses, workers, countQueues, countStatuses, countDeltas, scheduled ? schedules : [], scheduled ? occurrences : [], deadLetterIds(updates), linked ? deadLetters : [], linked ? redriven : []],
+    [...writeParams(updates, deletes), ts, hosts, names, ids, kinds, attempts, statuses, workers, countQueues, countStatuses, countDeltas, scheduled ? schedules : [], scheduled ? occurrences : [], deadLetterIds(updates), linked ? deadLetters : [], linked ? redriven : [], delivered ? codes : [], delivered ? times : []],
   );
   checkWritten(res.rows[0]!, updates, deletes);
 }

@@ -8,7 +8,7 @@ import { claimTopic, itemTopic, type Notifier } from '../../waiting/notifier.js'
 import { fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StatusRecord, type Store, type StoreObserver, type SubmitOutcome, type OwedCallback, type TakenCallback, type CallbackAttempt, type CallbackSettlement } from '../store.js';
 import { FailureStreak } from '../failure-streak.js';
 import { claimMatching, claimPlain, type PlainClaim } from './pg-claims.js';
-import { claimLimited, finishLimits, GROUPS_WAITING_SQL, grouped, limited, lockLimiters, wakesOnLeaseEnd, type GroupRebuilds } from './pg-limits.js';
+import { claimLimited, finishLimits, GROUPS_WAITING_SQL, grouped, limited, lockLimiters, wakesOnLeaseEnd, GroupRebuilds } from './pg-limits.js';
 import { Deadlines, refOf } from './pg-deadlines.js';
 import { failureKind } from './pg-errors.js';
 import { ANSWER_TIMEOUT_MS, answered, keepConnectionErrors, watch } from './pg-guard.js';
@@ -207,8 +207,8 @@ export class PostgresStore implements Store, EventOutbox {
   private readonly deadlines: Deadlines;
   /** Item ids, and the queues known to be registered. */
   private readonly itemIds = new ItemIds();
-  /** Queues whose groups this store rebuilt, per definition (pg-limits.ts). */
-  private readonly groupRebuilds: GroupRebuilds = new WeakMap();
+  /** Queues whose group heads this store rebuilt under the rules in force (pg-limits.ts). */
+  private readonly groupRebuilds = new GroupRebuilds();
   private readonly transactions: FailureStreak;
   private readonly outbox: PgEventOutbox;
   private purgeTimer: NodeJS.Timeout | undefined;
@@ -454,12 +454,12 @@ export class PostgresStore implements Store, EventOutbox {
     return this.submission(ref, id, (r, now) => rules.progress(r, ref.config, body, now), { kind: 'progress', body });
   }
 
-  result(ref: QueueRef, id: string, body: string): Promise<SubmitOutcome | null> {
-    return this.submission(ref, id, (r, now) => rules.result(r, body, now), { kind: 'result', body });
+  result(ref: QueueRef, id: string, body: string, delivery?: rules.Delivery): Promise<SubmitOutcome | null> {
+    return this.submission(ref, id, (r, now) => rules.result(r, body, now, delivery), { kind: 'result', body });
   }
 
-  error(ref: QueueRef, id: string, body: string, wish?: RetryWish): Promise<SubmitOutcome | null> {
-    return this.submission(ref, id, (r, now) => rules.error(r, ref.config, body, now, wish), { kind: 'error', body }, true);
+  error(ref: QueueRef, id: string, body: string, wish?: RetryWish, delivery?: rules.Delivery): Promise<SubmitOutcome | null> {
+    return this.submission(ref, id, (r, now) => rules.error(r, ref.config, body, now, wish, delivery), { kind: 'error', body }, true);
   }
 
   release(ref: QueueRef, id: string, delaySeconds: number): Promise<SubmitOutcome | null> {
@@ -815,7 +815,10 @@ export class PostgresStore implements Store, EventOutbox {
       let committing: Promise<pg.QueryResult> | undefined;
       try {
         const queues = new Map<string, QueueRef>();
-        for (const op of ops) if (!queues.has(op.ref.key)) queues.set(op.ref.key, op.ref);
+        for (const op of ops) {
+          if (!queues.has(op.ref.key)) queues.set(op.ref.key, op.ref);
+          this.groupRebuilds.saw(op.ref);
+        }
         // Limiter rows before anything else (see lockLimiters).
         const limitedRefs = ops.filter((op) => op.limits).map((op) => op.ref);
         if (limitedRefs.length > 0) {

@@ -526,7 +526,252 @@ export const MIGRATIONS: readonly Migration[] = [
     `,
   },
   {
+    version: 16,
+    description: 'flow control: claims by groups take their items set-based, and answer as decisions 8.5 says after a claim with criteria',
+    sql: `
+      -- decisions §8.5, see docs/postgresql-flow.md. The wakes folded in one statement (was: a
+      -- loop of two or three statements per group).
+      CREATE OR REPLACE FUNCTION svcq_fold_groups(q text) RETURNS void LANGUAGE plpgsql VOLATILE AS $f$
+      DECLARE
+        added integer;
+      BEGIN
+        WITH d AS (DELETE FROM svcq_group_wakes x WHERE x.queue = q RETURNING x.grp, x.priority, x.ord),
+             w AS (SELECT DISTINCT ON (d.grp) d.grp, d.priority, d.ord FROM d ORDER BY d.grp, d.priority DESC, d.ord),
+             was AS (SELECT s.grp, s.head_p FROM svcq_groups s JOIN w ON s.queue = q AND s.grp = w.grp),
+             up AS (INSERT INTO svcq_groups AS s (queue, grp, head_p, head_ord) SELECT q, w.grp, w.priority, w.ord FROM w
+                    ON CONFLICT (queue, grp) DO UPDATE SET head_p = EXCLUDED.head_p, head_ord = EXCLUDED.head_ord
+                    WHERE s.head_p IS NULL OR EXCLUDED.head_p > s.head_p OR (EXCLUDED.head_p = s.head_p AND EXCLUDED.head_ord < s.head_ord))
+        SELECT count(*) INTO added FROM w LEFT JOIN was ON was.grp = w.grp WHERE was.head_p IS NULL;
+        IF added > 0 THEN
+          UPDATE svcq_limiters l SET ready_groups = l.ready_groups + added WHERE l.queue = q;
+        END IF;
+      END
+      $f$;
+
+      -- The heads rebuilt in one statement: a skip scan of svcq_items_groups (two index probes
+      -- per group), written with one upsert (was: three statements per group).
+      CREATE OR REPLACE FUNCTION svcq_rebuild_groups(q text) RETURNS void LANGUAGE plpgsql VOLATILE AS $f$
+      DECLARE
+        n integer;
+      BEGIN
+        DELETE FROM svcq_group_wakes x WHERE x.queue = q;
+        UPDATE svcq_groups s SET head_p = NULL, head_ord = NULL WHERE s.queue = q AND s.head_p IS NOT NULL;
+        WITH RECURSIVE g AS (
+            (SELECT coalesce(i.grp, '') AS k FROM svcq_items i WHERE i.queue = q AND i.status = 'pending' AND i.available_at = 0
+              ORDER BY coalesce(i.grp, '') LIMIT 1)
+          UNION ALL
+            SELECT (SELECT coalesce(i.grp, '') FROM svcq_items i WHERE i.queue = q AND i.status = 'pending' AND i.available_at = 0 AND coalesce(i.grp, '') > g.k
+                     ORDER BY coalesce(i.grp, '') LIMIT 1)
+              FROM g WHERE g.k IS NOT NULL
+          ),
+          up AS (INSERT INTO svcq_groups AS s (queue, grp, head_p, head_ord)
+                 SELECT q, g.k, h.priority, h.ord FROM g CROSS JOIN LATERAL (
+                   SELECT i.priority, i.ord FROM svcq_items i WHERE i.queue = q AND coalesce(i.grp, '') = g.k AND i.status = 'pending' AND i.available_at = 0
+                    ORDER BY (-i.priority), i.ord LIMIT 1) AS h
+                  WHERE g.k IS NOT NULL
+                 ON CONFLICT (queue, grp) DO UPDATE SET head_p = EXCLUDED.head_p, head_ord = EXCLUDED.head_ord
+                 RETURNING 1)
+        SELECT count(*) INTO n FROM up;
+        UPDATE svcq_limiters l SET ready_groups = n WHERE l.queue = q;
+      END
+      $f$;
+
+      -- Picks and locks up to want claimable items of a queue by groups, as version 15's did one
+      -- by one (with fair, each from the least recently served group holding a claimable item of
+      -- the highest priority there is, ties going to the group whose first such item comes first;
+      -- without, the first claimable item in claim order of a group below gmax), but a batch of
+      -- groups at a time: one statement reads the next groups in that order with the first two
+      -- claimable items of each, one locks their first items (FOR UPDATE SKIP LOCKED), one
+      -- writes their rows. The groups of a batch are the next turns as long as none of the groups
+      -- served before it in the batch comes back ahead of it: with fair, as long as its priority
+      -- is not below the next item of a group served (a group served goes behind every other of
+      -- its priority); without, as long as its first item comes before the next item of each. The
+      -- batch ends at the first group that fails that, or whose row is out of date (put right);
+      -- the next batch picks again from there. A group at gmax is passed over, and holds the
+      -- claim back (a last row with a NULL id, when fewer than want were taken) only if it holds
+      -- a claimable item. A group's turn is stamped only with fair. The queue's limiter row is
+      -- locked by the caller.
+      CREATE OR REPLACE FUNCTION svcq_claim_groups(q text, want integer, gmax integer, fair boolean)
+        RETURNS TABLE (id text, n integer) LANGUAGE plpgsql VOLATILE AS $f$
+      DECLARE
+        leased jsonb := '{}';
+        -- Groups passed over by this call: at gmax, or their first item held by another transaction.
+        skip text[] := '{}';
+        -- Groups at gmax.
+        at_max text[] := '{}';
+        taken text[] := '{}';
+        cur refcursor;
+        r record;
+        h record;
+        t bigint;
+        got integer := 0;
+        emptied integer := 0;
+        saturated boolean := false;
+        -- The batch: each group, its first item, and its next head.
+        b_grp text[];
+        b_id text[];
+        b_p smallint[];
+        b_o bigint[];
+        -- The rows written for the groups served.
+        u_grp text[];
+        u_t bigint[];
+        u_p smallint[];
+        u_o bigint[];
+        -- What the groups served in the batch bound the next one of it by: with fair, the highest
+        -- priority of their next items; without, the first of their next items in claim order.
+        bound_p integer;
+        bound_o bigint;
+        c integer;
+        locked text[];
+        rows_read integer;
+      BEGIN
+        IF want <= 0 OR EXISTS (SELECT 1 FROM svcq_queues WHERE key = q AND paused) THEN
+          RETURN;
+        END IF;
+        PERFORM svcq_fold_groups(q);
+        IF gmax IS NOT NULL THEN
+          -- Leased items by group: read through svcq_items_leases, as many as are leased.
+          SELECT coalesce(jsonb_object_agg(x.k, x.c), '{}'), coalesce(array_agg(x.k) FILTER (WHERE x.c >= gmax), '{}') INTO leased, at_max FROM (
+            SELECT coalesce(i.grp, '') AS k, count(*) AS c FROM svcq_items i
+             WHERE i.queue = q AND i.status IN ('claimed', 'processing') GROUP BY 1) AS x;
+          skip := at_max;
+        END IF;
+        SELECT l.turn INTO t FROM svcq_limiters l WHERE l.queue = q;
+        WHILE got < want LOOP
+          b_grp := '{}'; b_id := '{}'; b_p := '{}'; b_o := '{}';
+          bound_p := NULL; bound_o := NULL;
+          rows_read := 0;
+          IF fair THEN
+            OPEN cur FOR SELECT s.grp, s.head_p, s.head_ord, f.ids, f.ps, f.os FROM (
+                SELECT s.grp, s.head_p, s.head_ord, s.turn FROM svcq_groups s
+                 WHERE s.queue = q AND s.head_p IS NOT NULL AND s.grp <> ALL (skip)
+                 ORDER BY (-s.head_p), s.turn, s.head_ord LIMIT want - got) AS s
+              CROSS JOIN LATERAL (
+                SELECT array_agg(i.id ORDER BY (-i.priority), i.ord) AS ids, array_agg(i.priority ORDER BY (-i.priority), i.ord) AS ps, array_agg(i.ord ORDER BY (-i.priority), i.ord) AS os FROM (
+                  SELECT i.id, i.priority, i.ord FROM svcq_items i
+                   WHERE i.queue = q AND coalesce(i.grp, '') = s.grp AND i.status = 'pending' AND i.available_at = 0 AND i.id <> ALL (taken)
+                   ORDER BY (-i.priority), i.ord LIMIT 2) AS i) AS f
+              ORDER BY (-s.head_p), s.turn, s.head_ord;
+          ELSE
+            OPEN cur FOR SELECT s.grp, s.head_p, s.head_ord, f.ids, f.ps, f.os FROM (
+                SELECT s.grp, s.head_p, s.head_ord FROM svcq_groups s
+                 WHERE s.queue = q AND s.head_p IS NOT NULL AND s.grp <> ALL (skip)
+                 ORDER BY (-s.head_p), s.head_ord LIMIT want - got) AS s
+              CROSS JOIN LATERAL (
+                SELECT array_agg(i.id ORDER BY (-i.priority), i.ord) AS ids, array_agg(i.priority ORDER BY (-i.priority), i.ord) AS ps, array_agg(i.ord ORDER BY (-i.priority), i.ord) AS os FROM (
+                  SELECT i.id, i.priority, i.ord FROM svcq_items i
+                   WHERE i.queue = q AND coalesce(i.grp, '') = s.grp AND i.status = 'pending' AND i.available_at = 0 AND i.id <> ALL (taken)
+                   ORDER BY (-i.priority), i.ord LIMIT 2) AS i) AS f
+              ORDER BY (-s.head_p), s.head_ord;
+          END IF;
+          LOOP
+            FETCH cur INTO r;
+            EXIT WHEN NOT FOUND;
+            rows_read := rows_read + 1;
+            IF r.ids IS NULL THEN
+              -- No claimable item left (taken, cancelled): the row says so now; the batch ends here.
+              UPDATE svcq_groups s SET head_p = NULL, head_ord = NULL WHERE s.queue = q AND s.grp = r.grp;
+              emptied := emptied + 1;
+              EXIT;
+            END IF;
+            IF r.ps[1] <> r.head_p OR r.os[1] <> r.head_ord THEN
+              -- What the row said is out of date (an item taken, cancelled, or made claimable
+              -- again): corrected, and the next batch picks again from here.
+              UPDATE svcq_groups s SET head_p = r.ps[1], head_ord = r.os[1] WHERE s.queue = q AND s.grp = r.grp;
+              EXIT;
+            END IF;
+            -- A group served earlier in the batch comes back ahead of this one: the next batch.
+            EXIT WHEN bound_p IS NOT NULL AND (CASE WHEN fair THEN r.head_p < bound_p ELSE ((-r.head_p), r.head_ord) > ((-bound_p), bound_o) END);
+            b_grp := b_grp || r.grp;
+            b_id := b_id || r.ids[1];
+            b_p := b_p || r.ps[2];
+            b_o := b_o || r.os[2];
+            IF r.ids[2] IS NOT NULL AND (gmax IS NULL OR coalesce((leased ->> r.grp)::integer, 0) + 1 < gmax) THEN
+              IF bound_p IS NULL OR (CASE WHEN fair THEN r.ps[2] > bound_p ELSE ((-r.ps[2]), r.os[2]) < ((-bound_p), bound_o) END) THEN
+                bound_p := r.ps[2];
+                bound_o := r.os[2];
+              END IF;
+            END IF;
+          END LOOP;
+          CLOSE cur;
+          IF rows_read = 0 THEN
+            -- Nothing known: an item made claimable without a wake (by a node that did not yet
+            -- know the queue's groups) is found here. Only when no group was passed over, so
+            -- that this never walks the items of a saturated group.
+            EXIT WHEN cardinality(skip) > 0;
+            SELECT coalesce(i.grp, '') AS grp, i.priority, i.ord INTO h FROM svcq_items i
+             WHERE i.queue = q AND i.status = 'pending' AND i.available_at = 0 AND i.id <> ALL (taken)
+             ORDER BY (-i.priority), i.ord LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            INSERT INTO svcq_groups AS s (queue, grp, head_p, head_ord) VALUES (q, h.grp, h.priority, h.ord)
+              ON CONFLICT (queue, grp) DO UPDATE SET head_p = EXCLUDED.head_p, head_ord = EXCLUDED.head_ord;
+            emptied := emptied - 1;
+            CONTINUE;
+          END IF;
+          CONTINUE WHEN cardinality(b_id) = 0;
+          -- The condition is tested as (…) IS TRUE, which no partial index's predicate is proved
+          -- from: written plainly, the planner may walk a whole partial index of the queue's
+          -- claimable items (a million rows) to find the ids, instead of probing the primary key.
+          SELECT coalesce(array_agg(x.id), '{}') INTO locked FROM (
+            SELECT i.id FROM svcq_items i WHERE i.queue = q AND i.id = ANY (b_id) AND (i.status = 'pending' AND i.available_at = 0) IS TRUE
+               FOR UPDATE SKIP LOCKED) AS x;
+          u_grp := '{}'; u_t := '{}'; u_p := '{}'; u_o := '{}';
+          FOR c IN 1 .. cardinality(b_id) LOOP
+            IF NOT (b_id[c] = ANY (locked)) THEN
+              -- Held by another transaction (a cancel, a sweep): the group sits this claim out.
+              skip := skip || b_grp[c];
+              CONTINUE;
+            END IF;
+            got := got + 1;
+            t := t + 1;
+            taken := taken || b_id[c];
+            leased := jsonb_set(leased, ARRAY[b_grp[c]], to_jsonb(coalesce((leased ->> b_grp[c])::integer, 0) + 1));
+            IF gmax IS NOT NULL AND (leased ->> b_grp[c])::integer >= gmax THEN
+              skip := skip || b_grp[c];
+              at_max := at_max || b_grp[c];
+            END IF;
+            u_grp := u_grp || b_grp[c];
+            u_t := u_t || t;
+            u_p := u_p || b_p[c];
+            u_o := u_o || b_o[c];
+            IF b_p[c] IS NULL THEN
+              emptied := emptied + 1;
+            END IF;
+            id := b_id[c];
+            n := got;
+            RETURN NEXT;
+          END LOOP;
+          IF cardinality(u_grp) > 0 THEN
+            UPDATE svcq_groups s SET turn = CASE WHEN fair THEN u.ut ELSE s.turn END, head_p = u.up, head_ord = u.uo
+              FROM unnest(u_grp, u_t, u_p, u_o) AS u(ug, ut, up, uo) WHERE s.queue = q AND s.grp = u.ug;
+          END IF;
+        END LOOP;
+        UPDATE svcq_limiters l SET turn = t, ready_groups = greatest(0, l.ready_groups - emptied) WHERE l.queue = q;
+        IF got < want AND cardinality(at_max) > 0 THEN
+          -- A group at gmax holds the claim back only if it holds a claimable item.
+          saturated := EXISTS (SELECT 1 FROM unnest(at_max) AS f(g) WHERE EXISTS (
+            SELECT 1 FROM svcq_items i WHERE i.queue = q AND coalesce(i.grp, '') = f.g AND i.status = 'pending' AND i.available_at = 0 AND i.id <> ALL (taken)));
+          IF saturated THEN
+            id := NULL;
+            n := got + 1;
+            RETURN NEXT;
+          END IF;
+        END IF;
+      END
+      $f$;
+    `,
+  },
+  {
     version: 17,
+    description: "push delivery: the status code and time of a delivery's events",
+    sql: `
+      -- decisions §9.1: on a delivered / delivery-failed event, the target's status code (NULL
+      -- when it gave none) and the milliseconds the request took; NULL on every other event.
+      ALTER TABLE svcq_events ADD COLUMN code integer, ADD COLUMN ms integer;
+    `,
+  },
+  {
+    version: 18,
     description: 'callbacks when an item ends: the item\'s own URL, and the callbacks owed',
     sql: `
       -- decisions §9.2. callback: the item's own callback URL (a post's ?callback), or null;

@@ -214,13 +214,14 @@ export function postgresFactory(baseUrl: string): StoreFactory {
         const client = new pg.Client({ connectionString: db.url });
         await client.connect();
         try {
-          const { rows } = await client.query<Record<string, unknown>>('SELECT ts, host, queue, id, event, attempts, worker, status, schedule, occurrence, dead_letter, redriven_to FROM svcq_events ORDER BY xid, seq');
+          const { rows } = await client.query<Record<string, unknown>>('SELECT ts, host, queue, id, event, attempts, worker, status, schedule, occurrence, dead_letter, redriven_to, code, ms FROM svcq_events ORDER BY xid, seq');
           return rows.map((r) => {
             const e: Record<string, unknown> = { ts: Number(r.ts), host: r.host, queue: r.queue, id: r.id, event: r.event, attempts: r.attempts, status: r.status };
             if (r.worker !== null) e.worker = r.worker;
             if (r.schedule !== null) Object.assign(e, { schedule: r.schedule, occurrence: Number(r.occurrence) });
             if (r.dead_letter !== null) e.deadLetter = r.dead_letter;
             if (r.redriven_to !== null) e.redrivenTo = r.redriven_to;
+            if (r.ms !== null) Object.assign(e, { code: r.code, ms: r.ms });
             return e as unknown as TaskEvent;
           });
         } finally {

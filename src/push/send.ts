@@ -1,0 +1,139 @@
+import { Agent, errors, request, type Dispatcher } from 'undici';
+
+/** decisions §9.1: the most text of an answer kept in a result or an error. */
+export const ANSWER_TEXT_BYTES = 4096;
+
+/** What one outbound POST came to. */
+export interface Sent {
+  /** The answer's status code, or null when none came (timeout, refused, reset). */
+  status: number | null;
+  /** Milliseconds from the start of the request to the end of its answer (or its failure). */
+  ms: number;
+  /** The answer's body as UTF-8 text, at most `maxBytes` bytes of it (empty when none came). */
+  body: string;
+  /** Whether the answer's body was longer than `maxBytes` (the rest was read and dropped). */
+  truncated: boolean;
+  /** One sentence saying why this was not a 2xx, or null when it was one. */
+  reason: string | null;
+  /**
+   * What kind of failure it was: `answer` (the target answered, not 2xx), `timeout`, `connection`
+   * (refused, reset, a name not resolved), `abandoned` (the caller's signal); null for a 2xx.
+   */
+  failure: 'answer' | 'timeout' | 'connection' | 'abandoned' | null;
+  /** The answer's `Retry-After` in whole seconds (a number of seconds or an HTTP date), or null. */
+  retryAfterSeconds: number | null;
+}
+
+/** Options of one {@link send}. */
+export interface SendOptions {
+  /** Abandon the request after this many milliseconds in all: connecting, the headers and the body. */
+  timeoutMs: number;
+  /** Keep at most this many bytes of the answer's body (default {@link ANSWER_TEXT_BYTES}). */
+  maxBytes?: number;
+  /** Where connections come from (default: one agent for the process, keeping connections alive). */
+  dispatcher?: Dispatcher;
+  /** Abandons the request (a stopping server): the answer is a failure of kind `abandoned`. */
+  signal?: AbortSignal;
+}
+
+/**
+ * The process's connections for outbound calls: kept alive between calls, one pool per origin, so
+ * that a push queue's deliveries to one target reuse their connections. undici follows no redirect
+ * unless asked to (it is not): a 3xx is an answer like any other, which §9.1 counts as a failure.
+ */
+const sharedAgent = new Agent({ keepAliveTimeout: 10_000, keepAliveMaxTimeout: 60_000, connect: { timeout: 10_000 } });
+
+/**
+ * One POST of `body` to `url` with `headers`. Never throws: a failure to connect, a reset, a
+ * timeout are answers with `status: null` and a reason. The whole exchange is bounded by
+ * `timeoutMs` (undici's own header and body timeouts, and one timer over all of it).
+ */
+export async function send(url: string, body: string | Buffer, headers: Record<string, string>, options: SendOptions): Promise<Sent> {
+  const { timeoutMs } = options;
+  const maxBytes = options.maxBytes ?? ANSWER_TEXT_BYTES;
+  const started = performance.now();
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), timeoutMs);
+  const abandon = (): void => abort.abort();
+  options.signal?.addEventListener('abort', abandon, { once: true });
+  if (options.signal?.aborted) abort.abort();
+  const elapsed = (): number => Math.round(performance.now() - started);
+  let status: number | null = null;
+  try {
+    const answer = await request(url, {
+      method: 'POST',
+      body,
+      headers,
+      dispatcher: options.dispatcher ?? sharedAgent,
+      signal: abort.signal,
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
+    });
+    status = answer.statusCode;
+    const kept: Buffer[] = [];
+    let size = 0;
+    let truncated = false;
+    // The rest past maxBytes is read and dropped, not cut off, so that the connection can be reused.
+    for await (const chunk of answer.body as AsyncIterable<Buffer>) {
+      if (size < maxBytes) kept.push(size + chunk.length > maxBytes ? chunk.subarray(0, maxBytes - size) : chunk);
+      if (size + chunk.length > maxBytes) truncated = true;
+      size += chunk.length;
+    }
+    const text = Buffer.concat(kept).toString('utf8');
+    const ok = status >= 200 && status < 300;
+    return {
+      status,
+      ms: elapsed(),
+      body: text,
+      truncated,
+      reason: ok ? null : answerReason(status, answer.headers.location),
+      failure: ok ? null : 'answer',
+      retryAfterSeconds: retryAfter(answer.headers['retry-after'], Date.now()),
+    };
+  } catch (error) {
+    const ms = elapsed();
+    if (options.signal?.aborted) return { status, ms, body: '', truncated: false, reason: 'the request was abandoned', failure: 'abandoned', retryAfterSeconds: null };
+    const timedOut = abort.signal.aborted || error instanceof errors.HeadersTimeoutError || error instanceof errors.BodyTimeoutError || error instanceof errors.ConnectTimeoutError;
+    return { status, ms, body: '', truncated: false, reason: failureReason(error, status, timeoutMs, timedOut), failure: timedOut ? 'timeout' : 'connection', retryAfterSeconds: null };
+  } finally {
+    clearTimeout(timer);
+    options.signal?.removeEventListener('abort', abandon);
+  }
+}
+
+function answerReason(status: number, location: string | string[] | undefined): string {
+  if (status >= 300 && status < 400) {
+    const to = Array.isArray(location) ? location[0] : location;
+    return `the target answered ${status}, a redirect${to === undefined ? '' : ` to ${to}`}, which is not followed`;
+  }
+  return `the target answered ${status}`;
+}
+
+function failureReason(error: unknown, status: number | null, timeoutMs: number, timedOut: boolean): string {
+  const within = `within ${formatSeconds(timeoutMs)}`;
+  const code = (error as { code?: unknown }).code;
+  if (timedOut) {
+    return status === null ? `no answer ${within}` : `the answer ${status} did not end ${within}`;
+  }
+  if (code === 'ECONNREFUSED') return 'the connection was refused';
+  if (code === 'ECONNRESET' || code === 'EPIPE' || error instanceof errors.SocketError) {
+    return status === null ? 'the connection was closed before an answer' : `the connection was closed during the answer ${status}`;
+  }
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return 'the host name could not be resolved';
+  const message = error instanceof Error ? error.message : String(error);
+  return `the request failed: ${message}`;
+}
+
+function formatSeconds(ms: number): string {
+  return ms % 1000 === 0 ? `${ms / 1000} s` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+/** The seconds a `Retry-After` asks for: a whole number of seconds, or an HTTP date; null when absent or unreadable. */
+export function retryAfter(value: string | string[] | undefined, nowMs: number): number | null {
+  const text = (Array.isArray(value) ? value[0] : value)?.trim();
+  if (text === undefined || text === '') return null;
+  if (/^\d+$/.test(text)) return Math.min(Number(text), 31_536_000);
+  const at = Date.parse(text);
+  if (Number.isNaN(at)) return null;
+  return Math.min(Math.max(0, Math.ceil((at - nowMs) / 1000)), 31_536_000);
+}
