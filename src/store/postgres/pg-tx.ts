@@ -38,7 +38,7 @@ export interface ItemRow {
   /** decisions §8.6 (schema version 14): the id of the item's dead-letter copy; a dead letter's source, as JSON text. */
   dead_letter_id: string | null;
   source: string | null;
-  /** decisions §9.2 (schema version 17): the item's own callback URL; how many callbacks are owed for it. */
+  /** decisions §9.2 (schema version 18): the item's own callback URL; how many callbacks are owed for it. */
   callback: string | null;
   callbacks_owed: number;
 }
