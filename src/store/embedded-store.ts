@@ -1,5 +1,4 @@
 import { benchOff } from '../bench-off.js';
-import { randomBytes } from 'node:crypto';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
 import * as rules from '../engine/rules.js';
@@ -11,6 +10,7 @@ import { planSchedule, postedBy, scheduledOptions, scheduleView, type ScheduleSp
 import type { WriteFn } from './append-file.js';
 import { claimedOf, DEAD_LETTER_POSTER, REDRIVE_POSTER, fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StagedPayload, type StatusRecord, type Store, type StoreHooks, type StoreObserver, type SubmitOutcome, TEXT_PIECE, type OwedCallback, type TakenCallback, type CallbackAttempt, type CallbackSettlement } from './store.js';
 import { jsonString } from '../json-text.js';
+import { RandomIds } from './random-ids.js';
 import { claimTopic, itemTopic, type Notifier } from '../waiting/notifier.js';
 
 /** The longest a Node timer waits (2^31 − 1 ms, about 24.8 days); a longer one fires after 1 ms. */
@@ -94,8 +94,7 @@ export class EmbeddedStore implements Store, EventOutbox {
   private readonly slots = new Map<string, QueueSlot>();
   private readonly now: () => number;
   private closed = false;
-  private ids = Buffer.alloc(0);
-  private idsAt = 0;
+  private readonly ids = new RandomIds();
   /** Number of the last task event written to the journal. */
   private eventSeq = 0;
   /** The task history holds every event through this number (it said so through eventsDelivered). */
@@ -518,7 +517,7 @@ export class EmbeddedStore implements Store, EventOutbox {
       const url = change.callback;
       if (url === undefined) continue;
       const now = this.now();
-      const c: OwedCallback = { id: this.randomHex(), queue: slot.key, itemId: change.item.id, event: change.item.status, url, owedSince: now, dueAt: now, tries: 0 };
+      const c: OwedCallback = { id: this.ids.next(), queue: slot.key, itemId: change.item.id, event: change.item.status, url, owedSince: now, dueAt: now, tries: 0 };
       (made ??= []).push(c);
     }
     if (!made) return undefined;
@@ -1183,21 +1182,11 @@ export class EmbeddedStore implements Store, EventOutbox {
   /** 16 lowercase hex characters, random, unique in the queue (decisions §3.5). */
   private newId(queue: Queue): string {
     for (;;) {
-      const id = this.randomHex();
+      const id = this.ids.next();
       if (!queue.items.has(id)) return id;
     }
   }
 
-  /** 16 random lowercase hex characters, from a buffer of random bytes drawn 4 KiB at a time. */
-  private randomHex(): string {
-    if (this.idsAt + 8 > this.ids.length) {
-      this.ids = randomBytes(4096);
-      this.idsAt = 0;
-    }
-    const id = this.ids.toString('hex', this.idsAt, this.idsAt + 8);
-    this.idsAt += 8;
-    return id;
-  }
 }
 
 /**

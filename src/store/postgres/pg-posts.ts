@@ -1,6 +1,6 @@
 // Posts on the PostgreSQL store: the posts of one queue in a transaction become one multi-row
 // INSERT, idempotency keys resting on the unique index.
-import { randomBytes } from 'node:crypto';
+import { RandomIds } from '../random-ids.js';
 import type { ItemStatus } from '../../engine/item.js';
 import * as rules from '../../engine/rules.js';
 import type { ItemRecord } from '../../engine/rules.js';
@@ -11,18 +11,11 @@ import { named, type Tx } from './pg-tx.js';
 export class ItemIds {
   /** Queues known to be in svcq_queues already. */
   readonly known = new Set<string>();
-  private ids = Buffer.alloc(0);
-  private idsAt = 0;
+  private readonly ids = new RandomIds();
 
   /** 16 lowercase hex characters, random (decisions §3.5); a collision in the queue is caught by the primary key. */
   next(): string {
-    if (this.idsAt + 8 > this.ids.length) {
-      this.ids = randomBytes(4096);
-      this.idsAt = 0;
-    }
-    const id = this.ids.toString('hex', this.idsAt, this.idsAt + 8);
-    this.idsAt += 8;
-    return id;
+    return this.ids.next();
   }
 }
 
