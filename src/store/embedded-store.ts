@@ -1186,7 +1186,6 @@ export class EmbeddedStore implements Store, EventOutbox {
       if (!queue.items.has(id)) return id;
     }
   }
-
 }
 
 /**
