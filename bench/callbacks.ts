@@ -13,6 +13,7 @@
  * /proc utime+stime over the phase divided by the jobs; the ratio (callback / plain) is taken
  * within each round, and the median and spread (min–max) of the rounds' ratios are printed.
  */
+import { execFile } from 'node:child_process';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -97,22 +98,40 @@ async function phase(queue: 'plain' | 'cb'): Promise<{ usPerJob: number; rate: n
   return { usPerJob: (cpuMs * 1000) / r.count, rate: r.rate };
 }
 
+/** The floor: µs of CPU one process spends sending `jobs` POSTs with undici to the receiver (bench/outbound-floor.ts). */
+function floor(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'outbound-floor.ts'), hook, String(jobs)], (err, stdout) => {
+      if (err) reject(err);
+      else resolve((JSON.parse(stdout) as { usPerPost: number }).usPerPost);
+    });
+  });
+}
+
 try {
   console.log(`callbacks bench: ${rounds} rounds of ${jobs} jobs per side, ${inFlight} in flight, ${store ? 'PostgreSQL' : 'embedded'} store`);
   // Warm-up of both sides.
   await phase('plain');
   await phase('cb');
   const ratios: number[] = [];
+  const floors: number[] = [];
   for (let n = 0; n < rounds; n++) {
     const order: Array<'plain' | 'cb'> = n % 2 === 0 ? ['plain', 'cb'] : ['cb', 'plain'];
     const got: Record<string, { usPerJob: number; rate: number }> = {};
     for (const side of order) got[side] = await phase(side);
+    const post = await floor();
     const ratio = got.cb!.usPerJob / got.plain!.usPerJob;
+    const floorRatio = (got.plain!.usPerJob + post) / got.plain!.usPerJob;
     ratios.push(ratio);
-    console.log(`round ${n + 1}: plain ${got.plain!.usPerJob.toFixed(0)} µs/job (${got.plain!.rate.toFixed(0)} jobs/s), callback ${got.cb!.usPerJob.toFixed(0)} µs/job (${got.cb!.rate.toFixed(0)} jobs/s), ratio ${ratio.toFixed(3)}`);
+    floors.push(floorRatio);
+    console.log(`round ${n + 1}: plain ${got.plain!.usPerJob.toFixed(0)} µs/job (${got.plain!.rate.toFixed(0)} jobs/s), callback ${got.cb!.usPerJob.toFixed(0)} µs/job (${got.cb!.rate.toFixed(0)} jobs/s), ratio ${ratio.toFixed(3)}; one bare undici POST ${post.toFixed(0)} µs, (plain + it) / plain ${floorRatio.toFixed(3)}`);
   }
-  const sorted = [...ratios].sort((a, b) => a - b);
-  console.log(`server CPU per job, callback / plain: median ${sorted[Math.floor(sorted.length / 2)]!.toFixed(3)}× (spread ${sorted[0]!.toFixed(3)}–${sorted[sorted.length - 1]!.toFixed(3)}); target ≤ 1.15×`);
+  const median = (xs: number[]): string => {
+    const sorted = [...xs].sort((a, b) => a - b);
+    return `${sorted[Math.floor(sorted.length / 2)]!.toFixed(3)}× (spread ${sorted[0]!.toFixed(3)}–${sorted[sorted.length - 1]!.toFixed(3)})`;
+  };
+  console.log(`server CPU per job, callback / plain: median ${median(ratios)}; target ≤ 1.15×`);
+  console.log(`the floor, a plain job plus one bare undici POST and nothing else: median ${median(floors)}`);
 } finally {
   await server.stop().catch(() => undefined);
   receiver.close();
