@@ -49,21 +49,30 @@ const woken = new WeakMap<Tx, number>();
 /**
  * The queues whose group heads a store has rebuilt under the definition in force: one per store,
  * since each store may be on a database of its own. Items made claimable while a queue had no
- * groups (no limit per group, no fairness) left no wakes, so the first claim by groups after any
- * change of definition rebuilds the heads from the items, also when the change goes back to a
- * definition used before (the same rules object): the items posted in between are in no head.
+ * groups (no limit per group, no fairness) left no wakes, so a claim by groups rebuilds the heads
+ * from the items first when this store has not done so yet, when a call was made here under
+ * rules without groups since, and when the definition changed (in value: the rules object of a
+ * definition may be made afresh without a change, and a change may go back to an earlier value).
  */
 export class GroupRebuilds {
-  /** The rules each queue's last call was made under, by queue key. */
-  private readonly rules = new Map<string, QueueConfig>();
-  /** Queues whose heads were rebuilt under the rules in `rules`. */
+  /** What each queue's last call's rules said, by queue key. */
+  private readonly rules = new Map<string, { config: QueueConfig; text: string }>();
+  /** Queues whose heads were rebuilt under the rules in `rules`, no call without groups made since. */
   private readonly fresh = new Set<string>();
+  private readonly texts = new WeakMap<QueueConfig, string>();
 
-  /** Notes the rules a call on the queue was made under: a change makes the next claim by groups rebuild. */
+  /** Notes the rules a call on the queue was made under. */
   saw(ref: QueueRef): void {
-    if (this.rules.get(ref.key) === ref.config) return;
-    this.rules.set(ref.key, ref.config);
-    this.fresh.delete(ref.key);
+    if (!grouped(ref.config)) {
+      this.fresh.delete(ref.key);
+      return;
+    }
+    const was = this.rules.get(ref.key);
+    if (was?.config === ref.config) return;
+    let text = this.texts.get(ref.config);
+    if (text === undefined) this.texts.set(ref.config, (text = JSON.stringify(ref.config)));
+    if (was?.text !== text) this.fresh.delete(ref.key);
+    this.rules.set(ref.key, { config: ref.config, text });
   }
 
   /** Whether a claim by groups must rebuild the queue's heads first. */
@@ -307,8 +316,10 @@ async function takeByGroups(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[
   const res = await tx.query<ItemRow & { pick: number; picked: string | null }>(
     named(
       'svcq_claim_groups',
+      // Each item read by its primary key: joined plainly, the function's rows (estimated at a
+      // thousand) were hashed against every item of the queue, for every call.
       `WITH c AS MATERIALIZED (SELECT id AS picked, n AS pick FROM svcq_claim_groups($1, $2, $3, $4))
-       SELECT ${PREFIXED}, c.pick, c.picked FROM c LEFT JOIN svcq_items AS i ON i.queue = $1 AND i.id = c.picked ORDER BY c.pick`,
+       SELECT ${PREFIXED}, c.pick, c.picked FROM c LEFT JOIN LATERAL (SELECT ${COLUMNS} FROM svcq_items WHERE queue = $1 AND id = c.picked LIMIT 1) AS i ON true ORDER BY c.pick`,
     ),
     [ref.key, want, config.groupMaxActive, config.fairness === 'groups'],
   );

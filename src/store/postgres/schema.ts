@@ -590,9 +590,10 @@ export const MIGRATIONS: readonly Migration[] = [
       -- the next batch picks again from there. A group at gmax is passed over, and holds the
       -- claim back (a last row with a NULL id, when fewer than want were taken) only if it holds
       -- a claimable item. A group's turn is stamped only with fair. The queue's limiter row is
-      -- locked by the caller.
+      -- locked by the caller. ROWS 10: estimated at the default thousand rows, the caller's
+      -- join of its rows with the items was planned as a hash of every item of the queue.
       CREATE OR REPLACE FUNCTION svcq_claim_groups(q text, want integer, gmax integer, fair boolean)
-        RETURNS TABLE (id text, n integer) LANGUAGE plpgsql VOLATILE AS $f$
+        RETURNS TABLE (id text, n integer) LANGUAGE plpgsql VOLATILE ROWS 10 AS $f$
       DECLARE
         leased jsonb := '{}';
         -- Groups passed over by this call: at gmax, or their first item held by another transaction.
@@ -621,6 +622,12 @@ export const MIGRATIONS: readonly Migration[] = [
         -- priority of their next items; without, the first of their next items in claim order.
         bound_p integer;
         bound_o bigint;
+        -- A group's first item and the priority and claim order of its next.
+        h1_id text;
+        h1_p smallint;
+        h1_o bigint;
+        h2_p smallint;
+        h2_o bigint;
         c integer;
         locked text[];
         rows_read integer;
@@ -628,7 +635,9 @@ export const MIGRATIONS: readonly Migration[] = [
         IF want <= 0 OR EXISTS (SELECT 1 FROM svcq_queues WHERE key = q AND paused) THEN
           RETURN;
         END IF;
-        PERFORM svcq_fold_groups(q);
+        IF EXISTS (SELECT 1 FROM svcq_group_wakes w WHERE w.queue = q) THEN
+          PERFORM svcq_fold_groups(q);
+        END IF;
         IF gmax IS NOT NULL THEN
           -- Leased items by group: read through svcq_items_leases, as many as are leased.
           SELECT coalesce(jsonb_object_agg(x.k, x.c), '{}'), coalesce(array_agg(x.k) FILTER (WHERE x.c >= gmax), '{}') INTO leased, at_max FROM (
@@ -641,55 +650,58 @@ export const MIGRATIONS: readonly Migration[] = [
           b_grp := '{}'; b_id := '{}'; b_p := '{}'; b_o := '{}';
           bound_p := NULL; bound_o := NULL;
           rows_read := 0;
+          -- Each group's first two items by a subquery of the select list (a SubPlan, run for
+          -- each group the walk returns): never turned into a join that reads the queue's items.
           IF fair THEN
-            OPEN cur FOR SELECT s.grp, s.head_p, s.head_ord, f.ids, f.ps, f.os FROM (
-                SELECT s.grp, s.head_p, s.head_ord, s.turn FROM svcq_groups s
-                 WHERE s.queue = q AND s.head_p IS NOT NULL AND s.grp <> ALL (skip)
-                 ORDER BY (-s.head_p), s.turn, s.head_ord LIMIT want - got) AS s
-              CROSS JOIN LATERAL (
-                SELECT array_agg(i.id ORDER BY (-i.priority), i.ord) AS ids, array_agg(i.priority ORDER BY (-i.priority), i.ord) AS ps, array_agg(i.ord ORDER BY (-i.priority), i.ord) AS os FROM (
+            OPEN cur FOR SELECT s.grp, s.head_p, s.head_ord, (
+                SELECT jsonb_agg(jsonb_build_array(i.id, i.priority, i.ord) ORDER BY (-i.priority), i.ord) FROM (
                   SELECT i.id, i.priority, i.ord FROM svcq_items i
                    WHERE i.queue = q AND coalesce(i.grp, '') = s.grp AND i.status = 'pending' AND i.available_at = 0 AND i.id <> ALL (taken)
-                   ORDER BY (-i.priority), i.ord LIMIT 2) AS i) AS f
-              ORDER BY (-s.head_p), s.turn, s.head_ord;
+                   ORDER BY (-i.priority), i.ord LIMIT 2) AS i) AS its
+              FROM svcq_groups s
+             WHERE s.queue = q AND s.head_p IS NOT NULL AND s.grp <> ALL (skip)
+             ORDER BY (-s.head_p), s.turn, s.head_ord LIMIT want - got;
           ELSE
-            OPEN cur FOR SELECT s.grp, s.head_p, s.head_ord, f.ids, f.ps, f.os FROM (
-                SELECT s.grp, s.head_p, s.head_ord FROM svcq_groups s
-                 WHERE s.queue = q AND s.head_p IS NOT NULL AND s.grp <> ALL (skip)
-                 ORDER BY (-s.head_p), s.head_ord LIMIT want - got) AS s
-              CROSS JOIN LATERAL (
-                SELECT array_agg(i.id ORDER BY (-i.priority), i.ord) AS ids, array_agg(i.priority ORDER BY (-i.priority), i.ord) AS ps, array_agg(i.ord ORDER BY (-i.priority), i.ord) AS os FROM (
+            OPEN cur FOR SELECT s.grp, s.head_p, s.head_ord, (
+                SELECT jsonb_agg(jsonb_build_array(i.id, i.priority, i.ord) ORDER BY (-i.priority), i.ord) FROM (
                   SELECT i.id, i.priority, i.ord FROM svcq_items i
                    WHERE i.queue = q AND coalesce(i.grp, '') = s.grp AND i.status = 'pending' AND i.available_at = 0 AND i.id <> ALL (taken)
-                   ORDER BY (-i.priority), i.ord LIMIT 2) AS i) AS f
-              ORDER BY (-s.head_p), s.head_ord;
+                   ORDER BY (-i.priority), i.ord LIMIT 2) AS i) AS its
+              FROM svcq_groups s
+             WHERE s.queue = q AND s.head_p IS NOT NULL AND s.grp <> ALL (skip)
+             ORDER BY (-s.head_p), s.head_ord LIMIT want - got;
           END IF;
           LOOP
             FETCH cur INTO r;
             EXIT WHEN NOT FOUND;
             rows_read := rows_read + 1;
-            IF r.ids IS NULL THEN
+            IF r.its IS NULL THEN
               -- No claimable item left (taken, cancelled): the row says so now; the batch ends here.
               UPDATE svcq_groups s SET head_p = NULL, head_ord = NULL WHERE s.queue = q AND s.grp = r.grp;
               emptied := emptied + 1;
               EXIT;
             END IF;
-            IF r.ps[1] <> r.head_p OR r.os[1] <> r.head_ord THEN
+            h1_id := r.its -> 0 ->> 0;
+            h1_p := (r.its -> 0 ->> 1)::smallint;
+            h1_o := (r.its -> 0 ->> 2)::bigint;
+            h2_p := (r.its -> 1 ->> 1)::smallint;
+            h2_o := (r.its -> 1 ->> 2)::bigint;
+            IF h1_p <> r.head_p OR h1_o <> r.head_ord THEN
               -- What the row said is out of date (an item taken, cancelled, or made claimable
               -- again): corrected, and the next batch picks again from here.
-              UPDATE svcq_groups s SET head_p = r.ps[1], head_ord = r.os[1] WHERE s.queue = q AND s.grp = r.grp;
+              UPDATE svcq_groups s SET head_p = h1_p, head_ord = h1_o WHERE s.queue = q AND s.grp = r.grp;
               EXIT;
             END IF;
             -- A group served earlier in the batch comes back ahead of this one: the next batch.
             EXIT WHEN bound_p IS NOT NULL AND (CASE WHEN fair THEN r.head_p < bound_p ELSE ((-r.head_p), r.head_ord) > ((-bound_p), bound_o) END);
             b_grp := b_grp || r.grp;
-            b_id := b_id || r.ids[1];
-            b_p := b_p || r.ps[2];
-            b_o := b_o || r.os[2];
-            IF r.ids[2] IS NOT NULL AND (gmax IS NULL OR coalesce((leased ->> r.grp)::integer, 0) + 1 < gmax) THEN
-              IF bound_p IS NULL OR (CASE WHEN fair THEN r.ps[2] > bound_p ELSE ((-r.ps[2]), r.os[2]) < ((-bound_p), bound_o) END) THEN
-                bound_p := r.ps[2];
-                bound_o := r.os[2];
+            b_id := b_id || h1_id;
+            b_p := b_p || h2_p;
+            b_o := b_o || h2_o;
+            IF h2_p IS NOT NULL AND (gmax IS NULL OR coalesce((leased ->> r.grp)::integer, 0) + 1 < gmax) THEN
+              IF bound_p IS NULL OR (CASE WHEN fair THEN h2_p > bound_p ELSE ((-h2_p), h2_o) < ((-bound_p), bound_o) END) THEN
+                bound_p := h2_p;
+                bound_o := h2_o;
               END IF;
             END IF;
           END LOOP;
@@ -742,8 +754,11 @@ export const MIGRATIONS: readonly Migration[] = [
             RETURN NEXT;
           END LOOP;
           IF cardinality(u_grp) > 0 THEN
-            UPDATE svcq_groups s SET turn = CASE WHEN fair THEN u.ut ELSE s.turn END, head_p = u.up, head_ord = u.uo
-              FROM unnest(u_grp, u_t, u_p, u_o) AS u(ug, ut, up, uo) WHERE s.queue = q AND s.grp = u.ug;
+            -- By primary key (grp = ANY): a join with the arrays has a generic plan that reads
+            -- every group of the queue.
+            UPDATE svcq_groups s SET turn = CASE WHEN fair THEN u_t[array_position(u_grp, s.grp)] ELSE s.turn END,
+                   head_p = u_p[array_position(u_grp, s.grp)], head_ord = u_o[array_position(u_grp, s.grp)]
+             WHERE s.queue = q AND s.grp = ANY (u_grp);
           END IF;
         END LOOP;
         UPDATE svcq_limiters l SET turn = t, ready_groups = greatest(0, l.ready_groups - emptied) WHERE l.queue = q;
