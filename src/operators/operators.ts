@@ -83,7 +83,7 @@ export class Operators {
       this.storeOf().schedules(ref),
       deadLetter ? this.storeOf().overview(refOf(deadLetter), COUNTS_ONLY) : undefined,
     ]);
-    return { ...this.entry(ref, overview, this.now(), letters ? letters.counts.pending : null), oldest: overview.oldest, leases: overview.leases, schedules, callbacks: overview.callbacks };
+    return { ...this.entry(ref, overview, this.now(), letters ? letters.counts.pending : null), callbacks: overview.callbacks, oldest: overview.oldest, leases: overview.leases, schedules };
   }
 
   /**
