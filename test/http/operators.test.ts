@@ -127,6 +127,8 @@ describe('operators: queues, one queue, metrics (decisions §5.1, black box)', (
       held: { paused: 0, maxActive: 0, groupMaxActive: 0, rateLimit: 0 },
       groupsWaiting: null,
       deadLetters: null,
+      // decisions §9.1: not a push queue.
+      push: null,
     });
     const timed = mine.find((e) => e.name === timing.name)!;
     expect(timed.counts.timedout).to.equal(1);

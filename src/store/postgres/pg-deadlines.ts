@@ -118,6 +118,10 @@ export class Deadlines {
         [ref.key, tx.now, c.timeoutMs !== null, tx.now - (c.timeoutMs ?? 0), c.retainFrom === 'finished', tx.now - c.retainMs, c.retainFrom === 'fetched'],
       );
       let changed = 0;
+      // Deadlines that fell together are applied in claim order, as the other stores apply them
+      // (so that, say, items timing out in the same sweep are copied to the dead-letter queue in
+      // the order they were posted, not in the order the rows happened to come).
+      res.rows.sort((a, b) => Number(a.ord) - Number(b.ord));
       for (const row of res.rows) {
         const loaded = tx.current(ref, row);
         if (!loaded) continue;
