@@ -218,7 +218,9 @@ export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly Limite
   let more: boolean | undefined;
   for (let i = 0; i < calls.length; i++) {
     if (out[i]!.items.length >= asks[i]!) continue;
-    if (capped[i]!.max < asks[i]!) {
+    // maxActive or the rate window held the claim back only when it took all they left it; one
+    // that took less stopped for another reason (a group at groupMaxActive, say).
+    if (capped[i]!.max < asks[i]! && out[i]!.items.length >= capped[i]!.max) {
       const takenIds = out.flatMap((o) => o.items.map((c) => c.id));
       const criteria = calls[i]!.criteria;
       const wouldTake = criteria === undefined ? (more ??= await moreClaimable(tx, ref, takenIds)) : await moreMatching(tx, ref, takenIds, criteria);
