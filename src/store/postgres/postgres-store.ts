@@ -441,7 +441,13 @@ export class PostgresStore implements Store, EventOutbox {
         const r = applyDue(tx, ref, loaded);
         if (!r) return null;
         const stamp = rules.fetched(r, tx.now);
-        if (stamp) tx.stage(ref, loaded, stamp);
+        if (stamp) {
+          tx.stage(ref, loaded, stamp);
+          // An item kept no time after its fetch (retainFrom "fetched", retainSeconds 0) is purged
+          // by this same transaction, as every other store purges it by the fetch's own step.
+          const gone = rules.due(stamp.record, ref.config, tx.now, tx.callbackState(ref, loaded));
+          if (gone?.purged) tx.stage(ref, loaded, gone);
+        }
         const status = statusOf(r, loaded.links);
         // A failure this fetch applied is copied before the COMMIT: the record then names the copy.
         tx.shown.set(`${ref.key}\n${id}`, status);
