@@ -1,4 +1,5 @@
 import { benchOff } from '../bench-off.js';
+import { TurnSignal } from './turn-signal.js';
 import { resolveQueue, type QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../engine/item.js';
 import * as rules from '../engine/rules.js';
@@ -104,8 +105,8 @@ export class EmbeddedStore implements Store, EventOutbox {
   private loadedMark: HistoryMark | null = null;
   /** Durable events the history does not hold yet, oldest first (see EventOutbox). */
   private outbox: OutboxEntry[] = [];
-  private readonly eventListeners: Array<() => void> = [];
-  private eventsAnnounced = false;
+  /** Told once entries enter the outbox. */
+  private readonly eventsMade = new TurnSignal();
   /** Snapshots waiting for the history to hold every event through a number. */
   private deliveryWaiters: Array<{ seq: number; resolve: () => void; reject: (err: Error) => void }> = [];
   /**
@@ -131,8 +132,8 @@ export class EmbeddedStore implements Store, EventOutbox {
   private readonly callbacksDue = new DeadlineHeap<OwedCallback>();
   /** decisions §9.2: callbacks owed and failing, by queue key (operators read them: never a scan). */
   private readonly callbackCounts = new Map<string, { owed: number; failing: number }>();
-  private readonly owedListeners: Array<() => void> = [];
-  private owedAnnounced = false;
+  /** decisions §9.2: told once this node's callbacks owed are durable. */
+  private readonly owedMade = new TurnSignal();
 
   constructor(private readonly options: EmbeddedStoreOptions) {
     this.journal = new Journal({ dir: options.dir, warn: options.warn, compactBytes: options.compactBytes, write: options.write, onFailure: (err) => this.takeBack(err), onGroup: options.observer && ((seconds, appends) => options.observer!.committed(seconds, appends)) });
@@ -503,7 +504,7 @@ export class EmbeddedStore implements Store, EventOutbox {
   }
 
   onCallbacksOwed(listener: () => void): void {
-    this.owedListeners.push(listener);
+    this.owedMade.listen(listener);
   }
 
   /**
@@ -542,12 +543,7 @@ export class EmbeddedStore implements Store, EventOutbox {
           const entry = this.callbacks.get(c.id);
           if (entry) entry.durable = true;
         }
-        if (this.owedAnnounced) return;
-        this.owedAnnounced = true;
-        queueMicrotask(() => {
-          this.owedAnnounced = false;
-          for (const listener of this.owedListeners) listener();
-        });
+        this.owedMade.raise();
       },
     };
   }
@@ -1009,17 +1005,12 @@ export class EmbeddedStore implements Store, EventOutbox {
   }
 
   onEvents(listener: () => void): void {
-    this.eventListeners.push(listener);
+    this.eventsMade.listen(listener);
   }
 
   private toOutbox(entry: OutboxEntry): void {
     this.outbox.push(entry);
-    if (this.eventsAnnounced) return;
-    this.eventsAnnounced = true;
-    queueMicrotask(() => {
-      this.eventsAnnounced = false;
-      for (const listener of this.eventListeners) listener();
-    });
+    this.eventsMade.raise();
   }
 
   /** Resolves once the history holds every event through `seq` (a snapshot may then drop older journals). */

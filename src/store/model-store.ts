@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { TurnSignal } from './turn-signal.js';
 import { matches } from '../engine/criteria.js';
 import type { QueueConfig } from '../engine/config.js';
 import { isTerminal, type ItemStatus } from '../engine/item.js';
@@ -71,8 +72,7 @@ export class ModelStore implements Store {
   private readonly notifier: Notifier | undefined;
   private readonly configFor: (key: string) => QueueConfig | undefined;
   private state: 'new' | 'open' | 'closed' = 'new';
-  private readonly owedListeners: Array<() => void> = [];
-  private owedAnnounced = false;
+  private readonly owedMade = new TurnSignal();
 
   constructor(
     private readonly disk: ModelDisk = newModelDisk(),
@@ -203,12 +203,7 @@ export class ModelStore implements Store {
     do id = randomBytes(8).toString('hex');
     while (this.disk.callbacks.has(id));
     this.disk.callbacks.set(id, { id, queue: ref.key, itemId: record.id, event: record.status, url, owedSince: now, dueAt: now, tries: 0 });
-    if (this.owedAnnounced) return;
-    this.owedAnnounced = true;
-    queueMicrotask(() => {
-      this.owedAnnounced = false;
-      for (const listener of this.owedListeners) listener();
-    });
+    this.owedMade.raise();
   }
 
   async takeCallbacks(max: number, holdMs: number): Promise<TakenCallback[]> {
@@ -242,7 +237,7 @@ export class ModelStore implements Store {
   }
 
   onCallbacksOwed(listener: () => void): void {
-    this.owedListeners.push(listener);
+    this.owedMade.listen(listener);
   }
 
   /**

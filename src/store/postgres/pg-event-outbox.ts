@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { TurnSignal } from '../turn-signal.js';
 import type { EventOutbox, OutboxEntry } from '../store.js';
 import { FailureStreak } from '../failure-streak.js';
 import { ANSWER_TIMEOUT_MS, answered } from './pg-guard.js';
@@ -58,8 +59,7 @@ interface EventRow {
  * purges them by age), and each node keeps its own position in its history's `position.json`.
  */
 export class PgEventOutbox implements EventOutbox {
-  private readonly listeners: Array<() => void> = [];
-  private announced = false;
+  private readonly entered = new TurnSignal();
   private buffer: OutboxEntry[] = [];
   /** The buffer holds every entry numbered in (base, cursor]. */
   private base = 0;
@@ -121,7 +121,7 @@ export class PgEventOutbox implements EventOutbox {
   }
 
   onEvents(listener: () => void): void {
-    this.listeners.push(listener);
+    this.entered.listen(listener);
   }
 
   /** A local transaction committed events: they are read with whatever else commits in the next `gatherMs`. */
@@ -232,12 +232,7 @@ export class PgEventOutbox implements EventOutbox {
   }
 
   private announce(): void {
-    if (this.announced) return;
-    this.announced = true;
-    queueMicrotask(() => {
-      this.announced = false;
-      for (const listener of this.listeners) listener();
-    });
+    this.entered.raise();
   }
 }
 

@@ -1,4 +1,5 @@
 import { performance } from 'node:perf_hooks';
+import { TurnSignal } from '../turn-signal.js';
 import pg from 'pg';
 import type { QueueConfig } from '../../engine/config.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from '../../engine/item.js';
@@ -213,8 +214,7 @@ export class PostgresStore implements Store, EventOutbox {
   private readonly outbox: PgEventOutbox;
   private purgeTimer: NodeJS.Timeout | undefined;
   private purging = false;
-  private readonly owedListeners: Array<() => void> = [];
-  private owedAnnounced = false;
+  private readonly owedMade = new TurnSignal();
   /** decisions §9.2: settles waiting to go together in one statement (see settleCallback). */
   private settles: Array<{ taken: OwedCallback; retryAt: number | null; outcome: CallbackSettlement; resolve: (s: CallbackSettlement) => void; reject: (err: Error) => void }> = [];
 
@@ -703,17 +703,12 @@ export class PostgresStore implements Store, EventOutbox {
   }
 
   onCallbacksOwed(listener: () => void): void {
-    this.owedListeners.push(listener);
+    this.owedMade.listen(listener);
   }
 
   /** Tells the listeners, once per turn of the event loop, that this node made callbacks owed. */
   private callbacksOwed(): void {
-    if (this.owedAnnounced) return;
-    this.owedAnnounced = true;
-    queueMicrotask(() => {
-      this.owedAnnounced = false;
-      for (const listener of this.owedListeners) listener();
-    });
+    this.owedMade.raise();
   }
 
   private get answerTimeoutMs(): number {
