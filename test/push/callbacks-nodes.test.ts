@@ -1,0 +1,94 @@
+import { expect } from 'chai';
+import { once } from 'node:events';
+import { freshDatabase, postgresUnderTest } from '../store/support/stores.js';
+import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { defineQueue, PUBLIC_ACCESS, QueueApi } from '../http/queue-api.js';
+import { PushTarget } from '../support/push-target.js';
+import { metric, queueView } from './support.js';
+
+/**
+ * Callbacks on two nodes (decisions §9.2, §6.1): two real `svcq serve` processes on one PostgreSQL
+ * database; items end on both, so both make callbacks owed and both deliver. The receiver answers
+ * each request after a short while, and the first request for every third item with a 500, so
+ * that retries come due while other nodes look. No item's callback is ever in flight twice at
+ * once (no attempt taken by two nodes), each is delivered exactly once (one 200), and nothing stays
+ * owed.
+ */
+
+const HOST = 'callback-nodes.example.com';
+const MASTER = 'master-callback-nodes-0123456789ab';
+const ITEMS = 60;
+
+describe('callbacks on two nodes of one PostgreSQL database (decisions §9.2, §6.1)', function () {
+  this.timeout(60_000);
+  let db: { url: string; drop: () => Promise<void> } | undefined;
+  const nodes: TestServer[] = [];
+  let target: PushTarget;
+
+  before(async function () {
+    const pgTest = await postgresUnderTest();
+    if ('whyNot' in pgTest) {
+      console.log(`    skipped: ${pgTest.whyNot}`);
+      this.skip();
+    }
+    target = await PushTarget.start();
+    db = await freshDatabase(pgTest.url);
+    nodes.push(...(await Promise.all([0, 1].map(() => startServer({ masterToken: MASTER, args: ['--store', db!.url, '--push-allow', `${target.url}/`] })))));
+  });
+
+  after(async () => {
+    for (const n of nodes) await n.kill9();
+    for (const n of nodes) cleanupTemp(n.root);
+    await db?.drop();
+    await target?.stop();
+  });
+
+  it('every callback is delivered exactly once, never in flight twice at once, by either node', async () => {
+    await defineQueue(nodes[0]!, HOST, 'ends', { access: PUBLIC_ACCESS, leaseSeconds: 30, callback: `${target.url}/custom` });
+    const apis = nodes.map((n) => new QueueApi(n, HOST, 'ends'));
+    const active = new Map<string, number>();
+    const requests = new Map<string, number>();
+    const delivered = new Map<string, number>();
+    const overlaps: string[] = [];
+    let firstFailures = 0;
+    target.custom = (received, res) => {
+      const id = String(received.headers['svcq-item-id']);
+      const seen = (requests.get(id) ?? 0) + 1;
+      requests.set(id, seen);
+      if ((active.get(id) ?? 0) > 0) overlaps.push(id);
+      active.set(id, (active.get(id) ?? 0) + 1);
+      const failFirst = Number(JSON.parse(received.body).result?.i ?? -1) % 3 === 0 && seen === 1;
+      setTimeout(() => {
+        active.set(id, active.get(id)! - 1);
+        if (failFirst) {
+          firstFailures++;
+          res.statusCode = 500;
+          res.end('not yet');
+        } else {
+          delivered.set(id, (delivered.get(id) ?? 0) + 1);
+          res.end('ok');
+        }
+        target.emit('answered');
+      }, 20);
+    };
+    // Posted and finished alternately on either node: each node makes callbacks owed.
+    const ids: string[] = [];
+    for (let i = 0; i < ITEMS; i++) ids.push(await apis[i % 2]!.post({ i }));
+    for (let i = 0; i < ITEMS; i++) {
+      const api = apis[i % 2]!;
+      const claimed = await api.claim({ wait: 5 });
+      expect(claimed.id, 'an item claimed').to.be.a('string');
+      await api.submit(claimed.id as string, 'result', { i: (claimed.item as { i: number }).i });
+    }
+    while (delivered.size < ITEMS) await once(target, 'answered');
+    expect(overlaps, 'items whose callback was in flight twice at once').to.deep.equal([]);
+    for (const id of ids) expect(delivered.get(id), `200s for item ${id}`).to.equal(1);
+    expect(firstFailures, 'first attempts answered 500').to.equal(ITEMS / 3);
+    for (const id of ids) expect(requests.get(id), `attempts for item ${id}`).to.be.at.most(2);
+    // Both nodes delivered: each counted attempts of its own.
+    for (const node of nodes) expect(await metric(node, `svcq_callbacks_total{host="${HOST}",queue="ends",outcome="delivered"}`), `deliveries counted on ${node.url}`).to.be.greaterThan(0);
+    // Settled everywhere: nothing owed, nothing failing.
+    const view = await queueView(nodes[1]!, apis[1]!);
+    expect(view.callbacks).to.deep.equal({ owed: 0, failing: 0 });
+  });
+});
