@@ -554,8 +554,46 @@ export class EmbeddedStore implements Store, EventOutbox {
    * in one group: after a crash both are back, or neither. A write that fails takes both back.
    */
   async tickSchedules(ref: QueueRef): Promise<number> {
-    const slot = this.prepare(ref);
-    const now = this.now();
+    if (!ref.config.archivePayloads) return this.tick(ref, this.prepare(ref), this.now(), []);
+    // decisions §5: the payloads of the items an occurrence posts are archived as a post's are,
+    // staged before anything is applied. The plan is worked out again once they are written; when
+    // it changed meanwhile (rare: a tick of the same queue, a new definition, an occurrence falling
+    // due), the staged payloads are discarded and it starts over.
+    for (;;) {
+      let slot = this.prepare(ref);
+      const now = this.now();
+      const planned = this.scheduledBodies(slot, ref, now);
+      const chosen = new Set<string>();
+      const ids = planned.map(() => {
+        let id: string;
+        do id = this.newId(slot.queue);
+        while (chosen.has(id));
+        chosen.add(id);
+        return id;
+      });
+      const staged = (await this.stageAll(slot, planned.map((body, n) => ({ id: ids[n]!, kind: 'item', body })))) as StagedPayload[];
+      slot = this.prepare(ref);
+      const later = this.now();
+      const same = this.scheduledBodies(slot, ref, later);
+      if (same.length === planned.length && same.every((b, n) => b === planned[n]) && ids.every((id) => !slot.queue.items.has(id))) return this.tick(ref, slot, later, ids, staged);
+      await discardAll(staged);
+    }
+  }
+
+  /** The bodies of the items the queue's schedules would post at `now`, in the order {@link tick} posts them. */
+  private scheduledBodies(slot: QueueSlot, ref: QueueRef, now: number): string[] {
+    const bodies: string[] = [];
+    for (const spec of ref.config.schedules) {
+      const state = slot.schedules.get(spec.name);
+      const previous = state?.lastId == null ? undefined : slot.queue.items.get(state.lastId);
+      const plan = planSchedule(spec, state, now, previous !== undefined && !isTerminal(previous.status));
+      if (plan.state) for (let n = 0; n < plan.post.length; n++) bodies.push(spec.item);
+    }
+    return bodies;
+  }
+
+  /** Applies and journals what the schedules post at `now`: the items take `ids` in order (new ones past their end), with the payloads `staged` for them. */
+  private async tick(ref: QueueRef, slot: QueueSlot, now: number, ids: readonly string[], staged?: StagedPayload[]): Promise<number> {
     const states = slot.schedules;
     const changes: Change[] = [];
     let records = '';
@@ -574,7 +612,7 @@ export class EmbeddedStore implements Store, EventOutbox {
       if (!plan.state) continue;
       const next = { ...plan.state };
       for (const at of plan.post) {
-        const change = slot.queue.post({ id: this.newId(slot.queue), body: spec.item, postedBy: postedBy(spec.name), idempotencyKey: null, options: scheduledOptions(spec) }, now);
+        const change = slot.queue.post({ id: ids[changes.length] ?? this.newId(slot.queue), body: spec.item, postedBy: postedBy(spec.name), idempotencyKey: null, options: scheduledOptions(spec) }, now);
         change.events = [{ event: 'posted', schedule: spec.name, occurrence: at }];
         changes.push(change);
         next.lastAt = at;
@@ -591,7 +629,7 @@ export class EmbeddedStore implements Store, EventOutbox {
         else states.delete(name);
       }
     };
-    await this.commit(slot, changes, true, undefined, { records, undo });
+    await this.commit(slot, changes, true, staged, { records, undo });
     return changes.length;
   }
 
