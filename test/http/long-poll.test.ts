@@ -293,7 +293,7 @@ describe('long polls over HTTP', function () {
     expect(await q.fetch(later)).to.include({ status: 'pending', attempts: 0 });
   });
 
-  it('answers waiting claims and fetches promptly on SIGTERM, then exits 0 (decisions §1.1, issue 3 §3)', async () => {
+  it('answers waiting claims and fetches promptly on SIGTERM, then exits 0 (decisions §1.1)', async () => {
     const own = await startServer();
     try {
       const q = await newQueue(own, HOST);

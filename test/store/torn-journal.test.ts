@@ -34,7 +34,7 @@ describe('the embedded store with a torn journal (decisions §6)', function () {
     cleanupTemp(root);
   });
 
-  it('skips a torn last journal record with one warning, starts, keeps every item, and keeps working across another restart (decisions §6, issue 3 §4)', async () => {
+  it('skips a torn last journal record with one warning, starts, keeps every item, and keeps working across another restart (decisions §6)', async () => {
     server = await startServer({ root });
     let q = await newQueue(server, HOST);
     const ids: string[] = [];
@@ -68,7 +68,7 @@ describe('the embedded store with a torn journal (decisions §6)', function () {
     expect((await q.claim()).id).to.equal(ids[2]);
   });
 
-  it('skips a corrupt last journal line with one warning and starts with every item (issue 3 §4)', async () => {
+  it('skips a corrupt last journal line with one warning and starts with every item (decisions §6)', async () => {
     const own = tempDir();
     let s = await startServer({ root: own });
     try {
