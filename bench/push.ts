@@ -1,6 +1,8 @@
 /**
- * `npm run bench:push -- [--items 20000] [--concurrency 32] [--rounds 3]`: a push queue (decisions
- * §9.1) against workers doing the same work, on the same server in the same run.
+ * `npm run bench:push -- [--items 20000] [--concurrency 32] [--rounds 3] [--store postgres://USER@HOST:PORT/DB]`:
+ * a push queue (decisions §9.1) against workers doing the same work, on the same server in the same
+ * run. With `--store`, the server keeps its items in a fresh database made on that PostgreSQL
+ * server (dropped after).
  *
  * The target is bench/floor-server.ts (a node:http handler that parses the body and answers at
  * once), a process of its own. Each round, on a fresh queue each:
@@ -18,6 +20,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import pg from 'pg';
 import { request } from 'undici';
 import { BENCH_DIR, killAll, REPO, startFloor, startSvcq } from './procs.js';
 
@@ -26,7 +29,9 @@ const { values: opts } = parseArgs({
     items: { type: 'string', default: '20000' },
     concurrency: { type: 'string', default: '32' },
     rounds: { type: 'string', default: '3' },
+    store: { type: 'string' },
   },
+  strict: true,
 });
 const ITEMS = Number(opts.items);
 const CONCURRENCY = Number(opts.concurrency);
@@ -42,10 +47,23 @@ process.on('SIGINT', () => {
   process.exit(130);
 });
 
+/** With --store: the database this run makes and drops, and its URL. */
+let database: { name: string; url: string } | undefined;
+if (opts.store) {
+  const name = `svcq_bench_push_${process.pid}`;
+  const admin = new pg.Client({ connectionString: opts.store });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  const u = new URL(opts.store);
+  u.pathname = `/${name}`;
+  database = { name, url: u.toString() };
+}
+
 const dir = mkdtempSync(path.join(os.tmpdir(), 'svcq-bench-push-'));
 const target = await startFloor({ durable: false, dir });
-const server = await startSvcq({ root: path.join(dir, 'root'), masterToken: MASTER, args: ['--push-allow', `${target.url}/`] });
-log(`svcq on ${server.url}, target ${target.url}; ${ITEMS} items per side, concurrency ${CONCURRENCY}, ${ROUNDS} rounds`);
+const server = await startSvcq({ root: path.join(dir, 'root'), masterToken: MASTER, args: ['--push-allow', `${target.url}/`, ...(database ? ['--store', database.url] : [])] });
+log(`svcq on ${server.url} (${database ? 'PostgreSQL' : 'embedded'} store), target ${target.url}; ${ITEMS} items per side, concurrency ${CONCURRENCY}, ${ROUNDS} rounds`);
 
 async function call(method: string, p: string, body?: string, host = new URL(server.url).host): Promise<unknown> {
   // The master token goes to /api only: on the queue domain the public queues need none.
@@ -133,6 +151,12 @@ try {
   await server.stop().catch((err: Error) => console.error(err.message));
   await target.stop().catch(() => undefined);
   rmSync(dir, { recursive: true, force: true });
+  if (database && opts.store) {
+    const admin = new pg.Client({ connectionString: opts.store });
+    await admin.connect();
+    await admin.query(`DROP DATABASE IF EXISTS ${database.name} WITH (FORCE)`);
+    await admin.end();
+  }
 }
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 console.log(
