@@ -1,4 +1,4 @@
-import { Agent, errors, request, type Dispatcher } from 'undici';
+import { Agent, errors, type Dispatcher } from 'undici';
 
 /** decisions §9.1: the most text of an answer kept in a result or an error. */
 export const ANSWER_TEXT_BYTES = 4096;
@@ -43,62 +43,103 @@ export interface SendOptions {
  */
 const sharedAgent = new Agent({ keepAliveTimeout: 10_000, keepAliveMaxTimeout: 60_000, connect: { timeout: 10_000 } });
 
+/** Where a URL's requests go, remembered per URL: callbacks and pushes go to a few URLs, and parsing one each time costs more than the rest of the dispatch. */
+const targets = new Map<string, { origin: string; path: string }>();
+
+function targetOf(url: string): { origin: string; path: string } {
+  let t = targets.get(url);
+  if (t === undefined) {
+    const u = new URL(url);
+    if (targets.size >= 1000) targets.clear();
+    targets.set(url, (t = { origin: u.origin, path: `${u.pathname}${u.search}` }));
+  }
+  return t;
+}
+
 /**
  * One POST of `body` to `url` with `headers`. Never throws: a failure to connect, a reset, a
  * timeout are answers with `status: null` and a reason. The whole exchange is bounded by
  * `timeoutMs` (undici's own header and body timeouts, and one timer over all of it).
+ *
+ * Dispatched with a handler of its own rather than through undici's `request`: no answer stream,
+ * async iterator or AbortController per call, which cost a callback more than the POST itself.
  */
-export async function send(url: string, body: string | Buffer, headers: Record<string, string>, options: SendOptions): Promise<Sent> {
+export function send(url: string, body: string | Buffer, headers: Record<string, string>, options: SendOptions): Promise<Sent> {
   const { timeoutMs } = options;
   const maxBytes = options.maxBytes ?? ANSWER_TEXT_BYTES;
+  const signal = options.signal;
   const started = performance.now();
-  const abort = new AbortController();
-  const timer = setTimeout(() => abort.abort(), timeoutMs);
-  const abandon = (): void => abort.abort();
-  options.signal?.addEventListener('abort', abandon, { once: true });
-  if (options.signal?.aborted) abort.abort();
-  const elapsed = (): number => Math.round(performance.now() - started);
-  let status: number | null = null;
-  try {
-    const answer = await request(url, {
-      method: 'POST',
-      body,
-      headers,
-      dispatcher: options.dispatcher ?? sharedAgent,
-      signal: abort.signal,
-      headersTimeout: timeoutMs,
-      bodyTimeout: timeoutMs,
-    });
-    status = answer.statusCode;
+  return new Promise<Sent>((resolve) => {
+    let status: number | null = null;
+    let location: string | string[] | undefined;
+    let retryAfterHeader: string | string[] | undefined;
     const kept: Buffer[] = [];
     let size = 0;
     let truncated = false;
-    // The rest past maxBytes is read and dropped, not cut off, so that the connection can be reused.
-    for await (const chunk of answer.body as AsyncIterable<Buffer>) {
-      if (size < maxBytes) kept.push(size + chunk.length > maxBytes ? chunk.subarray(0, maxBytes - size) : chunk);
-      if (size + chunk.length > maxBytes) truncated = true;
-      size += chunk.length;
-    }
-    const text = Buffer.concat(kept).toString('utf8');
-    const ok = status >= 200 && status < 300;
-    return {
-      status,
-      ms: elapsed(),
-      body: text,
-      truncated,
-      reason: ok ? null : answerReason(status, answer.headers.location),
-      failure: ok ? null : 'answer',
-      retryAfterSeconds: retryAfter(answer.headers['retry-after'], Date.now()),
+    let controller: Dispatcher.DispatchController | undefined;
+    let timedOut = false;
+    let done = false;
+    const stop = (reason: Error): void => {
+      // Before the request is on a connection there is nothing to abort yet: it is aborted as it starts.
+      if (controller && !controller.aborted) controller.abort(reason);
     };
-  } catch (error) {
-    const ms = elapsed();
-    if (options.signal?.aborted) return { status, ms, body: '', truncated: false, reason: 'the request was abandoned', failure: 'abandoned', retryAfterSeconds: null };
-    const timedOut = abort.signal.aborted || error instanceof errors.HeadersTimeoutError || error instanceof errors.BodyTimeoutError || error instanceof errors.ConnectTimeoutError;
-    return { status, ms, body: '', truncated: false, reason: failureReason(error, status, timeoutMs, timedOut), failure: timedOut ? 'timeout' : 'connection', retryAfterSeconds: null };
-  } finally {
-    clearTimeout(timer);
-    options.signal?.removeEventListener('abort', abandon);
-  }
+    const timer = setTimeout(() => {
+      timedOut = true;
+      stop(new errors.RequestAbortedError('timed out'));
+    }, timeoutMs);
+    const abandon = (): void => stop(new errors.RequestAbortedError('abandoned'));
+    signal?.addEventListener('abort', abandon, { once: true });
+    const finish = (sent: Omit<Sent, 'ms'>): void => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', abandon);
+      resolve({ ...sent, ms: Math.round(performance.now() - started) });
+    };
+    const handler: Dispatcher.DispatchHandler = {
+      onRequestStart(c) {
+        controller = c;
+        if (timedOut) c.abort(new errors.RequestAbortedError('timed out'));
+        else if (signal?.aborted) c.abort(new errors.RequestAbortedError('abandoned'));
+      },
+      onResponseStart(_c, statusCode, answerHeaders) {
+        // An informational answer (1xx) is followed by the real one.
+        if (statusCode < 200) return;
+        status = statusCode;
+        location = answerHeaders.location;
+        retryAfterHeader = answerHeaders['retry-after'];
+      },
+      // The rest past maxBytes is read and dropped, not cut off, so that the connection can be reused.
+      onResponseData(_c, chunk) {
+        if (size < maxBytes) kept.push(size + chunk.length > maxBytes ? chunk.subarray(0, maxBytes - size) : chunk);
+        if (size + chunk.length > maxBytes) truncated = true;
+        size += chunk.length;
+      },
+      onResponseEnd() {
+        const code = status ?? 0;
+        const ok = code >= 200 && code < 300;
+        finish({
+          status,
+          body: kept.length === 0 ? '' : kept.length === 1 ? kept[0]!.toString('utf8') : Buffer.concat(kept).toString('utf8'),
+          truncated,
+          reason: ok ? null : answerReason(code, location),
+          failure: ok ? null : 'answer',
+          retryAfterSeconds: retryAfterHeader === undefined ? null : retryAfter(retryAfterHeader, Date.now()),
+        });
+      },
+      onResponseError(_c, error) {
+        if (signal?.aborted) return finish({ status, body: '', truncated: false, reason: 'the request was abandoned', failure: 'abandoned', retryAfterSeconds: null });
+        const late = timedOut || error instanceof errors.HeadersTimeoutError || error instanceof errors.BodyTimeoutError || error instanceof errors.ConnectTimeoutError;
+        finish({ status, body: '', truncated: false, reason: failureReason(error, status, timeoutMs, late), failure: late ? 'timeout' : 'connection', retryAfterSeconds: null });
+      },
+    };
+    try {
+      const { origin, path } = targetOf(url);
+      (options.dispatcher ?? sharedAgent).dispatch({ origin, path, method: 'POST', body, headers, headersTimeout: timeoutMs, bodyTimeout: timeoutMs }, handler);
+    } catch (error) {
+      handler.onResponseError!(controller!, error as Error);
+    }
+  });
 }
 
 function answerReason(status: number, location: string | string[] | undefined): string {

@@ -130,6 +130,16 @@ export class EmbeddedStore implements Store, EventOutbox {
   private readonly callbacks = new Map<string, { c: OwedCallback; durable: boolean }>();
   /** The same by when each is due (an entry whose callback has changed or gone since is skipped when popped): a take reads only what is due. */
   private readonly callbacksDue = new DeadlineHeap<OwedCallback>();
+  /**
+   * Callbacks taken, by id, in the order their holds end (each is the callback's current state,
+   * `dueAt` its hold's end). Kept apart from the heap so that a settled attempt's hold is deleted at
+   * once: in the heap it would stay for the whole hold, a stale entry per callback delivered in the
+   * last minute that every push and pop sifts past and the GC keeps moving. A hold that would end
+   * before the last one here (a shorter hold, the clock set back) goes to the heap instead.
+   */
+  private readonly callbacksHeld = new Map<string, OwedCallback>();
+  /** When the last hold in {@link callbacksHeld} ends. */
+  private lastHeldUntil = -Infinity;
   /** decisions §9.2: callbacks owed and failing, by queue key (operators read them: never a scan). */
   private readonly callbackCounts = new Map<string, { owed: number; failing: number }>();
   /** decisions §9.2: told once this node's callbacks owed are durable. */
@@ -438,8 +448,15 @@ export class EmbeddedStore implements Store, EventOutbox {
   async takeCallbacks(max: number, holdMs: number): Promise<TakenCallback[]> {
     if (this.closed) throw new StoreUnavailable(new Error('the server is stopping'));
     const now = this.now();
+    // Holds that ran out without a settlement: due again (still the callback's current state, or settled since and skipped).
+    for (const held of this.callbacksHeld.values()) {
+      if (held.dueAt > now) break;
+      this.callbacksHeld.delete(held.id);
+      if (this.callbacks.get(held.id)?.c === held) this.callbacksDue.push(held.dueAt, held);
+    }
     const out: TakenCallback[] = [];
-    const notYet: OwedCallback[] = [];
+    let notYet: OwedCallback[] | undefined;
+    const until = now + holdMs;
     while (out.length < max) {
       const c = this.callbacksDue.popDue(now);
       if (c === undefined) break;
@@ -448,17 +465,25 @@ export class EmbeddedStore implements Store, EventOutbox {
       if (entry === undefined || entry.c !== c) continue;
       // Not durable yet: filed again, for the next take.
       if (!entry.durable) {
-        notYet.push(c);
+        (notYet ??= []).push(c);
         continue;
       }
-      const held: OwedCallback = { ...c, dueAt: now + holdMs };
-      this.callbacks.set(c.id, { c: held, durable: true });
-      this.callbacksDue.push(held.dueAt, held);
       const item = this.slots.get(c.queue)?.queue.items.get(c.itemId);
-      out.push({ ...held, record: item ? statusOf(item, item.links ?? undefined) : null });
+      const held: OwedCallback = { id: c.id, queue: c.queue, itemId: c.itemId, event: c.event, url: c.url, owedSince: c.owedSince, dueAt: until, tries: c.tries };
+      entry.c = held;
+      this.hold(held);
+      out.push({ id: c.id, queue: c.queue, itemId: c.itemId, event: c.event, url: c.url, owedSince: c.owedSince, dueAt: until, tries: c.tries, record: item ? statusOf(item, item.links ?? undefined) : null });
     }
-    for (const c of notYet) this.callbacksDue.push(c.dueAt, c);
+    if (notYet) for (const c of notYet) this.callbacksDue.push(c.dueAt, c);
     return out;
+  }
+
+  /** Files a callback taken until its hold ends (see {@link callbacksHeld}). */
+  private hold(c: OwedCallback): void {
+    if (c.dueAt >= this.lastHeldUntil) {
+      this.callbacksHeld.set(c.id, c);
+      this.lastHeldUntil = c.dueAt;
+    } else this.callbacksDue.push(c.dueAt, c);
   }
 
   /**
@@ -476,6 +501,8 @@ export class EmbeddedStore implements Store, EventOutbox {
     const changes: Change[] = [];
     let undo: () => void;
     this.countCallback(c, -1);
+    // (Taken back by a failed write, it is filed in the heap: a stale entry there is skipped.)
+    this.callbacksHeld.delete(c.id);
     if (retryAt !== null) {
       const next: OwedCallback = { ...c, tries: c.tries + 1, dueAt: retryAt };
       this.callbacks.set(c.id, { c: next, durable: true });
