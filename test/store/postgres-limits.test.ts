@@ -116,6 +116,29 @@ describe('PostgreSQL store: flow control (decisions §8.5)', function () {
     expect(held.reason).to.equal('rateLimit');
   });
 
+  it('rateLimit: a node whose claim went out ahead of its lock finds the window resized by a node on an older definition, and counts it at its own size (decisions §8.5, §2.4, §6.1)', async () => {
+    const q = use(refOf('rate-resized', { rateLimit: { max: 3, perSeconds: 60 } }));
+    await post(q, 10);
+    // The second claim of this node sends its lock with its claim: the row is known, nothing is due.
+    expect(await store.claim(q, { worker: 'a' })).to.not.equal(null);
+    expect(await store.claim(q, { worker: 'a' })).to.not.equal(null);
+    const other = await open();
+    try {
+      // A node that has not seen the change yet keeps the two most recent leases in a window of 2: full.
+      const older = refOf('rate-resized', { rateLimit: { max: 2, perSeconds: 60 } });
+      const full: ClaimHold = {};
+      expect(await other.claim(older, { worker: 'b', held: full })).to.equal(null);
+      expect(full.reason).to.equal('rateLimit');
+      // Back at 3, the window holds one more lease, and then none.
+      expect(await store.claimMany(q, { worker: 'a' }, 5)).to.have.length(1);
+      const held: ClaimHold = {};
+      expect(await store.claim(q, { worker: 'a', held })).to.equal(null);
+      expect(held.reason).to.equal('rateLimit');
+    } finally {
+      await other.close();
+    }
+  });
+
   it('paused: a paused queue with limits holds claims with reason paused (decisions §8.4, §8.5)', async () => {
     for (const q of [use(refOf('paused', { maxActive: 2 })), use(refOf('paused-fair', { fairness: 'groups' }))]) {
       await post(q, 2, () => 'a');

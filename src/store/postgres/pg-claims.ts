@@ -35,10 +35,10 @@ export interface PlainClaim {
  * transaction holds are skipped, never waited for). Each row is checked again with
  * rules.claimable once locked: another node may have changed it since this statement began.
  */
-export async function claimPlain(tx: Tx, ref: QueueRef, calls: readonly PlainClaim[]): Promise<Claimed[][]> {
-  // Groups started after this one may post before a later page of it is read: their items come
-  // after these claims in the fold's order, so these claims pass them by.
-  const group = tx.groups;
+export async function claimPlain(tx: Tx, ref: QueueRef, calls: readonly PlainClaim[], group = tx.groups): Promise<Claimed[][]> {
+  // Groups started after this one (`group`, the number of the claims' own) may post before a
+  // later page of it is read: their items come after these claims in the fold's order, so these
+  // claims pass them by.
   const postedLater = (id: string): boolean => (tx.postedBy.get(`${ref.key}\n${id}`) ?? -1) > group;
   const out: Claimed[][] = calls.map(() => []);
   let at = 0;

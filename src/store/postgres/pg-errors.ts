@@ -8,6 +8,17 @@ export class StaleWrite extends Error {
 }
 
 /**
+ * A transaction that sent its first statements before its limiter rows were locked found, once
+ * they were, that it cannot go on as sent (its time moved past a queue's quiet window, or a
+ * limiter row was missing): it is rolled back and runs again, awaiting the rows first.
+ */
+export class LockedLate extends Error {
+  constructor(what: string) {
+    super(`the limiter rows were locked too late: ${what}`);
+  }
+}
+
+/**
  * What a failed transaction means for the calls in it:
  * - `retry`: rolled back by the database for a reason that passes (deadlock, serialization
  *   failure) or a guarded write lost a race; nothing was committed, the transaction may run again.
@@ -19,7 +30,7 @@ export class StaleWrite extends Error {
 export type FailureKind = 'retry' | 'statement' | 'connection';
 
 export function failureKind(err: unknown): FailureKind {
-  if (err instanceof StaleWrite) return 'retry';
+  if (err instanceof StaleWrite || err instanceof LockedLate) return 'retry';
   if (!(err instanceof pg.DatabaseError)) return 'connection';
   const code = err.code ?? '';
   if (code === '40001' || code === '40P01') return 'retry';

@@ -6,6 +6,7 @@ import { groupKey, hasLimits, type HoldReason } from '../../engine/limits.js';
 import * as rules from '../../engine/rules.js';
 import { claimedOf, type Claimed, type QueueRef } from '../store.js';
 import { claimMatching, claimPlain, heldByPause, NOT_PAUSED, passes, type PlainClaim } from './pg-claims.js';
+import { LockedLate } from './pg-errors.js';
 import { applyDue, COLUMNS, named, type ItemRow, type Tx } from './pg-tx.js';
 
 /** Whether claims on a queue go through its limiter row (a limit, or groups fairness). */
@@ -21,6 +22,15 @@ export function grouped(config: QueueConfig): boolean {
 /** Whether a lease ending in the queue may let a held claim through at once (decisions §8.5). */
 export function wakesOnLeaseEnd(config: QueueConfig): boolean {
   return config.maxActive !== null || config.groupMaxActive !== null;
+}
+
+/**
+ * Whether the plain claims of a queue under its limiter row take one statement (see
+ * claimCounted), so that the calls folded after them can be sent behind it without waiting:
+ * what they make of the table comes after that statement, as they were made after the claims.
+ */
+export function countedInOne(config: QueueConfig): boolean {
+  return (config.maxActive !== null || config.rateLimit !== null) && !grouped(config);
 }
 
 /** Claimable items a claim with criteria held back by a limit reads to see whether one matches. */
@@ -44,6 +54,8 @@ interface Limiter {
 
 /** Per transaction, the limiter rows it locked, by queue. */
 const limiters = new WeakMap<Tx, Map<string, Limiter>>();
+/** Per transaction, its lock of the limiter rows (answered or not). */
+const locks = new WeakMap<Tx, Promise<void>>();
 /** The changes of a transaction already turned into group wakes (see {@link finishLimits}). */
 const woken = new WeakMap<Tx, number>();
 /**
@@ -92,13 +104,26 @@ export class GroupRebuilds {
  * for a limiter row (which another, holding that row, might hold while it waits for the item).
  * A row missing is made first. Moves the transaction's time at least to the last noted lease's,
  * so that leases are noted in order across nodes. Resizes the rate window when its `max` changed.
+ *
+ * `early`: the transaction's next statements are sent behind this one without waiting for its
+ * answer (they run after it, so the order of the locks holds): a row missing cannot be made
+ * then, ahead of them, nor a window resized before they read it, and the transaction runs again
+ * ({@link LockedLate}).
  */
-export async function lockLimiters(tx: Tx, refs: readonly QueueRef[]): Promise<void> {
+export function lockLimiters(tx: Tx, refs: readonly QueueRef[], early = false): Promise<void> {
+  const locking = lockRows(tx, refs, early);
+  locks.set(tx, locking);
+  return locking;
+}
+
+async function lockRows(tx: Tx, refs: readonly QueueRef[], early: boolean): Promise<void> {
   const keys = [...new Set(refs.map((r) => r.key))].sort();
   type Row = { queue: string; rate_max: number; rate_count: number; last_at: number };
   const read = (): Promise<{ rows: Row[] }> =>
-    tx.query<Row>(named('svcq_lock_limiters', 'SELECT queue, rate_max, rate_count, last_at FROM svcq_limiters WHERE queue = ANY($1::text[]) ORDER BY queue FOR UPDATE'), [keys]);
+    // Kept plans, as the statements around it: a probe of the primary key whatever the table's size, and no switch of plans between them.
+    tx.query<Row>(named('svcq_lock_limiters', 'SELECT queue, rate_max, rate_count, last_at FROM svcq_limiters WHERE queue = ANY($1::text[]) ORDER BY queue FOR UPDATE', 'generic'), [keys]);
   let { rows } = await read();
+  if (rows.length < keys.length && early) throw new LockedLate('a limiter row is missing');
   if (rows.length < keys.length) {
     await tx.query(named('svcq_add_limiters', 'INSERT INTO svcq_limiters (queue) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT (queue) DO NOTHING'), [keys]);
     ({ rows } = await read());
@@ -113,7 +138,11 @@ export async function lockLimiters(tx: Tx, refs: readonly QueueRef[]): Promise<v
     const lim = held.get(ref.key);
     const rate = ref.config.rateLimit;
     if (lim && rate) lim.rated = true;
-    if (lim && rate && lim.rateMax !== rate.max) await resize(tx, ref.key, lim, rate.max);
+    if (lim && rate && lim.rateMax !== rate.max) {
+      // The statements sent behind the lock read the window at its old size.
+      if (early) throw new LockedLate(`the rate window of ${ref.key} is to be resized`);
+      await resize(tx, ref.key, lim, rate.max);
+    }
   }
 }
 
@@ -160,12 +189,13 @@ export interface LimitedClaim extends PlainClaim {
  */
 export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], now: () => number, rebuilt: GroupRebuilds): Promise<Claimed[][]> {
   const config = ref.config;
-  const lim = limiters.get(tx)?.get(ref.key);
-  if (!lim) throw new Error(`the limiter row of ${ref.key} is not locked by this transaction`);
-  // What this transaction changed so far is in the table before anything is counted.
-  await tx.flush();
   const asks = calls.map((c) => (c.input.signal?.aborted ? 0 : c.max));
   const wanted = asks.reduce((a, b) => a + b, 0);
+  // Plain claims in claim order under maxActive or a rateLimit: counted and taken by one
+  // statement, which may be sent before the limiter row's lock is answered.
+  if (countedInOne(config) && calls.every((c) => c.criteria === undefined)) return claimCounted(tx, ref, calls, asks, now);
+  const lim = limiters.get(tx)?.get(ref.key);
+  if (!lim) throw new Error(`the limiter row of ${ref.key} is not locked by this transaction`);
   const rate = config.rateLimit;
   // The rate window's slots the next leases would overwrite, oldest first.
   const slotsToRead = rate ? Math.min(wanted + 1, rate.max) : 0;
@@ -173,6 +203,8 @@ export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly Limite
   for (let i = 0; i < slotsToRead; i++) slotNumbers.push((lim.rateCount + lim.noted + i) % rate!.max);
   // Without maxActive or a rateLimit nothing is counted here (groups are counted by svcq_claim_groups).
   const counting = config.maxActive !== null || rate !== null;
+  // What this transaction changed so far is in the table before anything is counted.
+  await tx.flush();
   const state = !counting
     ? { paused: false, leased: 0, slots: null, at: null }
     : (
@@ -197,41 +229,159 @@ export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly Limite
   const times = new Map<number, number>();
   // bigint[] comes back as text.
   (state.slots ?? []).forEach((s, i) => times.set(Number(s), Number(state.at![i]!)));
-  const slotTime = (i: number): number => times.get(slotNumbers[i]!) ?? -Infinity;
+  const slotTimes = slotNumbers.map((n) => times.get(n) ?? -Infinity);
   const roomActive = config.maxActive === null ? Infinity : Math.max(0, config.maxActive - state.leased);
   let roomRate = Infinity;
   if (rate) {
     roomRate = 0;
-    while (roomRate < slotsToRead && slotTime(roomRate) <= tx.now - rate.windowMs) roomRate++;
+    while (roomRate < slotTimes.length && slotTimes[roomRate]! <= tx.now - rate.windowMs) roomRate++;
   }
-  // Shared out in the order the claims were made.
-  let left = Math.min(roomActive, roomRate);
-  const capped = calls.map((c, i) => {
+  const capped = share(calls, asks, Math.min(roomActive, roomRate));
+  const out = await take(tx, ref, capped, rebuilt);
+  lim.noted += out.reduce((a, o) => a + o.items.length, 0);
+  await explainHeld(tx, ref, calls, asks, capped, out, { roomActive, roomRate, slotTimes });
+  // The pause, when it was not read with the counts, is read only for a claim that came up short.
+  if (!counting) await heldByPause(tx, ref, calls.map((c, i) => ({ input: c.input, short: out[i]!.items.length < asks[i]! })));
+  return out.map((o) => o.items);
+}
+
+/** The claims capped in the order they were made, so that together they take at most `room`. */
+function share(calls: readonly LimitedClaim[], asks: readonly number[], room: number): LimitedClaim[] {
+  let left = room;
+  return calls.map((c, i) => {
     const n = Math.min(asks[i]!, left);
     left -= n;
     return { ...c, max: n };
   });
-  const out = await take(tx, ref, capped, rebuilt);
+}
+
+/** What held the claims back: the room maxActive and the rate window left, and the times of the rate slots read (oldest first; -Infinity: never used). */
+interface Room {
+  roomActive: number;
+  roomRate: number;
+  slotTimes: number[];
+}
+
+/** Says why each claim that got less than it asked for was held back (decisions §8.5), where a limit did. */
+async function explainHeld(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], asks: readonly number[], capped: readonly LimitedClaim[], out: readonly Taken[], room: Room, group = tx.groups): Promise<void> {
+  const rate = ref.config.rateLimit;
   const got = out.reduce((a, o) => a + o.items.length, 0);
-  lim.noted += got;
-  // Why a claim got less than it asked for.
   let more: boolean | undefined;
   for (let i = 0; i < calls.length; i++) {
     if (out[i]!.items.length >= asks[i]!) continue;
     // maxActive or the rate window held the claim back only when it took all they left it; one
     // that took less stopped for another reason (a group at groupMaxActive, say).
     if (capped[i]!.max < asks[i]! && out[i]!.items.length >= capped[i]!.max) {
-      const takenIds = out.flatMap((o) => o.items.map((c) => c.id));
+      // Items posted by calls folded after these claims (sent behind them, see countedInOne) are not theirs to see.
+      const takenIds = [...out.flatMap((o) => o.items.map((c) => c.id)), ...postedAfter(tx, ref, group)];
       const criteria = calls[i]!.criteria;
       const wouldTake = criteria === undefined ? (more ??= await moreClaimable(tx, ref, takenIds)) : await moreMatching(tx, ref, takenIds, criteria);
       if (!wouldTake) continue;
       // The first limit that binds, in the order of decisions §8.5.
-      if (roomActive <= roomRate) hold(calls[i]!, 'maxActive');
-      else hold(calls[i]!, 'rateLimit', got < slotsToRead ? slotTime(got) + rate!.windowMs : tx.now + rate!.windowMs);
+      if (room.roomActive <= room.roomRate) hold(calls[i]!, 'maxActive');
+      else hold(calls[i]!, 'rateLimit', got < room.slotTimes.length ? room.slotTimes[got]! + rate!.windowMs : tx.now + rate!.windowMs);
     } else if (out[i]!.saturated) hold(calls[i]!, 'groupMaxActive');
   }
-  // The pause, when it was not read with the counts, is read only for a claim that came up short.
-  if (!counting) await heldByPause(tx, ref, calls.map((c, i) => ({ input: c.input, short: out[i]!.items.length < asks[i]! })));
+}
+
+/** The items of the queue that calls of the transaction folded after group `group` posted. */
+function postedAfter(tx: Tx, ref: QueueRef, group: number): string[] {
+  const ids: string[] = [];
+  const prefix = `${ref.key}\n`;
+  for (const [slot, g] of tx.postedBy) if (g > group && slot.startsWith(prefix)) ids.push(slot.slice(prefix.length));
+  return ids;
+}
+
+/**
+ * Plain claims on a queue with maxActive or a rateLimit and no groups, in the order they were
+ * made: one statement, sent behind the writes this transaction staged so far (in the same go),
+ * reads the pause, counts the leased items and the rate window's room (the slots the next leases
+ * would overwrite, as {@link claimLimited} reads them), and takes at most what they leave, in
+ * claim order (`FOR UPDATE SKIP LOCKED`). The rate window's room is counted against the
+ * transaction's time when the statement is sent, and the leases are stamped with the time its
+ * answer came (no earlier than any lease end it counted): the window can only be read as fuller
+ * than it is when the leases happen, never emptier.
+ */
+async function claimCounted(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], asks: readonly number[], now: () => number): Promise<Claimed[][]> {
+  const config = ref.config;
+  const rate = config.rateLimit;
+  const wanted = asks.reduce((a, b) => a + b, 0);
+  const group = tx.groups;
+  // How many of the rate window's slots the next leases would overwrite (read oldest first).
+  const slotsToRead = rate ? Math.min(wanted + 1, rate.max) : 0;
+  // What this transaction changed so far is in the table before anything is counted: the
+  // writes go ahead of the claim, in the same go.
+  const ahead = tx.flush();
+  ahead.catch(() => undefined);
+  const threshold = rate ? tx.now - rate.windowMs : 0;
+  const reading = tx.query<ItemRow & { paused: boolean; leased: number; ats: Array<number | string | null> | null }>(
+    named(
+      'svcq_claim_counted',
+      `WITH st AS MATERIALIZED (
+         SELECT EXISTS (SELECT 1 FROM svcq_queues WHERE key = $1 AND paused) AS paused,
+                CASE WHEN $2::integer > 0 THEN (SELECT count(*) FROM (SELECT 1 FROM svcq_items WHERE queue = $1 AND status IN ('claimed', 'processing') LIMIT $2) AS l)::integer ELSE 0 END AS leased,
+                -- The slots the next leases overwrite, from the limiter row as locked (a window of another size was resized first, see lockLimiters).
+                (SELECT array_agg(s.at ORDER BY k.n)
+                   FROM svcq_limiters AS l CROSS JOIN generate_series(0, $3::integer - 1) AS k(n)
+                   LEFT JOIN svcq_rate_slots s ON s.queue = $1 AND l.rate_max > 0 AND s.slot = (l.rate_count + $6::bigint + k.n) % l.rate_max
+                  WHERE l.queue = $1) AS ats
+       ), room AS MATERIALIZED (
+         -- least() passes over a NULL: no rateLimit (no slots read) leaves the other bounds.
+         SELECT CASE WHEN paused THEN 0
+                     ELSE least($5::integer, CASE WHEN $2::integer > 0 THEN greatest(0, $2::integer - leased) END,
+                                (SELECT coalesce(min(a.n) - 1, cardinality(ats)) FROM unnest(ats) WITH ORDINALITY AS a(at, n) WHERE a.at > $4::bigint)::integer) END AS n
+           FROM st
+       ), c AS (
+         SELECT ${COLUMNS} FROM svcq_items WHERE queue = $1 AND status = 'pending' AND available_at = 0
+          ORDER BY (-priority), ord LIMIT (SELECT n FROM room) FOR UPDATE SKIP LOCKED
+       )
+       SELECT st.paused, st.leased, st.ats, c.* FROM st LEFT JOIN c ON true`,
+      'ordered',
+    ),
+    [ref.key, config.maxActive ?? 0, slotsToRead, threshold, wanted, limiters.get(tx)?.get(ref.key)?.noted ?? 0],
+  );
+  reading.catch(() => undefined);
+  await ahead;
+  const res = await reading;
+  // Answered before the claim (it was sent first).
+  await locks.get(tx);
+  const lim = limiters.get(tx)?.get(ref.key);
+  if (!lim) throw new Error(`the limiter row of ${ref.key} is not locked by this transaction`);
+  // The claims' time is no earlier than that count: a lease it saw end ended before it.
+  const counted = now();
+  if (counted > tx.now) tx.now = counted;
+  const first = res.rows[0]!;
+  if (first.paused) {
+    for (let i = 0; i < calls.length; i++) if (asks[i]! > 0) hold(calls[i]!, 'paused');
+    return calls.map(() => []);
+  }
+  const slotTimes = (first.ats ?? []).map((at) => (at === null ? -Infinity : Number(at)));
+  const roomActive = config.maxActive === null ? Infinity : Math.max(0, config.maxActive - first.leased);
+  let roomRate = Infinity;
+  if (rate) {
+    roomRate = 0;
+    while (roomRate < slotTimes.length && slotTimes[roomRate]! <= threshold) roomRate++;
+  }
+  const room = Math.min(roomActive, roomRate);
+  const capped = share(calls, asks, room);
+  const rows = res.rows.filter((r) => r.id !== null).sort((a, b) => b.priority - a.priority || a.ord - b.ord);
+  const out: Taken[] = calls.map(() => ({ items: [], saturated: false }));
+  let at = 0;
+  for (const row of rows) {
+    while (at < calls.length && out[at]!.items.length >= capped[at]!.max) at++;
+    if (at >= calls.length) break;
+    const got = claimRow(tx, ref, row, calls[at]!.input.worker);
+    if (got) out[at]!.items.push(got);
+  }
+  // A row found no longer claimable once locked (rare): the rest is taken page by page, as by
+  // any plain claim, within what the limits left.
+  if (rows.length >= Math.min(room, wanted) && out.some((o, i) => o.items.length < capped[i]!.max)) {
+    const rest = capped.map((c, i) => ({ ...c, max: c.max - out[i]!.items.length }));
+    const more = await claimPlain(tx, ref, rest, group);
+    more.forEach((items, i) => out[i]!.items.push(...items));
+  }
+  lim.noted += out.reduce((a, o) => a + o.items.length, 0);
+  await explainHeld(tx, ref, calls, asks, capped, out, { roomActive, roomRate, slotTimes }, group);
   return out.map((o) => o.items);
 }
 
@@ -508,6 +658,7 @@ export function finishLimits(tx: Tx): Promise<unknown> | undefined {
              ON CONFLICT (queue, slot) DO UPDATE SET at = EXCLUDED.at
            )
            UPDATE svcq_limiters AS l SET rate_count = u.c, last_at = greatest(l.last_at, $3) FROM unnest($4::text[], $5::bigint[]) AS u(k, c) WHERE l.queue = u.k`,
+        'generic',
         ),
         [keys, slots, tx.now, counts, counted],
       ),

@@ -345,6 +345,11 @@ export class Tx {
     return n;
   }
 
+  /** Whether any change is staged and not yet written. */
+  hasStaged(): boolean {
+    return this.pending.size > 0;
+  }
+
   /** Whether a staged change purges an item of the queue: its idempotency key must be free for a post that follows. */
   purges(key: string): boolean {
     for (const w of this.pending.values()) if (w.ref.key === key && w.purged) return true;

@@ -9,9 +9,9 @@ import { claimTopic, itemTopic, type Notifier } from '../../waiting/notifier.js'
 import { fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StatusRecord, type Store, type StoreObserver, type SubmitOutcome, type OwedCallback, type TakenCallback, type CallbackAttempt, type CallbackSettlement } from '../store.js';
 import { FailureStreak } from '../failure-streak.js';
 import { claimMatching, claimPlain, type PlainClaim } from './pg-claims.js';
-import { claimLimited, finishLimits, GROUPS_WAITING_SQL, grouped, limited, lockLimiters, wakesOnLeaseEnd, GroupRebuilds } from './pg-limits.js';
+import { claimLimited, countedInOne, finishLimits, GROUPS_WAITING_SQL, grouped, limited, lockLimiters, wakesOnLeaseEnd, GroupRebuilds } from './pg-limits.js';
 import { Deadlines, refOf } from './pg-deadlines.js';
-import { failureKind } from './pg-errors.js';
+import { failureKind, LockedLate } from './pg-errors.js';
 import { ANSWER_TIMEOUT_MS, answered, keepConnectionErrors, watch } from './pg-guard.js';
 import { PgEventOutbox } from './pg-event-outbox.js';
 import { readPayload, writePayloads } from './pg-payloads.js';
@@ -210,6 +210,8 @@ export class PostgresStore implements Store, EventOutbox {
   private readonly itemIds = new ItemIds();
   /** Queues whose group heads this store rebuilt under the rules in force (pg-limits.ts). */
   private readonly groupRebuilds = new GroupRebuilds();
+  /** Queues whose limiter rows this store has locked (they are never deleted): their lock need not be awaited alone (see runFold). */
+  private readonly limiterRows = new Set<string>();
   private readonly transactions: FailureStreak;
   private readonly outbox: PgEventOutbox;
   private purgeTimer: NodeJS.Timeout | undefined;
@@ -820,12 +822,27 @@ export class PostgresStore implements Store, EventOutbox {
           if (!queues.has(op.ref.key)) queues.set(op.ref.key, op.ref);
           this.groupRebuilds.saw(op.ref);
         }
-        // Limiter rows before anything else (see lockLimiters).
+        // Limiter rows before anything else (see lockLimiters). Where no queue of the transaction
+        // needs a sweep and the rows are known, the lock goes out with the first statements, whose
+        // answers wait for it anyway; if its answer moves the transaction's time past a queue's
+        // quiet window, the transaction runs again, awaiting the lock first.
         const limitedRefs = ops.filter((op) => op.limits).map((op) => op.ref);
+        let lockedEarly: Promise<void> | undefined;
         if (limitedRefs.length > 0) {
-          const locking = lockLimiters(tx, limitedRefs);
-          tx.send();
-          await locking;
+          const known = this.limiterRows;
+          const early = attempt === 0 && limitedRefs.every((r) => known.has(r.key)) && [...queues.values()].every((ref) => !ops.some((op) => op.sweep && op.ref.key === ref.key) && this.deadlines.isQuiet(ref, tx.now));
+          const locking = lockLimiters(tx, limitedRefs, early).then(() => {
+            for (const r of limitedRefs) known.add(r.key);
+          });
+          if (early) {
+            lockedEarly = locking.then(() => {
+              for (const ref of queues.values()) if (!this.deadlines.isQuiet(ref, tx.now)) throw new LockedLate(`its time moved past the quiet window of ${ref.key}`);
+            });
+            lockedEarly.catch(() => undefined);
+          } else {
+            tx.send();
+            await locking;
+          }
         }
         // Queues in which nothing can be due now: a row read there is never changed by rules.due.
         const quiet = new Set<string>();
@@ -858,7 +875,8 @@ export class PostgresStore implements Store, EventOutbox {
         // handed in, and any group when something in the queue may be due (rules.due, applied to
         // a row a submission locks, can re-queue or purge it). A call of its own waits for
         // everything before it.
-        let inFlight: Array<Promise<void>> = [];
+        // The limiter rows' lock, sent with the first statements, is answered before them.
+        let inFlight: Array<Promise<void>> = lockedEarly ? [lockedEarly] : [];
         /** Queues with submissions sent and not yet answered, and whether one of them can re-queue its item. */
         const submitting = new Map<string, boolean>();
         /** Queues with limited claims sent and not yet answered. */
@@ -887,12 +905,19 @@ export class PostgresStore implements Store, EventOutbox {
           // write takes it (rows read before it would then look unchanged).
           // Limited claims write everything staged before they count (pg-limits.ts): always first.
           const writesFirst = op.posts ? tx.purges(op.ref.key) : op.claim ? op.limits === true || tx.requeued(op.ref.key) : false;
+          // Limited claims taking one statement (countedInOne) need no answer before theirs but
+          // those of their queue's submissions (what they end is counted), and the lock of the
+          // limiter rows, which they wait for after sending: they go at once unless the writes
+          // of what is staged, sent ahead of them, must wait for the answers in flight.
+          const inOne = op.claim !== undefined && op.limits === true && countedInOne(op.ref.config);
+          const waits = inOne ? submitting.has(op.ref.key) || (tx.hasStaged() && inFlight.some((p) => p !== lockedEarly)) : writesFirst && inFlight.length > 0;
           const requeuing = submitting.get(op.ref.key);
           const afterSubmissions = requeuing !== undefined && (!quiet.has(op.ref.key) || (op.claim !== undefined && requeuing));
           // Limited claims take several statements, each sent once the one before it is answered:
           // a group of their queue after them waits for them, or its statement would run (and its
-          // answer be applied) between theirs, as if it came first.
-          if (afterSubmissions || limitedClaims.has(op.ref.key) || (writesFirst && inFlight.length > 0)) {
+          // answer be applied) between theirs, as if it came first. Those that take one statement
+          // (countedInOne) do not hold the groups after them back.
+          if (afterSubmissions || limitedClaims.has(op.ref.key) || waits) {
             await settle();
             tx.hold();
           }
@@ -907,7 +932,7 @@ export class PostgresStore implements Store, EventOutbox {
               }
             });
           } else if (op.claim) {
-            if (op.limits) limitedClaims.add(op.ref.key);
+            if (op.limits && !countedInOne(op.ref.config)) limitedClaims.add(op.ref.key);
             running = (op.limits ? claimLimited(tx, op.ref, group.map((g) => g.claim!), this.now, this.groupRebuilds) : claimPlain(tx, op.ref, group.map((g) => g.claim!))).then((claimed) => group.forEach((g, i) => results.set(g, claimed[i])));
           } else {
             running = submitMany(tx, op.ref, group.map((g) => g.submit!)).then((answers) => group.forEach((g, i) => results.set(g, answers[i])));
