@@ -124,14 +124,14 @@ try {
     const floorRatio = (got.plain!.usPerJob + post) / got.plain!.usPerJob;
     ratios.push(ratio);
     floors.push(floorRatio);
-    console.log(`round ${n + 1}: plain ${got.plain!.usPerJob.toFixed(0)} µs/job (${got.plain!.rate.toFixed(0)} jobs/s), callback ${got.cb!.usPerJob.toFixed(0)} µs/job (${got.cb!.rate.toFixed(0)} jobs/s), ratio ${ratio.toFixed(3)}; one bare undici POST ${post.toFixed(0)} µs, (plain + it) / plain ${floorRatio.toFixed(3)}`);
+    console.log(`round ${n + 1}: plain ${got.plain!.usPerJob.toFixed(0)} µs/job (${got.plain!.rate.toFixed(0)} jobs/s), callback ${got.cb!.usPerJob.toFixed(0)} µs/job (${got.cb!.rate.toFixed(0)} jobs/s), ratio ${ratio.toFixed(3)}; one bare POST ${post.toFixed(0)} µs, (plain + it) / plain ${floorRatio.toFixed(3)}`);
   }
   const median = (xs: number[]): string => {
     const sorted = [...xs].sort((a, b) => a - b);
     return `${sorted[Math.floor(sorted.length / 2)]!.toFixed(3)}× (spread ${sorted[0]!.toFixed(3)}–${sorted[sorted.length - 1]!.toFixed(3)})`;
   };
   console.log(`server CPU per job, callback / plain: median ${median(ratios)}; target ≤ 1.15×`);
-  console.log(`the floor, a plain job plus one bare undici POST and nothing else: median ${median(floors)}`);
+  console.log(`the floor, a plain job plus one bare POST and nothing else: median ${median(floors)}`);
 } finally {
   await server.stop().catch(() => undefined);
   receiver.close();

@@ -1,13 +1,16 @@
 /**
- * The floor under a callback's cost: the CPU one process spends sending N POSTs with undici (an
- * Agent keeping 32 connections alive, 32 in flight, the body of a status record) to a URL and
- * reading each answer, and nothing else. Run as a child by bench/callbacks.ts, which prints it
+ * The floor under a callback's cost: the CPU one process spends sending N POSTs (an undici Agent
+ * keeping 32 connections alive, 32 in flight, the body of a status record) to a URL and reading
+ * each answer, and nothing else. Each POST goes out as the server sends a callback's
+ * (src/push/send.ts: undici's dispatch with a handler of its own, the leanest way undici offers;
+ * its `request` costs more per call), so that the floor is the POST alone, not a heavier client. Run as a child by bench/callbacks.ts, which prints it
  * beside the server's CPU per job, after as many POSTs again to warm up; prints one line of JSON
  * `{ usPerPost }`.
  *
  *   node --import tsx bench/outbound-floor.ts URL N
  */
-import { Agent, request } from 'undici';
+import { Agent } from 'undici';
+import { send as post } from '../src/push/send.js';
 
 const [url, count] = process.argv.slice(2);
 const n = Number(count);
@@ -20,8 +23,8 @@ async function send(count: number): Promise<void> {
     Array.from({ length: 32 }, async () => {
       while (sent < count) {
         sent++;
-        const answer = await request(url!, { method: 'POST', body, headers: { 'content-type': 'application/json', 'svcq-event': 'finished' }, dispatcher: agent });
-        await answer.body.text();
+        const answer = await post(url!, body, { 'content-type': 'application/json', 'svcq-event': 'finished' }, { timeoutMs: 30_000, maxBytes: 200, dispatcher: agent });
+        if (answer.reason !== null) throw new Error(`the receiver did not take a POST: ${answer.reason}`);
       }
     }),
   );
