@@ -249,13 +249,21 @@ async function loop(index: number): Promise<void> {
         }
         case 'drain-batch': {
           // Each loop hands in what it claimed last with its next claim, until the queue is empty.
+          // With claimWaitS (a rate limit's drain), claims wait to be let through until the
+          // deadline, and the count is of items leased before it.
+          const waitS = spec.claimWaitS ?? 0;
           let held: string[] = [];
           for (;;) {
-            const got = await claimWithDone(conn, worker, held, CLAIM_MAX, 0);
+            const got = await claimWithDone(conn, worker, held, CLAIM_MAX, waitS);
             if (got === 'error') return;
-            count += got.accepted;
             held = got.ids;
-            if (held.length === 0) return;
+            if (waitS === 0) {
+              count += got.accepted;
+              if (held.length === 0) return;
+            } else {
+              if (performance.now() < deadline) count += held.length;
+              if (!more()) return;
+            }
           }
         }
         case 'loop': {
