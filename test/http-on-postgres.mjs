@@ -2,7 +2,7 @@
 // `npm run test:http-postgres`: the black-box HTTP suites again, every server they start now on
 // PostgreSQL (SVCQ_TEST_SERVER_STORE=postgres: one database per server root, made on the server of
 // SVCQ_TEST_PG_URL and dropped after). Where no PostgreSQL answers, one line says why and it passes.
-// `--jobs N` sets how many files run at once (3 unless told; `npm test` runs this beside the rest).
+// `--jobs N` sets how many files run at once (3 unless told).
 import { spawnSync } from 'node:child_process';
 import pg from 'pg';
 

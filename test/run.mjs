@@ -1,12 +1,17 @@
 #!/usr/bin/env node
-// `npm test`: the type-check, the lint, every test file and the HTTP suites on PostgreSQL
-// (test/http-on-postgres.mjs), all at once. Most of the suite's time is spent waiting on the clock
+// `npm test`: the type-check and the lint beside every test file, then the HTTP suites on
+// PostgreSQL (test/http-on-postgres.mjs). Most of the suite's time is spent waiting on the clock
 // its tests are about (leases, give-ups, retries, a server's grace), not computing: what the
-// others compute fits in that wait. The test files go to mocha's workers longest first (the list
-// below, measured on this machine), so that no long file starts last and runs on alone while the
-// other workers stand idle; every other file follows in name order. The type-check, the lint and
-// the PostgreSQL suites print what they said once the test files are done, so that their lines do
-// not fall among mocha's.
+// type-check and the lint compute fits in that wait, and mocha runs five files at once
+// (.mocharc.json). The test files go to mocha's workers longest first (the list below, measured
+// on this machine), so that no long file starts last and runs on alone while the other workers
+// stand idle; every other file follows in name order. The type-check and the lint print what they
+// said once the test files are done, so that their lines do not fall among mocha's.
+//
+// The HTTP suites on PostgreSQL come after, not beside: every server they start holds up to nine
+// connections, and with the test files' own servers and stores (three nodes in some) they would
+// pass PostgreSQL's 100 (max_connections) at times. For the same reason the files that start
+// three nodes on one database are far apart in the list below, so that they seldom run at once.
 //
 // Arguments are passed on to mocha (`node test/run.mjs --jobs 4`).
 import { spawn } from 'node:child_process';
@@ -16,7 +21,11 @@ import { fileURLToPath } from 'node:url';
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
-/** The slowest files first, slowest at the top: each takes tens of seconds of its own (docs/performance.md). */
+/**
+ * The slowest files first, slowest at the top: each takes tens of seconds of its own
+ * (docs/performance.md). The three files that run three nodes on one database (multi-node,
+ * multi-node-schedules, multi-node-limits) and push-nodes are kept apart.
+ */
 const LONGEST = [
   'test/store/conformance.test.ts',
   'test/commands/producer.test.ts',
@@ -26,11 +35,10 @@ const LONGEST = [
   'test/commands/way-in.test.ts',
   'test/http/long-poll.test.ts',
   'test/push/callbacks.test.ts',
-  'test/http/multi-node.test.ts',
-  'test/http/multi-node-limits.test.ts',
   'test/push/push.test.ts',
   'test/commands/item-wait.test.ts',
   'test/store/model-based.test.ts',
+  'test/http/multi-node.test.ts',
   'test/commands/sync.test.ts',
   'test/store/postgres-store.test.ts',
   'test/worker/work.test.ts',
@@ -38,13 +46,14 @@ const LONGEST = [
   'test/examples.test.ts',
   'test/store/postgres-limits.test.ts',
   'test/client/work.test.ts',
+  'test/http/multi-node-limits.test.ts',
   'test/store/postgres-notifier.test.ts',
-  'test/push/push-nodes.test.ts',
   'test/commands/top.test.ts',
   'test/client/library.test.ts',
   'test/store/disk-full.test.ts',
   'test/commands/follow.test.ts',
   'test/http/shutdown.test.ts',
+  'test/push/push-nodes.test.ts',
 ];
 
 /** Runs a command; resolves with its exit code and, when `quiet`, what it printed. */
@@ -76,7 +85,6 @@ if (missing.length > 0) {
 const files = [...LONGEST, ...all.filter((f) => !LONGEST.includes(f))];
 
 const checks = Promise.all([run(bin('tsc'), ['-p', 'tsconfig.json', '--noEmit'], true), run(bin('eslint'), ['.'], true)]).then((results) => ({ results, at: seconds() }));
-const onPostgres = run(process.execPath, [path.join(repo, 'test', 'http-on-postgres.mjs'), '--jobs', '2'], true).then((result) => ({ ...result, at: seconds() }));
 const mocha = await run(bin('mocha'), [...process.argv.slice(2), ...files], false);
 console.log(`test files done (${seconds()})`);
 
@@ -89,9 +97,7 @@ for (const [name, result] of [['type-check', results[0]], ['lint', results[1]]])
   failed = true;
 }
 if (results.every((r) => r.code === 0)) console.log(`type-check and lint passed (${at})`);
-const pg = await onPostgres;
-process.stdout.write(pg.out);
-console.log(`HTTP suites on PostgreSQL done (${pg.at})`);
-failed ||= pg.code !== 0;
+const onPostgres = await run(process.execPath, [path.join(repo, 'test', 'http-on-postgres.mjs')], false);
+failed ||= onPostgres.code !== 0;
 console.log(`npm test: ${failed ? 'failed' : 'passed'} in ${seconds()}`);
 process.exit(failed ? 1 : 0);
