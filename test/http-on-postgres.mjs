@@ -2,10 +2,13 @@
 // `npm run test:http-postgres`: the black-box HTTP suites again, every server they start now on
 // PostgreSQL (SVCQ_TEST_SERVER_STORE=postgres: one database per server root, made on the server of
 // SVCQ_TEST_PG_URL and dropped after). Where no PostgreSQL answers, one line says why and it passes.
+// `--jobs N` sets how many files run at once (3 unless told).
 import { spawnSync } from 'node:child_process';
 import pg from 'pg';
 
 const url = process.env.SVCQ_TEST_PG_URL;
+const jobsAt = process.argv.indexOf('--jobs');
+const jobs = jobsAt === -1 ? '3' : process.argv[jobsAt + 1];
 let whyNot;
 if (!url) whyNot = 'SVCQ_TEST_PG_URL is not set';
 else {
@@ -38,7 +41,7 @@ const suites =
 // after another may not (the hook that drops them is registered once per process), and a crashed
 // run leaves its databases too. So every database this run made carries its tag, and is dropped here.
 const tag = `h${process.pid}`;
-const run = spawnSync('npx', ['mocha', '--no-config', '--node-option', 'import=tsx', '--timeout', '60000', '--exit', '--forbid-only', '--parallel', '--jobs', '3', ...suites], {
+const run = spawnSync('npx', ['mocha', '--no-config', '--node-option', 'import=tsx', '--timeout', '60000', '--exit', '--forbid-only', '--parallel', '--jobs', jobs, ...suites], {
   stdio: 'inherit',
   env: { ...process.env, SVCQ_TEST_SERVER_STORE: 'postgres', SVCQ_TEST_RUN: tag },
 });

@@ -45,6 +45,11 @@ describe('a push queue on three nodes, one killed mid-delivery (decisions §9.1,
   it('every item is delivered at least once and finished exactly once', async () => {
     await defineQueue(nodes[0]!, HOST, 'hooks', { access: PUBLIC_ACCESS, leaseSeconds: 1, maxAttempts: 5, push: { url: `${target.url}/hold`, timeoutSeconds: 3, concurrency: CONCURRENCY } });
     const q = new QueueApi(nodes[1]!, HOST, 'hooks');
+    // Another node serves the queue once it has heard of the definition (decisions §6.1: within a
+    // second, more on a loaded machine): until then it answers not found, as for any queue it has not.
+    for (const until = Date.now() + 10_000; ((await q.fetchRaw('ffffffffffffffff')).json as { error?: string }).error === 'not found'; await new Promise((r) => setTimeout(r, 20))) {
+      if (Date.now() > until) throw new Error('node 1 did not serve the queue within 10 s of its PUT');
+    }
     const ids: string[] = [];
     for (let i = 0; i < ITEMS; i++) ids.push(await q.post({ i }));
     // Each node holds its concurrency in flight: 12 requests held at once can only come from all three.

@@ -6,7 +6,7 @@ import type { QueueDefinition } from '../../src/definitions/schemas.js';
 import type { QueueRef, Store, SubmitOutcome } from '../../src/store/store.js';
 import { deadLetterConformance } from './conformance-dead-letters.js';
 import { callbackConformance } from './conformance-callbacks.js';
-import { embedded, model, START, type StoreFactory, type StoreUnderTest } from './support/stores.js';
+import { droppedAll, embedded, model, START, type StoreFactory, type StoreUnderTest } from './support/stores.js';
 import { limitsConformance } from './conformance-limits.js';
 
 /**
@@ -43,6 +43,8 @@ function conformance(name: string, factory: StoreFactory | null, whyNot?: string
       afterEach(async () => {
         await h.dispose();
       });
+      // The PostgreSQL store's databases are dropped while the next tests run.
+      after(() => droppedAll());
     }
 
     const s = (): Store => h.store;

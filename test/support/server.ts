@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freshDatabase } from '../store/support/stores.js';
+import { migratedDatabase } from '../store/support/stores.js';
 
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const BIN = path.join(REPO, 'bin/run.js');
@@ -58,7 +58,9 @@ export interface StartOptions {
 /**
  * With SVCQ_TEST_SERVER_STORE=postgres, every server a test starts keeps its items in a PostgreSQL
  * database of its own, made on the server of SVCQ_TEST_PG_URL: one per root, so that a restart on
- * the same root (after a kill -9, say) finds them again. They are dropped when the tests end.
+ * the same root (after a kill -9, say) finds them again. They are dropped when the tests end. Each
+ * starts as a copy of a database the migrations made (`migratedDatabase`): the servers' own
+ * migrations from nothing are tested where a test chooses its database (the multi-node suites).
  * This is how the black-box HTTP suites run against each store (`npm run test:http-postgres`).
  */
 const databases = new Map<string, { url: string; drop: () => Promise<void> }>();
@@ -86,7 +88,7 @@ async function storeArgs(root: string, args: string[]): Promise<string[]> {
   if (!base) throw new Error('SVCQ_TEST_SERVER_STORE=postgres needs SVCQ_TEST_PG_URL');
   let db = databases.get(root);
   if (!db) {
-    db = await freshDatabase(base);
+    db = await migratedDatabase(base);
     databases.set(root, db);
   }
   return ['--store', db.url];

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { TaskEvent } from '../../../src/engine/item.js';
@@ -8,6 +8,7 @@ import { EmbeddedStore } from '../../../src/store/embedded-store.js';
 import { ModelStore, newModelDisk } from '../../../src/store/model-store.js';
 import { PgNotifier } from '../../../src/store/postgres/pg-notifier.js';
 import { PostgresStore } from '../../../src/store/postgres/postgres-store.js';
+import { migrate, MIGRATIONS } from '../../../src/store/postgres/schema.js';
 import type { Store } from '../../../src/store/store.js';
 import { openTools, type Tools } from '../../../src/tools/index.js';
 import { LongPolls } from '../../../src/waiting/long-poll.js';
@@ -161,8 +162,11 @@ export function databaseUrl(url: string, database: string): string {
   return u.toString();
 }
 
-/** A fresh database on the server of SVCQ_TEST_PG_URL (made through its `postgres` maintenance database), and its removal. */
-export async function freshDatabase(baseUrl: string): Promise<{ url: string; drop: () => Promise<void> }> {
+/**
+ * A fresh database on the server of SVCQ_TEST_PG_URL (made through its `postgres` maintenance
+ * database), empty or a copy of `template`, and its removal.
+ */
+export async function freshDatabase(baseUrl: string, template?: string): Promise<{ url: string; drop: () => Promise<void> }> {
   // SVCQ_TEST_RUN names the run that made it, for a runner that drops whatever its run left behind.
   const name = `svcq_test_${process.env.SVCQ_TEST_RUN ? `${process.env.SVCQ_TEST_RUN}_` : ''}${process.pid}_${randomBytes(4).toString('hex')}`;
   const admin = databaseUrl(baseUrl, 'postgres');
@@ -175,19 +179,91 @@ export async function freshDatabase(baseUrl: string): Promise<{ url: string; dro
       await client.end();
     }
   };
-  await run(`CREATE DATABASE ${pg.escapeIdentifier(name)}`);
+  await run(`CREATE DATABASE ${pg.escapeIdentifier(name)}${template === undefined ? '' : ` TEMPLATE ${pg.escapeIdentifier(template)}`}`);
   return { url: databaseUrl(baseUrl, name), drop: () => run(`DROP DATABASE IF EXISTS ${pg.escapeIdentifier(name)} WITH (FORCE)`) };
 }
 
 /**
- * The PostgreSQL store on a database of its own (created for it, dropped by `dispose`), with the
+ * The name of a database the migrations of this build made, on the server of `baseUrl`, for
+ * {@link migratedDatabase} to copy; made the first time it is asked for. Its name carries a hash
+ * of the migrations, so that a build with other migrations makes (and leaves) one of its own.
+ * Several test processes may ask at once: each builds under a name of its own and renames it;
+ * the first rename wins, and the others drop theirs.
+ */
+const templates = new Map<string, Promise<string>>();
+const SCHEMA_HASH = createHash('sha256').update(JSON.stringify(MIGRATIONS)).digest('hex').slice(0, 16);
+function migratedTemplate(baseUrl: string): Promise<string> {
+  const server = databaseUrl(baseUrl, 'postgres');
+  let made = templates.get(server);
+  if (!made) {
+    made = (async () => {
+      const name = `svcq_test_template_${SCHEMA_HASH}`;
+      const admin = new pg.Client({ connectionString: server });
+      await admin.connect();
+      try {
+        if ((await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [name])).rowCount === 1) return name;
+        const building = `svcq_test_building_${process.pid}_${randomBytes(4).toString('hex')}`;
+        await admin.query(`CREATE DATABASE ${pg.escapeIdentifier(building)}`);
+        try {
+          const client = new pg.Client({ connectionString: databaseUrl(baseUrl, building) });
+          await client.connect();
+          try {
+            await migrate(client);
+          } finally {
+            await client.end();
+          }
+          await admin.query(`ALTER DATABASE ${pg.escapeIdentifier(building)} RENAME TO ${pg.escapeIdentifier(name)}`);
+        } catch (err) {
+          await admin.query(`DROP DATABASE IF EXISTS ${pg.escapeIdentifier(building)} WITH (FORCE)`);
+          // Another process renamed its own first: that one serves.
+          if ((err as { code?: string }).code !== '42P04') throw err;
+        }
+        return name;
+      } finally {
+        await admin.end();
+      }
+    })();
+    templates.set(server, made);
+    made.catch(() => templates.delete(server));
+  }
+  return made;
+}
+
+/**
+ * A fresh database as {@link freshDatabase} makes, already at the newest schema: a copy of one
+ * the migrations made ({@link migratedTemplate}), which the store opens as it opens any database
+ * it made before, finding nothing to migrate. A copy takes about half the time of an empty
+ * database and the migrations (0.6 s against 1.1 s on a loaded 2-core machine), for suites that
+ * make one per test and do not test the migrations themselves; those make theirs empty.
+ */
+export async function migratedDatabase(baseUrl: string): Promise<{ url: string; drop: () => Promise<void> }> {
+  return freshDatabase(baseUrl, await migratedTemplate(baseUrl));
+}
+
+/**
+ * The drops of databases whose stores were disposed, still under way. A drop takes as long as
+ * making the next test's database (0.2–0.5 s), and nothing waits for it but the end of the file:
+ * {@link droppedAll}.
+ */
+const dropping = new Set<Promise<void>>();
+const dropFailures: unknown[] = [];
+
+/** Waits for every database drop `dispose` started, and fails with the first that failed: a suite that used {@link postgresFactory} calls it in its `after`. */
+export async function droppedAll(): Promise<void> {
+  await Promise.all([...dropping]);
+  if (dropFailures.length > 0) throw dropFailures.splice(0)[0];
+}
+
+/**
+ * The PostgreSQL store on a database of its own (a copy of the migrated one, made for it and
+ * dropped after `dispose`: {@link migratedDatabase}, {@link droppedAll}), with the
  * fake clock as its `now` and a {@link PgNotifier} for the long polls; `reopen` closes both and
  * opens new ones on the same database.
  */
 export function postgresFactory(baseUrl: string): StoreFactory {
   return async (options) => {
     const clock = options.clock ?? new FakeClock();
-    const db = await freshDatabase(baseUrl);
+    const db = await migratedDatabase(baseUrl);
     const warnings: string[] = [];
     return underTest(
       clock,
@@ -207,7 +283,13 @@ export function postgresFactory(baseUrl: string): StoreFactory {
         await store.close();
         await notifier.close();
       },
-      () => db.drop(),
+      () => {
+        const drop: Promise<void> = db.drop().then(
+          () => void dropping.delete(drop),
+          (err: unknown) => void (dropping.delete(drop), dropFailures.push(err)),
+        );
+        dropping.add(drop);
+      },
       ({ store }) => store.sweepNow(),
       // The events as the database holds them, in the order the history reads them (every change is committed before its call resolves).
       async () => {
