@@ -3,18 +3,20 @@
  * checks that it still applies (lazy deletion), which keeps every change to an item O(log n) at
  * most; `retain` drops many at once.
  *
- * Entries with the same deadline come out in the order they were pushed: items that reach one
- * deadline together (two posted in the same millisecond, timing out together) are changed in the
- * order they were filed, which is their claim order, as the reference model changes them, and
- * not in an order the heap's shape happens to give (which would, say, copy them to a dead-letter
- * queue in another order on every run).
+ * Entries with the same deadline come out in the order `tieOf` gives them (the order they were
+ * pushed, unless told): a queue's items that reach one deadline together (two posted in the same
+ * millisecond, timing out together) are changed in claim order, as the reference model changes
+ * them, and not in an order the heap's shape happens to give (which would, say, copy them to a
+ * dead-letter queue in another order on every run).
  */
 export class DeadlineHeap<T> {
   private readonly at: number[] = [];
-  /** The order of each entry's push: the tie-break between equal deadlines. */
+  /** Each entry's tie-break between equal deadlines. */
   private readonly order: number[] = [];
   private readonly values: T[] = [];
   private pushed = 0;
+
+  constructor(private readonly tieOf?: (value: T) => number) {}
 
   get size(): number {
     return this.at.length;
@@ -24,15 +26,14 @@ export class DeadlineHeap<T> {
     const at = this.at;
     const order = this.order;
     const values = this.values;
-    const seq = this.pushed++;
+    const seq = this.tieOf ? this.tieOf(value) : this.pushed++;
     let i = at.length;
     at.push(deadline);
     order.push(seq);
     values.push(value);
     while (i > 0) {
       const parent = (i - 1) >> 1;
-      // Every entry pushed before has a smaller order: an equal deadline stays above.
-      if (at[parent]! <= deadline) break;
+      if (at[parent]! < deadline || (at[parent] === deadline && order[parent]! <= seq)) break;
       at[i] = at[parent]!;
       order[i] = order[parent]!;
       values[i] = values[parent]!;
@@ -100,6 +101,11 @@ export class DeadlineHeap<T> {
   /** The earliest deadline, or undefined when empty. */
   peek(): number | undefined {
     return this.at[0];
+  }
+
+  /** The tie-break of the entry {@link peek} names. */
+  peekTie(): number | undefined {
+    return this.order[0];
   }
 
   /** Removes and returns the earliest value if its deadline is at or before `now` (of equal deadlines, the first pushed). */

@@ -270,6 +270,9 @@ const RETAIN_EVERY = 1024;
 /** How many different criteria a queue remembers its unmatched items for. */
 const UNMATCHED_KEPT = 64;
 
+/** A queue's deadlines that fall together are applied in claim order. */
+const byOrd = (item: Item): number => item.ord;
+
 /**
  * The semantics of one queue (decisions §3), as plain in-memory code with the clock passed in.
  * It touches no file and no network: the store makes its changes durable.
@@ -290,10 +293,11 @@ export class Queue {
    */
   private readonly waiting = new ClaimOrder();
   private readonly byKey = new Map<string, Item>();
-  private readonly leases = new DeadlineHeap<Item>();
-  private readonly delayed = new DeadlineHeap<Item>();
-  private readonly timeouts = new DeadlineHeap<Item>();
-  private readonly retention = new DeadlineHeap<Item>();
+  // Equal deadlines in claim order (see tick).
+  private readonly leases = new DeadlineHeap<Item>(byOrd);
+  private readonly delayed = new DeadlineHeap<Item>(byOrd);
+  private readonly timeouts = new DeadlineHeap<Item>(byOrd);
+  private readonly retention = new DeadlineHeap<Item>(byOrd);
   /**
    * Criteria claims, by their criteria as JSON text: every pending item up to this claim order was
    * checked against them and did not match. A body never changes, so the next claim with the same
@@ -695,29 +699,42 @@ export class Queue {
     if (at !== null && at <= now) this.retention.push(at, item!);
   }
 
-  /** Applies every time-driven rule that is due at `now` and returns what changed. */
+  /**
+   * Applies every time-driven rule that is due at `now` and returns what changed: the deadlines of
+   * all four kinds in the order they fall, those that fall together in claim order (the order of
+   * the items in the queue, as the reference model applies them; one item's in the order of the
+   * kinds below), so that, say, a lease that ended and a timeout of the same millisecond are
+   * copied to a dead-letter queue in the same order on every store.
+   */
   tick(now: number): Change[] {
     const changes: Change[] = [];
     const config = this.config;
-    const run = (heap: DeadlineHeap<Item>, rule: (r: rules.ItemRecord, c: QueueConfig, now: number) => rules.Transition | null, deadline?: (d: rules.Deadlines) => number | null): void => {
-      for (let item = heap.popDue(now); item; item = heap.popDue(now)) {
-        if (this.items.get(item.id) !== item) continue;
-        const t = rule(item, config, now);
-        if (t) {
-          changes.push(this.apply(item, t));
-          continue;
-        }
-        // A definition change may have moved this deadline later: it is filed again where it now is.
-        const at = deadline?.(rules.deadlines(item, config)) ?? null;
-        if (at !== null && at > now) heap.push(at, item);
+    const kinds: Array<{ heap: DeadlineHeap<Item>; rule: (r: rules.ItemRecord, c: QueueConfig, now: number) => rules.Transition | null; deadline?: (d: rules.Deadlines) => number | null }> = [
+      { heap: this.leases, rule: rules.leaseEndedUnlessTimedOut },
+      { heap: this.delayed, rule: rules.retryAvailable },
+      { heap: this.timeouts, rule: rules.timedOut, deadline: (d) => d.timeout },
+      // An item a callback is owed for stays (decisions §9.2): `owing` files it again once none is.
+      { heap: this.retention, rule: (r, c, now) => rules.retentionEnded(r, c, now, this.owed.has(r.id)), deadline: (d) => d.retention },
+    ];
+    for (;;) {
+      let next: (typeof kinds)[number] | undefined;
+      for (const k of kinds) {
+        const at = k.heap.peek();
+        if (at === undefined || at > now) continue;
+        if (!next || at < next.heap.peek()! || (at === next.heap.peek() && k.heap.peekTie()! < next.heap.peekTie()!)) next = k;
       }
-    };
-    run(this.leases, rules.leaseEndedUnlessTimedOut);
-    run(this.delayed, rules.retryAvailable);
-    run(this.timeouts, rules.timedOut, (d) => d.timeout);
-    // An item a callback is owed for stays (decisions §9.2): `owing` files it again once none is.
-    run(this.retention, (r, c, now) => rules.retentionEnded(r, c, now, this.owed.has(r.id)), (d) => d.retention);
-    return changes;
+      if (!next) return changes;
+      const item = next.heap.popDue(now)!;
+      if (this.items.get(item.id) !== item) continue;
+      const t = next.rule(item, config, now);
+      if (t) {
+        changes.push(this.apply(item, t));
+        continue;
+      }
+      // A definition change may have moved this deadline later: it is filed again where it now is.
+      const at = next.deadline?.(rules.deadlines(item, config)) ?? null;
+      if (at !== null && at > now) next.heap.push(at, item);
+    }
   }
 
   /** When `tick` next has something to do, or null. */

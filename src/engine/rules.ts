@@ -460,6 +460,48 @@ export function nextDeadline(r: ItemRecord, config: QueueConfig): number | null 
   return soonest;
 }
 
+/** The kinds of an item's deadlines, in the order one item's that fall together are applied. */
+const DUE_KINDS = ['lease', 'retry', 'timeout', 'retention'] as const;
+type DueKind = (typeof DUE_KINDS)[number];
+
+/**
+ * Applies what fell due in a queue since a store last looked, one deadline at a time in the order
+ * the deadlines fell (those that fell together in claim order; one item's in the order lease,
+ * retry, timeout, retention), each by its own rule, as a store whose timers apply each deadline as
+ * it falls does (the embedded queue's tick): so that, say, dead-letter copies are made in the
+ * same order on every store when several deadlines are found passed at once (after a restart, a
+ * busy moment, a test's clock moved on). `apply` keeps a transition and answers the item's record
+ * after it (null: purged); `owed` says whether a callback is owed for the item now (retention
+ * waits for it, decisions §9.2). A rule that declines (a deadline moved later by a change of
+ * definition) is not asked again in this pass.
+ */
+export function applyPassed<T>(entries: readonly T[], recordOf: (e: T) => ItemRecord, config: QueueConfig, now: number, owed: (e: T) => boolean, apply: (e: T, t: Transition) => ItemRecord | null): void {
+  const records = new Map<T, ItemRecord>(entries.map((e) => [e, recordOf(e)]));
+  const declined = new Set<string>();
+  for (;;) {
+    let best: { e: T; r: ItemRecord; kind: DueKind; at: number; k: number } | undefined;
+    for (const [e, r] of records) {
+      const d = deadlines(r, config);
+      for (let k = 0; k < DUE_KINDS.length; k++) {
+        const kind = DUE_KINDS[k]!;
+        const at = d[kind];
+        if (at === null || at > now || declined.has(`${r.id}\n${kind}`)) continue;
+        if (!best || at < best.at || (at === best.at && (r.ord < best.r.ord || (r.ord === best.r.ord && k < best.k)))) best = { e, r, kind, at, k };
+      }
+    }
+    if (!best) return;
+    const { e, r, kind } = best;
+    const t = kind === 'lease' ? leaseEndedUnlessTimedOut(r, config, now) : kind === 'retry' ? retryAvailable(r, config, now) : kind === 'timeout' ? timedOut(r, config, now) : retentionEnded(r, config, now, owed(e));
+    if (!t) {
+      declined.add(`${r.id}\n${kind}`);
+      continue;
+    }
+    const next = apply(e, t);
+    if (next === null) records.delete(e);
+    else records.set(e, next);
+  }
+}
+
 /** A lease that ended with the item not terminal: re-queued while attempts remain, else failed with `{reason: "lease expired"}` (decisions §3.2, §7). */
 export function leaseEnded(r: ItemRecord, config: QueueConfig, now: number): Transition | null {
   const at = deadlines(r, config).lease;

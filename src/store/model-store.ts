@@ -451,15 +451,21 @@ export class ModelStore implements Store {
     // The rate window counts the leases made under a rate limit, the last `max` of them (as RateRing keeps them).
     const flow = this.disk.flows.get(ref.key);
     if (flow) flow.leases = ref.config.rateLimit === null ? [] : flow.leases.slice(-ref.config.rateLimit.max);
-    for (const r of [...items.values()]) {
-      const t = rules.due(r, ref.config, now, this.callbackOf(ref.key, r.id));
-      if (!t) continue;
+    // One deadline at a time, in the order they fell (rules.applyPassed), each change kept as it is
+    // made (a copy, a callback owed) without applying the item's later deadlines with it.
+    rules.applyPassed([...items.values()], (r) => r, ref.config, now, (r) => this.callbackOf(ref.key, r.id).owed, (r, t) => {
+      const before = (items.get(r.id) ?? r).status;
       if (t.purged) {
-        this.deadLetter(ref, r.status, t.record);
+        this.deadLetter(ref, before, t.record);
         this.forget(ref.key, items, r.id);
         this.notifier?.notify(itemTopic(ref.key, r.id));
-      } else this.settle(ref, items, t.record, r.status);
-    }
+        return null;
+      }
+      this.deadLetter(ref, before, t.record);
+      this.oweCallback(ref, before, t.record);
+      this.put(ref.key, items, t.record, ref.config);
+      return t.record;
+    });
     return items;
   }
 

@@ -39,4 +39,15 @@ describe('the deadline heap under the time-driven rules (decisions §3.2)', () =
       { numRuns: 1000 },
     );
   });
+
+  it('with a tie-break of its own, entries of equal deadlines come out in its order, whatever the order they were pushed in (claim order)', () => {
+    const heap = new DeadlineHeap<{ ord: number }>((v) => v.ord);
+    const items = [5, 3, 9, 1, 7].map((ord) => ({ ord }));
+    for (const item of items) heap.push(100, item);
+    heap.push(50, { ord: 8 });
+    expect(heap.peekTie()).to.equal(8);
+    const out: number[] = [];
+    for (let v = heap.popDue(100); v; v = heap.popDue(100)) out.push(v.ord);
+    expect(out).to.deep.equal([8, 1, 3, 5, 7, 9]);
+  });
 });

@@ -244,6 +244,34 @@ export function deadLetterConformance(t: DeadLetterSuite): void {
       expect(await s().counts(dl)).to.deep.equal({ pending: 2 });
     });
 
+    it('a retried item whose timeout (counted from postedAt) has passed times out in the same step, and is copied again there', async () => {
+      const { q, dl } = pair({ timeoutSeconds: 25 });
+      const id = await failOne(q);
+      const first = (await get(q, id)).deadLetterId!;
+      t.advance(25_000);
+      expect(await s().bulk(q, { kind: 'retry', statuses: ['failed'] }, 10)).to.deep.equal({ changed: 1, more: false });
+      // Read-only calls from here: what the retry made due was applied by the retry itself.
+      expect(await s().counts(dl)).to.deep.equal({ pending: 2 });
+      const again = await get(q, id);
+      expect(again.status).to.equal('timedout');
+      expect(again.deadLetterId).to.not.equal(first);
+    });
+
+    it('deadlines that passed together are applied in the order they fell, not the order of the items: a lease that ended before a timeout is copied first', async () => {
+      const { q, dl } = pair({ leaseSeconds: 5, timeoutSeconds: 20 });
+      const early = await t.post(q, { n: 1 });
+      const late = await t.post(q, { n: 2 });
+      // The later item's lease ends at 5 s; the earlier item (pending) times out at 20 s.
+      expect(await s().claim(q, { worker: 'w', criteria: { n: 2 } })).to.include({ id: late });
+      t.advance(20_000);
+      await t.h().settle?.();
+      expect((await get(q, early)).status).to.equal('timedout');
+      const copies = (await s().overview(dl, { oldest: 10, leases: 0 })).oldest.map((o) => o.id);
+      expect(copies).to.have.length(2);
+      expect((await get(dl, copies[0]!)).source).to.include({ id: late, status: 'failed' });
+      expect((await get(dl, copies[1]!)).source).to.include({ id: early, status: 'timedout' });
+    });
+
     it('cancel cancels pending, claimed or processing items of the statuses asked for; a cancelled lease ends', async () => {
       const q = queue();
       const a = await t.post(q);

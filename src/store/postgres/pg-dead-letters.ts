@@ -116,6 +116,9 @@ export async function bulkBatch(tx: Tx, ref: QueueRef, action: BulkAction, max: 
       if (!t) continue;
       if (record.status === 'claimed' || record.status === 'processing') leaseEnded = true;
       tx.stage(ref, loaded, t);
+      // What the change made due at once (a retried item whose timeout, counted from postedAt, has
+      // passed) is applied with it, in the same transaction, as the other stores apply it.
+      applyDue(tx, ref, { ...loaded, record: t.record });
       changed++;
     }
   }

@@ -4,7 +4,7 @@
 import type { QueueConfig } from '../../engine/config.js';
 import * as rules from '../../engine/rules.js';
 import type { QueueRef } from '../store.js';
-import { applyDue, COLUMNS, named, type ItemRow, type Tx } from './pg-tx.js';
+import { COLUMNS, named, type ItemRow, type Tx } from './pg-tx.js';
 
 /** Rows a deadline sweep locks and applies per statement. */
 const SWEEP_BATCH = 500;
@@ -118,15 +118,16 @@ export class Deadlines {
         [ref.key, tx.now, c.timeoutMs !== null, tx.now - (c.timeoutMs ?? 0), c.retainFrom === 'finished', tx.now - c.retainMs, c.retainFrom === 'fetched'],
       );
       let changed = 0;
-      // Deadlines that fell together are applied in claim order, as the other stores apply them
-      // (so that, say, items timing out in the same sweep are copied to the dead-letter queue in
-      // the order they were posted, not in the order the rows happened to come).
-      res.rows.sort((a, b) => Number(a.ord) - Number(b.ord));
-      for (const row of res.rows) {
-        const loaded = tx.current(ref, row);
-        if (!loaded) continue;
-        if (applyDue(tx, ref, loaded) !== loaded.record) changed++;
-      }
+      // One deadline at a time in the order they fell, those that fell together in claim order,
+      // as the other stores apply them (rules.applyPassed: so that, say, items timing out in the
+      // same sweep are copied to the dead-letter queue in the same order on every store, not in
+      // the order the rows happened to come).
+      const found = res.rows.map((row) => tx.current(ref, row)).filter((l) => l !== null);
+      rules.applyPassed(found, (l) => l.record, ref.config, tx.now, (l) => tx.callbackState(ref, l).owed, (l, t) => {
+        tx.stage(ref, l, t);
+        changed++;
+        return t.purged ? null : t.record;
+      });
       // The next batch must not find these rows due again.
       await tx.flush();
       if (res.rows.length < SWEEP_BATCH) return this.findQuiet(tx, ref, periodic);
