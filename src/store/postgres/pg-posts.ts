@@ -101,6 +101,12 @@ export async function insertPosts(tx: Tx, ref: QueueRef, inputs: readonly PostIn
       inserting.catch(() => undefined);
       await Promise.all(ahead.splice(0));
     }
+    // A limited claim of the queue folded before: its answer is applied first (see Tx.applyAfter).
+    const before = tx.applyAfter.get(ref.key);
+    if (before) {
+      inserting.catch(() => undefined);
+      await before;
+    }
     const res = await inserting;
     const ords = new Map(res.rows.map((row) => [row.id, row.ord]));
     const conflicted: number[] = [];

@@ -24,10 +24,17 @@ export async function submitMany(tx: Tx, ref: QueueRef, calls: readonly Submissi
   const ids = [...new Set(calls.map((c) => c.id))];
   // Written as a join with the ids (not `id = ANY($2)`), so that the plan kept from an empty table
   // probes the primary key with both columns; locked in id order, after the sort.
-  const res = await tx.query<ItemRow>(
+  const locking = tx.query<ItemRow>(
     named('svcq_lock_items', `SELECT ${COLUMNS} FROM svcq_items WHERE (queue, id) = ANY (SELECT $1, unnest($2::text[])) ORDER BY id FOR UPDATE`, 'generic'),
     [ref.key, ids],
   );
+  // A limited claim of the queue folded before: its answer is applied first (see Tx.applyAfter).
+  const before = tx.applyAfter.get(ref.key);
+  if (before) {
+    locking.catch(() => undefined);
+    await before;
+  }
+  const res = await locking;
   const loaded = new Map<string, Loaded>();
   const current = new Map<string, ItemRecord | null>();
   for (const row of res.rows) {

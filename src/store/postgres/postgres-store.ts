@@ -913,11 +913,11 @@ export class PostgresStore implements Store, EventOutbox {
           const waits = inOne ? submitting.has(op.ref.key) || (tx.hasStaged() && inFlight.some((p) => p !== lockedEarly)) : writesFirst && inFlight.length > 0;
           const requeuing = submitting.get(op.ref.key);
           const afterSubmissions = requeuing !== undefined && (!quiet.has(op.ref.key) || (op.claim !== undefined && requeuing));
-          // Limited claims take several statements, each sent once the one before it is answered,
-          // and apply their answer after awaiting more than one promise: a group of their queue
-          // after them waits for them, or its answer could be applied between theirs, as if it
-          // came first (a progress taking the item the claim had locked). Those that take one
-          // statement (countedInOne) too.
+          // Limited claims take several statements, each sent once the one before it is answered:
+          // a group of their queue after them waits for them, or its statement would run (and its
+          // answer be applied) between theirs, as if it came first. Those that take one statement
+          // (countedInOne) do not hold the groups after them back: those send their statements
+          // right behind, and apply their answers after the claim's (Tx.applyAfter).
           if (afterSubmissions || limitedClaims.has(op.ref.key) || waits) {
             await settle();
             tx.hold();
@@ -933,8 +933,9 @@ export class PostgresStore implements Store, EventOutbox {
               }
             });
           } else if (op.claim) {
-            if (op.limits) limitedClaims.add(op.ref.key);
+            if (op.limits && !countedInOne(op.ref.config)) limitedClaims.add(op.ref.key);
             running = (op.limits ? claimLimited(tx, op.ref, group.map((g) => g.claim!), this.now, this.groupRebuilds) : claimPlain(tx, op.ref, group.map((g) => g.claim!))).then((claimed) => group.forEach((g, i) => results.set(g, claimed[i])));
+            if (op.limits) tx.applyAfter.set(op.ref.key, running.catch(() => undefined));
           } else {
             running = submitMany(tx, op.ref, group.map((g) => g.submit!)).then((answers) => group.forEach((g, i) => results.set(g, answers[i])));
             submitting.set(op.ref.key, group.some((g) => g.submit!.requeues === true));
