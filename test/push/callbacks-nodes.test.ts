@@ -1,10 +1,8 @@
 import { expect } from 'chai';
 import { once } from 'node:events';
-import { freshDatabase, postgresUnderTest } from '../store/support/stores.js';
-import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
 import { defineQueue, PUBLIC_ACCESS, QueueApi } from '../http/queue-api.js';
-import { PushTarget } from '../support/push-target.js';
-import { metric, queueView } from './support.js';
+import type { PushTarget } from '../support/push-target.js';
+import { metric, nodesAndTarget, queueView } from './support.js';
 
 /**
  * Callbacks on two nodes (decisions §9.2, §6.1): two real `svcq serve` processes on one PostgreSQL
@@ -21,27 +19,9 @@ const ITEMS = 60;
 
 describe('callbacks on two nodes of one PostgreSQL database (decisions §9.2, §6.1)', function () {
   this.timeout(60_000);
-  let db: { url: string; drop: () => Promise<void> } | undefined;
-  const nodes: TestServer[] = [];
+  const { nodes, target: targetOf } = nodesAndTarget(2, MASTER);
   let target: PushTarget;
-
-  before(async function () {
-    const pgTest = await postgresUnderTest();
-    if ('whyNot' in pgTest) {
-      console.log(`    skipped: ${pgTest.whyNot}`);
-      this.skip();
-    }
-    target = await PushTarget.start();
-    db = await freshDatabase(pgTest.url);
-    nodes.push(...(await Promise.all([0, 1].map(() => startServer({ masterToken: MASTER, args: ['--store', db!.url, '--push-allow', `${target.url}/`] })))));
-  });
-
-  after(async () => {
-    for (const n of nodes) await n.kill9();
-    for (const n of nodes) cleanupTemp(n.root);
-    await db?.drop();
-    await target?.stop();
-  });
+  beforeEach(() => (target = targetOf()));
 
   it('every callback is delivered exactly once, never in flight twice at once, by either node', async () => {
     await defineQueue(nodes[0]!, HOST, 'ends', { access: PUBLIC_ACCESS, leaseSeconds: 30, callback: `${target.url}/custom` });

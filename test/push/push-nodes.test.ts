@@ -1,9 +1,7 @@
 import { expect } from 'chai';
-import { freshDatabase, postgresUnderTest } from '../store/support/stores.js';
-import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
 import { defineQueue, PUBLIC_ACCESS, QueueApi } from '../http/queue-api.js';
-import { PushTarget } from '../support/push-target.js';
-import { taskEvents, terminal } from './support.js';
+import type { PushTarget } from '../support/push-target.js';
+import { nodesAndTarget, taskEvents, terminal } from './support.js';
 
 /**
  * At least once across nodes (decisions §9.1, §6.1): three real `svcq serve` processes on one
@@ -20,27 +18,9 @@ const CONCURRENCY = 4;
 
 describe('a push queue on three nodes, one killed mid-delivery (decisions §9.1, §6.1)', function () {
   this.timeout(60_000);
-  let db: { url: string; drop: () => Promise<void> } | undefined;
-  const nodes: TestServer[] = [];
+  const { nodes, target: targetOf } = nodesAndTarget(3, MASTER);
   let target: PushTarget;
-
-  before(async function () {
-    const pgTest = await postgresUnderTest();
-    if ('whyNot' in pgTest) {
-      console.log(`    skipped: ${pgTest.whyNot}`);
-      this.skip();
-    }
-    target = await PushTarget.start();
-    db = await freshDatabase(pgTest.url);
-    nodes.push(...(await Promise.all([0, 1, 2].map(() => startServer({ masterToken: MASTER, args: ['--store', db!.url, '--push-allow', `${target.url}/`] })))));
-  });
-
-  after(async () => {
-    for (const n of nodes) await n.kill9();
-    for (const n of nodes) cleanupTemp(n.root);
-    await db?.drop();
-    await target?.stop();
-  });
+  beforeEach(() => (target = targetOf()));
 
   it('every item is delivered at least once and finished exactly once', async () => {
     await defineQueue(nodes[0]!, HOST, 'hooks', { access: PUBLIC_ACCESS, leaseSeconds: 1, maxAttempts: 5, push: { url: `${target.url}/hold`, timeoutSeconds: 3, concurrency: CONCURRENCY } });

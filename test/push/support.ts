@@ -2,8 +2,38 @@ import { expect } from 'chai';
 import { createHmac } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import { request } from '../support/http.js';
-import type { TestServer } from '../support/server.js';
+import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
+import { PushTarget } from '../support/push-target.js';
+import { freshDatabase, postgresUnderTest } from '../store/support/stores.js';
 import type { Json, QueueApi } from '../http/queue-api.js';
+
+/**
+ * Several nodes for the calling suite (decisions §6.1): `count` real `svcq serve` processes on one
+ * fresh PostgreSQL database, each allowed to call one real {@link PushTarget}, started before its
+ * tests and killed after. Where no PostgreSQL answers, the suite is skipped with one line saying why.
+ */
+export function nodesAndTarget(count: number, masterToken: string): { nodes: TestServer[]; target: () => PushTarget } {
+  let db: { url: string; drop: () => Promise<void> } | undefined;
+  const nodes: TestServer[] = [];
+  let target: PushTarget | undefined;
+  before(async function () {
+    const pgTest = await postgresUnderTest();
+    if ('whyNot' in pgTest) {
+      console.log(`    skipped: ${pgTest.whyNot}`);
+      this.skip();
+    }
+    target = await PushTarget.start();
+    db = await freshDatabase(pgTest.url);
+    nodes.push(...(await Promise.all(Array.from({ length: count }, () => startServer({ masterToken, args: ['--store', db!.url, '--push-allow', `${target!.url}/`] })))));
+  });
+  after(async () => {
+    for (const n of nodes) await n.kill9();
+    for (const n of nodes) cleanupTemp(n.root);
+    await db?.drop();
+    await target?.stop();
+  });
+  return { nodes, target: () => target! };
+}
 
 /** A push queue's task events from the server's history (its readers flush it first), for one item or all. */
 export async function taskEvents(server: TestServer, host: string, queue: string, id?: string): Promise<Json[]> {
