@@ -347,9 +347,16 @@ async function claimCounted(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[
   await locks.get(tx);
   const lim = limiters.get(tx)?.get(ref.key);
   if (!lim) throw new Error(`the limiter row of ${ref.key} is not locked by this transaction`);
-  // The claims' time is no earlier than that count: a lease it saw end ended before it.
-  const counted = now();
-  if (counted > tx.now) tx.now = counted;
+  // Under maxActive the claims' time is no earlier than that count: a lease it saw end ended
+  // before it. Under a rate limit alone the leases keep the transaction's time (no earlier than
+  // the last noted lease, see lockLimiters), against which the window's room was counted: each
+  // lease is then at least the window after the one whose slot it takes, and the window moves on
+  // as the slots were freed, not a round trip and a wait for the limiter row later each time
+  // (which, over thirty windows in turn, leased 3% fewer than the limit on three nodes).
+  if (config.maxActive !== null) {
+    const counted = now();
+    if (counted > tx.now) tx.now = counted;
+  }
   const first = res.rows[0]!;
   if (first.paused) {
     for (let i = 0; i < calls.length; i++) if (asks[i]! > 0) hold(calls[i]!, 'paused');
