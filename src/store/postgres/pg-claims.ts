@@ -35,7 +35,7 @@ export interface PlainClaim {
  * transaction holds are skipped, never waited for). Each row is checked again with
  * rules.claimable once locked: another node may have changed it since this statement began.
  */
-export async function claimPlain(tx: Tx, ref: QueueRef, calls: readonly PlainClaim[], group = tx.groups): Promise<Claimed[][]> {
+export async function claimPlain(tx: Tx, ref: QueueRef, calls: readonly PlainClaim[], group = tx.groups, before?: Promise<unknown>): Promise<Claimed[][]> {
   // Groups started after this one (`group`, the number of the claims' own) may post before a
   // later page of it is read: their items come after these claims in the fold's order, so these
   // claims pass them by.
@@ -69,6 +69,12 @@ export async function claimPlain(tx: Tx, ref: QueueRef, calls: readonly PlainCla
       // Its failure, if any, is the cause (the claim behind it then fails too).
       reading.catch(() => undefined);
       await ahead;
+    }
+    // The groups folded before apply their answers first (see AppliedInOrder in postgres-store.ts).
+    if (before) {
+      reading.catch(() => undefined);
+      await before;
+      before = undefined;
     }
     const rows = (await reading).rows;
     if (rows.length === 0) break;

@@ -187,13 +187,13 @@ export interface LimitedClaim extends PlainClaim {
  * (pg-claims.ts) or by groups (svcq_claim_groups). A claim that got less than it asked for because
  * of a limit, while more was claimable, says why in `input.held`.
  */
-export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], now: () => number, rebuilt: GroupRebuilds): Promise<Claimed[][]> {
+export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], now: () => number, rebuilt: GroupRebuilds, before?: Promise<unknown>): Promise<Claimed[][]> {
   const config = ref.config;
   const asks = calls.map((c) => (c.input.signal?.aborted ? 0 : c.max));
   const wanted = asks.reduce((a, b) => a + b, 0);
   // Plain claims in claim order under maxActive or a rateLimit: counted and taken by one
   // statement, which may be sent before the limiter row's lock is answered.
-  if (countedInOne(config) && calls.every((c) => c.criteria === undefined)) return claimCounted(tx, ref, calls, asks, now);
+  if (countedInOne(config) && calls.every((c) => c.criteria === undefined)) return claimCounted(tx, ref, calls, asks, now, before);
   const lim = limiters.get(tx)?.get(ref.key);
   if (!lim) throw new Error(`the limiter row of ${ref.key} is not locked by this transaction`);
   const rate = config.rateLimit;
@@ -302,7 +302,7 @@ function postedAfter(tx: Tx, ref: QueueRef, group: number): string[] {
  * answer came (no earlier than any lease end it counted): the window can only be read as fuller
  * than it is when the leases happen, never emptier.
  */
-async function claimCounted(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], asks: readonly number[], now: () => number): Promise<Claimed[][]> {
+async function claimCounted(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], asks: readonly number[], now: () => number, before?: Promise<unknown>): Promise<Claimed[][]> {
   const config = ref.config;
   const rate = config.rateLimit;
   const wanted = asks.reduce((a, b) => a + b, 0);
@@ -342,6 +342,8 @@ async function claimCounted(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[
   );
   reading.catch(() => undefined);
   await ahead;
+  // The groups folded before apply their answers first (see AppliedInOrder in postgres-store.ts).
+  if (before) await before;
   const res = await reading;
   // Answered before the claim (it was sent first).
   await locks.get(tx);

@@ -25,7 +25,7 @@ export class ItemIds {
  * commit or roll back, so concurrent posts with one key create one item on every node; the
  * earlier item is then read. A key repeated within the batch names its first item.
  */
-export async function insertPosts(tx: Tx, ref: QueueRef, inputs: readonly PostInput[], ids: ItemIds, sources?: ReadonlyArray<string | null>): Promise<PostOutcome[]> {
+export async function insertPosts(tx: Tx, ref: QueueRef, inputs: readonly PostInput[], ids: ItemIds, sources?: ReadonlyArray<string | null>, before?: Promise<unknown>): Promise<PostOutcome[]> {
   const group = tx.groups;
   const out: Array<PostOutcome | undefined> = new Array(inputs.length);
   // Inputs whose key an earlier input of this batch carries: they name that input's item.
@@ -101,11 +101,11 @@ export async function insertPosts(tx: Tx, ref: QueueRef, inputs: readonly PostIn
       inserting.catch(() => undefined);
       await Promise.all(ahead.splice(0));
     }
-    // A limited claim of the queue folded before: its answer is applied first (see Tx.applyAfter).
-    const before = tx.applyAfter.get(ref.key);
+    // The groups folded before apply their answers first (see AppliedInOrder in postgres-store.ts).
     if (before) {
       inserting.catch(() => undefined);
       await before;
+      before = undefined;
     }
     const res = await inserting;
     const ords = new Map(res.rows.map((row) => [row.id, row.ord]));

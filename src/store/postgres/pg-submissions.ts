@@ -18,9 +18,10 @@ export interface SubmissionCall {
  * Submissions to one queue, in the order they were made: their rows locked with one statement
  * (in id order, the same order on every node, so that two such transactions do not deadlock),
  * what is due applied to each first, then each rule in turn (two submissions for one item see
- * each other, as one after the other), all written with one UPDATE.
+ * each other, as one after the other), all written with one UPDATE. `before`: what must be
+ * applied first (the groups of the transaction folded before these).
  */
-export async function submitMany(tx: Tx, ref: QueueRef, calls: readonly SubmissionCall[]): Promise<Array<SubmitOutcome | null>> {
+export async function submitMany(tx: Tx, ref: QueueRef, calls: readonly SubmissionCall[], before?: Promise<unknown>): Promise<Array<SubmitOutcome | null>> {
   const ids = [...new Set(calls.map((c) => c.id))];
   // Written as a join with the ids (not `id = ANY($2)`), so that the plan kept from an empty table
   // probes the primary key with both columns; locked in id order, after the sort.
@@ -28,8 +29,7 @@ export async function submitMany(tx: Tx, ref: QueueRef, calls: readonly Submissi
     named('svcq_lock_items', `SELECT ${COLUMNS} FROM svcq_items WHERE (queue, id) = ANY (SELECT $1, unnest($2::text[])) ORDER BY id FOR UPDATE`, 'generic'),
     [ref.key, ids],
   );
-  // A limited claim of the queue folded before: its answer is applied first (see Tx.applyAfter).
-  const before = tx.applyAfter.get(ref.key);
+  // The groups folded before apply their answers first (see AppliedInOrder in postgres-store.ts).
   if (before) {
     locking.catch(() => undefined);
     await before;

@@ -191,13 +191,6 @@ export class Tx {
   readonly quiet = new Map<string, { rules: string; until: number }>();
   /** Payloads to archive before COMMIT, the latest of each (host, queue, id, kind). */
   readonly payloads = new Map<string, Payload>();
-  /**
-   * Per queue, the limited claim (one statement, pg-limits.ts) whose answer the calls of that queue
-   * folded after it apply theirs after: their statements go out right behind it, but it applies
-   * its answer only after its lock's and its writes', and a call of its queue applied in between
-   * (a progress on the item it had just locked) would be applied as if it came first.
-   */
-  readonly applyAfter = new Map<string, Promise<unknown>>();
   /** Net change of the items counted per queue and status ('<queue>\n<status>'), written to svcq_count_deltas before COMMIT. */
   readonly deltas = new Map<string, number>();
   /** Groups of calls started so far (each numbered by this count as it starts). */

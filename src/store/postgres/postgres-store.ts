@@ -881,10 +881,13 @@ export class PostgresStore implements Store, EventOutbox {
         const submitting = new Map<string, boolean>();
         /** Queues with limited claims sent and not yet answered. */
         const limitedClaims = new Set<string>();
+        /** The answers of the groups sent so far, applied (see AppliedInOrder below). */
+        let previous: Promise<unknown> | undefined;
         const settle = async (): Promise<void> => {
           tx.send();
           const settled = await Promise.allSettled(inFlight);
           inFlight = [];
+          previous = undefined;
           submitting.clear();
           limitedClaims.clear();
           for (const s of settled) if (s.status === 'rejected') throw s.reason;
@@ -916,16 +919,22 @@ export class PostgresStore implements Store, EventOutbox {
           // Limited claims take several statements, each sent once the one before it is answered:
           // a group of their queue after them waits for them, or its statement would run (and its
           // answer be applied) between theirs, as if it came first. Those that take one statement
-          // (countedInOne) do not hold the groups after them back: those send their statements
-          // right behind, and apply their answers after the claim's (Tx.applyAfter).
+          // (countedInOne) do not hold the groups after them back.
           if (afterSubmissions || limitedClaims.has(op.ref.key) || waits) {
             await settle();
             tx.hold();
           }
           let running: Promise<void>;
           tx.groups++;
+          // AppliedInOrder: each group sends its statement at once, in its place, and applies its
+          // answer only after the groups sent before it have applied theirs. Answers come back in
+          // the order sent, but a group's code may await more than its own statement first (a
+          // post's registration of a new queue, a limited claim's lock and writes): without this,
+          // a claim could apply its answer (and put its task event) before the post of the same
+          // item folded ahead of it, and the history showed "claimed" before "posted".
+          const before = previous;
           if (op.posts) {
-            running = insertPosts(tx, op.ref, group.flatMap((g) => g.posts!), this.itemIds).then((outcomes) => {
+            running = insertPosts(tx, op.ref, group.flatMap((g) => g.posts!), this.itemIds, undefined, before).then((outcomes) => {
               let at = 0;
               for (const g of group) {
                 results.set(g, outcomes.slice(at, at + g.posts!.length));
@@ -934,15 +943,15 @@ export class PostgresStore implements Store, EventOutbox {
             });
           } else if (op.claim) {
             if (op.limits && !countedInOne(op.ref.config)) limitedClaims.add(op.ref.key);
-            running = (op.limits ? claimLimited(tx, op.ref, group.map((g) => g.claim!), this.now, this.groupRebuilds) : claimPlain(tx, op.ref, group.map((g) => g.claim!))).then((claimed) => group.forEach((g, i) => results.set(g, claimed[i])));
-            if (op.limits) tx.applyAfter.set(op.ref.key, running.catch(() => undefined));
+            running = (op.limits ? claimLimited(tx, op.ref, group.map((g) => g.claim!), this.now, this.groupRebuilds, before) : claimPlain(tx, op.ref, group.map((g) => g.claim!), tx.groups, before)).then((claimed) => group.forEach((g, i) => results.set(g, claimed[i])));
           } else {
-            running = submitMany(tx, op.ref, group.map((g) => g.submit!)).then((answers) => group.forEach((g, i) => results.set(g, answers[i])));
+            running = submitMany(tx, op.ref, group.map((g) => g.submit!), before).then((answers) => group.forEach((g, i) => results.set(g, answers[i])));
             submitting.set(op.ref.key, group.some((g) => g.submit!.requeues === true));
           }
           // Awaited by settle(); a failure meanwhile is not an unhandled rejection.
           running.catch(() => undefined);
           inFlight.push(running);
+          previous = running.catch(() => undefined);
         }
         // Every statement sent is answered before the last ones (or a ROLLBACK) go out.
         await settle();
