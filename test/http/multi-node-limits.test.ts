@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import pg from 'pg';
-import { freshDatabase, postgresUnderTest } from '../store/support/stores.js';
+import { suiteDatabase } from '../store/support/stores.js';
 import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
 import { agentRequest, defineQueue, keepAliveAgent, PUBLIC_ACCESS, type Json } from './queue-api.js';
 
@@ -21,25 +21,15 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 
 describe('limits on three nodes of one PostgreSQL database (decisions §8.5, §6.1)', function () {
   this.timeout(120_000);
-  let db: { url: string; drop: () => Promise<void> } | undefined;
   const nodes: TestServer[] = [];
   const agent = keepAliveAgent(64);
-
-  before(async function () {
-    const pgTest = await postgresUnderTest();
-    if ('whyNot' in pgTest) {
-      console.log(`    skipped: ${pgTest.whyNot}`);
-      this.skip();
-    }
-    db = await freshDatabase(pgTest.url);
-    nodes.push(...(await Promise.all([0, 1, 2].map(() => startServer({ masterToken: MASTER, args: ['--store', db!.url] })))));
-  });
-
-  after(async () => {
-    agent.destroy();
-    for (const n of nodes) await n.kill9();
-    for (const n of nodes) cleanupTemp(n.root);
-    await db?.drop();
+  const db = suiteDatabase({
+    setUp: async ({ url }) => void nodes.push(...(await Promise.all([0, 1, 2].map(() => startServer({ masterToken: MASTER, args: ['--store', url] }))))),
+    tearDown: async () => {
+      agent.destroy();
+      for (const n of nodes) await n.kill9();
+      for (const n of nodes) cleanupTemp(n.root);
+    },
   });
 
   const call = (node: TestServer, path: string, body?: string): Promise<{ status: number; json: Json }> =>
@@ -76,7 +66,7 @@ describe('limits on three nodes of one PostgreSQL database (decisions §8.5, §6
     };
     await Promise.all(Array.from({ length: 12 }, (_, w) => worker(w)));
 
-    const client = new pg.Client({ connectionString: db!.url });
+    const client = new pg.Client({ connectionString: db().url });
     await client.connect();
     try {
       const { rows } = await client.query<{ id: string; event: string; ts: string }>(
@@ -144,7 +134,7 @@ describe('limits on three nodes of one PostgreSQL database (decisions §8.5, §6
     };
     await Promise.all(Array.from({ length: 12 }, (_, w) => worker(w)));
 
-    const client = new pg.Client({ connectionString: db!.url });
+    const client = new pg.Client({ connectionString: db().url });
     await client.connect();
     try {
       const { rows } = await client.query<{ ts: string }>(`SELECT ts FROM svcq_events WHERE queue = 'rated' AND event = 'claimed'`);

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import pg from 'pg';
-import { freshDatabase, postgresUnderTest } from '../store/support/stores.js';
+import { suiteDatabase } from '../store/support/stores.js';
 import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
 import { defineQueue, PUBLIC_ACCESS } from './queue-api.js';
 
@@ -17,23 +17,13 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 
 describe('schedules on three nodes of one PostgreSQL database, through a kill -9 (decisions §8.3, §6.1)', function () {
   this.timeout(90_000);
-  let db: { url: string; drop: () => Promise<void> } | undefined;
   const nodes: TestServer[] = [];
-
-  before(async function () {
-    const pgTest = await postgresUnderTest();
-    if ('whyNot' in pgTest) {
-      console.log(`    skipped: ${pgTest.whyNot}`);
-      this.skip();
-    }
-    db = await freshDatabase(pgTest.url);
-    nodes.push(...(await Promise.all([0, 1, 2].map(() => startServer({ masterToken: MASTER, args: ['--store', db!.url] })))));
-  });
-
-  after(async () => {
-    for (const n of nodes) await n.kill9();
-    for (const n of nodes) cleanupTemp(n.root);
-    await db?.drop();
+  const db = suiteDatabase({
+    setUp: async ({ url }) => void nodes.push(...(await Promise.all([0, 1, 2].map(() => startServer({ masterToken: MASTER, args: ['--store', url] }))))),
+    tearDown: async () => {
+      for (const n of nodes) await n.kill9();
+      for (const n of nodes) cleanupTemp(n.root);
+    },
   });
 
   it('every: 1 schedules for 30 s: each occurrence posted exactly once, within about a second of its time, while a node dies and comes back', async () => {
@@ -42,13 +32,13 @@ describe('schedules on three nodes of one PostgreSQL database, through a kill -9
     await sleep(10_000);
     await nodes[1]!.kill9();
     await sleep(5_000);
-    nodes[1] = await startServer({ root: nodes[1]!.root, masterToken: MASTER, args: ['--store', db!.url] });
+    nodes[1] = await startServer({ root: nodes[1]!.root, masterToken: MASTER, args: ['--store', db().url] });
     await sleep(Math.max(0, started + 30_000 - Date.now()));
     // Stop the schedules (deleting the queue stops them), then read what was posted.
     const del = await fetch(`${nodes[2]!.url}/api/v2/def?path=${HOST}/svc-queues/beat.json`, { method: 'DELETE', headers: { authorization: `Bearer ${MASTER}` } });
     expect(del.status).to.equal(200);
     await sleep(1500);
-    const client = new pg.Client({ connectionString: db!.url });
+    const client = new pg.Client({ connectionString: db().url });
     await client.connect();
     try {
       const { rows } = await client.query<{ schedule: string; occurrence: string; ts: string; n: string }>(

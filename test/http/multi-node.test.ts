@@ -1,7 +1,7 @@
 import http from 'node:http';
 import { expect } from 'chai';
 import pg from 'pg';
-import { freshDatabase, postgresUnderTest } from '../store/support/stores.js';
+import { suiteDatabase } from '../store/support/stores.js';
 import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
 import { agentRequest, defineQueue, keepAliveAgent, PUBLIC_ACCESS, type Json } from './queue-api.js';
 
@@ -16,29 +16,20 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 
 describe('several nodes on one PostgreSQL database (decisions §6.1)', function () {
   this.timeout(120_000);
-  let base: string | undefined;
-  let db: { url: string; drop: () => Promise<void> } | undefined;
   const nodes: TestServer[] = [];
   const agent = keepAliveAgent(64);
 
   // One database and three nodes for the whole suite: each test uses queues of its own, and what
   // one test does to the nodes (a kill -9 and restart, connections cut) the next ones run after.
-  before(async function () {
-    const pgTest = await postgresUnderTest();
-    if ('whyNot' in pgTest) {
-      console.log(`    skipped: ${pgTest.whyNot}`);
-      this.skip();
-    }
-    base = pgTest.url;
-    db = await freshDatabase(base);
-    for (let i = 0; i < 3; i++) nodes.push(await startServer({ masterToken: MASTER, args: ['--store', db.url] }));
-  });
-
-  after(async () => {
-    agent.destroy();
-    for (const n of nodes) await n.kill9();
-    for (const n of nodes) cleanupTemp(n.root);
-    await db?.drop();
+  const db = suiteDatabase({
+    setUp: async ({ url }) => {
+      for (let i = 0; i < 3; i++) nodes.push(await startServer({ masterToken: MASTER, args: ['--store', url] }));
+    },
+    tearDown: async () => {
+      agent.destroy();
+      for (const n of nodes) await n.kill9();
+      for (const n of nodes) cleanupTemp(n.root);
+    },
   });
 
   /** Defines the queue through one node, and waits until every node serves it (within 1 s: decisions §6.1). */
@@ -124,7 +115,7 @@ describe('several nodes on one PostgreSQL database (decisions §6.1)', function 
     expect(lost).to.have.length(5);
     await nodes[1]!.kill9();
     await sleep(1000);
-    nodes[1] = await startServer({ root: nodes[1]!.root, masterToken: MASTER, args: ['--store', db!.url] });
+    nodes[1] = await startServer({ root: nodes[1]!.root, masterToken: MASTER, args: ['--store', db().url] });
     const deadline = Date.now() + 60_000;
     while (Date.now() < deadline) {
       const statuses = await Promise.all(posted.map((id, i) => call(nodes[i % 3]!, `/work/items/${id}`)));
@@ -152,7 +143,7 @@ describe('several nodes on one PostgreSQL database (decisions §6.1)', function 
     const ids: string[] = [];
     for (let i = 0; i < 30; i++) ids.push((await call(nodes[i % 3]!, '/expire', '{}')).json.id as string);
     await sleep(3500);
-    const client = new pg.Client({ connectionString: db!.url });
+    const client = new pg.Client({ connectionString: db().url });
     await client.connect();
     try {
       const { rows } = await client.query<{ id: string; event: string; n: string }>(`SELECT id, event, count(*) AS n FROM svcq_events WHERE queue = $1 AND event IN ('timedout', 'purged') GROUP BY id, event`, ['expire']);
@@ -264,7 +255,7 @@ describe('several nodes on one PostgreSQL database (decisions §6.1)', function 
     };
     const producers = Array.from({ length: 12 }, (_, p) => producer(p));
     await sleep(500);
-    const admin = new pg.Client({ connectionString: db!.url });
+    const admin = new pg.Client({ connectionString: db().url });
     await admin.connect();
     try {
       for (let k = 0; k < 3; k++) {
@@ -317,9 +308,9 @@ describe('several nodes on one PostgreSQL database (decisions §6.1)', function 
   });
   it('while the database refuses connections, a definition DELETE and the task-history endpoints answer 503 { error }, never 500, and serve again once it is back (decisions §6, §6.1)', async () => {
     await defineEverywhere('outage', {});
-    const admin = new pg.Client({ connectionString: base });
+    const admin = new pg.Client({ connectionString: db().base });
     await admin.connect();
-    const name = new URL(db!.url).pathname.slice(1);
+    const name = new URL(db().url).pathname.slice(1);
     const master = { authorization: `Bearer ${MASTER}` };
     const today = new Date().toISOString().slice(0, 10);
     try {

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
-import { freshDatabase, postgresUnderTest } from '../store/support/stores.js';
+import { freshDatabase, suiteDatabase } from '../store/support/stores.js';
 import { runCli } from '../support/cli.js';
 import { cleanupTemp, startServer, tempDir } from '../support/server.js';
 
@@ -13,33 +13,18 @@ import { cleanupTemp, startServer, tempDir } from '../support/server.js';
  */
 describe('the master token the nodes of a shared database agree on (decisions §6.1)', function () {
   this.timeout(60_000);
-  let base = '';
-  let db: { url: string; drop: () => Promise<void> } | undefined;
   const roots: string[] = [];
+  const db = suiteDatabase({ tearDown: async () => roots.forEach((r) => cleanupTemp(r)) });
   const root = (): string => {
     roots.push(tempDir('svcq-shared-token-'));
     return roots.at(-1)!;
   };
   const serve = (at: string, args: string[] = [], token?: string): ReturnType<typeof runCli> =>
-    runCli(['serve', '--root', at, '--port', '0', '--store', db!.url, ...args], { env: { SVCQ_MASTER_TOKEN: token ?? '' }, timeoutMs: 30_000 });
+    runCli(['serve', '--root', at, '--port', '0', '--store', db().url, ...args], { env: { SVCQ_MASTER_TOKEN: token ?? '' }, timeoutMs: 30_000 });
 
-  before(async function () {
-    const pgTest = await postgresUnderTest();
-    if ('whyNot' in pgTest) {
-      console.log(`    skipped: ${pgTest.whyNot}`);
-      this.skip();
-    }
-    base = pgTest.url;
-    db = await freshDatabase(base);
-  });
-
-  after(async () => {
-    await db?.drop();
-    for (const r of roots) cleanupTemp(r);
-  });
 
   it('the first node records its token; a node with none is refused and makes no file; one with another is refused; one with the same starts; --replace-master-token changes it', async () => {
-    const first = await startServer({ root: root(), masterToken: 'token-of-the-nodes', args: ['--store', db!.url] });
+    const first = await startServer({ root: root(), masterToken: 'token-of-the-nodes', args: ['--store', db().url] });
     try {
       const bare = root();
       const none = await serve(bare);
@@ -51,23 +36,23 @@ describe('the master token the nodes of a shared database agree on (decisions §
       expect(other.code).to.equal(1);
       expect(other.stderr).to.match(/^svcq: cannot start: this node's master token \(from --master-token or SVCQ_MASTER_TOKEN\) is not the one the other nodes of this database share: give it theirs; to change the nodes' token, stop every node and start one with --replace-master-token$/m);
 
-      const same = await startServer({ root: root(), masterToken: 'token-of-the-nodes', args: ['--store', db!.url] });
+      const same = await startServer({ root: root(), masterToken: 'token-of-the-nodes', args: ['--store', db().url] });
       await same.stop();
     } finally {
       await first.stop();
     }
-    const replaced = await startServer({ root: root(), masterToken: 'the-new-token', args: ['--store', db!.url, '--replace-master-token'] });
+    const replaced = await startServer({ root: root(), masterToken: 'the-new-token', args: ['--store', db().url, '--replace-master-token'] });
     await replaced.stop();
     const old = await serve(root(), [], 'token-of-the-nodes');
     expect(old.code, 'the old token after a replacement').to.equal(1);
-    const renewed = await startServer({ root: root(), masterToken: 'the-new-token', args: ['--store', db!.url] });
+    const renewed = await startServer({ root: root(), masterToken: 'the-new-token', args: ['--store', db().url] });
     await renewed.stop();
   });
 
   it('a node whose token file another node does not share is refused, and its file (made before) is left as it is', async () => {
     const at = root();
     // A file made by a start of its own on another database.
-    const elsewhere = await freshDatabase(base);
+    const elsewhere = await freshDatabase(db().base);
     try {
       await (await startServer({ root: at, masterToken: '', args: ['--store', elsewhere.url] })).stop();
     } finally {

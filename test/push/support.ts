@@ -4,7 +4,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { request } from '../support/http.js';
 import { cleanupTemp, startServer, type TestServer } from '../support/server.js';
 import { PushTarget } from '../support/push-target.js';
-import { freshDatabase, postgresUnderTest } from '../store/support/stores.js';
+import { suiteDatabase } from '../store/support/stores.js';
 import type { Json, QueueApi } from '../http/queue-api.js';
 
 /**
@@ -13,24 +13,18 @@ import type { Json, QueueApi } from '../http/queue-api.js';
  * tests and killed after. Where no PostgreSQL answers, the suite is skipped with one line saying why.
  */
 export function nodesAndTarget(count: number, masterToken: string): { nodes: TestServer[]; target: () => PushTarget } {
-  let db: { url: string; drop: () => Promise<void> } | undefined;
   const nodes: TestServer[] = [];
   let target: PushTarget | undefined;
-  before(async function () {
-    const pgTest = await postgresUnderTest();
-    if ('whyNot' in pgTest) {
-      console.log(`    skipped: ${pgTest.whyNot}`);
-      this.skip();
-    }
-    target = await PushTarget.start();
-    db = await freshDatabase(pgTest.url);
-    nodes.push(...(await Promise.all(Array.from({ length: count }, () => startServer({ masterToken, args: ['--store', db!.url, '--push-allow', `${target!.url}/`] })))));
-  });
-  after(async () => {
-    for (const n of nodes) await n.kill9();
-    for (const n of nodes) cleanupTemp(n.root);
-    await db?.drop();
-    await target?.stop();
+  suiteDatabase({
+    setUp: async ({ url }) => {
+      target = await PushTarget.start();
+      nodes.push(...(await Promise.all(Array.from({ length: count }, () => startServer({ masterToken, args: ['--store', url, '--push-allow', `${target!.url}/`] })))));
+    },
+    tearDown: async () => {
+      for (const n of nodes) await n.kill9();
+      for (const n of nodes) cleanupTemp(n.root);
+      await target?.stop();
+    },
   });
   return { nodes, target: () => target! };
 }

@@ -3,7 +3,7 @@ import pg from 'pg';
 import { resolveQueue } from '../../src/engine/config.js';
 import { PostgresStore } from '../../src/store/postgres/postgres-store.js';
 import type { QueueRef } from '../../src/store/store.js';
-import { freshDatabase, postgresUnderTest } from './support/stores.js';
+import { suiteDatabase } from './support/stores.js';
 
 /**
  * Calls folded into one transaction apply their answers in the order they were made (decisions
@@ -14,26 +14,13 @@ import { freshDatabase, postgresUnderTest } from './support/stores.js';
  */
 describe('PostgreSQL: calls of one transaction apply their answers in the order they were made (decisions §5, §6.1)', function () {
   this.timeout(60_000);
-  let db: { url: string; drop: () => Promise<void> } | undefined;
-
-  before(async function () {
-    const pgTest = await postgresUnderTest();
-    if ('whyNot' in pgTest) {
-      console.log(`    skipped: ${pgTest.whyNot}`);
-      this.skip();
-    }
-    db = await freshDatabase(pgTest.url);
-  });
-
-  after(async () => {
-    await db?.drop();
-  });
+  const db = suiteDatabase();
 
   it('a post to a new queue and a claim made in the same turn: the claim takes the item, and its event follows the post event', async () => {
     const config = resolveQueue({ leaseSeconds: 60 });
-    const store = new PostgresStore({ url: db!.url, configFor: () => config, sweepIntervalMs: 0 });
+    const store = new PostgresStore({ url: db().url, configFor: () => config, sweepIntervalMs: 0 });
     await store.open();
-    const client = new pg.Client({ connectionString: db!.url });
+    const client = new pg.Client({ connectionString: db().url });
     await client.connect();
     try {
       for (let n = 0; n < 20; n++) {

@@ -333,6 +333,41 @@ export async function postgresUnderTest(): Promise<{ factory: StoreFactory; url:
   return { factory: postgresFactory(url), url };
 }
 
+/** The database {@link suiteDatabase} made for its suite: its URL, and the PostgreSQL server's (for more of the suite's own). */
+export interface SuiteDatabase {
+  url: string;
+  base: string;
+}
+
+/**
+ * A fresh PostgreSQL database for the calling suite: made before its tests, then `setUp` runs
+ * with it (nodes started on it, say); after them `tearDown` runs, then the database is dropped.
+ * Where no PostgreSQL answers, the suite is skipped with one line saying why. Call it in the
+ * describe, before hooks of its own that use the database; read it through the getter returned.
+ */
+export function suiteDatabase(hooks: { setUp?: (db: SuiteDatabase) => Promise<void>; tearDown?: () => Promise<void> } = {}): () => SuiteDatabase {
+  let made: { url: string; drop: () => Promise<void> } | undefined;
+  let base = '';
+  before(async function () {
+    const pgTest = await postgresUnderTest();
+    if ('whyNot' in pgTest) {
+      console.log(`    skipped: ${pgTest.whyNot}`);
+      this.skip();
+    }
+    base = pgTest.url;
+    made = await freshDatabase(base);
+    await hooks.setUp?.({ url: made.url, base });
+  });
+  after(async () => {
+    await hooks.tearDown?.();
+    await made?.drop();
+  });
+  return () => {
+    if (!made) throw new Error('the suite\'s database is made in its before hook');
+    return { url: made.url, base };
+  };
+}
+
 /** A fresh database (see {@link freshDatabase}) with a client connected to it, for tests that look at its tables; `drop` ends the client, then drops it. */
 export async function freshDatabaseWithClient(baseUrl: string): Promise<{ url: string; admin: pg.Client; drop: () => Promise<void> }> {
   const db = await freshDatabase(baseUrl);
