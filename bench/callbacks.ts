@@ -20,7 +20,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
+import { freshDatabase } from './pg-admin.js';
 import { cpuMsOf, killAll, runLoad, startSvcq } from './procs.js';
 
 const HOST = 'bench.test';
@@ -53,18 +53,8 @@ await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
 const hook = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/`;
 
 const root = mkdtempSync(path.join(os.tmpdir(), 'svcq-bench-callbacks-'));
-let database: string | undefined;
-let store: string | undefined;
-if (opts.store) {
-  database = `svcq_bench_callbacks_${process.pid}`;
-  const admin = new pg.Client({ connectionString: opts.store });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${database}`);
-  await admin.end();
-  const u = new URL(opts.store);
-  u.pathname = `/${database}`;
-  store = u.toString();
-}
+const database = opts.store ? await freshDatabase(opts.store, 'svcq_bench_callbacks') : undefined;
+const store = database?.url;
 // startSvcq passes its environment on: the server may call the receiver, and keeps its items where asked.
 process.env.SVCQ_PUSH_ALLOW = hook;
 if (store) process.env.SVCQ_STORE = store;
@@ -136,11 +126,6 @@ try {
   await server.stop().catch(() => undefined);
   receiver.close();
   rmSync(root, { recursive: true, force: true });
-  if (database && opts.store) {
-    const admin = new pg.Client({ connectionString: opts.store });
-    await admin.connect();
-    await admin.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
-    await admin.end();
-  }
+  await database?.drop();
   killAll();
 }

@@ -29,6 +29,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
+import { freshDatabase } from './pg-admin.js';
 import { Pool } from 'undici';
 import { killAll, runLoad, startSvcq, type Svcq } from './procs.js';
 import type { LoadResult, LoadSpec } from './protocol.js';
@@ -67,28 +68,9 @@ const roots: string[] = [];
 const nodes: Svcq[] = [];
 let database: { url: string; drop: () => Promise<void> } | undefined;
 
-async function freshDatabase(base: string): Promise<{ url: string; drop: () => Promise<void> }> {
-  const name = `svcq_flow_${process.pid}`;
-  const admin = new pg.Client({ connectionString: base });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-  const u = new URL(base);
-  u.pathname = `/${name}`;
-  return {
-    url: u.toString(),
-    drop: async () => {
-      const a = new pg.Client({ connectionString: base });
-      await a.connect();
-      await a.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await a.end();
-    },
-  };
-}
-
 async function startNodes(): Promise<void> {
   if (opts.store) {
-    database = await freshDatabase(opts.store);
+    database = await freshDatabase(opts.store, 'svcq_flow');
     process.env.SVCQ_STORE = database.url;
   }
   for (let n = 0; n < NODES; n++) {

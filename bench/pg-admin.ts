@@ -1,6 +1,6 @@
 /**
  * What the PostgreSQL benches share: the URL of another database on the server `--store` names,
- * one statement on a connection of its own, and the CPU of the backends serving a database.
+ * a database made for a run, one statement on a connection of its own, and the CPU of the backends serving a database.
  */
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
@@ -10,6 +10,13 @@ export function databaseUrl(base: string, database: string): string {
   const u = new URL(base);
   u.pathname = `/${database}`;
   return u.toString();
+}
+
+/** A database made for this run on the server `base` names (`<prefix>_<pid>`), its URL, and its drop. */
+export async function freshDatabase(base: string, prefix: string): Promise<{ url: string; drop: () => Promise<void> }> {
+  const name = `${prefix}_${process.pid}`;
+  await query(base, 'postgres', `CREATE DATABASE ${name}`);
+  return { url: databaseUrl(base, name), drop: async () => void (await query(base, 'postgres', `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)) };
 }
 
 /** Runs one statement on a connection of its own to `database`, and closes it. */

@@ -20,7 +20,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
+import { freshDatabase } from './pg-admin.js';
 import { request } from 'undici';
 import { BENCH_DIR, killAll, REPO, startFloor, startSvcq } from './procs.js';
 
@@ -47,18 +47,8 @@ process.on('SIGINT', () => {
   process.exit(130);
 });
 
-/** With --store: the database this run makes and drops, and its URL. */
-let database: { name: string; url: string } | undefined;
-if (opts.store) {
-  const name = `svcq_bench_push_${process.pid}`;
-  const admin = new pg.Client({ connectionString: opts.store });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-  const u = new URL(opts.store);
-  u.pathname = `/${name}`;
-  database = { name, url: u.toString() };
-}
+/** With --store: the database this run makes and drops. */
+const database = opts.store ? await freshDatabase(opts.store, 'svcq_bench_push') : undefined;
 
 const dir = mkdtempSync(path.join(os.tmpdir(), 'svcq-bench-push-'));
 const target = await startFloor({ durable: false, dir });
@@ -151,12 +141,7 @@ try {
   await server.stop().catch((err: Error) => console.error(err.message));
   await target.stop().catch(() => undefined);
   rmSync(dir, { recursive: true, force: true });
-  if (database && opts.store) {
-    const admin = new pg.Client({ connectionString: opts.store });
-    await admin.connect();
-    await admin.query(`DROP DATABASE IF EXISTS ${database.name} WITH (FORCE)`);
-    await admin.end();
-  }
+  await database?.drop();
 }
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 console.log(
