@@ -1,4 +1,5 @@
 import type { QueueConfig } from './config.js';
+import { DeadlineHeap } from './deadline-heap.js';
 import { isTerminal, type ItemStatus, type TaskEventKind } from './item.js';
 import { urlProblem } from './urls.js';
 
@@ -462,7 +463,6 @@ export function nextDeadline(r: ItemRecord, config: QueueConfig): number | null 
 
 /** The kinds of an item's deadlines, in the order one item's that fall together are applied. */
 const DUE_KINDS = ['lease', 'retry', 'timeout', 'retention'] as const;
-type DueKind = (typeof DUE_KINDS)[number];
 
 /**
  * Applies what fell due in a queue since a store last looked, one deadline at a time in the order
@@ -476,29 +476,32 @@ type DueKind = (typeof DUE_KINDS)[number];
  * definition) is not asked again in this pass.
  */
 export function applyPassed<T>(entries: readonly T[], recordOf: (e: T) => ItemRecord, config: QueueConfig, now: number, owed: (e: T) => boolean, apply: (e: T, t: Transition) => ItemRecord | null): void {
-  const records = new Map<T, ItemRecord>(entries.map((e) => [e, recordOf(e)]));
+  // Each item's passed deadlines in a heap, by time, then claim order, then kind; an entry whose
+  // record has changed since it was filed is passed over (the new record's are filed instead).
+  const current = new Map<T, ItemRecord>();
+  const heap = new DeadlineHeap<{ e: T; r: ItemRecord; k: number }>((x) => x.r.ord * DUE_KINDS.length + x.k);
   const declined = new Set<string>();
-  for (;;) {
-    let best: { e: T; r: ItemRecord; kind: DueKind; at: number; k: number } | undefined;
-    for (const [e, r] of records) {
-      const d = deadlines(r, config);
-      for (let k = 0; k < DUE_KINDS.length; k++) {
-        const kind = DUE_KINDS[k]!;
-        const at = d[kind];
-        if (at === null || at > now || declined.has(`${r.id}\n${kind}`)) continue;
-        if (!best || at < best.at || (at === best.at && (r.ord < best.r.ord || (r.ord === best.r.ord && k < best.k)))) best = { e, r, kind, at, k };
-      }
+  const file = (e: T, r: ItemRecord): void => {
+    current.set(e, r);
+    const d = deadlines(r, config);
+    for (let k = 0; k < DUE_KINDS.length; k++) {
+      const at = d[DUE_KINDS[k]!];
+      if (at !== null && at <= now && !declined.has(`${r.id}\n${DUE_KINDS[k]!}`)) heap.push(at, { e, r, k });
     }
-    if (!best) return;
-    const { e, r, kind } = best;
+  };
+  for (const e of entries) file(e, recordOf(e));
+  for (let x = heap.popDue(now); x; x = heap.popDue(now)) {
+    const { e, r, k } = x;
+    if (current.get(e) !== r) continue;
+    const kind = DUE_KINDS[k]!;
     const t = kind === 'lease' ? leaseEndedUnlessTimedOut(r, config, now) : kind === 'retry' ? retryAvailable(r, config, now) : kind === 'timeout' ? timedOut(r, config, now) : retentionEnded(r, config, now, owed(e));
     if (!t) {
       declined.add(`${r.id}\n${kind}`);
       continue;
     }
     const next = apply(e, t);
-    if (next === null) records.delete(e);
-    else records.set(e, next);
+    if (next === null) current.delete(e);
+    else file(e, next);
   }
 }
 
