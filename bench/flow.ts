@@ -29,7 +29,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { freshDatabase } from './pg-admin.js';
+import { backendCpuSeconds, freshDatabase } from './pg-admin.js';
 import { Pool } from 'undici';
 import { killAll, runLoad, startSvcq, type Svcq } from './procs.js';
 import type { LoadResult, LoadSpec } from './protocol.js';
@@ -150,10 +150,21 @@ function spec(mode: LoadSpec['mode'], queue: string, extra: Partial<LoadSpec>): 
 }
 
 const cpuAll = (): number => nodes.reduce((sum, n) => sum + n.cpuMs(), 0);
+/** CPU ms used so far by the database's backends (PostgreSQL on this machine), 0 on the embedded store. */
+async function databaseCpuMs(): Promise<number> {
+  if (!database || !opts.store) return 0;
+  let sum = 0;
+  for (const s of (await backendCpuSeconds(opts.store, new URL(database.url).pathname.slice(1))).values()) sum += s;
+  return sum * 1000;
+}
+/** What the last {@link timed} run cost the database's backends, in CPU ms. */
+let lastDatabaseCpuMs = 0;
 async function timed(s: LoadSpec): Promise<LoadResult> {
   const c = cpuAll();
+  const d = await databaseCpuMs();
   const r = await runLoad(s);
   r.serverCpuMs = cpuAll() - c;
+  lastDatabaseCpuMs = (await databaseCpuMs()) - d;
   if (r.errors > 0) throw new Error(`${s.mode} on ${s.queue}: ${r.errors} errors, the first: ${r.firstError}`);
   return r;
 }
@@ -182,9 +193,13 @@ async function fairnessPhase(): Promise<void> {
   const ratios: number[] = [];
   for (let round = 0; round < ROUNDS; round++) {
     const fair = await timed(spec('drain', 'fair', {}));
+    const fairDb = lastDatabaseCpuMs;
     const fifo = await timed(spec('drain', 'fifo', {}));
+    const fifoDb = lastDatabaseCpuMs;
     ratios.push(fair.rate / fifo.rate);
-    log(`  round ${round + 1}: fair ${fair.rate.toFixed(0)}/s, fifo ${fifo.rate.toFixed(0)}/s (claim and result, 8 connections)`);
+    const perClaim = (ms: number, r: LoadResult): string => `${((ms * 1000) / Math.max(1, r.count)).toFixed(0)} µs`;
+    const cpu = (r: LoadResult, db: number): string => `server ${perClaim(r.serverCpuMs!, r)}${database ? `, database ${perClaim(db, r)}` : ''} CPU per claim`;
+    log(`  round ${round + 1}: fair ${fair.rate.toFixed(0)}/s (${cpu(fair, fairDb)}), fifo ${fifo.rate.toFixed(0)}/s (${cpu(fifo, fifoDb)}) (claim and result, 8 connections)`);
   }
   log(`fairness: fair/fifo drain rate ${ratio(ratios)} (target ≥ 0.8)`);
 }

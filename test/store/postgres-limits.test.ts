@@ -423,4 +423,54 @@ describe('PostgreSQL store: flow control (decisions §8.5)', function () {
     claims.sort((x, y) => x - y);
     for (let k = max; k < claims.length; k++) expect(claims[k]! - claims[k - max]!, `leases ${k - max} and ${k}`).to.be.at.least(windowMs);
   });
+
+  it('groups fairness alone: three nodes claiming at once (the limiter row shared, posts folded in meanwhile) take every item once, go round the groups (none served twice ahead of a waiting group by more than the claims in flight), and lose no group (decisions §8.5, §6.1)', async function () {
+    this.timeout(120_000);
+    const q = use(refOf('fairnodes', { fairness: 'groups', leaseSeconds: 60 }));
+    const groups = 12;
+    const first = 240;
+    const later = 120;
+    await post(q, first, (i) => `g${i % groups}`);
+    const nodes = await Promise.all([0, 1, 2].map(() => open(Date.now)));
+    const inFlight = 3 * 3;
+    try {
+      let claimed = 0;
+      // Items posted while the claims run wake their groups (folded by whichever claim comes first).
+      const posting = (async () => {
+        for (let k = 0; k < later / 12; k++) {
+          await nodes[k % 3]!.postMany(q, Array.from({ length: 12 }, (_, i) => ({ body: JSON.stringify({ i: posted++ }), postedBy: 'p', options: { group: `g${(k + i) % groups}` } })));
+          await new Promise((r) => setTimeout(r, 5));
+        }
+      })();
+      const worker = async (s: PostgresStore, w: number): Promise<void> => {
+        let empty = 0;
+        while (claimed < first + later && empty < 200) {
+          const got = await s.claim(q, { worker: `w${w}` });
+          if (!got) {
+            empty++;
+            await new Promise((r) => setTimeout(r, 2));
+            continue;
+          }
+          claimed++;
+          await s.result(q, got.id, '{}');
+        }
+      };
+      await Promise.all([posting, ...nodes.flatMap((s, n) => [0, 1, 2].map((w) => worker(s, n * 3 + w)))]);
+    } finally {
+      await Promise.all(nodes.map((s) => s.close()));
+    }
+    const { rows: items } = await db.admin.query<{ id: string; grp: string; status: string }>('SELECT id, grp, status FROM svcq_items WHERE queue = $1', [q.key]);
+    expect(items.filter((r) => r.status === 'finished'), 'finished items').to.have.length(first + later);
+    const { rows } = await db.admin.query<{ id: string }>(`SELECT id FROM svcq_events WHERE queue = 'fairnodes' AND event = 'claimed' ORDER BY ts, seq`);
+    expect(new Set(rows.map((r) => r.id)).size, 'each item claimed once').to.equal(first + later);
+    // While every group holds items (the first rounds, before the later posts run out), after
+    // n claims no group has more than n / groups + 1 turns, give or take the claims in flight.
+    const groupOf = new Map(items.map((r) => [r.id, r.grp]));
+    const turns = new Map<string, number>();
+    for (let n = 0; n < first; n++) {
+      const g = groupOf.get(rows[n]!.id)!;
+      turns.set(g, (turns.get(g) ?? 0) + 1);
+      expect(turns.get(g)!, `turns of ${g} after ${n + 1} claims`).to.be.at.most(Math.ceil((n + 1 + inFlight) / groups) + 1);
+    }
+  });
 });

@@ -19,6 +19,14 @@ export function grouped(config: QueueConfig): boolean {
   return config.groupMaxActive !== null || config.fairness === 'groups';
 }
 
+/**
+ * Whether a queue's claims may share its limiter row's lock (FOR KEY SHARE) rather than take it
+ * alone: groups fairness without any limit, whose claims count nothing (see migration 19).
+ */
+export function fairOnly(config: QueueConfig): boolean {
+  return config.fairness === 'groups' && !hasLimits(config);
+}
+
 /** Whether a lease ending in the queue may let a held claim through at once (decisions §8.5). */
 export function wakesOnLeaseEnd(config: QueueConfig): boolean {
   return config.maxActive !== null || config.groupMaxActive !== null;
@@ -31,6 +39,15 @@ export function wakesOnLeaseEnd(config: QueueConfig): boolean {
  */
 export function countedInOne(config: QueueConfig): boolean {
   return (config.maxActive !== null || config.rateLimit !== null) && !grouped(config);
+}
+
+/**
+ * Whether the plain claims of a limited queue take one statement that the calls folded after them
+ * are sent behind at once: those of {@link countedInOne}, and those by groups fairness alone
+ * (one call of svcq_claim_groups, see claimFair).
+ */
+export function claimsInOne(config: QueueConfig): boolean {
+  return countedInOne(config) || fairOnly(config);
 }
 
 /** Claimable items a claim with criteria held back by a limit reads to see whether one matches. */
@@ -110,18 +127,20 @@ export class GroupRebuilds {
  * then, ahead of them, nor a window resized before they read it, and the transaction runs again
  * ({@link LockedLate}).
  */
-export function lockLimiters(tx: Tx, refs: readonly QueueRef[], early = false): Promise<void> {
-  const locking = lockRows(tx, refs, early);
+export function lockLimiters(tx: Tx, refs: readonly QueueRef[], early = false, shared = false): Promise<void> {
+  const locking = lockRows(tx, refs, early, shared);
   locks.set(tx, locking);
   return locking;
 }
 
-async function lockRows(tx: Tx, refs: readonly QueueRef[], early: boolean): Promise<void> {
+async function lockRows(tx: Tx, refs: readonly QueueRef[], early: boolean, shared: boolean): Promise<void> {
   const keys = [...new Set(refs.map((r) => r.key))].sort();
   type Row = { queue: string; rate_max: number; rate_count: number; last_at: number };
   const read = (): Promise<{ rows: Row[] }> =>
     // Kept plans, as the statements around it: a probe of the primary key whatever the table's size, and no switch of plans between them.
-    tx.query<Row>(named('svcq_lock_limiters', 'SELECT queue, rate_max, rate_count, last_at FROM svcq_limiters WHERE queue = ANY($1::text[]) ORDER BY queue FOR UPDATE', 'generic'), [keys]);
+    shared
+      ? tx.query<Row>(named('svcq_share_limiters', 'SELECT queue, rate_max, rate_count, last_at FROM svcq_limiters WHERE queue = ANY($1::text[]) ORDER BY queue FOR KEY SHARE', 'generic'), [keys])
+      : tx.query<Row>(named('svcq_lock_limiters', 'SELECT queue, rate_max, rate_count, last_at FROM svcq_limiters WHERE queue = ANY($1::text[]) ORDER BY queue FOR UPDATE', 'generic'), [keys]);
   let { rows } = await read();
   if (rows.length < keys.length && early) throw new LockedLate('a limiter row is missing');
   if (rows.length < keys.length) {
@@ -194,6 +213,7 @@ export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly Limite
   // Plain claims in claim order under maxActive or a rateLimit: counted and taken by one
   // statement, which may be sent before the limiter row's lock is answered.
   if (countedInOne(config) && calls.every((c) => c.criteria === undefined)) return claimCounted(tx, ref, calls, asks, now, before);
+  if (fairOnly(config) && calls.every((c) => c.criteria === undefined)) return claimFair(tx, ref, calls, asks, rebuilt, before);
   const lim = limiters.get(tx)?.get(ref.key);
   if (!lim) throw new Error(`the limiter row of ${ref.key} is not locked by this transaction`);
   const rate = config.rateLimit;
@@ -472,9 +492,16 @@ const PREFIXED = COLUMNS.split(', ')
  * for all of them at once, each item one turn, and they are handed out in that order.
  */
 async function takeByGroups(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[]): Promise<Taken[]> {
+  return handOut(tx, ref, calls, (await pickByGroups(tx, ref, calls)).rows);
+}
+
+type Picked = ItemRow & { pick: number; picked: string | null };
+
+/** Sends the call of svcq_claim_groups for the claims (not awaited: see {@link claimFair}). */
+function pickByGroups(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[]): Promise<{ rows: Picked[] }> {
   const config = ref.config;
   const want = calls.reduce((a, c) => a + c.max, 0);
-  const res = await tx.query<ItemRow & { pick: number; picked: string | null }>(
+  return tx.query<Picked>(
     named(
       'svcq_claim_groups',
       // Each item read by its primary key: joined plainly, the function's rows (estimated at a
@@ -484,10 +511,14 @@ async function takeByGroups(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[
     ),
     [ref.key, want, config.groupMaxActive, config.fairness === 'groups'],
   );
+}
+
+/** Hands the items svcq_claim_groups picked out to the claims, in order, each applying the claim rule. */
+function handOut(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], rows: readonly Picked[]): Taken[] {
   const out: Taken[] = calls.map(() => ({ items: [], saturated: false }));
   let at = 0;
   let saturated = false;
-  for (const row of res.rows) {
+  for (const row of rows) {
     if (row.picked === null) {
       saturated = true;
       continue;
@@ -498,6 +529,34 @@ async function takeByGroups(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[
     if (got) out[at]!.items.push(got);
   }
   if (saturated) for (const o of out) o.saturated = true;
+  return out;
+}
+
+/**
+ * Plain claims on a queue with groups fairness and no limit, in the order they were made: one
+ * call of svcq_claim_groups, sent behind the writes and the wakes this transaction staged so far
+ * (and a rebuild of the heads when one is due) in the same go, without waiting for their answers,
+ * as a plain claim goes. Nothing is counted, and the limiter row is only shared (see
+ * migration 19): such claims on every node run at once. The calls folded after them are sent
+ * behind it at once too (see countedInOne's use in postgres-store.ts).
+ */
+async function claimFair(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], asks: readonly number[], rebuilt: GroupRebuilds, before?: Promise<unknown>): Promise<Claimed[][]> {
+  const asked = calls.map((c, i) => ({ ...c, max: asks[i]! }));
+  const plain = asked.filter((c) => c.max > 0);
+  const ahead: Array<Promise<unknown> | undefined> = [tx.flush(), writeWakes(tx)];
+  const rebuilding = rebuilt.due(ref);
+  if (rebuilding) ahead.push(tx.query(named('svcq_rebuild_groups', 'SELECT svcq_rebuild_groups($1)'), [ref.key]));
+  const picking = plain.length > 0 ? pickByGroups(tx, ref, plain) : undefined;
+  for (const p of [...ahead, picking]) p?.catch(() => undefined);
+  for (const p of ahead) await p;
+  if (rebuilding) rebuilt.rebuilt(ref);
+  // The groups folded before apply their answers first (see AppliedInOrder in postgres-store.ts).
+  if (before) await before;
+  await locks.get(tx);
+  const taken = picking ? handOut(tx, ref, plain, (await picking).rows) : [];
+  let at = 0;
+  const out = asked.map((c) => (c.max > 0 ? taken[at++]!.items : []));
+  await heldByPause(tx, ref, calls.map((c, i) => ({ input: c.input, short: out[i]!.length < asks[i]! })));
   return out;
 }
 
@@ -590,7 +649,7 @@ async function takeMatchingByGroups(tx: Tx, ref: QueueRef, call: LimitedClaim, c
     if (!got) continue;
     // One turn of the queue, stamped on the group with fairness; its head row is put right by the next pick.
     await tx.query(
-      named('svcq_turn_group', `WITH t AS (UPDATE svcq_limiters SET turn = turn + 1 WHERE queue = $1 RETURNING turn) UPDATE svcq_groups SET turn = CASE WHEN $3 THEN (SELECT turn FROM t) ELSE turn END WHERE queue = $1 AND grp = $2`),
+      named('svcq_turn_group', `UPDATE svcq_groups SET turn = CASE WHEN $3 THEN nextval('svcq_turns') ELSE turn END WHERE queue = $1 AND grp = $2`),
       [ref.key, best.grp, fair],
     );
     leased.set(best.grp, (leased.get(best.grp) ?? 0) + 1);

@@ -9,7 +9,7 @@ import { claimTopic, itemTopic, type Notifier } from '../../waiting/notifier.js'
 import { fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StatusRecord, type Store, type StoreObserver, type SubmitOutcome, type OwedCallback, type TakenCallback, type CallbackAttempt, type CallbackSettlement } from '../store.js';
 import { FailureStreak } from '../failure-streak.js';
 import { claimMatching, claimPlain, type PlainClaim } from './pg-claims.js';
-import { claimLimited, countedInOne, finishLimits, GROUPS_WAITING_SQL, grouped, limited, lockLimiters, wakesOnLeaseEnd, GroupRebuilds } from './pg-limits.js';
+import { claimLimited, claimsInOne, countedInOne, fairOnly, finishLimits, GROUPS_WAITING_SQL, grouped, limited, lockLimiters, wakesOnLeaseEnd, GroupRebuilds } from './pg-limits.js';
 import { Deadlines, refOf } from './pg-deadlines.js';
 import { failureKind, LockedLate } from './pg-errors.js';
 import { ANSWER_TIMEOUT_MS, answered, keepConnectionErrors, watch } from './pg-guard.js';
@@ -831,7 +831,9 @@ export class PostgresStore implements Store, EventOutbox {
         if (limitedRefs.length > 0) {
           const known = this.limiterRows;
           const early = attempt === 0 && limitedRefs.every((r) => known.has(r.key)) && [...queues.values()].every((ref) => !ops.some((op) => op.sweep && op.ref.key === ref.key) && this.deadlines.isQuiet(ref, tx.now));
-          const locking = lockLimiters(tx, limitedRefs, early).then(() => {
+          // Claims by groups fairness alone share the rows' lock, unless one must rebuild the heads.
+          const shared = limitedRefs.every((r) => fairOnly(r.config) && !this.groupRebuilds.due(r));
+          const locking = lockLimiters(tx, limitedRefs, early, shared).then(() => {
             for (const r of limitedRefs) known.add(r.key);
           });
           if (early) {
@@ -908,18 +910,21 @@ export class PostgresStore implements Store, EventOutbox {
           // write takes it (rows read before it would then look unchanged).
           // Limited claims write everything staged before they count (pg-limits.ts): always first.
           const writesFirst = op.posts ? tx.purges(op.ref.key) : op.claim ? op.limits === true || tx.requeued(op.ref.key) : false;
-          // Limited claims taking one statement (countedInOne) need no answer before theirs but
-          // those of their queue's submissions (what they end is counted), and the lock of the
-          // limiter rows, which they wait for after sending: they go at once unless the writes
-          // of what is staged, sent ahead of them, must wait for the answers in flight.
-          const inOne = op.claim !== undefined && op.limits === true && countedInOne(op.ref.config);
-          const waits = inOne ? submitting.has(op.ref.key) || (tx.hasStaged() && inFlight.some((p) => p !== lockedEarly)) : writesFirst && inFlight.length > 0;
+          // Limited claims taking one statement (claimsInOne) need no answer before theirs but the
+          // lock of the limiter rows, which they wait for after sending, and (under maxActive or a
+          // rateLimit) those of their queue's submissions, since what they end is counted: they go
+          // at once unless those are in flight, or the writes of what is staged, sent ahead of
+          // them, must wait for the answers in flight.
+          const inOne = op.claim !== undefined && op.limits === true && claimsInOne(op.ref.config);
+          const waits = inOne
+            ? (countedInOne(op.ref.config) && submitting.has(op.ref.key)) || (tx.hasStaged() && inFlight.some((p) => p !== lockedEarly))
+            : writesFirst && inFlight.length > 0;
           const requeuing = submitting.get(op.ref.key);
           const afterSubmissions = requeuing !== undefined && (!quiet.has(op.ref.key) || (op.claim !== undefined && requeuing));
           // Limited claims take several statements, each sent once the one before it is answered:
           // a group of their queue after them waits for them, or its statement would run (and its
           // answer be applied) between theirs, as if it came first. Those that take one statement
-          // (countedInOne) do not hold the groups after them back.
+          // (claimsInOne) do not hold the groups after them back.
           if (afterSubmissions || limitedClaims.has(op.ref.key) || waits) {
             await settle();
             tx.hold();
@@ -942,7 +947,7 @@ export class PostgresStore implements Store, EventOutbox {
               }
             });
           } else if (op.claim) {
-            if (op.limits && !countedInOne(op.ref.config)) limitedClaims.add(op.ref.key);
+            if (op.limits && !claimsInOne(op.ref.config)) limitedClaims.add(op.ref.key);
             running = (op.limits ? claimLimited(tx, op.ref, group.map((g) => g.claim!), this.now, this.groupRebuilds, before) : claimPlain(tx, op.ref, group.map((g) => g.claim!), tx.groups, before)).then((claimed) => group.forEach((g, i) => results.set(g, claimed[i])));
           } else {
             running = submitMany(tx, op.ref, group.map((g) => g.submit!), before).then((answers) => group.forEach((g, i) => results.set(g, answers[i])));

@@ -812,6 +812,275 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX svcq_callbacks_queue ON svcq_callbacks (queue, tries);
     `,
   },
+  {
+    version: 19,
+    description: 'flow control: claims by groups fairness alone no longer take turns on the limiter row',
+    sql: `
+      -- decisions §8.5, see docs/postgresql-flow.md. A queue with groups fairness and no limit
+      -- claims under a shared lock of its limiter row (FOR KEY SHARE, which a limit's FOR UPDATE
+      -- still waits for): its claims on every node run at once, as a FIFO queue's do. What the
+      -- row's exclusive lock gave them is kept another way:
+      -- - the turns come from one sequence for every queue (only their order within a queue is
+      --   read), not from a counter in the row;
+      -- - a claim takes a group only through its first item's lock (FOR UPDATE SKIP LOCKED): a
+      --   group another transaction serves is left out of the call, as before;
+      -- - a group row is put right only where no other transaction holds it, and from the items
+      --   as they are then; a served group's row keeps a better head another transaction folded
+      --   in since it was read;
+      -- - wakes are folded by whichever claim locks them first (SKIP LOCKED), into the group
+      --   rows in key order (two folds never deadlock).
+      -- ready_groups was kept and never read: dropped, with the counter.
+      CREATE SEQUENCE svcq_turns;
+      SELECT setval('svcq_turns', greatest(1, (SELECT max(turn) FROM svcq_limiters), (SELECT max(turn) FROM svcq_groups)));
+      ALTER TABLE svcq_limiters DROP COLUMN turn, DROP COLUMN ready_groups;
+
+      CREATE OR REPLACE FUNCTION svcq_fold_groups(q text) RETURNS void LANGUAGE plpgsql VOLATILE AS $f$
+      BEGIN
+        WITH d AS (DELETE FROM svcq_group_wakes x
+                    WHERE x.ctid = ANY (ARRAY(SELECT y.ctid FROM svcq_group_wakes y WHERE y.queue = q FOR UPDATE SKIP LOCKED))
+                    RETURNING x.grp, x.priority, x.ord),
+             w AS (SELECT DISTINCT ON (d.grp) d.grp, d.priority, d.ord FROM d ORDER BY d.grp, d.priority DESC, d.ord)
+        INSERT INTO svcq_groups AS s (queue, grp, head_p, head_ord) SELECT q, w.grp, w.priority, w.ord FROM w ORDER BY w.grp
+          ON CONFLICT (queue, grp) DO UPDATE SET head_p = EXCLUDED.head_p, head_ord = EXCLUDED.head_ord
+          WHERE s.head_p IS NULL OR EXCLUDED.head_p > s.head_p OR (EXCLUDED.head_p = s.head_p AND EXCLUDED.head_ord < s.head_ord);
+      END
+      $f$;
+
+      -- Run under the limiter row's exclusive lock (the caller takes it when a rebuild is due).
+      CREATE OR REPLACE FUNCTION svcq_rebuild_groups(q text) RETURNS void LANGUAGE plpgsql VOLATILE AS $f$
+      BEGIN
+        DELETE FROM svcq_group_wakes x WHERE x.queue = q;
+        UPDATE svcq_groups s SET head_p = NULL, head_ord = NULL WHERE s.queue = q AND s.head_p IS NOT NULL;
+        WITH RECURSIVE g AS (
+            (SELECT coalesce(i.grp, '') AS k FROM svcq_items i WHERE i.queue = q AND i.status = 'pending' AND i.available_at = 0
+              ORDER BY coalesce(i.grp, '') LIMIT 1)
+          UNION ALL
+            SELECT (SELECT coalesce(i.grp, '') FROM svcq_items i WHERE i.queue = q AND i.status = 'pending' AND i.available_at = 0 AND coalesce(i.grp, '') > g.k
+                     ORDER BY coalesce(i.grp, '') LIMIT 1)
+              FROM g WHERE g.k IS NOT NULL
+          )
+        INSERT INTO svcq_groups AS s (queue, grp, head_p, head_ord)
+          SELECT q, g.k, h.priority, h.ord FROM g CROSS JOIN LATERAL (
+            SELECT i.priority, i.ord FROM svcq_items i WHERE i.queue = q AND coalesce(i.grp, '') = g.k AND i.status = 'pending' AND i.available_at = 0
+             ORDER BY (-i.priority), i.ord LIMIT 1) AS h
+           WHERE g.k IS NOT NULL
+          ON CONFLICT (queue, grp) DO UPDATE SET head_p = EXCLUDED.head_p, head_ord = EXCLUDED.head_ord;
+      END
+      $f$;
+
+      -- Puts a group's head right from its claimable items as they are now (NULL: none), unless
+      -- another transaction holds the row (false: it serves the group, the caller leaves it).
+      CREATE FUNCTION svcq_put_group_right(q text, g text, taken text[]) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $f$
+      BEGIN
+        PERFORM 1 FROM svcq_groups s WHERE s.queue = q AND s.grp = g FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+          RETURN false;
+        END IF;
+        UPDATE svcq_groups s SET (head_p, head_ord) = (
+            SELECT i.priority, i.ord FROM svcq_items i
+             WHERE i.queue = q AND coalesce(i.grp, '') = g AND i.status = 'pending' AND i.available_at = 0 AND i.id <> ALL (taken)
+             ORDER BY (-i.priority), i.ord LIMIT 1)
+         WHERE s.queue = q AND s.grp = g;
+        RETURN true;
+      END
+      $f$;
+
+      -- As version 16's, with the changes above: each item taken is one turn, nextval of
+      -- svcq_turns; no limiter row is read or written.
+      CREATE OR REPLACE FUNCTION svcq_claim_groups(q text, want integer, gmax integer, fair boolean)
+        RETURNS TABLE (id text, n integer) LANGUAGE plpgsql VOLATILE ROWS 10 AS $f$
+      DECLARE
+        leased jsonb := '{}';
+        -- Groups passed over by this call: at gmax, or their first item held by another transaction.
+        skip text[] := '{}';
+        -- Groups at gmax.
+        at_max text[] := '{}';
+        taken text[] := '{}';
+        cur refcursor;
+        r record;
+        h record;
+        t bigint;
+        got integer := 0;
+        saturated boolean := false;
+        -- The batch: each group, its first item, and its next head.
+        b_grp text[];
+        b_id text[];
+        b_p smallint[];
+        b_o bigint[];
+        b_hp smallint[];
+        b_ho bigint[];
+        -- The rows written for the groups served.
+        u_grp text[];
+        u_t bigint[];
+        u_p smallint[];
+        u_o bigint[];
+        u_hp smallint[];
+        u_ho bigint[];
+        -- What the groups served in the batch bound the next one of it by: with fair, the highest
+        -- priority of their next items; without, the first of their next items in claim order.
+        bound_p integer;
+        bound_o bigint;
+        -- A group's first item and the priority and claim order of its next.
+        h1_id text;
+        h1_p smallint;
+        h1_o bigint;
+        h2_p smallint;
+        h2_o bigint;
+        c integer;
+        locked text[];
+        rows_read integer;
+      BEGIN
+        IF want <= 0 OR EXISTS (SELECT 1 FROM svcq_queues WHERE key = q AND paused) THEN
+          RETURN;
+        END IF;
+        IF EXISTS (SELECT 1 FROM svcq_group_wakes w WHERE w.queue = q) THEN
+          PERFORM svcq_fold_groups(q);
+        END IF;
+        IF gmax IS NOT NULL THEN
+          -- Leased items by group: read through svcq_items_leases, as many as are leased.
+          SELECT coalesce(jsonb_object_agg(x.k, x.c), '{}'), coalesce(array_agg(x.k) FILTER (WHERE x.c >= gmax), '{}') INTO leased, at_max FROM (
+            SELECT coalesce(i.grp, '') AS k, count(*) AS c FROM svcq_items i
+             WHERE i.queue = q AND i.status IN ('claimed', 'processing') GROUP BY 1) AS x;
+          skip := at_max;
+        END IF;
+        WHILE got < want LOOP
+          b_grp := '{}'; b_id := '{}'; b_p := '{}'; b_o := '{}'; b_hp := '{}'; b_ho := '{}';
+          bound_p := NULL; bound_o := NULL;
+          rows_read := 0;
+          -- Each group's first two items by a subquery of the select list (a SubPlan, run for
+          -- each group the walk returns): never turned into a join that reads the queue's items.
+          IF fair THEN
+            OPEN cur FOR SELECT s.grp, s.head_p, s.head_ord, (
+                SELECT jsonb_agg(jsonb_build_array(i.id, i.priority, i.ord) ORDER BY (-i.priority), i.ord) FROM (
+                  SELECT i.id, i.priority, i.ord FROM svcq_items i
+                   WHERE i.queue = q AND coalesce(i.grp, '') = s.grp AND i.status = 'pending' AND i.available_at = 0 AND i.id <> ALL (taken)
+                   ORDER BY (-i.priority), i.ord LIMIT 2) AS i) AS its
+              FROM svcq_groups s
+             WHERE s.queue = q AND s.head_p IS NOT NULL AND s.grp <> ALL (skip)
+             ORDER BY (-s.head_p), s.turn, s.head_ord LIMIT want - got;
+          ELSE
+            OPEN cur FOR SELECT s.grp, s.head_p, s.head_ord, (
+                SELECT jsonb_agg(jsonb_build_array(i.id, i.priority, i.ord) ORDER BY (-i.priority), i.ord) FROM (
+                  SELECT i.id, i.priority, i.ord FROM svcq_items i
+                   WHERE i.queue = q AND coalesce(i.grp, '') = s.grp AND i.status = 'pending' AND i.available_at = 0 AND i.id <> ALL (taken)
+                   ORDER BY (-i.priority), i.ord LIMIT 2) AS i) AS its
+              FROM svcq_groups s
+             WHERE s.queue = q AND s.head_p IS NOT NULL AND s.grp <> ALL (skip)
+             ORDER BY (-s.head_p), s.head_ord LIMIT want - got;
+          END IF;
+          LOOP
+            FETCH cur INTO r;
+            EXIT WHEN NOT FOUND;
+            rows_read := rows_read + 1;
+            IF r.its IS NULL THEN
+              -- No claimable item left (taken, cancelled): the row is put right; the batch ends here.
+              IF NOT svcq_put_group_right(q, r.grp, taken) THEN
+                skip := skip || r.grp;
+              END IF;
+              EXIT;
+            END IF;
+            h1_id := r.its -> 0 ->> 0;
+            h1_p := (r.its -> 0 ->> 1)::smallint;
+            h1_o := (r.its -> 0 ->> 2)::bigint;
+            h2_p := (r.its -> 1 ->> 1)::smallint;
+            h2_o := (r.its -> 1 ->> 2)::bigint;
+            IF h1_p <> r.head_p OR h1_o <> r.head_ord THEN
+              -- What the row said is out of date (an item taken, cancelled, or made claimable
+              -- again): put right (or, held by another transaction, left out of this call), and
+              -- the next batch picks again from here.
+              IF NOT svcq_put_group_right(q, r.grp, taken) THEN
+                skip := skip || r.grp;
+              END IF;
+              EXIT;
+            END IF;
+            -- A group served earlier in the batch comes back ahead of this one: the next batch.
+            EXIT WHEN bound_p IS NOT NULL AND (CASE WHEN fair THEN r.head_p < bound_p ELSE ((-r.head_p), r.head_ord) > ((-bound_p), bound_o) END);
+            b_grp := b_grp || r.grp;
+            b_id := b_id || h1_id;
+            b_p := b_p || h2_p;
+            b_o := b_o || h2_o;
+            b_hp := b_hp || h1_p;
+            b_ho := b_ho || h1_o;
+            IF h2_p IS NOT NULL AND (gmax IS NULL OR coalesce((leased ->> r.grp)::integer, 0) + 1 < gmax) THEN
+              IF bound_p IS NULL OR (CASE WHEN fair THEN h2_p > bound_p ELSE ((-h2_p), h2_o) < ((-bound_p), bound_o) END) THEN
+                bound_p := h2_p;
+                bound_o := h2_o;
+              END IF;
+            END IF;
+          END LOOP;
+          CLOSE cur;
+          IF rows_read = 0 THEN
+            -- Nothing known: an item made claimable without a wake (by a node that did not yet
+            -- know the queue's groups) is found here. Only when no group was passed over, so
+            -- that this never walks the items of a saturated group.
+            EXIT WHEN cardinality(skip) > 0;
+            SELECT coalesce(i.grp, '') AS grp, i.priority, i.ord INTO h FROM svcq_items i
+             WHERE i.queue = q AND i.status = 'pending' AND i.available_at = 0 AND i.id <> ALL (taken)
+             ORDER BY (-i.priority), i.ord LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            INSERT INTO svcq_groups AS s (queue, grp, head_p, head_ord) VALUES (q, h.grp, h.priority, h.ord)
+              ON CONFLICT (queue, grp) DO UPDATE SET head_p = EXCLUDED.head_p, head_ord = EXCLUDED.head_ord;
+            CONTINUE;
+          END IF;
+          CONTINUE WHEN cardinality(b_id) = 0;
+          -- The condition is tested as (…) IS TRUE, which no partial index's predicate is proved
+          -- from: written plainly, the planner may walk a whole partial index of the queue's
+          -- claimable items (a million rows) to find the ids, instead of probing the primary key.
+          SELECT coalesce(array_agg(x.id), '{}') INTO locked FROM (
+            SELECT i.id FROM svcq_items i WHERE i.queue = q AND i.id = ANY (b_id) AND (i.status = 'pending' AND i.available_at = 0) IS TRUE
+               FOR UPDATE SKIP LOCKED) AS x;
+          u_grp := '{}'; u_t := '{}'; u_p := '{}'; u_o := '{}'; u_hp := '{}'; u_ho := '{}';
+          FOR c IN 1 .. cardinality(b_id) LOOP
+            IF NOT (b_id[c] = ANY (locked)) THEN
+              -- Held by another transaction (a cancel, a sweep): the group sits this claim out.
+              skip := skip || b_grp[c];
+              CONTINUE;
+            END IF;
+            got := got + 1;
+            t := nextval('svcq_turns');
+            taken := taken || b_id[c];
+            leased := jsonb_set(leased, ARRAY[b_grp[c]], to_jsonb(coalesce((leased ->> b_grp[c])::integer, 0) + 1));
+            IF gmax IS NOT NULL AND (leased ->> b_grp[c])::integer >= gmax THEN
+              skip := skip || b_grp[c];
+              at_max := at_max || b_grp[c];
+            END IF;
+            u_grp := u_grp || b_grp[c];
+            u_t := u_t || t;
+            u_p := u_p || b_p[c];
+            u_o := u_o || b_o[c];
+            u_hp := u_hp || b_hp[c];
+            u_ho := u_ho || b_ho[c];
+            id := b_id[c];
+            n := got;
+            RETURN NEXT;
+          END LOOP;
+          IF cardinality(u_grp) > 0 THEN
+            -- By primary key (grp = ANY): a join with the arrays has a generic plan that reads
+            -- every group of the queue. A row whose head changed since the walk read it was
+            -- folded a better head by another transaction (the only write another makes to a
+            -- row whose first item this one holds): that head stays.
+            UPDATE svcq_groups s SET turn = CASE WHEN fair THEN u_t[array_position(u_grp, s.grp)] ELSE s.turn END,
+                   head_p = CASE WHEN s.head_p IS NOT NULL AND (s.head_p, s.head_ord) IS DISTINCT FROM (u_hp[array_position(u_grp, s.grp)], u_ho[array_position(u_grp, s.grp)])
+                                 THEN s.head_p ELSE u_p[array_position(u_grp, s.grp)] END,
+                   head_ord = CASE WHEN s.head_p IS NOT NULL AND (s.head_p, s.head_ord) IS DISTINCT FROM (u_hp[array_position(u_grp, s.grp)], u_ho[array_position(u_grp, s.grp)])
+                                 THEN s.head_ord ELSE u_o[array_position(u_grp, s.grp)] END
+             WHERE s.queue = q AND s.grp = ANY (u_grp);
+          END IF;
+        END LOOP;
+        IF got < want AND cardinality(at_max) > 0 THEN
+          -- A group at gmax holds the claim back only if it holds a claimable item.
+          saturated := EXISTS (SELECT 1 FROM unnest(at_max) AS f(g) WHERE EXISTS (
+            SELECT 1 FROM svcq_items i WHERE i.queue = q AND coalesce(i.grp, '') = f.g AND i.status = 'pending' AND i.available_at = 0 AND i.id <> ALL (taken)));
+          IF saturated THEN
+            id := NULL;
+            n := got + 1;
+            RETURN NEXT;
+          END IF;
+        END IF;
+      END
+      $f$;
+    `,
+  },
 ];
 
 /** Any constant the whole database agrees on: the lock that serialises migrations across nodes. */
