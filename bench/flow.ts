@@ -150,21 +150,25 @@ function spec(mode: LoadSpec['mode'], queue: string, extra: Partial<LoadSpec>): 
 }
 
 const cpuAll = (): number => nodes.reduce((sum, n) => sum + n.cpuMs(), 0);
-/** CPU ms used so far by the database's backends (PostgreSQL on this machine), 0 on the embedded store. */
-async function databaseCpuMs(): Promise<number> {
-  if (!database || !opts.store) return 0;
-  let sum = 0;
-  for (const s of (await backendCpuSeconds(opts.store, new URL(database.url).pathname.slice(1))).values()) sum += s;
-  return sum * 1000;
+/** CPU seconds used so far by each backend of the database (PostgreSQL on this machine); none on the embedded store. */
+async function databaseCpu(): Promise<Map<number, number>> {
+  if (!database || !opts.store) return new Map();
+  return backendCpuSeconds(opts.store, new URL(database.url).pathname.slice(1));
+}
+/** CPU ms the backends used between two samples (a backend started in between: all of its own; one ended in between is missed). */
+function cpuBetween(from: Map<number, number>, to: Map<number, number>): number {
+  let ms = 0;
+  for (const [pid, s] of to) ms += (s - (from.get(pid) ?? 0)) * 1000;
+  return ms;
 }
 /** What the last {@link timed} run cost the database's backends, in CPU ms. */
 let lastDatabaseCpuMs = 0;
 async function timed(s: LoadSpec): Promise<LoadResult> {
   const c = cpuAll();
-  const d = await databaseCpuMs();
+  const d = await databaseCpu();
   const r = await runLoad(s);
   r.serverCpuMs = cpuAll() - c;
-  lastDatabaseCpuMs = (await databaseCpuMs()) - d;
+  lastDatabaseCpuMs = cpuBetween(d, await databaseCpu());
   if (r.errors > 0) throw new Error(`${s.mode} on ${s.queue}: ${r.errors} errors, the first: ${r.firstError}`);
   return r;
 }
@@ -191,11 +195,22 @@ async function fairnessPhase(): Promise<void> {
   }
   log(`fairness: the first ${claimed.toLocaleString('en')} claims from the fair queue (in ${((performance.now() - firstAt) / 1000).toFixed(1)} s) reached ${reached.size.toLocaleString('en')} of ${GROUPS.toLocaleString('en')} groups`);
   const ratios: number[] = [];
+  // A warm-up slice of each first (not counted), and the two sides in turn first: the first slice
+  // on a fresh server measured its start (code not yet optimised) on whichever side came first.
+  for (const q of ['fair', 'fifo']) await timed(spec('drain', q, { durationMs: 1000 }));
   for (let round = 0; round < ROUNDS; round++) {
-    const fair = await timed(spec('drain', 'fair', {}));
-    const fairDb = lastDatabaseCpuMs;
-    const fifo = await timed(spec('drain', 'fifo', {}));
-    const fifoDb = lastDatabaseCpuMs;
+    const side = async (q: string): Promise<{ r: LoadResult; db: number }> => ({ r: await timed(spec('drain', q, {})), db: lastDatabaseCpuMs });
+    let f: { r: LoadResult; db: number };
+    let p: { r: LoadResult; db: number };
+    if (round % 2 === 0) {
+      f = await side('fair');
+      p = await side('fifo');
+    } else {
+      p = await side('fifo');
+      f = await side('fair');
+    }
+    const { r: fair, db: fairDb } = f;
+    const { r: fifo, db: fifoDb } = p;
     ratios.push(fair.rate / fifo.rate);
     const perClaim = (ms: number, r: LoadResult): string => `${((ms * 1000) / Math.max(1, r.count)).toFixed(0)} µs`;
     const cpu = (r: LoadResult, db: number): string => `server ${perClaim(r.serverCpuMs!, r)}${database ? `, database ${perClaim(db, r)}` : ''} CPU per claim`;

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { droppedAll, postgresUnderTest } from './support/stores.js';
-import { command, deadLetterCommand, deadLetterSequence, DL_PG_RUNS, fromEach, fromEachRuns, MAX_COMMANDS, PG_RUNS, PURGED_AT_ONCE, PURGED_RUNS, sequence, turnCommand, turns } from './support/model-sequences.js';
+import { command, deadLetterCommand, deadLetterSequence, DL_PG_RUNS, fromEach, fromEachRuns, MAX_COMMANDS, PG_RUNS, PURGED_AT_ONCE, PURGED_RUNS, sequence, turnCommand, turns, type TurnCommand } from './support/model-sequences.js';
 
 // The PostgreSQL store against the reference model (test/store/support/model-sequences.ts says
 // how), when SVCQ_TEST_PG_URL names a server that answers; otherwise shown as skipped, with why.
@@ -30,6 +30,19 @@ describe('the PostgreSQL store against the reference model (model-based, fast-ch
     if (!('factory' in pg)) return;
     const factory = pg.factory;
     await fromEach(PG_RUNS, fc.array(turnCommand, { maxLength: 25, size: 'max' }), (initial, commands) => turns({ name: 'postgres', factory }, initial, commands));
+  });
+
+  it('answers as the model does a turn in which claims by groups fairness take more than their one statement while a progress folded after them reads an item, right after the queue got its groups (seed -1205634112: the rest was taken after writing what the statement took, under the progress that had read the row before; decisions §6, §8.5)', async () => {
+    if (!('factory' in pg)) return;
+    const post = { queue: 0, c: { op: 'post', kind: 'a', n: null, key: null, options: null } };
+    const commands = [
+      { op: 'turn', calls: [post] },
+      { op: 'define', config: 16 },
+      { op: 'turn', calls: [post] },
+      { op: 'turn', calls: [post, { queue: 0, c: { op: 'progress', item: 0 } }] },
+      { op: 'turn', calls: [{ queue: 0, c: { op: 'claim', criteria: 0, worker: 'w1' } }, { queue: 0, c: { op: 'claimMany', criteria: 0, worker: 'w1', max: 1 } }, { queue: 0, c: { op: 'progress', item: 5 } }] },
+    ] as unknown as TurnCommand[];
+    await turns({ name: 'postgres', factory: pg.factory }, 12, commands);
   });
 
   it(`answers calls made in one turn as the model does on queues that purge an item the moment it ends (retainSeconds 0: a post with its key, a cancel or a submission later in the same transaction meets it gone), over ${fromEachRuns(PURGED_RUNS, PURGED_AT_ONCE)} random sequences, as many from each such definition (decisions §3.5, §5, §6.1)`, async () => {

@@ -217,6 +217,20 @@ describe('PostgreSQL store: flow control (decisions §8.5)', function () {
     expect(held.reason).to.equal('maxActive');
   });
 
+  it('groups fairness alone: a claim of more items than its one statement takes goes on past it, never to an item posted after it in the same turn, nor to one it took already (decisions §8.5, §6)', async () => {
+    const q = use(refOf('fair-rest', { fairness: 'groups' }));
+    await post(q, 2, () => 'a');
+    // One transaction: the claim of three (the statement takes one item of a, the loop the next
+    // of a), then a post to a: the post's item comes after the claim, which does not take it.
+    const [many, posted] = await Promise.all([
+      store.claimMany(q, { worker: 'w1' }, 3),
+      store.postMany(q, [{ body: JSON.stringify({ i: 50 }), postedBy: 'p', options: { group: 'a' } }]),
+    ]);
+    expect(many.map(num)).to.deep.equal([0, 1]);
+    expect(posted).to.have.length(1);
+    expect(num(await store.claim(q, { worker: 'w2' }))).to.equal(50);
+  });
+
   it('groups fairness: the turns survive a restart (decisions §8.5)', async () => {
     const q = use(refOf('fair-restart', { fairness: 'groups' }));
     await post(q, 3, () => 'a');

@@ -491,14 +491,14 @@ const PREFIXED = COLUMNS.split(', ')
  * Plain claims by groups, in the order they were made: svcq_claim_groups picks and locks the items
  * for all of them at once, each item one turn, and they are handed out in that order.
  */
-async function takeByGroups(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[]): Promise<Taken[]> {
-  return handOut(tx, ref, calls, (await pickByGroups(tx, ref, calls)).rows);
+async function takeByGroups(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], taken: readonly string[] = []): Promise<Taken[]> {
+  return handOut(tx, ref, calls, (await pickByGroups(tx, ref, calls, taken)).rows);
 }
 
 type Picked = ItemRow & { pick: number; picked: string | null };
 
 /** Sends the call of svcq_claim_groups for the claims (not awaited: see {@link claimFair}). */
-function pickByGroups(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[]): Promise<{ rows: Picked[] }> {
+function pickByGroups(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], taken: readonly string[]): Promise<{ rows: Picked[] }> {
   const config = ref.config;
   const want = calls.reduce((a, c) => a + c.max, 0);
   return tx.query<Picked>(
@@ -506,10 +506,10 @@ function pickByGroups(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[]): Pr
       'svcq_claim_groups',
       // Each item read by its primary key: joined plainly, the function's rows (estimated at a
       // thousand) were hashed against every item of the queue, for every call.
-      `WITH c AS MATERIALIZED (SELECT id AS picked, n AS pick FROM svcq_claim_groups($1, $2, $3, $4))
+      `WITH c AS MATERIALIZED (SELECT id AS picked, n AS pick FROM svcq_claim_groups($1, $2, $3, $4, $5))
        SELECT ${PREFIXED}, c.pick, c.picked FROM c LEFT JOIN LATERAL (SELECT ${COLUMNS} FROM svcq_items WHERE queue = $1 AND id = c.picked LIMIT 1) AS i ON true ORDER BY c.pick`,
     ),
-    [ref.key, want, config.groupMaxActive, config.fairness === 'groups'],
+    [ref.key, want, config.groupMaxActive, config.fairness === 'groups', taken],
   );
 }
 
@@ -533,27 +533,136 @@ function handOut(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], rows: re
 }
 
 /**
- * Plain claims on a queue with groups fairness and no limit, in the order they were made: one
- * call of svcq_claim_groups, sent behind the writes and the wakes this transaction staged so far
- * (and a rebuild of the heads when one is due) in the same go, without waiting for their answers,
- * as a plain claim goes. Nothing is counted, and the limiter row is only shared (see
- * migration 19): such claims on every node run at once. The calls folded after them are sent
- * behind it at once too (see countedInOne's use in postgres-store.ts).
+ * The queue's wakes folded into its groups: svcq_fold_groups's statement (migration 19), sent as
+ * it is rather than through the function, whose call cost a transaction about three times the
+ * statement's own time (PL/pgSQL prepares a function's expressions afresh in every transaction).
+ */
+function foldWakes(tx: Tx, ref: QueueRef): Promise<unknown> {
+  return tx.query(
+    named(
+      'svcq_fold_wakes',
+      `WITH d AS (DELETE FROM svcq_group_wakes x
+                   WHERE x.ctid = ANY (ARRAY(SELECT y.ctid FROM svcq_group_wakes y WHERE y.queue = $1 FOR UPDATE SKIP LOCKED))
+                   RETURNING x.grp, x.priority, x.ord),
+            w AS (SELECT DISTINCT ON (d.grp) d.grp, d.priority, d.ord FROM d ORDER BY d.grp, d.priority DESC, d.ord)
+       INSERT INTO svcq_groups AS s (queue, grp, head_p, head_ord) SELECT $1, w.grp, w.priority, w.ord FROM w ORDER BY w.grp
+         ON CONFLICT (queue, grp) DO UPDATE SET head_p = EXCLUDED.head_p, head_ord = EXCLUDED.head_ord
+         WHERE s.head_p IS NULL OR EXCLUDED.head_p > s.head_p OR (EXCLUDED.head_p = s.head_p AND EXCLUDED.head_ord < s.head_ord)`,
+      'generic',
+    ),
+    [ref.key],
+  );
+}
+
+/**
+ * Groups a one-statement claim by fairness reads, for `want` items: the ones it takes and a few
+ * more, so that a claim running beside another that holds the first groups' items (the node's
+ * other transaction, another node's) still finds its own in the same statement.
+ */
+const fairLook = (want: number): number => want + 3;
+
+/**
+ * What svcq_claim_groups does for plain claims by fairness, in one statement while nothing in its
+ * way calls for the loop (see claimFair): the next groups in the order of the turns with their
+ * first two claimable items; the longest prefix of them whose rows are up to date and that no
+ * group before it comes back ahead of (its next item of a higher priority); the first items of
+ * that prefix locked in order (`FOR UPDATE SKIP LOCKED`, at most `want`); their groups' rows
+ * written (the turn, and the next item as the head unless another claim folded a better head in
+ * since the read); the items read, in the order taken. Each answer row also says how many groups
+ * were read, how many of them formed the prefix, whether the queue is paused, and (when no group
+ * was read) whether a claimable item lies in the queue anyway, and whether a group served holds
+ * another (a claim of more items than there are groups takes its next turn).
+ */
+const CLAIM_FAIR_SQL = `WITH paused AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM svcq_queues WHERE key = $1 AND paused) AS paused
+  ), g AS MATERIALIZED (
+    SELECT s.grp, s.head_p, s.head_ord, row_number() OVER (ORDER BY (-s.head_p), s.turn, s.head_ord) AS rn
+      FROM svcq_groups s
+     WHERE s.queue = $1 AND s.head_p IS NOT NULL AND NOT (SELECT paused FROM paused)
+     ORDER BY (-s.head_p), s.turn, s.head_ord LIMIT $3
+  ), h AS MATERIALIZED (
+    SELECT g.rn, g.grp, g.head_p, g.head_ord, f.ids, f.ps, f.os,
+           max(f.ps[2]) OVER (ORDER BY g.rn ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS bound
+      FROM g LEFT JOIN LATERAL (
+        SELECT array_agg(i.id ORDER BY i.n) AS ids, array_agg(i.priority ORDER BY i.n) AS ps, array_agg(i.ord ORDER BY i.n) AS os FROM (
+          SELECT i.id, i.priority, i.ord, row_number() OVER () AS n FROM (
+            SELECT i.id, i.priority, i.ord FROM svcq_items i
+             WHERE i.queue = $1 AND coalesce(i.grp, '') = g.grp AND i.status = 'pending' AND i.available_at = 0
+             ORDER BY (-i.priority), i.ord LIMIT 2) AS i) AS i) AS f ON true
+  ), v AS MATERIALIZED (
+    SELECT h.*, coalesce(bool_or(h.ids IS NULL OR h.ps[1] <> h.head_p OR h.os[1] <> h.head_ord OR h.head_p < h.bound) OVER (ORDER BY h.rn), false) AS broken
+      FROM h
+  ), l AS MATERIALIZED (
+    SELECT ${PREFIXED}, v.rn FROM v JOIN svcq_items i ON i.queue = $1 AND i.id = v.ids[1]
+     WHERE NOT v.broken AND (i.status = 'pending' AND i.available_at = 0) IS TRUE
+     ORDER BY v.rn LIMIT $2
+       FOR UPDATE OF i SKIP LOCKED
+  ), s AS MATERIALIZED (
+    SELECT v.rn, v.grp, v.head_p, v.head_ord, v.ps[2] AS np, v.os[2] AS nord, nextval('svcq_turns') AS t
+      FROM v WHERE v.rn IN (SELECT l.rn FROM l) ORDER BY v.rn
+  ), u AS (
+    UPDATE svcq_groups x SET turn = s.t,
+           head_p = CASE WHEN x.head_p IS NOT NULL AND (x.head_p, x.head_ord) IS DISTINCT FROM (s.head_p, s.head_ord) THEN x.head_p ELSE s.np END,
+           head_ord = CASE WHEN x.head_p IS NOT NULL AND (x.head_p, x.head_ord) IS DISTINCT FROM (s.head_p, s.head_ord) THEN x.head_ord ELSE s.nord END
+      FROM s WHERE x.queue = $1 AND x.grp = s.grp
+  ), st AS (
+    SELECT (SELECT paused FROM paused) AS paused, (SELECT count(*) FROM g)::integer AS looked, (SELECT count(*) FROM v WHERE NOT v.broken)::integer AS whole,
+           CASE WHEN NOT (SELECT paused FROM paused) AND NOT EXISTS (SELECT 1 FROM g)
+                THEN EXISTS (SELECT 1 FROM svcq_items WHERE queue = $1 AND status = 'pending' AND available_at = 0) ELSE false END AS unknown,
+           coalesce((SELECT bool_or(s.np IS NOT NULL) FROM s), false) AS again
+  )
+  SELECT st.paused, st.looked, st.whole, st.unknown, st.again, l.* FROM st LEFT JOIN l ON true ORDER BY l.rn`;
+
+/**
+ * Plain claims on a queue with groups fairness and no limit, in the order they were made. Nothing
+ * is counted, and no limiter row is locked (see migration 19): such claims on every node run at
+ * once. One statement (CLAIM_FAIR_SQL) takes what it can, sent behind the writes and the
+ * wakes this transaction staged so far, the wakes' fold (and a rebuild of the heads when one is
+ * due) in the same go, without waiting for their answers, as a plain claim goes; the calls folded
+ * after them are sent behind it at once too (see claimsInOne's use in postgres-store.ts). Where
+ * it came up short with more to look at (a row out of date, a group that comes back ahead, the
+ * groups it read held by other claims, a group served holding more, or no group known while an
+ * item is claimable), svcq_claim_groups takes the rest, passing over what it took.
  */
 async function claimFair(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], asks: readonly number[], rebuilt: GroupRebuilds, before?: Promise<unknown>): Promise<Claimed[][]> {
   const asked = calls.map((c, i) => ({ ...c, max: asks[i]! }));
   const plain = asked.filter((c) => c.max > 0);
+  const want = plain.reduce((a, c) => a + c.max, 0);
+  const group = tx.groups;
   const ahead: Array<Promise<unknown> | undefined> = [tx.flush(), writeWakes(tx)];
   const rebuilding = rebuilt.due(ref);
   if (rebuilding) ahead.push(tx.query(named('svcq_rebuild_groups', 'SELECT svcq_rebuild_groups($1)'), [ref.key]));
-  const picking = plain.length > 0 ? pickByGroups(tx, ref, plain) : undefined;
+  else ahead.push(foldWakes(tx, ref));
+  type Row = Picked & { paused: boolean; looked: number; whole: number; unknown: boolean; again: boolean; rn: number | null };
+  const picking = want > 0 ? tx.query<Row>(named('svcq_claim_fair', CLAIM_FAIR_SQL, 'generic'), [ref.key, want, fairLook(want)]) : undefined;
   for (const p of [...ahead, picking]) p?.catch(() => undefined);
   for (const p of ahead) await p;
   if (rebuilding) rebuilt.rebuilt(ref);
   // The groups folded before apply their answers first (see AppliedInOrder in postgres-store.ts).
   if (before) await before;
   await locks.get(tx);
-  const taken = picking ? handOut(tx, ref, plain, (await picking).rows) : [];
+  let taken: Taken[] = plain.map(() => ({ items: [], saturated: false }));
+  if (picking) {
+    const rows = (await picking).rows;
+    const first = rows[0]!;
+    const got = rows.filter((r) => r.id !== null);
+    taken = handOut(tx, ref, plain, got.map((r) => ({ ...r, picked: r.id })));
+    const short = got.length < want;
+    // Looked no further than it should: the loop of svcq_claim_groups takes the rest.
+    const more = !first.paused && short && (first.whole < first.looked || got.length < first.whole || first.unknown || first.again);
+    if (more) {
+      // What it took is passed over as taken, not written first: the calls folded after these
+      // claims were sent behind the statement and read their rows as they were then. So are the
+      // items those calls posted (in the table by now): they come after these claims.
+      const rest = plain.map((c, i) => ({ ...c, max: c.max - taken[i]!.items.length }));
+      const wanting = rest.filter((c) => c.max > 0);
+      const restTaken = await takeByGroups(tx, ref, wanting, [...got.map((r) => r.id), ...postedAfter(tx, ref, group)]);
+      let at = 0;
+      rest.forEach((c, i) => {
+        if (c.max > 0) taken[i]!.items.push(...restTaken[at++]!.items);
+      });
+    }
+  }
   let at = 0;
   const out = asked.map((c) => (c.max > 0 ? taken[at++]!.items : []));
   await heldByPause(tx, ref, calls.map((c, i) => ({ input: c.input, short: out[i]!.length < asks[i]! })));
@@ -587,7 +696,7 @@ async function takeMatchingByGroups(tx: Tx, ref: QueueRef, call: LimitedClaim, c
   const config = ref.config;
   const gmax = config.groupMaxActive;
   const fair = config.fairness === 'groups';
-  await tx.query(named('svcq_fold_groups', 'SELECT svcq_fold_groups($1)'), [ref.key]);
+  await foldWakes(tx, ref);
   const leased = new Map<string, number>();
   if (gmax !== null) {
     const res = await tx.query<{ k: string; c: number }>(

@@ -826,7 +826,10 @@ export class PostgresStore implements Store, EventOutbox {
         // needs a sweep and the rows are known, the lock goes out with the first statements, whose
         // answers wait for it anyway; if its answer moves the transaction's time past a queue's
         // quiet window, the transaction runs again, awaiting the lock first.
-        const limitedRefs = ops.filter((op) => op.limits).map((op) => op.ref);
+        // Plain claims by groups fairness alone lock nothing (claimFair in pg-limits.ts): they
+        // count nothing, and a node that does not know yet of a limit added since claims without
+        // it anyway. A rebuild of the heads takes the row alone.
+        const limitedRefs = ops.filter((op) => op.limits && !(op.claim !== undefined && fairOnly(op.ref.config) && !this.groupRebuilds.due(op.ref))).map((op) => op.ref);
         let lockedEarly: Promise<void> | undefined;
         if (limitedRefs.length > 0) {
           const known = this.limiterRows;

@@ -817,9 +817,9 @@ export const MIGRATIONS: readonly Migration[] = [
     description: 'flow control: claims by groups fairness alone no longer take turns on the limiter row',
     sql: `
       -- decisions §8.5, see docs/postgresql-flow.md. A queue with groups fairness and no limit
-      -- claims under a shared lock of its limiter row (FOR KEY SHARE, which a limit's FOR UPDATE
-      -- still waits for): its claims on every node run at once, as a FIFO queue's do. What the
-      -- row's exclusive lock gave them is kept another way:
+      -- claims without its limiter row's exclusive lock (plain claims lock nothing, claims with
+      -- criteria share it, FOR KEY SHARE): its claims on every node run at once, as a FIFO
+      -- queue's do. What the row's exclusive lock gave them is kept another way:
       -- - the turns come from one sequence for every queue (only their order within a queue is
       --   read), not from a counter in the row;
       -- - a claim takes a group only through its first item's lock (FOR UPDATE SKIP LOCKED): a
@@ -886,8 +886,10 @@ export const MIGRATIONS: readonly Migration[] = [
       $f$;
 
       -- As version 16's, with the changes above: each item taken is one turn, nextval of
-      -- svcq_turns; no limiter row is read or written.
-      CREATE OR REPLACE FUNCTION svcq_claim_groups(q text, want integer, gmax integer, fair boolean)
+      -- svcq_turns; no limiter row is read or written. taken0: items this transaction locked for
+      -- claims already (the one-statement claim's, not yet written), passed over as taken.
+      DROP FUNCTION svcq_claim_groups(text, integer, integer, boolean);
+      CREATE FUNCTION svcq_claim_groups(q text, want integer, gmax integer, fair boolean, taken0 text[] DEFAULT '{}')
         RETURNS TABLE (id text, n integer) LANGUAGE plpgsql VOLATILE ROWS 10 AS $f$
       DECLARE
         leased jsonb := '{}';
@@ -895,7 +897,7 @@ export const MIGRATIONS: readonly Migration[] = [
         skip text[] := '{}';
         -- Groups at gmax.
         at_max text[] := '{}';
-        taken text[] := '{}';
+        taken text[] := taken0;
         cur refcursor;
         r record;
         h record;

@@ -179,7 +179,7 @@ const turnCall: fc.Arbitrary<TurnCall> = fc.record({
   ),
 });
 
-type TurnCommand = { op: 'turn'; calls: TurnCall[] } | { op: 'advance'; ms: number } | { op: 'define'; config: number };
+export type TurnCommand = { op: 'turn'; calls: TurnCall[] } | { op: 'advance'; ms: number } | { op: 'define'; config: number };
 
 export const turnCommand: fc.Arbitrary<TurnCommand> = fc.oneof(
   { weight: 6, arbitrary: fc.record({ op: fc.constant('turn' as const), calls: fc.array(turnCall, { minLength: 1, maxLength: 8 }) }) },
