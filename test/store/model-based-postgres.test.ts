@@ -45,6 +45,17 @@ describe('the PostgreSQL store against the reference model (model-based, fast-ch
     await turns({ name: 'postgres', factory: pg.factory }, 12, commands);
   });
 
+  it('answers as the model does a turn in which posts to a queue by groups fairness come before a claim (seed -2083981606: the claim went out before the posts were answered, so their wakes were not written, and it served a group served before over the posts\' group, never served; decisions §6, §8.5)', async () => {
+    if (!('factory' in pg)) return;
+    const post = (options: unknown) => ({ queue: 0, c: { op: 'post', kind: 'a', n: null, key: null, options } });
+    const commands = [
+      { op: 'turn', calls: [post({ group: 'g1' }), { queue: 0, c: { op: 'claim', criteria: 0, worker: 'w1' } }] },
+      { op: 'advance', ms: 10_000 },
+      { op: 'turn', calls: [{ queue: 0, c: { op: 'postMany', items: [{ kind: 'a', key: null }], options: null } }, { queue: 0, c: { op: 'claimMany', criteria: 0, worker: 'w1', max: 1 } }, post(null)] },
+    ] as unknown as TurnCommand[];
+    await turns({ name: 'postgres', factory: pg.factory }, 16, commands);
+  });
+
   it(`answers calls made in one turn as the model does on queues that purge an item the moment it ends (retainSeconds 0: a post with its key, a cancel or a submission later in the same transaction meets it gone), over ${fromEachRuns(PURGED_RUNS, PURGED_AT_ONCE)} random sequences, as many from each such definition (decisions §3.5, §5, §6.1)`, async () => {
     if (!('factory' in pg)) return;
     const factory = pg.factory;

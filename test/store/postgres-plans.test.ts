@@ -274,4 +274,39 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
     expect(read.svcq_items_pending, JSON.stringify(read)).to.be.within(1, 1000);
     expect(read.svcq_items_live ?? 0, JSON.stringify(read)).to.be.below(1000);
   });
+
+  it('a claim under a rateLimit reads only the rate slots its leases would overwrite, one probe each, however many leases the window holds (plans: the rate window, decisions §8.5)', async () => {
+    const rated = resolveQueue({ leaseSeconds: 10, rateLimit: { max: 100_000, perSeconds: 1 } });
+    const r: QueueRef = { key: 'h/r', host: 'h', name: 'r', config: rated };
+    const limited = new PostgresStore({ url: db.url, now: clock.now, poolSize: 1, sweepIntervalMs: 0, configFor: (key) => (key === r.key ? rated : config) });
+    await limited.open();
+    try {
+      await limited.postMany(r, Array.from({ length: 3 }, (_, i) => ({ body: JSON.stringify({ i }), postedBy: 'p' })));
+      expect(await limited.claimMany(r, { worker: 'w' }, 2)).to.have.length(2);
+      // 50,000 leases noted in the window, as a busy queue leaves it; the next two go to its last two slots.
+      await db.admin.query(`INSERT INTO svcq_rate_slots (queue, slot, at) SELECT 'h/r', n, 0 FROM generate_series(0, 49999) AS n ON CONFLICT (queue, slot) DO UPDATE SET at = 0`);
+      await db.admin.query(`UPDATE svcq_limiters SET rate_count = 49998 WHERE queue = 'h/r'`);
+      await db.admin.query('ANALYZE svcq_rate_slots');
+      const client = await (limited as unknown as { pool: pg.Pool }).pool.connect();
+      try {
+        // As the store runs it: the generic plan, without sequential scans or sorts.
+        await client.query('BEGIN');
+        let plan: string;
+        try {
+          await client.query('SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off');
+          const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE svcq_claim_counted('h/r', 0, 2, 0, 1, 0)`);
+          plan = rows.map((x) => x['QUERY PLAN']).join('\n');
+        } finally {
+          await client.query('ROLLBACK');
+        }
+        // Two slots read, each by the primary key; no hash of the queue's 50,000 slots.
+        expect(plan, plan).to.match(/Index Scan using svcq_rate_slots_pkey on svcq_rate_slots s \(actual rows=1 loops=2\)/);
+        expect(plan, plan).to.not.match(/Hash|Seq Scan on svcq_rate_slots|Bitmap Heap Scan on svcq_rate_slots/);
+      } finally {
+        client.release();
+      }
+    } finally {
+      await limited.close();
+    }
+  });
 });

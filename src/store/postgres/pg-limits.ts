@@ -341,9 +341,10 @@ async function claimCounted(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[
          SELECT EXISTS (SELECT 1 FROM svcq_queues WHERE key = $1 AND paused) AS paused,
                 CASE WHEN $2::integer > 0 THEN (SELECT count(*) FROM (SELECT 1 FROM svcq_items WHERE queue = $1 AND status IN ('claimed', 'processing') LIMIT $2) AS l)::integer ELSE 0 END AS leased,
                 -- The slots the next leases overwrite, from the limiter row as locked (a window of another size was resized first, see lockLimiters).
-                (SELECT array_agg(s.at ORDER BY k.n)
+                -- Each slot one probe of the primary key (a subquery per slot): joined, the generic plan hashed every slot of the
+                -- queue (as many as rateLimit.max) on every claim.
+                (SELECT array_agg((SELECT s.at FROM svcq_rate_slots s WHERE l.rate_max > 0 AND s.queue = $1 AND s.slot = (l.rate_count + $6::bigint + k.n) % l.rate_max) ORDER BY k.n)
                    FROM svcq_limiters AS l CROSS JOIN generate_series(0, $3::integer - 1) AS k(n)
-                   LEFT JOIN svcq_rate_slots s ON s.queue = $1 AND l.rate_max > 0 AND s.slot = (l.rate_count + $6::bigint + k.n) % l.rate_max
                   WHERE l.queue = $1) AS ats
        ), room AS MATERIALIZED (
          -- least() passes over a NULL: no rateLimit (no slots read) leaves the other bounds.

@@ -884,6 +884,8 @@ export class PostgresStore implements Store, EventOutbox {
         let inFlight: Array<Promise<void>> = lockedEarly ? [lockedEarly] : [];
         /** Queues with submissions sent and not yet answered, and whether one of them can re-queue its item. */
         const submitting = new Map<string, boolean>();
+        /** Queues with posts sent and not yet answered. */
+        const posting = new Set<string>();
         /** Queues with limited claims sent and not yet answered. */
         const limitedClaims = new Set<string>();
         /** The answers of the groups sent so far, applied (see AppliedInOrder below). */
@@ -894,6 +896,7 @@ export class PostgresStore implements Store, EventOutbox {
           inFlight = [];
           previous = undefined;
           submitting.clear();
+          posting.clear();
           limitedClaims.clear();
           for (const s of settled) if (s.status === 'rejected') throw s.reason;
         };
@@ -919,8 +922,10 @@ export class PostgresStore implements Store, EventOutbox {
           // at once unless those are in flight, or the writes of what is staged, sent ahead of
           // them, must wait for the answers in flight.
           const inOne = op.claim !== undefined && op.limits === true && claimsInOne(op.ref.config);
+          // Claims by groups fairness also wait for the posts of their queue sent before them:
+          // their items are seen through the wakes they leave, written from the posts' answers.
           const waits = inOne
-            ? (countedInOne(op.ref.config) && submitting.has(op.ref.key)) || (tx.hasStaged() && inFlight.some((p) => p !== lockedEarly))
+            ? (countedInOne(op.ref.config) && submitting.has(op.ref.key)) || (fairOnly(op.ref.config) && posting.has(op.ref.key)) || (tx.hasStaged() && inFlight.some((p) => p !== lockedEarly))
             : writesFirst && inFlight.length > 0;
           const requeuing = submitting.get(op.ref.key);
           const afterSubmissions = requeuing !== undefined && (!quiet.has(op.ref.key) || (op.claim !== undefined && requeuing));
@@ -942,6 +947,7 @@ export class PostgresStore implements Store, EventOutbox {
           // item folded ahead of it, and the history showed "claimed" before "posted".
           const before = previous;
           if (op.posts) {
+            posting.add(op.ref.key);
             running = insertPosts(tx, op.ref, group.flatMap((g) => g.posts!), this.itemIds, undefined, before).then((outcomes) => {
               let at = 0;
               for (const g of group) {
