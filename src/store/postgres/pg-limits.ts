@@ -20,8 +20,9 @@ export function grouped(config: QueueConfig): boolean {
 }
 
 /**
- * Whether a queue's claims may share its limiter row's lock (FOR KEY SHARE) rather than take it
- * alone: groups fairness without any limit, whose claims count nothing (see migration 19).
+ * Whether a queue has groups fairness and no limit: its claims count nothing, so its plain claims
+ * lock no limiter row and those with criteria only share it (FOR KEY SHARE; see migration 19 and
+ * claimFair).
  */
 export function fairOnly(config: QueueConfig): boolean {
   return config.fairness === 'groups' && !hasLimits(config);
@@ -44,7 +45,7 @@ export function countedInOne(config: QueueConfig): boolean {
 /**
  * Whether the plain claims of a limited queue take one statement that the calls folded after them
  * are sent behind at once: those of {@link countedInOne}, and those by groups fairness alone
- * (one call of svcq_claim_groups, see claimFair).
+ * (see claimFair).
  */
 export function claimsInOne(config: QueueConfig): boolean {
   return countedInOne(config) || fairOnly(config);
