@@ -497,7 +497,8 @@ async function takeByGroups(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[
   return handOut(tx, ref, calls, (await pickByGroups(tx, ref, calls, taken)).rows);
 }
 
-type Picked = ItemRow & { pick: number; picked: string | null };
+/** A row svcq_claim_groups picked (`picked` null: the last row saying a group at gmax held the claim back), or one CLAIM_FAIR_SQL took (no `picked`). */
+type Picked = ItemRow & { pick?: number; picked?: string | null };
 
 /** Sends the call of svcq_claim_groups for the claims (not awaited: see {@link claimFair}). */
 function pickByGroups(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], taken: readonly string[]): Promise<{ rows: Picked[] }> {
@@ -648,7 +649,7 @@ async function claimFair(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], 
     const rows = (await picking).rows;
     const first = rows[0]!;
     const got = rows.filter((r) => r.id !== null);
-    taken = handOut(tx, ref, plain, got.map((r) => ({ ...r, picked: r.id })));
+    taken = handOut(tx, ref, plain, got);
     const short = got.length < want;
     // Looked no further than it should: the loop of svcq_claim_groups takes the rest.
     const more = !first.paused && short && (first.whole < first.looked || got.length < first.whole || first.unknown || first.again);
