@@ -231,6 +231,29 @@ describe('PostgreSQL store: flow control (decisions §8.5)', function () {
     expect(num(await store.claim(q, { worker: 'w2' }))).to.equal(50);
   });
 
+  it('groups fairness alone: a claim made while another claim of the queue is under way waits for it and takes the next item, rather than find the group passed over because the other holds its first item (decisions §8.5, §6.1)', async () => {
+    const q = use(refOf('fair-one', { fairness: 'groups' }));
+    await post(q, 3, () => 'only');
+    expect(num(await store.claim(q, { worker: 'w0' }))).to.equal(0);
+    // Another node's claim under way: it holds the queue's limiter row and the group's first item.
+    const other = new pg.Client({ connectionString: db.url });
+    await other.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query('SELECT 1 FROM svcq_limiters WHERE queue = $1 FOR UPDATE', [q.key]);
+      await other.query(`SELECT 1 FROM svcq_items WHERE queue = $1 AND status = 'pending' ORDER BY ord LIMIT 1 FOR UPDATE`, [q.key]);
+      let answered = false;
+      const claim = store.claim(q, { worker: 'w1' }).finally(() => (answered = true));
+      await new Promise((r) => setTimeout(r, 200));
+      expect(answered, 'answered while the other claim was under way').to.equal(false);
+      // It ends without taking the item: this claim gets it.
+      await other.query('ROLLBACK');
+      expect(num(await claim)).to.equal(1);
+    } finally {
+      await other.end();
+    }
+  });
+
   it('groups fairness: the turns survive a restart (decisions §8.5)', async () => {
     const q = use(refOf('fair-restart', { fairness: 'groups' }));
     await post(q, 3, () => 'a');
@@ -438,7 +461,7 @@ describe('PostgreSQL store: flow control (decisions §8.5)', function () {
     for (let k = max; k < claims.length; k++) expect(claims[k]! - claims[k - max]!, `leases ${k - max} and ${k}`).to.be.at.least(windowMs);
   });
 
-  it('groups fairness alone: three nodes claiming at once (the limiter row shared, posts folded in meanwhile) take every item once, go round the groups (none served twice ahead of a waiting group by more than the claims in flight), and lose no group (decisions §8.5, §6.1)', async function () {
+  it('groups fairness alone: three nodes claiming at once (posts folded in meanwhile) take every item once, go round the groups (none served twice ahead of a waiting group by more than the claims in flight), and lose no group (decisions §8.5, §6.1)', async function () {
     this.timeout(120_000);
     const q = use(refOf('fairnodes', { fairness: 'groups', leaseSeconds: 60 }));
     const groups = 12;

@@ -19,11 +19,7 @@ export function grouped(config: QueueConfig): boolean {
   return config.groupMaxActive !== null || config.fairness === 'groups';
 }
 
-/**
- * Whether a queue has groups fairness and no limit: its claims count nothing, so its plain claims
- * lock no limiter row and those with criteria only share it (FOR KEY SHARE; see migration 19 and
- * claimFair).
- */
+/** Whether a queue has groups fairness and no limit: its claims count nothing (see claimFair). */
 export function fairOnly(config: QueueConfig): boolean {
   return config.fairness === 'groups' && !hasLimits(config);
 }
@@ -128,20 +124,18 @@ export class GroupRebuilds {
  * then, ahead of them, nor a window resized before they read it, and the transaction runs again
  * ({@link LockedLate}).
  */
-export function lockLimiters(tx: Tx, refs: readonly QueueRef[], early = false, shared = false): Promise<void> {
-  const locking = lockRows(tx, refs, early, shared);
+export function lockLimiters(tx: Tx, refs: readonly QueueRef[], early = false): Promise<void> {
+  const locking = lockRows(tx, refs, early);
   locks.set(tx, locking);
   return locking;
 }
 
-async function lockRows(tx: Tx, refs: readonly QueueRef[], early: boolean, shared: boolean): Promise<void> {
+async function lockRows(tx: Tx, refs: readonly QueueRef[], early: boolean): Promise<void> {
   const keys = [...new Set(refs.map((r) => r.key))].sort();
   type Row = { queue: string; rate_max: number; rate_count: number; last_at: number };
   const read = (): Promise<{ rows: Row[] }> =>
     // Kept plans, as the statements around it: a probe of the primary key whatever the table's size, and no switch of plans between them.
-    shared
-      ? tx.query<Row>(named('svcq_share_limiters', 'SELECT queue, rate_max, rate_count, last_at FROM svcq_limiters WHERE queue = ANY($1::text[]) ORDER BY queue FOR KEY SHARE', 'generic'), [keys])
-      : tx.query<Row>(named('svcq_lock_limiters', 'SELECT queue, rate_max, rate_count, last_at FROM svcq_limiters WHERE queue = ANY($1::text[]) ORDER BY queue FOR UPDATE', 'generic'), [keys]);
+    tx.query<Row>(named('svcq_lock_limiters', 'SELECT queue, rate_max, rate_count, last_at FROM svcq_limiters WHERE queue = ANY($1::text[]) ORDER BY queue FOR UPDATE', 'generic'), [keys]);
   let { rows } = await read();
   if (rows.length < keys.length && early) throw new LockedLate('a limiter row is missing');
   if (rows.length < keys.length) {
@@ -611,21 +605,24 @@ const CLAIM_FAIR_SQL = `WITH paused AS MATERIALIZED (
   ), st AS (
     SELECT (SELECT paused FROM paused) AS paused, (SELECT count(*) FROM g)::integer AS looked, (SELECT count(*) FROM v WHERE NOT v.broken)::integer AS whole,
            CASE WHEN NOT (SELECT paused FROM paused) AND NOT EXISTS (SELECT 1 FROM g)
-                THEN EXISTS (SELECT 1 FROM svcq_items WHERE queue = $1 AND status = 'pending' AND available_at = 0) ELSE false END AS unknown,
+                THEN (SELECT 1 FROM svcq_items WHERE queue = $1 AND status = 'pending' AND available_at = 0 ORDER BY (-priority), ord LIMIT 1) IS NOT NULL
+                ELSE false END AS unknown,
            coalesce((SELECT bool_or(s.np IS NOT NULL) FROM s), false) AS again
   )
   SELECT st.paused, st.looked, st.whole, st.unknown, st.again, l.* FROM st LEFT JOIN l ON true ORDER BY l.rn`;
 
 /**
- * Plain claims on a queue with groups fairness and no limit, in the order they were made. Nothing
- * is counted, and no limiter row is locked (see migration 19): such claims on every node run at
- * once. One statement (CLAIM_FAIR_SQL) takes what it can, sent behind the writes and the
- * wakes this transaction staged so far, the wakes' fold (and a rebuild of the heads when one is
- * due) in the same go, without waiting for their answers, as a plain claim goes; the calls folded
- * after them are sent behind it at once too (see claimsInOne's use in postgres-store.ts). Where
- * it came up short with more to look at (a row out of date, a group that comes back ahead, the
- * groups it read held by other claims, a group served holding more, or no group known while an
- * item is claimable), svcq_claim_groups takes the rest, passing over what it took.
+ * Plain claims on a queue with groups fairness and no limit, in the order they were made, under
+ * the queue's limiter row (locked first, as for every claim by groups: claims of the queue take
+ * turns on every node, so that one never finds a group passed over because another claim holds
+ * its first item, nor folds a wake beside a claim that is rewriting the group's row). One
+ * statement (CLAIM_FAIR_SQL) takes what it can, sent behind the writes and the wakes this
+ * transaction staged so far, the wakes' fold (and a rebuild of the heads when one is due) in the
+ * same go, without waiting for their answers, as a plain claim goes; the calls folded after them
+ * are sent behind it at once too (see claimsInOne's use in postgres-store.ts). Where it came up
+ * short with more to look at (a row out of date, a group that comes back ahead, the groups it read
+ * held by other claims, a group served holding more, or no group known while an item is
+ * claimable), svcq_claim_groups takes the rest, passing over what it took.
  */
 async function claimFair(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[], asks: readonly number[], rebuilt: GroupRebuilds, before?: Promise<unknown>): Promise<Claimed[][]> {
   const asked = calls.map((c, i) => ({ ...c, max: asks[i]! }));

@@ -826,17 +826,12 @@ export class PostgresStore implements Store, EventOutbox {
         // needs a sweep and the rows are known, the lock goes out with the first statements, whose
         // answers wait for it anyway; if its answer moves the transaction's time past a queue's
         // quiet window, the transaction runs again, awaiting the lock first.
-        // Plain claims by groups fairness alone lock nothing (claimFair in pg-limits.ts): they
-        // count nothing, and a node that does not know yet of a limit added since claims without
-        // it anyway. A rebuild of the heads takes the row alone.
-        const limitedRefs = ops.filter((op) => op.limits && !(op.claim !== undefined && fairOnly(op.ref.config) && !this.groupRebuilds.due(op.ref))).map((op) => op.ref);
+        const limitedRefs = ops.filter((op) => op.limits).map((op) => op.ref);
         let lockedEarly: Promise<void> | undefined;
         if (limitedRefs.length > 0) {
           const known = this.limiterRows;
           const early = attempt === 0 && limitedRefs.every((r) => known.has(r.key)) && [...queues.values()].every((ref) => !ops.some((op) => op.sweep && op.ref.key === ref.key) && this.deadlines.isQuiet(ref, tx.now));
-          // Claims by groups fairness alone share the rows' lock, unless one must rebuild the heads.
-          const shared = limitedRefs.every((r) => fairOnly(r.config) && !this.groupRebuilds.due(r));
-          const locking = lockLimiters(tx, limitedRefs, early, shared).then(() => {
+          const locking = lockLimiters(tx, limitedRefs, early).then(() => {
             for (const r of limitedRefs) known.add(r.key);
           });
           if (early) {

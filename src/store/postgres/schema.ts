@@ -814,21 +814,17 @@ export const MIGRATIONS: readonly Migration[] = [
   },
   {
     version: 19,
-    description: 'flow control: claims by groups fairness alone no longer take turns on the limiter row',
+    description: 'flow control: claims by groups fairness take their items in one statement, their turns from a sequence',
     sql: `
-      -- decisions §8.5, see docs/postgresql-flow.md. A queue with groups fairness and no limit
-      -- claims without its limiter row's exclusive lock (plain claims lock nothing, claims with
-      -- criteria share it, FOR KEY SHARE): its claims on every node run at once, as a FIFO
-      -- queue's do. What the row's exclusive lock gave them is kept another way:
+      -- decisions §8.5, see docs/postgresql-flow.md. The plain claims of a queue with groups
+      -- fairness and no limit take their items in one statement sent by the store (claimFair),
+      -- and call svcq_claim_groups only for what that statement leaves (taken0: the items it took,
+      -- not yet written). Claims by groups still take turns on the queue's limiter row. Also:
       -- - the turns come from one sequence for every queue (only their order within a queue is
       --   read), not from a counter in the row;
-      -- - a claim takes a group only through its first item's lock (FOR UPDATE SKIP LOCKED): a
-      --   group another transaction serves is left out of the call, as before;
       -- - a group row is put right only where no other transaction holds it, and from the items
-      --   as they are then; a served group's row keeps a better head another transaction folded
-      --   in since it was read;
-      -- - wakes are folded by whichever claim locks them first (SKIP LOCKED), into the group
-      --   rows in key order (two folds never deadlock).
+      --   as they are then; a served group's row keeps a better head folded in since it was read;
+      -- - wakes are folded by whichever claim locks them first, into the group rows in key order.
       -- ready_groups was kept and never read: dropped, with the counter.
       CREATE SEQUENCE svcq_turns;
       SELECT setval('svcq_turns', greatest(1, (SELECT max(turn) FROM svcq_limiters), (SELECT max(turn) FROM svcq_groups)));
@@ -846,7 +842,7 @@ export const MIGRATIONS: readonly Migration[] = [
       END
       $f$;
 
-      -- Run under the limiter row's exclusive lock (the caller takes it when a rebuild is due).
+      -- Run under the limiter row's lock.
       CREATE OR REPLACE FUNCTION svcq_rebuild_groups(q text) RETURNS void LANGUAGE plpgsql VOLATILE AS $f$
       BEGIN
         DELETE FROM svcq_group_wakes x WHERE x.queue = q;
