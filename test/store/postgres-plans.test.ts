@@ -309,4 +309,53 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
       await limited.close();
     }
   });
+
+  it('a claim by groups fairness reads a few group rows and two items of each, and on a queue with nothing claimable one probe of the pending index, however many items the table holds (plans: the fair claim, decisions §8.5)', async () => {
+    const fairConfig = resolveQueue({ leaseSeconds: 10, fairness: 'groups' });
+    const f: QueueRef = { key: 'h/f', host: 'h', name: 'f', config: fairConfig };
+    const e: QueueRef = { key: 'h/e', host: 'h', name: 'e', config: fairConfig };
+    const fair = new PostgresStore({ url: db.url, now: clock.now, poolSize: 1, sweepIntervalMs: 0, configFor: (key) => (key === f.key || key === e.key ? fairConfig : config) });
+    await fair.open();
+    try {
+      await fair.postMany(f, Array.from({ length: 4 }, (_, i) => ({ body: JSON.stringify({ i }), postedBy: 'p', options: { group: `g${i}` } })));
+      expect(await fair.claim(f, { worker: 'w' })).to.not.equal(null);
+      expect(await fair.claim(e, { worker: 'w' })).to.equal(null);
+      // 50,000 claimable items over 1,000 groups in another queue, and 50,000 in this one over 1,000 groups.
+      for (const key of ['h/q', 'h/f']) {
+        await db.admin.query(
+          `INSERT INTO svcq_items (queue, id, ord, body, posted_by, posted_at, status, updated_at, attempts, grp)
+           SELECT $1, lpad(to_hex(n), 16, '0'), nextval('svcq_item_ord'), '{}', 'p', 0, 'pending', 0, 0, 'g' || (n % 1000) FROM generate_series(1, 50000) AS n`,
+          [key],
+        );
+      }
+      await db.admin.query(`INSERT INTO svcq_groups (queue, grp, head_p, head_ord) SELECT 'h/f', 'g' || n, 0, 0 FROM generate_series(4, 999) AS n ON CONFLICT DO NOTHING`);
+      await db.admin.query('ANALYZE');
+      const client = await (fair as unknown as { pool: pg.Pool }).pool.connect();
+      const planOf = async (args: string): Promise<string> => {
+        await client.query('BEGIN');
+        try {
+          await client.query('SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort TO DEFAULT');
+          const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE svcq_claim_fair(${args})`);
+          return rows.map((x) => x['QUERY PLAN']).join('\n');
+        } finally {
+          await client.query('ROLLBACK');
+        }
+      };
+      try {
+        const busy = await planOf(`'h/f', 2, 5`);
+        const idle = await planOf(`'h/e', 1, 4`);
+        for (const plan of [busy, idle]) {
+          expect(plan, plan).to.not.match(/Seq Scan on svcq_items|Bitmap Heap Scan on svcq_items/);
+          // No node reads or drops thousands of rows.
+          for (const m of plan.matchAll(/actual rows=(\d+) loops=(\d+)/g)) expect(Number(m[1]) * Number(m[2]), plan).to.be.below(100);
+          for (const m of plan.matchAll(/Rows Removed by Filter: (\d+)/g)) expect(Number(m[1]), plan).to.be.below(100);
+        }
+        expect(idle, idle).to.match(/Index (Only )?Scan using svcq_items_pending on svcq_items/);
+      } finally {
+        client.release();
+      }
+    } finally {
+      await fair.close();
+    }
+  });
 });

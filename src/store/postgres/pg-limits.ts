@@ -573,10 +573,12 @@ const fairLook = (want: number): number => want + 3;
 const CLAIM_FAIR_SQL = `WITH paused AS MATERIALIZED (
     SELECT EXISTS (SELECT 1 FROM svcq_queues WHERE key = $1 AND paused) AS paused
   ), g AS MATERIALIZED (
-    SELECT s.grp, s.head_p, s.head_ord, row_number() OVER (ORDER BY (-s.head_p), s.turn, s.head_ord) AS rn
-      FROM svcq_groups s
-     WHERE s.queue = $1 AND s.head_p IS NOT NULL AND NOT (SELECT paused FROM paused)
-     ORDER BY (-s.head_p), s.turn, s.head_ord LIMIT $3
+    -- Numbered after the LIMIT: numbered in the index walk, the rows that tie with the last one
+    -- taken (the same priority, turn and head) were read too, every one of them.
+    SELECT x.grp, x.head_p, x.head_ord, row_number() OVER (ORDER BY (-x.head_p), x.turn, x.head_ord) AS rn FROM (
+      SELECT s.grp, s.head_p, s.head_ord, s.turn FROM svcq_groups s
+       WHERE s.queue = $1 AND s.head_p IS NOT NULL AND NOT (SELECT paused FROM paused)
+       ORDER BY (-s.head_p), s.turn, s.head_ord LIMIT $3) AS x
   ), h AS MATERIALIZED (
     SELECT g.rn, g.grp, g.head_p, g.head_ord, f.ids, f.ps, f.os,
            max(f.ps[2]) OVER (ORDER BY g.rn ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS bound
