@@ -55,20 +55,27 @@ export function normalise(text: string): string {
     .trimEnd();
 }
 
+/** Ports {@link freePort} gave out in this process: none twice (nothing listens on them yet when the next is asked for). */
+const givenOut = new Set<number>();
+
 /**
  * A port nothing listens on, below the kernel's ephemeral range (32768 and up here): a server
  * another test starts on port 0 never takes it between this check and the listen that follows,
- * nor while a server on it restarts.
+ * nor while a server on it restarts. Never one it gave before in this process: two asked for in
+ * a row (a page's two workers) were once the same.
  */
 export async function freePort(): Promise<number> {
   for (;;) {
     const port = 20_000 + Math.floor(Math.random() * 12_000);
+    if (givenOut.has(port)) continue;
     const free = await new Promise<boolean>((resolve) => {
       const srv = net.createServer();
       srv.once('error', () => resolve(false));
       srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
     });
-    if (free) return port;
+    if (!free) continue;
+    givenOut.add(port);
+    return port;
   }
 }
 
