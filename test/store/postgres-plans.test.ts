@@ -358,4 +358,41 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
       await fair.close();
     }
   });
+  it('claims by groups fairness walk only the dead entries of the turns taken since the store last vacuumed the groups tables, not those of every turn since autovacuum came (plans: the fair claim, decisions §8.5)', async () => {
+    const fairConfig = resolveQueue({ leaseSeconds: 600, fairness: 'groups' });
+    const f: QueueRef = { key: 'h/f', host: 'h', name: 'f', config: fairConfig };
+    // Autovacuum off on both tables: what cleans them here is the store's own VACUUM.
+    await db.admin.query('ALTER TABLE svcq_groups SET (autovacuum_enabled = false); ALTER TABLE svcq_group_wakes SET (autovacuum_enabled = false)');
+    const fair = new PostgresStore({ url: db.url, now: clock.now, poolSize: 2, sweepIntervalMs: 0, configFor: () => fairConfig, groupsVacuum: { after: 500, minGapMs: 0, share: 0 } });
+    await fair.open();
+    try {
+      // 200 groups of 30 items, posted 1,000 at a time: 1,200 wakes, folded by the first claim.
+      for (let b = 0; b < 6; b++) await fair.postMany(f, Array.from({ length: 1000 }, (_, i) => ({ body: '{}', postedBy: 'p', options: { group: `g${i % 200}` } })));
+      // 3,000 turns, ten a claim: each writes its groups' rows anew, leaving the old entries dead.
+      for (let c = 0; c < 300; c++) expect(await fair.claimMany(f, { worker: 'w' }, 10)).to.have.length(10);
+      await fair.groupsVacuum.settled();
+      expect(fair.groupsVacuum.finished).to.be.at.least(3);
+      const pagesRead = async (sql: string): Promise<number> => {
+        await db.admin.query('BEGIN');
+        try {
+          await db.admin.query('SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off');
+          const { rows } = await db.admin.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF) ${sql}`);
+          const plan = rows.map((x) => x['QUERY PLAN']).join('\n');
+          const m = /Buffers: shared (?:hit=(\d+))?(?: ?read=(\d+))?/.exec(plan);
+          expect(m, plan).to.not.equal(null);
+          return Number(m![1] ?? 0) + Number(m![2] ?? 0);
+        } finally {
+          await db.admin.query('ROLLBACK');
+        }
+      };
+      // The claim's walk of the order of groups (CLAIM_FAIR_SQL), and the fold's of the wakes.
+      const walk = await pagesRead(`SELECT grp FROM svcq_groups WHERE queue = 'h/f' AND head_p IS NOT NULL ORDER BY (-head_p), turn, head_ord LIMIT 5`);
+      const wakes = await pagesRead(`SELECT ctid FROM svcq_group_wakes WHERE queue = 'h/f'`);
+      // Without the store's VACUUM: 19 pages for the walk and 10 for the wakes (3 and 1 with it).
+      expect(walk, 'pages of the groups walk').to.be.below(10);
+      expect(wakes, 'pages of the wakes').to.be.below(4);
+    } finally {
+      await fair.close();
+    }
+  });
 });

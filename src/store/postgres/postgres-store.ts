@@ -9,6 +9,7 @@ import { claimTopic, itemTopic, type Notifier } from '../../waiting/notifier.js'
 import { fullCounts, statusOf, StoreUnavailable, type Claimed, type ClaimInput, type EventOutbox, type OutboxEntry, type PayloadKind, type PostInput, type PostOutcome, type QueueOverview, type BulkAction, type BulkOutcome, type QueueRef, type StatusRecord, type Store, type StoreObserver, type SubmitOutcome, type OwedCallback, type TakenCallback, type CallbackAttempt, type CallbackSettlement } from '../store.js';
 import { FailureStreak } from '../failure-streak.js';
 import { claimMatching, claimPlain, type PlainClaim } from './pg-claims.js';
+import { GroupsVacuum, type VacuumOptions } from './pg-vacuum.js';
 import { claimLimited, claimsInOne, countedInOne, fairOnly, finishLimits, GROUPS_WAITING_SQL, grouped, limited, lockLimiters, wakesOnLeaseEnd, GroupRebuilds } from './pg-limits.js';
 import { Deadlines, refOf } from './pg-deadlines.js';
 import { failureKind, LockedLate } from './pg-errors.js';
@@ -74,6 +75,8 @@ export interface PostgresStoreOptions {
   eventRetentionMs?: number;
   /** How often old task events are purged, in real milliseconds (default 1 hour; the first purge runs a minute after open). */
   eventPurgeIntervalMs?: number;
+  /** When this node vacuums the tables that queues by groups rewrite at every turn (pg-vacuum.ts). */
+  groupsVacuum?: VacuumOptions;
 }
 
 /** decisions §5: the database keeps task events a week; each node's history keeps them as long as --history-days lets it. */
@@ -217,6 +220,8 @@ export class PostgresStore implements Store, EventOutbox {
   private purgeTimer: NodeJS.Timeout | undefined;
   private purging = false;
   private readonly owedMade = new TurnSignal();
+  /** VACUUM of the groups tables as queues by groups churn them (pg-vacuum.ts). */
+  readonly groupsVacuum: GroupsVacuum;
   /** decisions §9.2: settles waiting to go together in one statement (see settleCallback). */
   private settles: Array<{ taken: OwedCallback; retryAt: number | null; outcome: CallbackSettlement; resolve: (s: CallbackSettlement) => void; reject: (err: Error) => void }> = [];
 
@@ -234,6 +239,7 @@ export class PostgresStore implements Store, EventOutbox {
       // A sweep that fails is warned of by the periodic sweep, which runs again in a moment.
       sweep: (ref) => void this.submitOp({ ref, run: async () => null, sweep: true }).catch(() => undefined),
     });
+    this.groupsVacuum = new GroupsVacuum(() => (this.state === 'open' ? this.pool : undefined), this.warn, options.groupsVacuum);
     this.outbox = new PgEventOutbox(() => (this.state === 'open' ? this.pool : undefined), { pollMs: options.eventPollMs, warn: this.warn, answerTimeoutMs: options.transactionTimeoutMs });
   }
 
@@ -366,6 +372,7 @@ export class PostgresStore implements Store, EventOutbox {
     this.outbox.close();
     if (!wasOpen) return;
     while (this.running > 0 || this.queue.length > 0 || this.scheduled) await new Promise<void>((resolve) => this.idle.push(resolve));
+    await this.groupsVacuum.settled();
     await this.pool?.end();
   }
 
@@ -1037,6 +1044,9 @@ export class PostgresStore implements Store, EventOutbox {
     if (tx.callbacks.length > 0) this.callbacksOwed();
     if (tx.changes.length === 0) return;
     if (tx.changes.some((c) => c.events.length > 0)) this.outbox.soon();
+    let byGroups = 0;
+    for (const c of tx.changes) if (grouped(c.ref.config)) byGroups++;
+    if (byGroups > 0) this.groupsVacuum.changed(byGroups);
     const notifier = this.options.notifier;
     const kinds = new Map<string, TaskEventKind[]>();
     // decisions §8.5: a lease ended in a queue with maxActive or groupMaxActive: its held claims look again.
