@@ -552,11 +552,14 @@ function foldWakes(tx: Tx, ref: QueueRef): Promise<unknown> {
 }
 
 /**
- * Groups a one-statement claim by fairness reads, for `want` items: the ones it takes and a few
- * more, so that a claim running beside another that holds the first groups' items (the node's
- * other transaction, another node's) still finds its own in the same statement.
+ * Groups a one-statement claim by fairness reads, for `want` items: the ones it takes and one
+ * more, to tell whether a group served comes back ahead of the next. Claims of the queue take
+ * turns on its limiter row, so none holds the first items of the groups another claim reads; an
+ * item held by another call (a cancel, a sweep) or a row out of date ends the claim's prefix
+ * early, and svcq_claim_groups takes the rest. Reading three more, as this did when fair claims
+ * ran beside each other, cost a claim of one item twice the reads of items it needs.
  */
-const fairLook = (want: number): number => want + 3;
+const fairLook = (want: number): number => want + 1;
 
 /**
  * What svcq_claim_groups does for plain claims by fairness, in one statement while nothing in its
@@ -580,20 +583,21 @@ const CLAIM_FAIR_SQL = `WITH paused AS MATERIALIZED (
        WHERE s.queue = $1 AND s.head_p IS NOT NULL AND NOT (SELECT paused FROM paused)
        ORDER BY (-s.head_p), s.turn, s.head_ord LIMIT $3) AS x
   ), h AS MATERIALIZED (
-    SELECT g.rn, g.grp, g.head_p, g.head_ord, f.ids, f.ps, f.os,
+    SELECT g.rn, g.grp, g.head_p, g.head_ord, f.ids, f.ps, f.os, f.tids,
            max(f.ps[2]) OVER (ORDER BY g.rn ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS bound
       FROM g LEFT JOIN LATERAL (
-        SELECT array_agg(i.id ORDER BY i.n) AS ids, array_agg(i.priority ORDER BY i.n) AS ps, array_agg(i.ord ORDER BY i.n) AS os FROM (
-          SELECT i.id, i.priority, i.ord, row_number() OVER () AS n FROM (
-            SELECT i.id, i.priority, i.ord FROM svcq_items i
+        SELECT array_agg(i.id ORDER BY i.n) AS ids, array_agg(i.priority ORDER BY i.n) AS ps, array_agg(i.ord ORDER BY i.n) AS os, array_agg(i.ctid ORDER BY i.n) AS tids FROM (
+          SELECT i.id, i.priority, i.ord, i.ctid, row_number() OVER () AS n FROM (
+            SELECT i.id, i.priority, i.ord, i.ctid FROM svcq_items i
              WHERE i.queue = $1 AND coalesce(i.grp, '') = g.grp AND i.status = 'pending' AND i.available_at = 0
              ORDER BY (-i.priority), i.ord LIMIT 2) AS i) AS i) AS f ON true
   ), v AS MATERIALIZED (
     SELECT h.*, coalesce(bool_or(h.ids IS NULL OR h.ps[1] <> h.head_p OR h.os[1] <> h.head_ord OR h.head_p < h.bound) OVER (ORDER BY h.rn), false) AS broken
       FROM h
   ), l AS MATERIALIZED (
-    SELECT ${PREFIXED}, v.rn FROM v JOIN svcq_items i ON i.queue = $1 AND i.id = v.ids[1]
-     WHERE NOT v.broken AND (i.status = 'pending' AND i.available_at = 0) IS TRUE
+    -- Locked where the walk above found them (a row written since has moved, and is passed over).
+    SELECT ${PREFIXED}, v.rn FROM v JOIN svcq_items i ON i.ctid = v.tids[1]
+     WHERE NOT v.broken AND i.queue = $1 AND i.id = v.ids[1] AND (i.status = 'pending' AND i.available_at = 0) IS TRUE
      ORDER BY v.rn LIMIT $2
        FOR UPDATE OF i SKIP LOCKED
   ), s AS MATERIALIZED (
