@@ -12,6 +12,7 @@
  *   --rate-seconds 30               length of the rate-limit accuracy run
  *   --rate-max 1000                 its rateLimit max per second (lower it where the machine cannot lease 1,000 a second)
  *   --rate-batch                    the rate drain claims up to 100 items a claim, handing results in with the next (decisions §3.8)
+ *   --rate-workers 12               connections draining in the rate run, spread over the nodes (each claims, then hands its result in)
  *
  * - fairness: two queues of --items items each over --groups groups, one with `fairness: "groups"`,
  *   one plain FIFO. First 10,000 claims from the fair queue (100 at a time): how many groups they
@@ -47,6 +48,7 @@ const { values: opts } = parseArgs({
     'rate-seconds': { type: 'string', default: '30' },
     'rate-max': { type: 'string', default: '1000' },
     'rate-batch': { type: 'boolean', default: false },
+    'rate-workers': { type: 'string', default: '12' },
   },
 });
 const ITEMS = Number(opts.items);
@@ -58,6 +60,7 @@ const NODES = opts.store ? Number(opts.nodes) : 1;
 const RATE_SECONDS = Number(opts['rate-seconds']);
 const RATE_MAX = Number(opts['rate-max']);
 const RATE_BATCH = opts['rate-batch'];
+const RATE_WORKERS = Number(opts['rate-workers']);
 const phases = new Set(opts.phases.split(','));
 const HOST = 'flow.bench';
 const MASTER = 'master-flow-bench-0123456789abcdef';
@@ -251,9 +254,9 @@ async function limitsPhase(): Promise<void> {
 async function ratePhase(): Promise<void> {
   await define('rl', { rateLimit: { max: RATE_MAX, perSeconds: 1 } });
   const prefill = await runLoad(spec('batch-post', 'rl', { maxCount: 40, durationMs: 120_000, inFlight: 4 }));
-  log(`rate: ${prefill.count.toLocaleString('en')} items posted; draining for ${RATE_SECONDS} s from ${NODES} node(s)`);
+  log(`rate: ${prefill.count.toLocaleString('en')} items posted; draining for ${RATE_SECONDS} s from ${NODES} node(s), ${RATE_WORKERS} connections`);
   const t0 = Date.now();
-  const drained = await runLoad(spec(RATE_BATCH ? 'drain-batch' : 'drain', 'rl', { durationMs: RATE_SECONDS * 1000, inFlight: 12, claimWaitS: 5 }));
+  const drained = await runLoad(spec(RATE_BATCH ? 'drain-batch' : 'drain', 'rl', { durationMs: RATE_SECONDS * 1000, inFlight: RATE_WORKERS, claimWaitS: 5 }));
   const expected = RATE_SECONDS * RATE_MAX;
   log(`rate: ${drained.count.toLocaleString('en')} leased${RATE_BATCH ? ' (claims of up to 100, results handed in with the next claim)' : ' and finished'} in ${(drained.elapsedMs / 1000).toFixed(1)} s (${((drained.count / expected - 1) * 100).toFixed(2)}% from ${expected.toLocaleString('en')})`);
   if (database) {

@@ -254,6 +254,34 @@ describe('PostgreSQL store: flow control (decisions §8.5)', function () {
     }
   });
 
+  it('a claim whose limiter row a transaction of the same node waits for goes in the transaction after it, not beside the calls of the next one: a post to another queue is not held behind the row (decisions §8.5, §6)', async () => {
+    const q = use(refOf('fair-held', { fairness: 'groups' }));
+    const p = use(refOf('plain', {}));
+    await post(q, 3, () => 'only');
+    // The first claim makes the queue's limiter row.
+    expect(num(await store.claim(q, { worker: 'w' }))).to.equal(0);
+    // Another node's claim under way holds it.
+    const other = new pg.Client({ connectionString: db.url });
+    await other.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query('SELECT 1 FROM svcq_limiters WHERE queue = $1 FOR UPDATE', [q.key]);
+      // This node's first transaction waits for the row; the claim after it, and a post, come next.
+      const first = store.claim(q, { worker: 'w0' });
+      // Its transaction starts in the next turn of the event loop.
+      await new Promise((r) => setImmediate(r));
+      const second = store.claim(q, { worker: 'w1' });
+      const posting = store.post(p, { body: '{}', postedBy: 'p' });
+      const outcome = await Promise.race([posting.then(() => 'posted'), new Promise((r) => setTimeout(() => r('held behind the row'), 10_000))]);
+      expect(outcome).to.equal('posted');
+      await other.query('ROLLBACK');
+      expect(num(await first)).to.equal(1);
+      expect(num(await second)).to.equal(2);
+    } finally {
+      await other.end();
+    }
+  });
+
   it('groups fairness: the turns survive a restart (decisions §8.5)', async () => {
     const q = use(refOf('fair-restart', { fairness: 'groups' }));
     await post(q, 3, () => 'a');

@@ -213,6 +213,8 @@ export class PostgresStore implements Store, EventOutbox {
   private readonly itemIds = new ItemIds();
   /** Queues whose group heads this store rebuilt under the rules in force (pg-limits.ts). */
   private readonly groupRebuilds = new GroupRebuilds();
+  /** Queues whose limiter rows a transaction of this store under way locks (or will), and how many such transactions (see takeOps). */
+  private readonly rowsHeld = new Map<string, number>();
   /** Queues whose limiter rows this store has locked (they are never deleted): their lock need not be awaited alone (see runFold). */
   private readonly limiterRows = new Set<string>();
   private readonly transactions: FailureStreak;
@@ -779,10 +781,18 @@ export class PostgresStore implements Store, EventOutbox {
         }, after - (performance.now() - this.lastStarted));
         return;
       }
-      const ops = this.queue.splice(0, MAX_FOLD);
+      const ops = this.takeOps();
+      if (ops.length === 0) return;
+      const held = [...new Set(ops.filter((op) => op.limits).map((op) => op.ref.key))];
+      for (const key of held) this.rowsHeld.set(key, (this.rowsHeld.get(key) ?? 0) + 1);
       this.running++;
       this.lastStarted = performance.now();
       void this.runFold(ops).finally(() => {
+        for (const key of held) {
+          const n = this.rowsHeld.get(key)! - 1;
+          if (n === 0) this.rowsHeld.delete(key);
+          else this.rowsHeld.set(key, n);
+        }
         this.running--;
         if (this.queue.length > 0) this.schedule();
         else if (this.running === 0 && !this.scheduled) for (const wake of this.idle.splice(0)) wake();
@@ -792,6 +802,27 @@ export class PostgresStore implements Store, EventOutbox {
       clearTimeout(this.secondTimer);
       this.secondTimer = undefined;
     }
+  }
+
+  /**
+   * The calls of the next transaction, in the order made: at most {@link MAX_FOLD}, leaving out
+   * those that would lock a limiter row that a transaction of this store under way holds (claims
+   * by groups, under a limit, or with criteria on such a queue). Those would wait for its COMMIT
+   * at their transaction's start, holding every call folded beside them; they wait in the queue
+   * instead, and go together in the transaction after it, the row's next holder: more claims per
+   * turn on the row. (Three nodes, 48 connections claiming one item each under a `rateLimit` of
+   * 1,000 a second: 26,491–27,156 leased in 30 s, 23,841 without; docs/postgresql-flow.md.)
+   */
+  private takeOps(): Op[] {
+    if (this.rowsHeld.size === 0 || !this.queue.some((op) => op.limits && this.rowsHeld.has(op.ref.key))) return this.queue.splice(0, MAX_FOLD);
+    const ops: Op[] = [];
+    const left: Op[] = [];
+    for (const op of this.queue) {
+      if (ops.length < MAX_FOLD && !(op.limits && this.rowsHeld.has(op.ref.key))) ops.push(op);
+      else left.push(op);
+    }
+    this.queue = left;
+    return ops;
   }
 
   /**
