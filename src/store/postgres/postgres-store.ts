@@ -810,8 +810,8 @@ export class PostgresStore implements Store, EventOutbox {
    * by groups, under a limit, or with criteria on such a queue). Those would wait for its COMMIT
    * at their transaction's start, holding every call folded beside them; they wait in the queue
    * instead, and go together in the transaction after it, the row's next holder: more claims per
-   * turn on the row. (Three nodes, 48 connections claiming one item each under a `rateLimit` of
-   * 1,000 a second: 26,491–27,156 leased in 30 s, 23,841 without; docs/postgresql-flow.md.)
+   * turn on the row. (Three nodes, 192 connections claiming one item each under a `rateLimit` of
+   * 1,000 a second: 29,395–29,553 leased in 30 s, 28,155 without; docs/postgresql-flow.md.)
    */
   private takeOps(): Op[] {
     if (this.rowsHeld.size === 0 || !this.queue.some((op) => op.limits && this.rowsHeld.has(op.ref.key))) return this.queue.splice(0, MAX_FOLD);
