@@ -1,5 +1,3 @@
-import type pg from 'pg';
-
 /**
  * VACUUM of the two small tables that queues by groups rewrite at every turn, run by the node
  * itself as they churn rather than left to autovacuum alone.
@@ -17,7 +15,8 @@ import type pg from 'pg';
  *
  * So each node counts the changes it commits to items of queues by groups and, past
  * {@link VacuumOptions.after} of them, runs `VACUUM (SKIP_LOCKED)` on both tables on a
- * connection of its pool, outside any transaction: a VACUUM takes no lock that a claim, a post or
+ * connection of its pool, outside any transaction (cut, as every read, when the database does not
+ * answer within the store's answer timeout): a VACUUM takes no lock that a claim, a post or
  * a fold waits for, and a node finding another node's VACUUM under way skips its own. One at a
  * time per node, and after each one the node waits {@link VacuumOptions.share} times as long as it
  * took (at least {@link VacuumOptions.minGapMs}), so that on a database with many groups, where a
@@ -47,7 +46,8 @@ export class GroupsVacuum {
   private readonly share: number;
 
   constructor(
-    private readonly pool: () => pg.Pool | undefined,
+    /** Runs a statement on a connection of the pool, cut when it does not answer in time; undefined once the store is closing. */
+    private readonly run: (sql: string) => Promise<unknown> | undefined,
     private readonly warn: (line: string) => void,
     options: VacuumOptions = {},
   ) {
@@ -60,12 +60,11 @@ export class GroupsVacuum {
   changed(n: number): void {
     this.changes += n;
     if (this.changes < this.after || this.running || performance.now() < this.notBefore) return;
-    const pool = this.pool();
-    if (!pool) return;
+    const running = this.run(STATEMENT);
+    if (!running) return;
     this.changes = 0;
     const started = performance.now();
-    this.running = pool
-      .query(STATEMENT)
+    this.running = running
       .then(
         () => {
           this.runs++;

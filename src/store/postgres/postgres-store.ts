@@ -241,7 +241,7 @@ export class PostgresStore implements Store, EventOutbox {
       // A sweep that fails is warned of by the periodic sweep, which runs again in a moment.
       sweep: (ref) => void this.submitOp({ ref, run: async () => null, sweep: true }).catch(() => undefined),
     });
-    this.groupsVacuum = new GroupsVacuum(() => (this.state === 'open' ? this.pool : undefined), this.warn, options.groupsVacuum);
+    this.groupsVacuum = new GroupsVacuum((sql) => (this.state === 'open' && this.pool ? answered(this.pool, this.answerTimeoutMs, sql) : undefined), this.warn, options.groupsVacuum);
     this.outbox = new PgEventOutbox(() => (this.state === 'open' ? this.pool : undefined), { pollMs: options.eventPollMs, warn: this.warn, answerTimeoutMs: options.transactionTimeoutMs });
   }
 
