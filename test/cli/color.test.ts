@@ -15,7 +15,8 @@ describe('NO_COLOR (no-color.org) turns colour off everywhere in the CLI', () =>
     await defineQueue(server, queue, { access: { post: 'public' } });
     await postItem(server, queue, { n: 1 });
     const name = `memory-${today()}.log`;
-    await eventually('two memory samples', async () => ((await tools(server, `stats/file?name=${name}`)).text.split('\n').length > 2 ? true : undefined));
+    // The sampler runs every 200 ms; a loaded machine can make it late (an event waited on, not a time measured).
+    await eventually('two memory samples', async () => ((await tools(server, `stats/file?name=${name}`)).text.split('\n').length > 2 ? true : undefined), 25_000);
   });
 
   it('FORCE_COLOR=1 alone colours `stats now` (so the NO_COLOR checks below can see a difference)', async () => {

@@ -96,7 +96,8 @@ describe('AccessLog on a disk that fills (decisions §5, §6)', function () {
     }
   });
   after(() => {
-    if (mounted) execFileSync('umount', [dir]);
+    // Lazily: a test that failed may have left its log's file open there.
+    if (mounted) execFileSync('umount', ['-l', dir]);
     cleanupTemp(dir);
   });
 
