@@ -814,11 +814,12 @@ export class PostgresStore implements Store, EventOutbox {
    * 1,000 a second: 29,395–29,553 leased in 30 s, 28,155 without; docs/postgresql-flow.md.)
    */
   private takeOps(): Op[] {
-    if (this.rowsHeld.size === 0 || !this.queue.some((op) => op.limits && this.rowsHeld.has(op.ref.key))) return this.queue.splice(0, MAX_FOLD);
+    const held = (op: Op): boolean => op.limits === true && this.rowsHeld.has(op.ref.key);
+    if (this.rowsHeld.size === 0 || !this.queue.some(held)) return this.queue.splice(0, MAX_FOLD);
     const ops: Op[] = [];
     const left: Op[] = [];
     for (const op of this.queue) {
-      if (ops.length < MAX_FOLD && !(op.limits && this.rowsHeld.has(op.ref.key))) ops.push(op);
+      if (ops.length < MAX_FOLD && !held(op)) ops.push(op);
       else left.push(op);
     }
     this.queue = left;
@@ -1075,14 +1076,14 @@ export class PostgresStore implements Store, EventOutbox {
     if (tx.callbacks.length > 0) this.callbacksOwed();
     if (tx.changes.length === 0) return;
     if (tx.changes.some((c) => c.events.length > 0)) this.outbox.soon();
-    let byGroups = 0;
-    for (const c of tx.changes) if (grouped(c.ref.config)) byGroups++;
-    if (byGroups > 0) this.groupsVacuum.changed(byGroups);
     const notifier = this.options.notifier;
     const kinds = new Map<string, TaskEventKind[]>();
     // decisions §8.5: a lease ended in a queue with maxActive or groupMaxActive: its held claims look again.
     const ended = new Set<string>();
+    /** Changes to items of queues by groups, for the groups tables' VACUUM. */
+    let byGroups = 0;
     for (const c of tx.changes) {
+      if (grouped(c.ref.config)) byGroups++;
       if (notifier && !ended.has(c.ref.key) && wakesOnLeaseEnd(c.ref.config) && c.record.status !== 'claimed' && c.record.status !== 'processing') {
         ended.add(c.ref.key);
         notifier.notify(claimTopic(c.ref.key));
@@ -1097,6 +1098,7 @@ export class PostgresStore implements Store, EventOutbox {
         for (const e of c.events) list.push(e.event);
       }
     }
+    if (byGroups > 0) this.groupsVacuum.changed(byGroups);
     const observer = this.options.observer;
     if (observer) {
       observer.committed(ms / 1000, tx.changes.length);
