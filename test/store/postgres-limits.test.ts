@@ -43,6 +43,19 @@ describe('PostgreSQL store: flow control (decisions §8.5)', function () {
       Array.from({ length: n }, (_, i) => ({ body: JSON.stringify({ i: posted++ }), postedBy: 'p', options: { group: group?.(i), priority: priority?.(i) } })),
     );
   const num = (c: Claimed | null): number => (JSON.parse(c!.item) as { i: number }).i;
+  /** A client of its own in a transaction holding the queue's limiter row, as another node's claim under way does (the caller rolls back and ends it). */
+  const holdingRow = async (ref: QueueRef): Promise<pg.Client> => {
+    const other = new pg.Client({ connectionString: db.url });
+    await other.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query('SELECT 1 FROM svcq_limiters WHERE queue = $1 FOR UPDATE', [ref.key]);
+    } catch (err) {
+      await other.end();
+      throw err;
+    }
+    return other;
+  };
 
   if (postgresPresent(target)) {
     beforeEach(async () => {
@@ -236,11 +249,8 @@ describe('PostgreSQL store: flow control (decisions §8.5)', function () {
     await post(q, 3, () => 'only');
     expect(num(await store.claim(q, { worker: 'w0' }))).to.equal(0);
     // Another node's claim under way: it holds the queue's limiter row and the group's first item.
-    const other = new pg.Client({ connectionString: db.url });
-    await other.connect();
+    const other = await holdingRow(q);
     try {
-      await other.query('BEGIN');
-      await other.query('SELECT 1 FROM svcq_limiters WHERE queue = $1 FOR UPDATE', [q.key]);
       await other.query(`SELECT 1 FROM svcq_items WHERE queue = $1 AND status = 'pending' ORDER BY ord LIMIT 1 FOR UPDATE`, [q.key]);
       let answered = false;
       const claim = store.claim(q, { worker: 'w1' }).finally(() => (answered = true));
@@ -261,11 +271,8 @@ describe('PostgreSQL store: flow control (decisions §8.5)', function () {
     // The first claim makes the queue's limiter row.
     expect(num(await store.claim(q, { worker: 'w' }))).to.equal(0);
     // Another node's claim under way holds it.
-    const other = new pg.Client({ connectionString: db.url });
-    await other.connect();
+    const other = await holdingRow(q);
     try {
-      await other.query('BEGIN');
-      await other.query('SELECT 1 FROM svcq_limiters WHERE queue = $1 FOR UPDATE', [q.key]);
       // This node's first transaction waits for the row; the claim after it, and a post, come next.
       const first = store.claim(q, { worker: 'w0' });
       // Its transaction starts in the next turn of the event loop.

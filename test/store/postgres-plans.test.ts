@@ -23,6 +23,22 @@ const KEPT: Record<string, string> = {
   svcq_lock_items: `'h/q', '{}'`,
 };
 
+/**
+ * What `EXPLAIN (ANALYZE…)` shows for `statement` on `client`, in a transaction rolled back after
+ * `settings` (SET LOCALs, as the store sends them before its statements): the connection goes
+ * back as it was.
+ */
+async function explained(client: pg.ClientBase, settings: string, statement: string, options = 'ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF'): Promise<string> {
+  await client.query('BEGIN');
+  try {
+    if (settings) await client.query(settings);
+    const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (${options}) ${statement}`);
+    return rows.map((r) => r['QUERY PLAN']).join('\n');
+  } finally {
+    await client.query('ROLLBACK');
+  }
+}
+
 describe('PostgreSQL store: statements planned once, and planned at every run', function () {
   this.timeout(60_000);
   let db: { url: string; admin: pg.Client; drop: () => Promise<void> };
@@ -84,15 +100,8 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
   }
 
   /** The plan the store's connection runs `EXECUTE name(args)` with, run (in a transaction rolled back). */
-  async function planRun(client: pg.PoolClient, name: string, args: string, generic: boolean): Promise<string> {
-    await client.query('BEGIN');
-    try {
-      if (generic) await client.query('SET LOCAL plan_cache_mode = force_generic_plan');
-      const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE ${name}(${args})`);
-      return rows.map((r) => r['QUERY PLAN']).join('\n');
-    } finally {
-      await client.query('ROLLBACK');
-    }
+  function planRun(client: pg.PoolClient, name: string, args: string, generic: boolean): Promise<string> {
+    return explained(client, generic ? 'SET LOCAL plan_cache_mode = force_generic_plan' : '', `EXECUTE ${name}(${args})`);
   }
 
   /** Posts, claims, results, an error that re-queues, and a sweep of ended leases, on an almost empty table. */
@@ -290,15 +299,7 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
       const client = await (limited as unknown as { pool: pg.Pool }).pool.connect();
       try {
         // As the store runs it: the generic plan, without sequential scans or sorts.
-        await client.query('BEGIN');
-        let plan: string;
-        try {
-          await client.query('SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off');
-          const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE svcq_claim_counted('h/r', 0, 2, 0, 1, 0)`);
-          plan = rows.map((x) => x['QUERY PLAN']).join('\n');
-        } finally {
-          await client.query('ROLLBACK');
-        }
+        const plan = await explained(client, 'SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off', `EXECUTE svcq_claim_counted('h/r', 0, 2, 0, 1, 0)`);
         // Two slots read, each by the primary key; no hash of the queue's 50,000 slots.
         expect(plan, plan).to.match(/Index Scan using svcq_rate_slots_pkey on svcq_rate_slots s \(actual rows=1 loops=2\)/);
         expect(plan, plan).to.not.match(/Hash|Seq Scan on svcq_rate_slots|Bitmap Heap Scan on svcq_rate_slots/);
@@ -331,16 +332,7 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
       await db.admin.query(`INSERT INTO svcq_groups (queue, grp, head_p, head_ord) SELECT 'h/f', 'g' || n, 0, 0 FROM generate_series(4, 999) AS n ON CONFLICT DO NOTHING`);
       await db.admin.query('ANALYZE');
       const client = await (fair as unknown as { pool: pg.Pool }).pool.connect();
-      const planOf = async (args: string): Promise<string> => {
-        await client.query('BEGIN');
-        try {
-          await client.query('SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort TO DEFAULT');
-          const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE svcq_claim_fair(${args})`);
-          return rows.map((x) => x['QUERY PLAN']).join('\n');
-        } finally {
-          await client.query('ROLLBACK');
-        }
-      };
+      const planOf = (args: string): Promise<string> => explained(client, 'SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort TO DEFAULT', `EXECUTE svcq_claim_fair(${args})`);
       try {
         const busy = await planOf(`'h/f', 2, 5`);
         const idle = await planOf(`'h/e', 1, 4`);
@@ -373,17 +365,10 @@ describe('PostgreSQL store: statements planned once, and planned at every run', 
       await fair.groupsVacuum.settled();
       expect(fair.groupsVacuum.finished).to.be.at.least(3);
       const pagesRead = async (sql: string): Promise<number> => {
-        await db.admin.query('BEGIN');
-        try {
-          await db.admin.query('SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off');
-          const { rows } = await db.admin.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF) ${sql}`);
-          const plan = rows.map((x) => x['QUERY PLAN']).join('\n');
-          const m = /Buffers: shared (?:hit=(\d+))?(?: ?read=(\d+))?/.exec(plan);
-          expect(m, plan).to.not.equal(null);
-          return Number(m![1] ?? 0) + Number(m![2] ?? 0);
-        } finally {
-          await db.admin.query('ROLLBACK');
-        }
+        const plan = await explained(db.admin, 'SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off', sql, 'ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF');
+        const m = /Buffers: shared (?:hit=(\d+))?(?: ?read=(\d+))?/.exec(plan);
+        expect(m, plan).to.not.equal(null);
+        return Number(m![1] ?? 0) + Number(m![2] ?? 0);
       };
       // The claim's walk of the order of groups (CLAIM_FAIR_SQL), and the fold's of the wakes.
       const walk = await pagesRead(`SELECT grp FROM svcq_groups WHERE queue = 'h/f' AND head_p IS NOT NULL ORDER BY (-head_p), turn, head_ord LIMIT 5`);
