@@ -139,8 +139,18 @@ async function readDiskIo(): Promise<DiskIoStats | null> {
   return { readBytes: io.rx, writeBytes: io.wx };
 }
 
+/**
+ * The bytes through the interfaces that have an address, loopback left out. They are named to
+ * systeminformation rather than asked for as `*`: its `*` lists every interface first, through
+ * shell commands (`nmcli`, DHCP leases …): 79 processes and 0.4 s of CPU at a server's first
+ * sample on a two-core machine, 16 at later ones, where the named interfaces cost one shell each.
+ */
 async function readNetIo(): Promise<NetIoStats | null> {
-  const ifaces = (await (await si()).networkStats('*')).filter((n) => n.iface !== 'lo' && finite(n.rx_bytes, n.tx_bytes));
+  const names = Object.entries(os.networkInterfaces())
+    .filter(([name, addresses]) => name !== 'lo' && (addresses ?? []).some((a) => !a.internal))
+    .map(([name]) => name);
+  if (names.length === 0) return null;
+  const ifaces = (await (await si()).networkStats(names.join(','))).filter((n) => finite(n.rx_bytes, n.tx_bytes));
   if (ifaces.length === 0) return null;
   return { rxBytes: ifaces.reduce((sum, n) => sum + n.rx_bytes, 0), txBytes: ifaces.reduce((sum, n) => sum + n.tx_bytes, 0) };
 }

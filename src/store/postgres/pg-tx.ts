@@ -1,6 +1,5 @@
 // One transaction of the PostgreSQL store: its connection, the changes it stages, and how they
 // are written (guarded on the version read) together with their task events and count changes.
-import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import type { ItemStatus } from '../../engine/item.js';
 import * as rules from '../../engine/rules.js';
@@ -8,6 +7,7 @@ import type { EventDraft, ItemRecord, Transition } from '../../engine/rules.js';
 import type { DeadLetterLinks, PayloadKind, QueueRef, StatusRecord } from '../store.js';
 import type { DeadLetterSource } from '../../engine/rules.js';
 import { StaleWrite } from './pg-errors.js';
+import { RandomIds } from '../random-ids.js';
 import type { Payload } from './pg-payloads.js';
 
 export const COLUMNS = 'ctid, id, ord, body, posted_by, posted_at, idempotency_key, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at, version, priority, grp, dead_letter_id, source, callback, callbacks_owed';
@@ -555,6 +555,9 @@ export async function finishTx(tx: Tx): Promise<void> {
   checkWritten(res.rows[0]!, updates, deletes);
 }
 
+/** The callbacks' ids, cut from random bytes drawn 4 KiB at a time (a call into the system's generator per callback cost 30 µs on a loaded machine). */
+const callbackIds = new RandomIds();
+
 /**
  * decisions §9.2: the callbacks the transaction made owed, inserted, and counted on their items
  * (which hold their retention back while the count is above 0), in one statement sent after the
@@ -564,7 +567,7 @@ export async function finishTx(tx: Tx): Promise<void> {
 export function finishCallbacks(tx: Tx): Promise<unknown> | undefined {
   const made = tx.callbacks;
   if (made.length === 0) return undefined;
-  const ids = made.map(() => randomBytes(8).toString('hex'));
+  const ids = made.map(() => callbackIds.next());
   return tx.query(
     named(
       'svcq_owe_callbacks',
