@@ -163,6 +163,8 @@ export interface PendingWrite {
   /** decisions §9.2: the item's own callback URL, and the callbacks owed for it (those this transaction makes owed included). */
   callback: string | null;
   owed: number;
+  /** decisions §9.2: the callbacks this transaction made owed for it since it was last written, added to the row's count by its write. */
+  owedNew: number;
 }
 
 /** decisions §9.2: a callback a change of this transaction made owed, inserted before COMMIT. */
@@ -266,11 +268,12 @@ export class Tx {
     if (w) {
       w.record = t.record;
       w.purged = t.purged === true;
-    } else this.pending.set(slot, (w = { ref, version: loaded.version, ctid: loaded.ctid, from: loaded.record.status, fromAvailableAt: loaded.record.availableAt, record: t.record, purged: t.purged === true, callback: loaded.callback, owed: loaded.owed }));
+    } else this.pending.set(slot, (w = { ref, version: loaded.version, ctid: loaded.ctid, from: loaded.record.status, fromAvailableAt: loaded.record.availableAt, record: t.record, purged: t.purged === true, callback: loaded.callback, owed: loaded.owed, owedNew: 0 }));
     // decisions §9.2: a change that ended the item owes a callback, inserted with it (see finishCallbacks).
     const url = t.purged === true ? null : rules.callbackUrl(from, t.record.status, w.callback, ref.config);
     if (url !== null) {
       w.owed++;
+      w.owedNew++;
       this.callbacks.push({ ref, itemId: t.record.id, event: t.record.status, url });
     }
     const change: Change = { ref, record: t.record, events: t.events, purged: t.purged === true };
@@ -387,8 +390,8 @@ export class Tx {
   async flush(): Promise<void> {
     if (this.pending.size === 0) return;
     const { updates, deletes } = this.takeWrites();
-    const res = await this.query<{ updated: number; deleted: number }>(named('svcq_write_items', `WITH ${writeItems(18)}
-       SELECT (SELECT count(*) FROM upd)::integer AS updated, (SELECT count(*) FROM del)::integer AS deleted`, 'generic'), [...writeParams(updates, deletes), deadLetterIds(updates)]);
+    const res = await this.query<{ updated: number; deleted: number }>(named('svcq_write_items', `WITH ${writeItems(18, 19)}
+       SELECT (SELECT count(*) FROM upd)::integer AS updated, (SELECT count(*) FROM del)::integer AS deleted`, 'generic'), [...writeParams(updates, deletes), deadLetterIds(updates), owedNew(updates)]);
     checkWritten(res.rows[0]!, updates, deletes);
   }
 }
@@ -403,17 +406,18 @@ export class Tx {
  * version 9) fails the guard too: the transaction runs again with a new id, so the task history,
  * read in the order of transaction ids, holds every item's events in the order they happened.
  */
-function writeItems(deadLetterIds: number): string {
+function writeItems(deadLetterIds: number, owedNew: number): string {
   return `upd AS (
     UPDATE svcq_items AS i
        SET status = u.status, updated_at = u.updated_at, finished_at = u.finished_at, attempts = u.attempts,
            lease_worker = u.lease_worker, lease_until = u.lease_until, available_at = u.available_at,
            progress = u.progress, result = u.result, error = u.error, fetched_at = u.fetched_at,
            dead_letter_id = coalesce(u.dead_letter_id, i.dead_letter_id),
+           callbacks_owed = i.callbacks_owed + coalesce(u.owed_new, 0),
            version = i.version + 1, writer = pg_current_xact_id()
       FROM unnest($1::tid[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[], $7::integer[], $8::text[],
-                  $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::bigint[], $${deadLetterIds}::text[])
-           AS u(ctid, id, version, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at, dead_letter_id)
+                  $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::bigint[], $${deadLetterIds}::text[], $${owedNew}::integer[])
+           AS u(ctid, id, version, status, updated_at, finished_at, attempts, lease_worker, lease_until, available_at, progress, result, error, fetched_at, dead_letter_id, owed_new)
      WHERE i.ctid = ANY($1::tid[]) AND i.ctid = u.ctid AND i.id = u.id AND i.version = u.version AND i.writer <= pg_current_xact_id()
     RETURNING 1
   ), del AS (
@@ -423,9 +427,14 @@ function writeItems(deadLetterIds: number): string {
   )`;
 }
 
-/** decisions §8.6: the dead-letter ids of the updates, as the last parameter of {@link writeItems}; none sent when no update has one (unnest pads with nulls). */
+/** decisions §8.6: the dead-letter ids of the updates, a parameter of {@link writeItems}; none sent when no update has one (unnest pads with nulls). */
 function deadLetterIds(updates: readonly PendingWrite[]): Array<string | null> {
   return updates.some((w) => w.deadLetterId !== undefined) ? updates.map((w) => w.deadLetterId ?? null) : [];
+}
+
+/** decisions §9.2: the callbacks made owed for each update, a parameter of {@link writeItems}; none sent when no update made one. */
+function owedNew(updates: readonly PendingWrite[]): Array<number | null> {
+  return updates.some((w) => w.owedNew > 0) ? updates.map((w) => w.owedNew) : [];
 }
 
 function writeParams(updates: readonly PendingWrite[], deletes: readonly PendingWrite[]): unknown[] {
@@ -536,7 +545,7 @@ export async function finishTx(tx: Tx): Promise<void> {
   }
   if (updates.length === 0 && deletes.length === 0 && ts.length === 0 && countDeltas.length === 0) return;
   const res = await tx.query<{ updated: number; deleted: number }>(
-    named('svcq_finish', `WITH ${writeItems(31)}, events AS (
+    named('svcq_finish', `WITH ${writeItems(31, 36)}, events AS (
        INSERT INTO svcq_events (ts, host, queue, id, event, attempts, status, worker, schedule, occurrence, dead_letter, redriven_to, code, ms)
        SELECT * FROM unnest($18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[], $23::integer[], $24::text[], $25::text[], $29::text[], $30::bigint[], $32::text[], $33::text[], $34::integer[], $35::integer[])
      ), counted AS (
@@ -550,7 +559,7 @@ export async function finishTx(tx: Tx): Promise<void> {
             CASE WHEN updated = cardinality($2::text[]) AND deleted = cardinality($16::text[]) THEN 0
                  ELSE svcq_stale_write((cardinality($2::text[]) + cardinality($16::text[]) - updated - deleted) || ' item(s)') END AS stale
        FROM done`, 'generic'),
-    [...writeParams(updates, deletes), ts, hosts, names, ids, kinds, attempts, statuses, workers, countQueues, countStatuses, countDeltas, scheduled ? schedules : [], scheduled ? occurrences : [], deadLetterIds(updates), linked ? deadLetters : [], linked ? redriven : [], delivered ? codes : [], delivered ? times : []],
+    [...writeParams(updates, deletes), ts, hosts, names, ids, kinds, attempts, statuses, workers, countQueues, countStatuses, countDeltas, scheduled ? schedules : [], scheduled ? occurrences : [], deadLetterIds(updates), linked ? deadLetters : [], linked ? redriven : [], delivered ? codes : [], delivered ? times : [], owedNew(updates)],
   );
   checkWritten(res.rows[0]!, updates, deletes);
 }
@@ -559,10 +568,10 @@ export async function finishTx(tx: Tx): Promise<void> {
 const callbackIds = new RandomIds();
 
 /**
- * decisions §9.2: the callbacks the transaction made owed, inserted, and counted on their items
- * (which hold their retention back while the count is above 0), in one statement sent after the
- * items' own writes (it moves their rows, which those writes find where they were read) and
- * before the COMMIT. Nothing when none was made owed.
+ * decisions §9.2: the callbacks the transaction made owed, inserted in one statement before the
+ * COMMIT. Nothing when none was made owed. Each is counted on its item (which holds its retention
+ * back while the count is above 0) by the item's own write ({@link writeItems}), not by an UPDATE
+ * of its own here: a second version of the row for every item that ended with a callback.
  */
 export function finishCallbacks(tx: Tx): Promise<unknown> | undefined {
   const made = tx.callbacks;
@@ -571,12 +580,8 @@ export function finishCallbacks(tx: Tx): Promise<unknown> | undefined {
   return tx.query(
     named(
       'svcq_owe_callbacks',
-      `WITH owed AS (
-         INSERT INTO svcq_callbacks (id, queue, item_id, event, url, owed_since, due_at, tries)
-         SELECT id, queue, item_id, event, url, $6, $6, 0 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS c(id, queue, item_id, event, url)
-         RETURNING queue, item_id
-       ), n AS (SELECT queue, item_id, count(*)::integer AS n FROM owed GROUP BY queue, item_id)
-       UPDATE svcq_items AS i SET callbacks_owed = i.callbacks_owed + n.n FROM n WHERE i.queue = n.queue AND i.id = n.item_id`,
+      `INSERT INTO svcq_callbacks (id, queue, item_id, event, url, owed_since, due_at, tries)
+       SELECT id, queue, item_id, event, url, $6, $6, 0 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS c(id, queue, item_id, event, url)`,
     ),
     [ids, made.map((c) => c.ref.key), made.map((c) => c.itemId), made.map((c) => c.event), made.map((c) => c.url), tx.now],
   );
