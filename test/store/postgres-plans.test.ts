@@ -17,8 +17,8 @@ const target = await postgresUnderTest();
 const KEPT: Record<string, string> = {
   svcq_claim: `'h/q', -1000, -1, 10`,
   svcq_insert_items: `'h/q', '{}', '{}', '{}', '{}', 0, 0, 'pending', 0, 0, '{}', '{}', '{}', '{}', '{}'`,
-  svcq_write_items: Array(18).fill(`'{}'`).join(', '),
-  svcq_finish: Array(35).fill(`'{}'`).join(', '),
+  svcq_write_items: Array(19).fill(`'{}'`).join(', '),
+  svcq_finish: Array(36).fill(`'{}'`).join(', '),
   svcq_write_payloads: `'{}', '{}', '{}', '{}', '{}', 0`,
   svcq_lock_items: `'h/q', '{}'`,
 };
