@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { StatsSampler, takeSnapshot, type Snapshot } from '../../src/tools/stats.js';
 import { cleanupTemp, startServer, tempDirEachTest, type TestServer } from '../support/server.js';
@@ -155,6 +156,31 @@ describe('server-health stats (interface §4.6, decisions §5)', () => {
       expect(Object.keys(now.netIo as object).sort()).to.deep.equal(['rxBytes', 'txBytes']);
       expectNumbers(now.netIo, ['rxBytes', 'txBytes'], 'netIo');
     }
+  });
+});
+
+describe('network counters (docs/behaviour.md: they sum the interfaces that have an address, loopback left out)', () => {
+  /** The kernel's byte counters of those interfaces, summed (Linux: /sys/class/net). */
+  function counters(): { rx: number; tx: number } | null {
+    const names = Object.entries(os.networkInterfaces())
+      .filter(([name, addresses]) => name !== 'lo' && (addresses ?? []).some((a) => !a.internal))
+      .map(([name]) => name);
+    if (names.length === 0 || !names.every((n) => existsSync(`/sys/class/net/${n}/statistics`))) return null;
+    const read = (n: string, what: string): number => Number(readFileSync(`/sys/class/net/${n}/statistics/${what}`, 'utf8'));
+    return { rx: names.reduce((sum, n) => sum + read(n, 'rx_bytes'), 0), tx: names.reduce((sum, n) => sum + read(n, 'tx_bytes'), 0) };
+  }
+
+  it("a snapshot's netIo lies between the kernel's counters read just before it and just after it", async function () {
+    const before = counters();
+    if (before === null) {
+      console.log('      skipped: no interface with an address under /sys/class/net here');
+      this.skip();
+    }
+    const { netIo } = await takeSnapshot();
+    const after = counters()!;
+    expect(netIo, 'netIo').to.not.equal(null);
+    expect(netIo!.rxBytes).to.be.within(before.rx, after.rx);
+    expect(netIo!.txBytes).to.be.within(before.tx, after.tx);
   });
 });
 
