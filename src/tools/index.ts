@@ -1,3 +1,4 @@
+import { makeDir } from '../durable-files.js';
 import type { StoreHooks } from '../store/store.js';
 import { AccessLog, type AccessLogSink } from './access-log.js';
 import { logsDir, payloadsDir, statsDir, tasksDir } from './files.js';
@@ -63,7 +64,13 @@ export async function openTools(options: ToolsOptions): Promise<Tools> {
   const stats = new StatsThread();
   const snapshot = (): Promise<Snapshot> => stats.snapshot();
   const sampler = new StatsSampler(statsDir(options.home), options.statsInterval ?? TOOLS_DEFAULTS.statsInterval, warn, snapshot, options.statsDays ?? TOOLS_DEFAULTS.statsDays);
-  if (sampler.intervalMs > 0) sampler.start();
+  // The stats folder is made (and its entry synced) before the server answers anything: the first
+  // sample, taken on a thread of its own, would otherwise make it while the first answers go out.
+  // One that cannot be made here is the samples' to report (each warns), as before.
+  if (sampler.intervalMs > 0) {
+    await makeDir(sampler.dir).catch(() => undefined);
+    sampler.start();
+  }
   return {
     accessLog,
     tasks,
