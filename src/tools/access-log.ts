@@ -162,8 +162,9 @@ export class AccessLog implements AccessLogSink {
       }
       this.size = (await sizeOf(this.activeFile).catch(() => null)) ?? 0;
       this.rotating = undefined;
-      // The next active file exists from now on, so a reader never sees a moment without one.
-      if (!this.closed) this.stream ??= this.openStream();
+      // The next active file exists from now on, so a reader never sees a moment without one; a
+      // close that came meanwhile ends it (an empty file when no line came after).
+      this.stream ??= this.openStream();
       const held = this.held;
       this.held = [];
       for (const line of held) this.write(line);
