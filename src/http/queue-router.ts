@@ -164,6 +164,14 @@ export function createQueueRouter(ctx: ServerContext): RequestListener {
       });
     }
     if (!counted && holds.first !== undefined) ctx.operators.metrics.held(queue.key, holds.first);
+    // The caller hung up while the store claimed for it (its first look, or a wait it gave up
+    // while a look was under way): nobody can be told of these leases, so the items go back in
+    // their place at once, their attempt not counted (decisions §3.3, §8.2 release), rather than
+    // wait out a lease nobody holds.
+    if (claimed.length > 0 && (req.socket.destroyed || res.destroyed)) {
+      await Promise.allSettled(claimed.map((c) => ctx.store.release(queue, c.id, 0)));
+      return;
+    }
     const doneJson = doneTexts === undefined ? '' : `,"done":[${doneTexts.join(',')}]`;
     // An empty answer that the rate limit held back says when a claim can next succeed.
     const later = claimed.length === 0 ? retryAfter(holds) : undefined;
