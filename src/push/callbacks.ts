@@ -19,6 +19,8 @@ export const CALLBACK_HOLD_MS = CALLBACK_TIMEOUT_MS + 30_000;
 export const CALLBACK_POLL_MS = 1000;
 /** Attempts under way at once on a node. */
 export const CALLBACK_CONCURRENCY = 32;
+/** Callbacks born held by this node (Store.holdOwnCallbacks) waiting for room to be attempted, at most; past it they are born due, for any node. */
+export const CALLBACK_BORN_MAX = 1000;
 
 export type CallbackOutcome = 'delivered' | 'failed' | 'dropped';
 
@@ -61,6 +63,14 @@ export class CallbackDelivery {
   private readonly allowedUrls = new Map<string, boolean>();
   private timer: NodeJS.Timeout | undefined;
   private failing = false;
+  /** Callbacks born held by this node, waiting for room; attempted before any taken from the store. */
+  private readonly born: TakenCallback[] = [];
+  /** Whether the store hands this node the callbacks it makes owed (so a look is needed only for the others). */
+  private readonly adopting: boolean;
+  /** The last look filled the room it had: more may be due in the store. */
+  private fullLook = false;
+  /** Attempts cut short by a stop (not settled): their holds are ended, so that any node takes them at once. */
+  private readonly cut: TakenCallback[] = [];
 
   constructor(private readonly options: CallbackDeliveryOptions) {
     this.now = options.now ?? Date.now;
@@ -68,6 +78,27 @@ export class CallbackDelivery {
     this.pollMs = options.pollMs ?? CALLBACK_POLL_MS;
     this.agent = new Agent({ connect: { timeout: this.timeoutMs }, headersTimeout: this.timeoutMs, bodyTimeout: this.timeoutMs });
     options.store.onCallbacksOwed(() => this.wake());
+    this.adopting = options.store.holdOwnCallbacks !== undefined;
+    options.store.holdOwnCallbacks?.({
+      holdMs: CALLBACK_HOLD_MS,
+      wants: () => !this.closed && this.born.length < CALLBACK_BORN_MAX,
+      deliver: (born) => {
+        this.born.push(...born);
+        this.pump();
+      },
+    });
+  }
+
+  /**
+   * Starts attempts of the callbacks born held here while there is room. One whose hold has too
+   * little left for a whole attempt is left to its hold's end (then any node takes it), so that
+   * no two attempts of it are ever under way at once.
+   */
+  private pump(): void {
+    while (!this.closed && this.born.length > 0 && this.inFlight.size < CALLBACK_CONCURRENCY) {
+      const c = this.born.shift()!;
+      if (c.dueAt - this.now() > this.timeoutMs) this.attemptNow(c);
+    }
   }
 
   start(): void {
@@ -123,6 +154,9 @@ export class CallbackDelivery {
     await this.looking;
     await this.agent.destroy().catch(() => undefined);
     await Promise.allSettled([...this.inFlight]);
+    // Not attempted after all: due at once for any node, not at the end of their holds.
+    const left = [...this.born.splice(0), ...this.cut.splice(0)];
+    if (left.length > 0) await this.options.store.releaseCallbacks?.(left).catch(() => undefined);
   }
 
   /** PushAllowList.allows, remembered per URL: the list is fixed for the server's life, and most callbacks go to a few URLs. */
@@ -150,22 +184,31 @@ export class CallbackDelivery {
       this.failing = true;
       return;
     }
-    for (const c of taken) {
-      const attempt = this.deliver(c).finally(() => {
-        this.inFlight.delete(attempt);
-        // Room for more: the next look need not wait for the poll. Once half the room is free,
-        // so that one take serves many attempts rather than one each.
-        if (!this.closed && this.inFlight.size <= CALLBACK_CONCURRENCY / 2) this.wake();
-      });
-      this.inFlight.add(attempt);
-    }
+    for (const c of taken) this.attemptNow(c);
     // A full batch: more may be due at once.
-    if (taken.length === room) this.again = true;
+    this.fullLook = taken.length === room;
+    if (this.fullLook) this.again = true;
+  }
+
+  /** One attempt of a callback held by this node, under way until it is settled. */
+  private attemptNow(c: TakenCallback): void {
+    const attempt = this.deliver(c).finally(() => {
+      this.inFlight.delete(attempt);
+      this.pump();
+      // Room for more: the next look need not wait for the poll. Once half the room is free,
+      // so that one take serves many attempts rather than one each. A node handed its own
+      // callbacks looks only when its last look was full; the poll finds the rest.
+      if (!this.closed && this.inFlight.size <= CALLBACK_CONCURRENCY / 2 && (!this.adopting || this.fullLook)) this.wake();
+    });
+    this.inFlight.add(attempt);
   }
 
   private async deliver(c: TakenCallback): Promise<void> {
     const attempt = await this.attempt(c);
-    if (this.closed && !attempt.delivered) return;
+    if (this.closed && !attempt.delivered) {
+      this.cut.push(c);
+      return;
+    }
     let settled: CallbackSettlement;
     try {
       settled = await this.options.store.settleCallback(c, attempt);

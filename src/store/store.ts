@@ -461,6 +461,21 @@ export interface Store {
   settleCallback(taken: OwedCallback, attempt: CallbackAttempt): Promise<CallbackSettlement>;
   /** Calls `listener` (at most once per turn of the event loop) when this store makes a callback owed (durably). */
   onCallbacksOwed(listener: () => void): void;
+  /**
+   * decisions §9.2, optional (a store whose take costs a statement): the callbacks this store makes
+   * owed from now on are born taken by this node, held for `holdMs` from the change that made them
+   * owed, and handed to `deliver` once that change is durable, each with its item's status record
+   * as the change left it; no take is needed for their first attempt. While `wants()` says no (its
+   * queue of attempts is long), they are owed due at once instead, for any taker. A node that dies
+   * before attempting them leaves them to any node once their hold runs out: at least once.
+   */
+  holdOwnCallbacks?(options: { holdMs: number; wants: () => boolean; deliver: (born: TakenCallback[]) => void }): void;
+  /**
+   * decisions §9.2, with {@link holdOwnCallbacks}: ends the holds of callbacks taken (or born held)
+   * that this node will not attempt after all (it is stopping), so that any node may take them
+   * at once; each only if it is still the obligation taken (same `dueAt` and `tries`).
+   */
+  releaseCallbacks?(taken: OwedCallback[]): Promise<void>;
 }
 
 /** Counts with every status present. */

@@ -71,4 +71,37 @@ describe('callbacks on two nodes of one PostgreSQL database (decisions §9.2, §
     const view = await queueView(nodes[1]!, apis[1]!);
     expect(view.callbacks).to.deep.equal({ owed: 0, failing: 0 });
   });
+
+  it('a node stopped while its callbacks are under way hands them back: the other node delivers them within seconds, not when their 60 s holds run out', async () => {
+    await defineQueue(nodes[0]!, HOST, 'stops', { access: PUBLIC_ACCESS, leaseSeconds: 30, callback: `${target.url}/custom` });
+    const [first, second] = nodes.map((n) => new QueueApi(n, HOST, 'stops')) as [QueueApi, QueueApi];
+    const hung: unknown[] = [];
+    const delivered = new Set<string>();
+    let answering = false;
+    target.custom = (received, res) => {
+      if (!answering) {
+        // Never answered: the attempts are under way when the node stops.
+        hung.push(res);
+        target.emit('hung');
+        return;
+      }
+      delivered.add(String(received.headers['svcq-item-id']));
+      res.end('ok');
+      target.emit('answered');
+    };
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) ids.push(await first.post({ i }));
+    for (let i = 0; i < 4; i++) {
+      const claimed = await first.claim({ wait: 5 });
+      await first.submit(claimed.id as string, 'result', { i });
+    }
+    while (hung.length < 4) await once(target, 'hung');
+    answering = true;
+    const stoppedAt = Date.now();
+    expect(await nodes[0]!.stop(), 'the stopped node exits cleanly').to.equal(0);
+    while (delivered.size < 4) await once(target, 'answered');
+    expect(Date.now() - stoppedAt, 'ms from the stop to the last delivery').to.be.below(15_000);
+    expect([...delivered].sort()).to.deep.equal([...ids].sort());
+    expect((await queueView(nodes[1]!, second)).callbacks).to.deep.equal({ owed: 0, failing: 0 });
+  });
 });

@@ -49,4 +49,50 @@ describe('callbacks on PostgreSQL, two nodes on one database (decisions ยง6.1, ย
       await db.drop();
     }
   });
+
+  it('a node holding its own callbacks is handed each as its change commits, with the record it ended with; no other node takes it while held, until it is released', async () => {
+    const db = await freshDatabase(pgTarget.url);
+    let clock = 1_000_000;
+    const stores = [0, 1].map(() => new PostgresStore({ url: db.url, configFor: (key) => (key === q.key ? config : undefined), warn: () => undefined, sweepIntervalMs: 0, now: () => clock }));
+    try {
+      for (const s of stores) await s.open();
+      const [a, b] = stores as [PostgresStore, PostgresStore];
+      const born: TakenCallback[] = [];
+      let wants = true;
+      a.holdOwnCallbacks({ holdMs: 60_000, wants: () => wants, deliver: (list) => born.push(...list) });
+      const [x, y, z] = (await a.postMany(q, [0, 1, 2].map((i) => ({ body: `{"i":${i}}`, postedBy: 'p' })))).map((o) => o.id) as [string, string, string];
+      const claimed = await a.claim(q, { worker: 'w' });
+      expect(claimed?.id).to.equal(x);
+      await a.result(q, x, '{"ok":true}');
+      await a.cancel(q, y);
+      // Born held: handed over as committed, due again only when the hold runs out.
+      expect(born.map((c) => [c.itemId, c.event, c.tries, c.dueAt])).to.deep.equal([
+        [x, 'finished', 0, clock + 60_000],
+        [y, 'cancelled', 0, clock + 60_000],
+      ]);
+      expect(born[0]!.record).to.include({ id: x, status: 'finished', result: '{"ok":true}', attempts: 1 });
+      expect(await b.takeCallbacks(10, 60_000)).to.deep.equal([]);
+      expect(await a.takeCallbacks(10, 60_000)).to.deep.equal([]);
+      // A release ends the hold (only of the obligation as taken): due at once, for any node.
+      await a.releaseCallbacks([born[1]!, { ...born[0]!, tries: 3 }]);
+      const released = await b.takeCallbacks(10, 60_000);
+      expect(released.map((c) => c.itemId)).to.deep.equal([y]);
+      expect(await b.settleCallback(released[0]!, { delivered: true })).to.equal('delivered');
+      // The born one settles like a taken one.
+      expect(await a.settleCallback(born[0]!, { delivered: true })).to.equal('delivered');
+      // A node that does not want them (its own queue is long) makes them due at once.
+      wants = false;
+      await b.cancel(q, z);
+      const [owedZ] = await b.takeCallbacks(10, 60_000);
+      expect(born).to.have.length(2);
+      expect(owedZ?.itemId).to.equal(z);
+      // Settled like any other: a failed attempt is owed again, by the backoff.
+      clock += 1000;
+      expect(await b.settleCallback(owedZ!, { delivered: false, reason: 'refused' })).to.equal('retrying');
+      expect((await b.overview(q, { oldest: 0, leases: 0 })).callbacks).to.deep.equal({ owed: 1, failing: 1 });
+    } finally {
+      for (const s of stores) await s.close().catch(() => undefined);
+      await db.drop();
+    }
+  });
 });

@@ -173,6 +173,12 @@ export interface CallbackMade {
   itemId: string;
   event: ItemStatus;
   url: string;
+  /** The item as the change that ended it left it, and its dead-letter links: what a callback born held sends (see finishCallbacks). */
+  record: ItemRecord;
+  links: DeadLetterLinks | undefined;
+  /** Set by finishCallbacks: the callback's id, and when its first attempt is due (later than now when it is born held). */
+  id?: string;
+  dueAt?: number;
 }
 
 /** decisions §8.6: an item this transaction made failed or timed out in a queue with `deadLetter`: copied before COMMIT. */
@@ -274,7 +280,7 @@ export class Tx {
     if (url !== null) {
       w.owed++;
       w.owedNew++;
-      this.callbacks.push({ ref, itemId: t.record.id, event: t.record.status, url });
+      this.callbacks.push({ ref, itemId: t.record.id, event: t.record.status, url, record: t.record, links: loaded.links });
     }
     const change: Change = { ref, record: t.record, events: t.events, purged: t.purged === true };
     this.changes.push(change);
@@ -288,6 +294,7 @@ export class Tx {
   async deadLetterMade(ref: QueueRef, id: string, copyId: string): Promise<void> {
     const shown = this.shown.get(`${ref.key}\n${id}`);
     if (shown) shown.deadLetterId = copyId;
+    for (const c of this.callbacks) if (c.itemId === id && c.ref.key === ref.key) c.links = { deadLetterId: copyId, source: c.links?.source ?? null };
     const w = this.pending.get(`${ref.key}\n${id}`);
     if (w) {
       w.deadLetterId = copyId;
@@ -573,16 +580,21 @@ const callbackIds = new RandomIds();
  * back while the count is above 0) by the item's own write ({@link writeItems}), not by an UPDATE
  * of its own here: a second version of the row for every item that ended with a callback.
  */
-export function finishCallbacks(tx: Tx): Promise<unknown> | undefined {
+export function finishCallbacks(tx: Tx, holdMs = 0): Promise<unknown> | undefined {
   const made = tx.callbacks;
   if (made.length === 0) return undefined;
-  const ids = made.map(() => callbackIds.next());
+  const dueAt = tx.now + holdMs;
+  for (const c of made) {
+    c.id = callbackIds.next();
+    c.dueAt = dueAt;
+  }
   return tx.query(
     named(
-      'svcq_owe_callbacks',
+      'svcq_owe_callbacks_at',
       `INSERT INTO svcq_callbacks (id, queue, item_id, event, url, owed_since, due_at, tries)
-       SELECT id, queue, item_id, event, url, $6, $6, 0 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS c(id, queue, item_id, event, url)`,
+       SELECT id, queue, item_id, event, url, $6, $7, 0 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS c(id, queue, item_id, event, url)`,
+      'generic',
     ),
-    [ids, made.map((c) => c.ref.key), made.map((c) => c.itemId), made.map((c) => c.event), made.map((c) => c.url), tx.now],
+    [made.map((c) => c.id), made.map((c) => c.ref.key), made.map((c) => c.itemId), made.map((c) => c.event), made.map((c) => c.url), tx.now, dueAt],
   );
 }

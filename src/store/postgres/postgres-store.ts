@@ -225,6 +225,8 @@ export class PostgresStore implements Store, EventOutbox {
   /** VACUUM of the groups tables as queues by groups churn them (pg-vacuum.ts). */
   readonly groupsVacuum: GroupsVacuum;
   /** decisions §9.2: settles waiting to go together in one statement (see settleCallback). */
+  /** decisions §9.2: this node's callback delivery, when it takes the callbacks this node makes owed as they are born (see holdOwnCallbacks). */
+  private ownCallbacks: { holdMs: number; wants: () => boolean; deliver: (born: TakenCallback[]) => void } | undefined;
   private settles: Array<{ taken: OwedCallback; retryAt: number | null; outcome: CallbackSettlement; resolve: (s: CallbackSettlement) => void; reject: (err: Error) => void }> = [];
 
   constructor(private readonly options: PostgresStoreOptions) {
@@ -717,6 +719,56 @@ export class PostgresStore implements Store, EventOutbox {
     this.owedMade.listen(listener);
   }
 
+  /** See {@link Store.holdOwnCallbacks}: a take statement less for every batch of callbacks this node makes owed. */
+  holdOwnCallbacks(options: { holdMs: number; wants: () => boolean; deliver: (born: TakenCallback[]) => void }): void {
+    this.ownCallbacks = options;
+  }
+
+  /** How long the callbacks a transaction makes owed are born held by this node: 0 (due at once) unless a delivery here wants them. */
+  private holdFor(tx: Tx): number {
+    const own = this.ownCallbacks;
+    return tx.callbacks.length > 0 && own !== undefined && own.wants() ? own.holdMs : 0;
+  }
+
+  /** A transaction that made callbacks owed committed: those born held go to this node's delivery, the others are due for any taker. */
+  private owedCommitted(tx: Tx): void {
+    const own = this.ownCallbacks;
+    if (own === undefined || tx.callbacks[0]!.dueAt === tx.now) {
+      this.callbacksOwed();
+      return;
+    }
+    own.deliver(
+      tx.callbacks.map((c) => ({
+        id: c.id!,
+        queue: c.ref.key,
+        itemId: c.itemId,
+        event: c.event,
+        url: c.url,
+        owedSince: tx.now,
+        dueAt: c.dueAt!,
+        tries: 0,
+        record: statusOf(c.record, c.links),
+      })),
+    );
+  }
+
+  /** See {@link Store.releaseCallbacks}: one statement, each release guarded on the `due_at` and `tries` taken. */
+  async releaseCallbacks(taken: OwedCallback[]): Promise<void> {
+    if (taken.length === 0) return;
+    try {
+      await this.read(
+        named(
+          'svcq_release_callbacks',
+          `UPDATE svcq_callbacks AS c SET due_at = $4 FROM unnest($1::text[], $2::bigint[], $3::integer[]) AS s(id, due_at, tries)
+            WHERE c.id = s.id AND c.due_at = s.due_at AND c.tries = s.tries`,
+        ),
+        [taken.map((c) => c.id), taken.map((c) => c.dueAt), taken.map((c) => c.tries), this.now()],
+      );
+    } catch (err) {
+      throw err instanceof StoreUnavailable ? err : new StoreUnavailable(err as Error);
+    }
+  }
+
   /** Tells the listeners, once per turn of the event loop, that this node made callbacks owed. */
   private callbacksOwed(): void {
     this.owedMade.raise();
@@ -1011,7 +1063,7 @@ export class PostgresStore implements Store, EventOutbox {
         const finishing = finishTx(tx);
         const limiting = finishLimits(tx);
         limiting?.catch(() => undefined);
-        const owing = finishCallbacks(tx);
+        const owing = finishCallbacks(tx, this.holdFor(tx));
         owing?.catch(() => undefined);
         const archiving = tx.payloads.size > 0 ? writePayloads(tx, [...tx.payloads.values()], tx.now) : undefined;
         committing = client.query('COMMIT');
@@ -1073,7 +1125,7 @@ export class PostgresStore implements Store, EventOutbox {
     for (const key of tx.registered) this.itemIds.known.add(key);
     this.deadlines.committed(tx);
     for (const key of tx.resumed) this.options.notifier?.notify(claimTopic(key));
-    if (tx.callbacks.length > 0) this.callbacksOwed();
+    if (tx.callbacks.length > 0) this.owedCommitted(tx);
     if (tx.changes.length === 0) return;
     if (tx.changes.some((c) => c.events.length > 0)) this.outbox.soon();
     const notifier = this.options.notifier;
