@@ -224,9 +224,9 @@ export class PostgresStore implements Store, EventOutbox {
   private readonly owedMade = new TurnSignal();
   /** VACUUM of the groups tables as queues by groups churn them (pg-vacuum.ts). */
   readonly groupsVacuum: GroupsVacuum;
-  /** decisions §9.2: settles waiting to go together in one statement (see settleCallback). */
   /** decisions §9.2: this node's callback delivery, when it takes the callbacks this node makes owed as they are born (see holdOwnCallbacks). */
   private ownCallbacks: { holdMs: number; wants: () => boolean; deliver: (born: TakenCallback[]) => void } | undefined;
+  /** decisions §9.2: settles waiting to go together in one statement (see settleCallback). */
   private settles: Array<{ taken: OwedCallback; retryAt: number | null; outcome: CallbackSettlement; resolve: (s: CallbackSettlement) => void; reject: (err: Error) => void }> = [];
 
   constructor(private readonly options: PostgresStoreOptions) {
