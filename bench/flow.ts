@@ -13,6 +13,7 @@
  *   --rate-max 1000                 its rateLimit max per second (lower it where the machine cannot lease 1,000 a second)
  *   --rate-batch                    the rate drain claims up to 100 items a claim, handing results in with the next (decisions §3.8)
  *   --rate-workers 12               connections draining in the rate run, spread over the nodes (each claims, then hands its result in)
+ *   --cpu-prof DIR                  profile the servers (written to DIR when they stop)
  *
  * - fairness: two queues of --items items each over --groups groups, one with `fairness: "groups"`,
  *   one plain FIFO. First 10,000 claims from the fair queue (100 at a time): how many groups they
@@ -49,6 +50,7 @@ const { values: opts } = parseArgs({
     'rate-max': { type: 'string', default: '1000' },
     'rate-batch': { type: 'boolean', default: false },
     'rate-workers': { type: 'string', default: '12' },
+    'cpu-prof': { type: 'string' },
   },
 });
 const ITEMS = Number(opts.items);
@@ -79,7 +81,7 @@ async function startNodes(): Promise<void> {
   for (let n = 0; n < NODES; n++) {
     const root = mkdtempSync(path.join(os.tmpdir(), 'svcq-flow-bench-'));
     roots.push(root);
-    nodes.push(await startSvcq({ root, masterToken: MASTER }));
+    nodes.push(await startSvcq({ root, masterToken: MASTER, nodeArgs: opts['cpu-prof'] ? ['--cpu-prof', '--cpu-prof-dir', opts['cpu-prof']] : [] }));
   }
   delete process.env.SVCQ_STORE;
 }
