@@ -12,6 +12,11 @@
  * view shows none owed), so that the delivery's CPU is counted. The figure is the server process's
  * /proc utime+stime over the phase divided by the jobs; the ratio (callback / plain) is taken
  * within each round, and the median and spread (min–max) of the rounds' ratios are printed.
+ *
+ * Beside it, two floors: a plain job plus one bare POST, the POST's CPU measured in a process of
+ * its own (bench/outbound-floor.ts). Sent 32 at a time, one wake-up reads many answers: the least
+ * a POST can cost. Sent at the rate the callback phase ran, each when its time comes, most answers
+ * wake the process for themselves, as a server's callbacks do when items end a few at a time.
  */
 import { execFile } from 'node:child_process';
 import http from 'node:http';
@@ -88,10 +93,13 @@ async function phase(queue: 'plain' | 'cb'): Promise<{ usPerJob: number; rate: n
   return { usPerJob: (cpuMs * 1000) / r.count, rate: r.rate };
 }
 
-/** The floor: µs of CPU one process spends sending `jobs` POSTs with undici to the receiver (bench/outbound-floor.ts). */
-function floor(): Promise<number> {
+/**
+ * The floor: µs of CPU one process spends sending `jobs` POSTs with undici to the receiver
+ * (bench/outbound-floor.ts), 32 at a time, or at `rate` a second (as the callback phase sent them).
+ */
+function floor(rate?: number): Promise<number> {
   return new Promise((resolve, reject) => {
-    execFile(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'outbound-floor.ts'), hook, String(jobs)], (err, stdout) => {
+    execFile(process.execPath, ['--import', 'tsx', path.join(import.meta.dirname, 'outbound-floor.ts'), hook, String(jobs), '32', ...(rate === undefined ? [] : [String(Math.round(rate))])], (err, stdout) => {
       if (err) reject(err);
       else resolve((JSON.parse(stdout) as { usPerPost: number }).usPerPost);
     });
@@ -105,23 +113,28 @@ try {
   await phase('cb');
   const ratios: number[] = [];
   const floors: number[] = [];
+  const pacedFloors: number[] = [];
   for (let n = 0; n < rounds; n++) {
     const order: Array<'plain' | 'cb'> = n % 2 === 0 ? ['plain', 'cb'] : ['cb', 'plain'];
     const got: Record<string, { usPerJob: number; rate: number }> = {};
     for (const side of order) got[side] = await phase(side);
     const post = await floor();
+    const pacedPost = await floor(got.cb!.rate);
     const ratio = got.cb!.usPerJob / got.plain!.usPerJob;
     const floorRatio = (got.plain!.usPerJob + post) / got.plain!.usPerJob;
+    const pacedRatio = (got.plain!.usPerJob + pacedPost) / got.plain!.usPerJob;
     ratios.push(ratio);
     floors.push(floorRatio);
-    console.log(`round ${n + 1}: plain ${got.plain!.usPerJob.toFixed(0)} µs/job (${got.plain!.rate.toFixed(0)} jobs/s), callback ${got.cb!.usPerJob.toFixed(0)} µs/job (${got.cb!.rate.toFixed(0)} jobs/s), ratio ${ratio.toFixed(3)}; one bare POST ${post.toFixed(0)} µs, (plain + it) / plain ${floorRatio.toFixed(3)}`);
+    pacedFloors.push(pacedRatio);
+    console.log(`round ${n + 1}: plain ${got.plain!.usPerJob.toFixed(0)} µs/job (${got.plain!.rate.toFixed(0)} jobs/s), callback ${got.cb!.usPerJob.toFixed(0)} µs/job (${got.cb!.rate.toFixed(0)} jobs/s), ratio ${ratio.toFixed(3)}; one bare POST ${post.toFixed(0)} µs at 32 in flight, (plain + it) / plain ${floorRatio.toFixed(3)}; ${pacedPost.toFixed(0)} µs at ${got.cb!.rate.toFixed(0)} a second, ${pacedRatio.toFixed(3)}`);
   }
   const median = (xs: number[]): string => {
     const sorted = [...xs].sort((a, b) => a - b);
     return `${sorted[Math.floor(sorted.length / 2)]!.toFixed(3)}× (spread ${sorted[0]!.toFixed(3)}–${sorted[sorted.length - 1]!.toFixed(3)})`;
   };
   console.log(`server CPU per job, callback / plain: median ${median(ratios)}; target ≤ 1.15×`);
-  console.log(`the floor, a plain job plus one bare POST and nothing else: median ${median(floors)}`);
+  console.log(`the floor, a plain job plus one bare POST and nothing else, 32 POSTs in flight: median ${median(floors)}`);
+  console.log(`the same, the POSTs sent at the callback phase's rate: median ${median(pacedFloors)}`);
 } finally {
   await server.stop().catch(() => undefined);
   receiver.close();
