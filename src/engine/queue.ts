@@ -579,6 +579,18 @@ export class Queue {
     return t ? this.apply(item, t) : null;
   }
 
+  /**
+   * What a change just made due at once for this item (a retried item whose timeout, counted from
+   * postedAt, has passed; a cancelled one retained for 0 s), applied now: a bulk action applies it
+   * item by item in its batch's order, as the other stores do, not with the next tick (which
+   * would take the batch's items by posting order, and copy them to the dead-letter queue so).
+   */
+  dueNow(item: Item, now: number): Change | null {
+    if (this.items.get(item.id) !== item) return null;
+    const t = rules.due(item, this.config, now, { owed: this.owed.has(item.id), own: item.callback });
+    return t ? this.apply(item, t) : null;
+  }
+
   /** decisions §8.6 bulk cancel of an item this queue holds. */
   cancelItem(item: Item, now: number): Change | null {
     const s = rules.cancel(item, now);

@@ -391,6 +391,8 @@ export class EmbeddedStore implements Store, EventOutbox {
     const changes: Change[] = [];
     const posted: PostedElsewhere = new Map();
     let leaseEnded = false;
+    /** Items the action changed (what that made due at once is in `changes` too, not counted). */
+    let changed = 0;
     for (const item of batch) {
       if (action.kind === 'redrive') {
         const to = sourceOf(item)!;
@@ -400,6 +402,7 @@ export class EmbeddedStore implements Store, EventOutbox {
         if (list) list.push(copy);
         else posted.set(target, [copy]);
         changes.push(queue.redriven(item, `${to.name}/${copy.item.id}`));
+        changed++;
         continue;
       }
       const leased = item.status === 'claimed' || item.status === 'processing';
@@ -407,6 +410,9 @@ export class EmbeddedStore implements Store, EventOutbox {
       if (!change) continue;
       if (leased) leaseEnded = true;
       changes.push(change);
+      changed++;
+      const due = queue.dueNow(item, now);
+      if (due) changes.push(due);
     }
     if (changes.length === 0) {
       await this.synced();
@@ -415,7 +421,7 @@ export class EmbeddedStore implements Store, EventOutbox {
     await this.commit(slot, changes, false, undefined, undefined, posted.size > 0 ? posted : undefined);
     // decisions §8.5: leases ended in a queue with limits: held claims look again.
     if (leaseEnded && (queue.config.maxActive !== null || queue.config.groupMaxActive !== null)) this.options.notifier?.notify(slot.claimTopic);
-    return { changed: changes.length, more };
+    return { changed, more };
   }
 
   async overview(ref: QueueRef, limits: { oldest: number; leases: number }): Promise<QueueOverview> {

@@ -25,4 +25,16 @@ describe('dead letters and bulk actions against the reference model (model-based
       { numRuns: DL_RUNS },
     );
   });
+
+  it('answers as the model does a bulk retry of two items whose timeouts passed together, the later posted one first in claim order by its priority (seed -313295338: the embedded store timed them out again at its next tick, by posting order, so their dead-letter copies came in the other order; decisions §6, §8.6)', async () => {
+    const commands = [
+      { op: 'fail', kind: 'a' },
+      { op: 'base', c: { op: 'post', kind: 'a', n: null, key: null, options: { at: 1699999999000, priority: 1 } } },
+      { op: 'base', c: { op: 'advance', ms: 10022 } },
+      { op: 'base', c: { op: 'advance', ms: 14978 } },
+      { op: 'bulk', queue: 0, kind: 'retry', statuses: ['failed', 'timedout', 'cancelled'], max: 2 },
+      { op: 'dlGet', item: 11 },
+    ];
+    await deadLetterSequence({ name: 'embedded', factory: embedded }, 4, commands as Parameters<typeof deadLetterSequence>[2]);
+  });
 });
