@@ -56,15 +56,19 @@ const LONGEST = [
   'test/push/push-nodes.test.ts',
 ];
 
-/** Runs a command; resolves with its exit code and, when `quiet`, what it printed. */
+/**
+ * Runs a command; resolves with its exit code and what it printed on stdout (and on stderr, when
+ * `quiet`). Unless `quiet`, what it prints is passed on as it comes.
+ */
 function run(command, args, quiet) {
   return new Promise((resolve) => {
-    const child = spawn(command, args, { cwd: repo, stdio: quiet ? ['ignore', 'pipe', 'pipe'] : 'inherit' });
+    const child = spawn(command, args, { cwd: repo, stdio: quiet ? ['ignore', 'pipe', 'pipe'] : ['inherit', 'pipe', 'inherit'] });
     let out = '';
-    if (quiet) {
-      child.stdout.on('data', (c) => (out += c));
-      child.stderr.on('data', (c) => (out += c));
-    }
+    child.stdout.on('data', (c) => {
+      out += c;
+      if (!quiet) process.stdout.write(c);
+    });
+    if (quiet) child.stderr.on('data', (c) => (out += c));
     child.on('close', (code, signal) => resolve({ code: code ?? (signal ? 1 : 0), out }));
   });
 }
@@ -99,5 +103,10 @@ for (const [name, result] of [['type-check', results[0]], ['lint', results[1]]])
 if (results.every((r) => r.code === 0)) console.log(`type-check and lint passed (${at})`);
 const onPostgres = await run(process.execPath, [path.join(repo, 'test', 'http-on-postgres.mjs')], false);
 failed ||= onPostgres.code !== 0;
+// A log kept only by its tail still names what failed: mocha's list of failures is printed again last.
+for (const [name, result] of [['test files', mocha], ['HTTP suites on PostgreSQL', onPostgres]]) {
+  const at = result.out.search(/^\s*\d+ failing/m);
+  if (result.code !== 0 && at !== -1) console.log(`\nnpm test: what failed in the ${name}, again:\n${result.out.slice(at)}`);
+}
 console.log(`npm test: ${failed ? 'failed' : 'passed'} in ${seconds()}`);
 process.exit(failed ? 1 : 0);
