@@ -144,6 +144,8 @@ export class EmbeddedStore implements Store, EventOutbox {
   private readonly callbackCounts = new Map<string, { owed: number; failing: number }>();
   /** decisions §9.2: told once this node's callbacks owed are durable. */
   private readonly owedMade = new TurnSignal();
+  /** decisions §9.2: the callback delivery that takes the callbacks owed as they become durable (see holdOwnCallbacks). */
+  private ownCallbacks: { holdMs: number; wants: () => boolean; deliver: (born: TakenCallback[]) => void } | undefined;
 
   constructor(private readonly options: EmbeddedStoreOptions) {
     this.journal = new Journal({ dir: options.dir, warn: options.warn, compactBytes: options.compactBytes, write: options.write, onFailure: (err) => this.takeBack(err), onGroup: options.observer && ((seconds, appends) => options.observer!.committed(seconds, appends)) });
@@ -474,14 +476,40 @@ export class EmbeddedStore implements Store, EventOutbox {
         (notYet ??= []).push(c);
         continue;
       }
-      const item = this.slots.get(c.queue)?.queue.items.get(c.itemId);
-      const held: OwedCallback = { id: c.id, queue: c.queue, itemId: c.itemId, event: c.event, url: c.url, owedSince: c.owedSince, dueAt: until, tries: c.tries };
-      entry.c = held;
-      this.hold(held);
-      out.push({ id: c.id, queue: c.queue, itemId: c.itemId, event: c.event, url: c.url, owedSince: c.owedSince, dueAt: until, tries: c.tries, record: item ? statusOf(item, item.links ?? undefined) : null });
+      out.push(this.takeOne(entry, c, until));
     }
     if (notYet) for (const c of notYet) this.callbacksDue.push(c.dueAt, c);
     return out;
+  }
+
+  /** Holds a durable callback owed until `until` for an attempt, with its item's status record as it stands. */
+  private takeOne(entry: { c: OwedCallback }, c: OwedCallback, until: number): TakenCallback {
+    const item = this.slots.get(c.queue)?.queue.items.get(c.itemId);
+    const held: OwedCallback = { id: c.id, queue: c.queue, itemId: c.itemId, event: c.event, url: c.url, owedSince: c.owedSince, dueAt: until, tries: c.tries };
+    entry.c = held;
+    this.hold(held);
+    return { ...held, record: item ? statusOf(item, item.links ?? undefined) : null };
+  }
+
+  /**
+   * See {@link Store.holdOwnCallbacks}: no take for a callback's first attempt. The holds are in
+   * memory, as a take's: after a restart every callback owed is due again.
+   */
+  holdOwnCallbacks(options: { holdMs: number; wants: () => boolean; deliver: (born: TakenCallback[]) => void }): void {
+    this.ownCallbacks = options;
+  }
+
+  /** See {@link Store.releaseCallbacks}: each due at once, if it is still the obligation taken. */
+  async releaseCallbacks(taken: OwedCallback[]): Promise<void> {
+    const now = this.now();
+    for (const t of taken) {
+      const entry = this.callbacks.get(t.id);
+      if (!entry || entry.c.dueAt !== t.dueAt || entry.c.tries !== t.tries) continue;
+      this.callbacksHeld.delete(t.id);
+      entry.c = { ...entry.c, dueAt: now };
+      this.callbacksDue.push(now, entry.c);
+    }
+    if (taken.length > 0) this.owedMade.raise();
   }
 
   /** Files a callback taken until its hold ends (see {@link callbacksHeld}). */
@@ -572,11 +600,18 @@ export class EmbeddedStore implements Store, EventOutbox {
         }
       },
       made: () => {
+        const own = this.ownCallbacks;
+        const handing = own !== undefined && !this.closed && own.wants();
+        const born: TakenCallback[] = [];
         for (const c of list) {
           const entry = this.callbacks.get(c.id);
-          if (entry) entry.durable = true;
+          if (!entry) continue;
+          entry.durable = true;
+          // Taken as it becomes takeable, as takeCallbacks would take it (its heap entry is stale from now on).
+          if (handing && entry.c === c) born.push(this.takeOne(entry, c, this.now() + own.holdMs));
         }
-        this.owedMade.raise();
+        if (born.length > 0) own!.deliver(born);
+        else this.owedMade.raise();
       },
     };
   }

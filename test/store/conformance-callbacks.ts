@@ -113,6 +113,48 @@ export function callbackConformance(t: CallbackSuite): void {
       expect(await s().settleCallback(second!, { delivered: true })).to.equal('stale');
     });
 
+    it('a store that holds its own callbacks hands each over once its change is durable, with the record it ended with: no take gets it while held; a release as taken makes it due; the hold runs out as a take\'s; one not wanted is due at once', async function () {
+      const store = s();
+      if (!store.holdOwnCallbacks || !store.releaseCallbacks) return this.skip();
+      const q = t.queue({ callback: HOOK });
+      const born: TakenCallback[] = [];
+      let wants = true;
+      store.holdOwnCallbacks({ holdMs: HOLD, wants: () => wants, deliver: (list) => born.push(...list) });
+      const x = await finishOne(q);
+      expect(born.map((c) => [c.itemId, c.event, c.url, c.tries])).to.deep.equal([[x, 'finished', HOOK, 0]]);
+      expect(born[0]!.record).to.deep.include({ id: x, status: 'finished', result: '{"ok":true}', attempts: 1 });
+      expect(await take(q)).to.deep.equal([]);
+      expect((await store.overview(q, { oldest: 0, leases: 0 })).callbacks).to.deep.equal({ owed: 1, failing: 0 });
+      // Released only as taken (same dueAt and tries): then due at once, for any taker.
+      await store.releaseCallbacks([{ ...born[0]!, tries: 3 }]);
+      expect(await take(q)).to.deep.equal([]);
+      await store.releaseCallbacks([born[0]!]);
+      t.advance(1);
+      const [again] = await take(q);
+      expect(again?.id).to.equal(born[0]!.id);
+      expect(await store.settleCallback(born[0]!, { delivered: true })).to.equal('stale');
+      expect(await store.settleCallback(again!, { delivered: true })).to.equal('delivered');
+      // A born callback settles like a taken one.
+      await finishOne(q);
+      expect(born).to.have.length(2);
+      expect(await store.settleCallback(born[1]!, { delivered: true })).to.equal('delivered');
+      // Not attempted within its hold: any taker gets it then.
+      const z = await finishOne(q);
+      expect(born).to.have.length(3);
+      t.advance(HOLD + 1);
+      const [late] = await take(q);
+      expect(late?.itemId).to.equal(z);
+      expect(await store.settleCallback(late!, { delivered: true })).to.equal('delivered');
+      // While the delivery wants no more, a callback is owed due at once.
+      wants = false;
+      const w = await finishOne(q);
+      expect(born).to.have.length(3);
+      const [owed, ...rest] = await take(q);
+      expect([owed?.itemId, rest]).to.deep.equal([w, []]);
+      expect(await store.settleCallback(owed!, { delivered: true })).to.equal('delivered');
+      expect((await store.overview(q, { oldest: 0, leases: 0 })).callbacks).to.deep.equal({ owed: 0, failing: 0 });
+    });
+
     it('a failed attempt is tried again after 1 s, then 2 s, 4 s …; failing shows; 24 hours after the item ended it is dropped with a callback-dropped event', async () => {
       const q = t.queue({ callback: HOOK });
       const id = await finishOne(q);
