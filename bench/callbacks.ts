@@ -3,9 +3,13 @@
  * → result on a queue without a callback and on one whose `callback` is a local node:http receiver
  * answering 200 at once, in alternating rounds on one server.
  *
- *   npm run build && node --import tsx bench/callbacks.ts [--rounds 3] [--jobs 8000] [--in-flight 32] [--store postgres://USER@HOST:PORT/DB]
+ *   npm run build && node --import tsx bench/callbacks.ts [--rounds 3] [--jobs 8000] [--in-flight 32] [--pace N] [--store postgres://USER@HOST:PORT/DB]
  *
  * `--cpu-prof DIR` profiles the server (written to DIR when it stops).
+ *
+ * Each round also runs the plain queue a second time, its posts paced at the rate the callback
+ * phase ran: a server that runs slower batches less and pays more per job for it, so this ratio
+ * is the callbacks' own cost at the same pace. `--pace N` paces both sides at N posts a second.
  *
  * A phase is bench/load.ts's `cycle` (producers posting, workers claiming with a long poll and
  * posting results); on the callback queue it ends once every callback is delivered (the queue's
@@ -37,6 +41,7 @@ const { values: opts } = parseArgs({
     rounds: { type: 'string', default: '3' },
     jobs: { type: 'string', default: '8000' },
     'in-flight': { type: 'string', default: '32' },
+    pace: { type: 'string' },
     store: { type: 'string' },
     'cpu-prof': { type: 'string' },
   },
@@ -45,6 +50,8 @@ const { values: opts } = parseArgs({
 const rounds = Number(opts.rounds);
 const jobs = Number(opts.jobs);
 const inFlight = Number(opts['in-flight']);
+/** `--pace N`: both sides post N items a second (each post waits for its time), below what the machine can do, so that neither side batches more for being busier. */
+const pace = opts.pace === undefined ? undefined : Number(opts.pace);
 
 let received = 0;
 const receiver = http.createServer((req, res) => {
@@ -80,17 +87,22 @@ async function owed(queue: string): Promise<number> {
 }
 
 /** One phase: server CPU µs per job. */
-async function phase(queue: 'plain' | 'cb'): Promise<{ usPerJob: number; rate: number }> {
+async function phase(queue: 'plain' | 'cb', postsPerSecond?: number): Promise<{ usPerJob: number; rate: number; behind: number; tailMs: number }> {
   const before = received;
   const cpu0 = cpuMsOf(server.pid);
-  const r = await runLoad({ mode: 'cycle', url: server.url, host: HOST, queue, inFlight, durationMs: 120_000, maxCount: jobs, itemBytes: 190, recordLatency: false });
+  const r = await runLoad({ mode: 'cycle', url: server.url, host: HOST, queue, inFlight, durationMs: 120_000, maxCount: jobs, itemBytes: 190, recordLatency: false, postsPerSecond });
   if (r.errors > 0) throw new Error(`${queue}: ${r.errors} errors, the first: ${r.firstError}`);
+  let behind = 0;
+  let tailMs = 0;
   if (queue === 'cb') {
     // Every callback delivered and settled before the CPU is read.
+    behind = r.count - (received - before);
+    const t = performance.now();
     while (received - before < r.count || (await owed(queue)) > 0) await new Promise((resolve) => setTimeout(resolve, 50));
+    tailMs = performance.now() - t;
   }
   const cpuMs = cpuMsOf(server.pid) - cpu0;
-  return { usPerJob: (cpuMs * 1000) / r.count, rate: r.rate };
+  return { usPerJob: (cpuMs * 1000) / r.count, rate: r.rate, behind, tailMs };
 }
 
 /**
@@ -107,17 +119,22 @@ function floor(rate?: number): Promise<number> {
 }
 
 try {
-  console.log(`callbacks bench: ${rounds} rounds of ${jobs} jobs per side, ${inFlight} in flight, ${store ? 'PostgreSQL' : 'embedded'} store`);
+  console.log(`callbacks bench: ${rounds} rounds of ${jobs} jobs per side, ${inFlight} in flight, ${store ? 'PostgreSQL' : 'embedded'} store${pace === undefined ? '' : `, both sides posting ${pace} items a second`}`);
   // Warm-up of both sides.
-  await phase('plain');
-  await phase('cb');
+  await phase('plain', pace);
+  await phase('cb', pace);
   const ratios: number[] = [];
   const floors: number[] = [];
   const pacedFloors: number[] = [];
+  const pacedPlain: number[] = [];
   for (let n = 0; n < rounds; n++) {
     const order: Array<'plain' | 'cb'> = n % 2 === 0 ? ['plain', 'cb'] : ['cb', 'plain'];
-    const got: Record<string, { usPerJob: number; rate: number }> = {};
-    for (const side of order) got[side] = await phase(side);
+    const got: Record<string, { usPerJob: number; rate: number; behind: number; tailMs: number }> = {};
+    for (const side of order) got[side] = await phase(side, pace);
+    // The plain queue again, its posts paced at the rate the callback phase ran: the same work at
+    // the same pace (a server that runs slower batches less, and pays more per job for it).
+    const paced = await phase('plain', got.cb!.rate);
+    pacedPlain.push(got.cb!.usPerJob / paced.usPerJob);
     const post = await floor();
     const pacedPost = await floor(got.cb!.rate);
     const ratio = got.cb!.usPerJob / got.plain!.usPerJob;
@@ -126,13 +143,14 @@ try {
     ratios.push(ratio);
     floors.push(floorRatio);
     pacedFloors.push(pacedRatio);
-    console.log(`round ${n + 1}: plain ${got.plain!.usPerJob.toFixed(0)} µs/job (${got.plain!.rate.toFixed(0)} jobs/s), callback ${got.cb!.usPerJob.toFixed(0)} µs/job (${got.cb!.rate.toFixed(0)} jobs/s), ratio ${ratio.toFixed(3)}; one bare POST ${post.toFixed(0)} µs at 32 in flight, (plain + it) / plain ${floorRatio.toFixed(3)}; ${pacedPost.toFixed(0)} µs at ${got.cb!.rate.toFixed(0)} a second, ${pacedRatio.toFixed(3)}`);
+    console.log(`round ${n + 1}: plain ${got.plain!.usPerJob.toFixed(0)} µs/job (${got.plain!.rate.toFixed(0)} jobs/s), callback ${got.cb!.usPerJob.toFixed(0)} µs/job (${got.cb!.rate.toFixed(0)} jobs/s; ${got.cb!.behind} callbacks not yet received when the last job ended, ${got.cb!.tailMs.toFixed(0)} ms to deliver them), ratio ${ratio.toFixed(3)}; plain at that pace ${paced.usPerJob.toFixed(0)} µs/job (${paced.rate.toFixed(0)} jobs/s), ratio ${(got.cb!.usPerJob / paced.usPerJob).toFixed(3)}; one bare POST ${post.toFixed(0)} µs at 32 in flight, (plain + it) / plain ${floorRatio.toFixed(3)}; ${pacedPost.toFixed(0)} µs at ${got.cb!.rate.toFixed(0)} a second, ${pacedRatio.toFixed(3)}`);
   }
   const median = (xs: number[]): string => {
     const sorted = [...xs].sort((a, b) => a - b);
     return `${sorted[Math.floor(sorted.length / 2)]!.toFixed(3)}× (spread ${sorted[0]!.toFixed(3)}–${sorted[sorted.length - 1]!.toFixed(3)})`;
   };
   console.log(`server CPU per job, callback / plain: median ${median(ratios)}; target ≤ 1.15×`);
+  console.log(`the same, against the plain queue paced at the callback phase's rate: median ${median(pacedPlain)}`);
   console.log(`the floor, a plain job plus one bare POST and nothing else, 32 POSTs in flight: median ${median(floors)}`);
   console.log(`the same, the POSTs sent at the callback phase's rate: median ${median(pacedFloors)}`);
 } finally {

@@ -305,8 +305,14 @@ async function cycle(): Promise<void> {
   let finish: () => void = () => {};
   const finished = new Promise<void>((resolve) => (finish = () => ((stopped = true), resolve())));
   const ended = (): boolean => stopped || count >= spec.maxCount || errors >= maxErrors || performance.now() >= deadline;
+  const pace = spec.postsPerSecond;
   const producer = async (conn: Sender): Promise<void> => {
     while (more()) {
+      if (pace !== undefined) {
+        const wait = t0 + (started * 1000) / pace - performance.now();
+        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+        if (!more()) break;
+      }
       started++;
       try {
         await post(conn);

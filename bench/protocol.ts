@@ -46,6 +46,8 @@ export interface LoadSpec {
   delayS?: number;
   /** `drain`: each claim waits up to this many seconds (decisions §3.3 `wait`), so that a claim a rate limit holds back is answered when the window moves on instead of ending the drain. */
   claimWaitS?: number;
+  /** `cycle`: the producers together post at most this many items a second (each post waits for its time), so that a phase runs at a given pace. */
+  postsPerSecond?: number;
 }
 
 export interface LatencySummary {
