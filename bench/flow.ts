@@ -7,6 +7,7 @@
  *   --groups 10000                  groups they are spread over (the first holds half the items)
  *   --rounds 3                      paired slices (fairness) or cycles (limits) per side
  *   --seconds 3                     seconds per drain slice (fairness)
+ *   --drain-connections 8           connections draining each queue in the fairness phase (each claims one item, then posts its result)
  *   --jobs 4000                     jobs per full cycle (limits)
  *   --nodes 1                       servers on the database (PostgreSQL only; 3 for the multi-node figures)
  *   --rate-seconds 30               length of the rate-limit accuracy run
@@ -17,7 +18,7 @@
  *
  * - fairness: two queues of --items items each over --groups groups, one with `fairness: "groups"`,
  *   one plain FIFO. First 10,000 claims from the fair queue (100 at a time): how many groups they
- *   reach. Then drain slices (claim and result, 8 connections) taking turns between the two queues:
+ *   reach. Then drain slices (claim and result, --drain-connections connections) taking turns between the two queues:
  *   the ratio of the fair queue's rate to the FIFO queue's, per round.
  * - limits: full cycles (post, claim, result) on a queue with `maxActive` and `rateLimit` set too
  *   high to bind, and on one without, taking turns (after a warm-up of --jobs/4 on each): ratios
@@ -50,6 +51,7 @@ const { values: opts } = parseArgs({
     'rate-max': { type: 'string', default: '1000' },
     'rate-batch': { type: 'boolean', default: false },
     'rate-workers': { type: 'string', default: '12' },
+    'drain-connections': { type: 'string', default: '8' },
     'cpu-prof': { type: 'string' },
   },
 });
@@ -63,6 +65,7 @@ const RATE_SECONDS = Number(opts['rate-seconds']);
 const RATE_MAX = Number(opts['rate-max']);
 const RATE_BATCH = opts['rate-batch'];
 const RATE_WORKERS = Number(opts['rate-workers']);
+const DRAIN_CONNECTIONS = Number(opts['drain-connections']);
 const phases = new Set(opts.phases.split(','));
 const HOST = 'flow.bench';
 const MASTER = 'master-flow-bench-0123456789abcdef';
@@ -202,9 +205,9 @@ async function fairnessPhase(): Promise<void> {
   const ratios: number[] = [];
   // A warm-up slice of each first (not counted), and the two sides in turn first: the first slice
   // on a fresh server measured its start (code not yet optimised) on whichever side came first.
-  for (const q of ['fair', 'fifo']) await timed(spec('drain', q, { durationMs: 1000 }));
+  for (const q of ['fair', 'fifo']) await timed(spec('drain', q, { durationMs: 1000, inFlight: DRAIN_CONNECTIONS }));
   for (let round = 0; round < ROUNDS; round++) {
-    const side = async (q: string): Promise<{ r: LoadResult; db: number }> => ({ r: await timed(spec('drain', q, {})), db: lastDatabaseCpuMs });
+    const side = async (q: string): Promise<{ r: LoadResult; db: number }> => ({ r: await timed(spec('drain', q, { inFlight: DRAIN_CONNECTIONS })), db: lastDatabaseCpuMs });
     let f: { r: LoadResult; db: number };
     let p: { r: LoadResult; db: number };
     if (round % 2 === 0) {
@@ -219,7 +222,7 @@ async function fairnessPhase(): Promise<void> {
     ratios.push(fair.rate / fifo.rate);
     const perClaim = (ms: number, r: LoadResult): string => `${((ms * 1000) / Math.max(1, r.count)).toFixed(0)} µs`;
     const cpu = (r: LoadResult, db: number): string => `server ${perClaim(r.serverCpuMs!, r)}${database ? `, database ${perClaim(db, r)}` : ''} CPU per claim`;
-    log(`  round ${round + 1}: fair ${fair.rate.toFixed(0)}/s (${cpu(fair, fairDb)}), fifo ${fifo.rate.toFixed(0)}/s (${cpu(fifo, fifoDb)}) (claim and result, 8 connections)`);
+    log(`  round ${round + 1}: fair ${fair.rate.toFixed(0)}/s (${cpu(fair, fairDb)}), fifo ${fifo.rate.toFixed(0)}/s (${cpu(fifo, fifoDb)}) (claim and result, ${DRAIN_CONNECTIONS} connections)`);
   }
   log(`fairness: fair/fifo drain rate ${ratio(ratios)} (target ≥ 0.8)`);
 }
