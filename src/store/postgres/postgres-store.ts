@@ -103,24 +103,6 @@ const MAX_FOLD = 256;
 /** Times a transaction rolled back by a deadlock, a serialization failure or a lost race is run again. */
 const MAX_RETRIES = 5;
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 /** A call waiting for its transaction. */
 interface Op {
   ref: QueueRef;
