@@ -13,6 +13,12 @@ import { sign } from './sign.js';
 const CLAIM_WAIT_MS = 30_000;
 /** After the store failed a claim (a database away), the pause before the next. */
 const STORE_RETRY_MS = 1000;
+/**
+ * Claims of one push queue under way at once on a node, each for slots the others do not ask
+ * for: a slot freed while one claim is under way is asked for by the next at once, rather than
+ * after that claim's transaction (on PostgreSQL, milliseconds) comes back.
+ */
+const CLAIMS_AT_ONCE = 2;
 
 /** decisions §9.1: the outcome label of `svcq_push_requests_total`. */
 export type PushOutcome = 'delivered' | 'answered-error' | 'timeout' | 'connection-failed';
@@ -132,6 +138,13 @@ class PushLane {
   readonly inFlight = new Map<string, InFlight>();
   /** Requests under way: what `concurrency` bounds. */
   private requests = 0;
+  /** Claims under way, and the slots they asked for together (not free for another claim until each comes back). */
+  private claims = 0;
+  private asked = 0;
+  /** Set by a claim that ended the lane (its queue withdrawn) or failed in the store (when to claim again). */
+  private withdrawn = false;
+  private retryAt = 0;
+  private readonly claimsEnded: Array<() => void> = [];
   last: PushView['last'] = null;
   consecutiveFailures = 0;
   lastError: string | null = null;
@@ -173,24 +186,53 @@ class PushLane {
         await this.pause();
         continue;
       }
-      const free = push.concurrency - this.requests;
-      if (free <= 0) {
+      if (this.withdrawn) break;
+      const retryIn = this.retryAt - Date.now();
+      if (retryIn > 0) {
+        await this.pause(retryIn);
+        continue;
+      }
+      const free = push.concurrency - this.requests - this.asked;
+      if (free <= 0 || this.claims >= CLAIMS_AT_ONCE) {
         await this.pause();
         continue;
       }
-      let claimed: Claimed[];
-      try {
-        claimed = await this.deps.waits.claimMany(ref, { worker: this.worker, waitMs: CLAIM_WAIT_MS, max: free, signal: this.wait.signal, current: () => this.current() });
-      } catch (err) {
-        if (err instanceof QueueWithdrawn) break;
-        if (this.stopping) break;
-        this.deps.warn(`push queue ${this.key}: a claim failed (${(err as Error).message}); trying again`);
-        await this.pause(STORE_RETRY_MS);
-        continue;
-      }
-      for (const item of claimed) this.start(ref, item);
+      this.claim(ref, free);
     }
+    await this.claimsDone();
     await this.drained();
+  }
+
+  /** One claim of up to `max` items, under way beside the loop: each item it gets is delivered at once. */
+  private claim(ref: QueueRef & { config: { push: PushConfig } }, max: number): void {
+    this.claims += 1;
+    this.asked += max;
+    this.deps.waits
+      .claimMany(ref, { worker: this.worker, waitMs: CLAIM_WAIT_MS, max, signal: this.wait.signal, current: () => this.current() })
+      .then(
+        (claimed) => {
+          for (const item of claimed) this.start(ref, item);
+        },
+        (err: unknown) => {
+          if (err instanceof QueueWithdrawn) this.withdrawn = true;
+          else if (!this.stopping) {
+            this.deps.warn(`push queue ${this.key}: a claim failed (${(err as Error).message}); trying again`);
+            this.retryAt = Date.now() + STORE_RETRY_MS;
+          }
+        },
+      )
+      .finally(() => {
+        this.claims -= 1;
+        this.asked -= max;
+        if (this.claims === 0) for (const resolve of this.claimsEnded.splice(0)) resolve();
+        this.wakeUp();
+      });
+  }
+
+  /** Resolves once no claim is under way (their items started). */
+  private claimsDone(): Promise<void> {
+    if (this.claims === 0) return Promise.resolve();
+    return new Promise<void>((resolve) => this.claimsEnded.push(resolve));
   }
 
   /** Waits until woken (a delivery ended, a definition changed, a stop), or `ms` passed. */
