@@ -1,5 +1,5 @@
 /**
- * `npm run bench:push -- [--items 20000] [--concurrency 32] [--rounds 3] [--store postgres://USER@HOST:PORT/DB]`:
+ * `npm run bench:push -- [--items 20000] [--concurrency 32] [--rounds 3] [--store postgres://USER@HOST:PORT/DB] [--cpu-prof DIR]`:
  * a push queue (decisions §9.1) against workers doing the same work, on the same server in the same
  * run. With `--store`, the server keeps its items in a fresh database made on that PostgreSQL
  * server (dropped after).
@@ -28,6 +28,7 @@ const { values: opts } = parseArgs({
   options: {
     items: { type: 'string', default: '20000' },
     concurrency: { type: 'string', default: '32' },
+    'cpu-prof': { type: 'string' },
     rounds: { type: 'string', default: '3' },
     store: { type: 'string' },
   },
@@ -52,7 +53,7 @@ const database = opts.store ? await freshDatabase(opts.store, 'svcq_bench_push')
 
 const dir = mkdtempSync(path.join(os.tmpdir(), 'svcq-bench-push-'));
 const target = await startFloor({ durable: false, dir });
-const server = await startSvcq({ root: path.join(dir, 'root'), masterToken: MASTER, args: ['--push-allow', `${target.url}/`, ...(database ? ['--store', database.url] : [])] });
+const server = await startSvcq({ root: path.join(dir, 'root'), masterToken: MASTER, nodeArgs: opts['cpu-prof'] ? ['--cpu-prof', '--cpu-prof-dir', opts['cpu-prof']] : [], args: ['--push-allow', `${target.url}/`, ...(database ? ['--store', database.url] : [])] });
 log(`svcq on ${server.url} (${database ? 'PostgreSQL' : 'embedded'} store), target ${target.url}; ${ITEMS} items per side, concurrency ${CONCURRENCY}, ${ROUNDS} rounds`);
 
 async function call(method: string, p: string, body?: string, host = new URL(server.url).host): Promise<unknown> {
