@@ -144,6 +144,8 @@ class PushLane {
   /** Set by a claim that ended the lane (its queue withdrawn) or failed in the store (when to claim again). */
   private withdrawn = false;
   private retryAt = 0;
+  /** The server's stop abandoned this lane's deliveries (see {@link abandon}). */
+  private abandoned = false;
   private readonly claimsEnded: Array<() => void> = [];
   last: PushView['last'] = null;
   consecutiveFailures = 0;
@@ -199,7 +201,6 @@ class PushLane {
       }
       this.claim(ref, free);
     }
-    await this.claimsDone();
     await this.drained();
   }
 
@@ -265,19 +266,23 @@ class PushLane {
     this.wakeUp();
   }
 
-  /** Abandons every delivery still in flight: each is released rather than recorded. */
+  /** Abandons every delivery still in flight, and any a claim still under way brings: each is released rather than recorded. */
   abandon(): void {
+    this.abandoned = true;
     for (const delivery of this.inFlight.values()) delivery.abort.abort();
   }
 
-  /** Resolves once no delivery is in flight. */
-  drained(): Promise<void> {
-    if (this.inFlight.size === 0) return Promise.resolve();
-    return new Promise<void>((resolve) => this.idle.push(resolve));
+  /** Resolves once no claim is under way and no delivery is in flight. */
+  async drained(): Promise<void> {
+    await this.claimsDone();
+    if (this.inFlight.size === 0) return;
+    await new Promise<void>((resolve) => this.idle.push(resolve));
   }
 
   private start(ref: QueueRef & { config: { push: PushConfig } }, item: Claimed): void {
     const delivery: InFlight = { abort: new AbortController(), answered: false };
+    // Claimed as the stop's grace ran out: released at once, not sent.
+    if (this.abandoned) delivery.abort.abort();
     this.inFlight.set(item.id, delivery);
     this.requests += 1;
     this.deliver(ref, item, delivery)
@@ -309,7 +314,7 @@ class PushLane {
     const ref = this.current() ?? claimedAs;
     const push = ref.config.push;
     const { store } = this.deps;
-    if (!this.deps.allow.allows(push.url)) {
+    if (!this.deps.allow.allows(push.url) || delivery.abort.signal.aborted) {
       await store.release(ref, item.id, 0);
       return;
     }
