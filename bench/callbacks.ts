@@ -86,8 +86,16 @@ async function owed(queue: string): Promise<number> {
   return view.callbacks?.owed ?? 0;
 }
 
+/** What one phase measured: the server's CPU µs per job, its rate, and (callbacks) how many trailed its last job and how long they took. */
+interface PhaseResult {
+  usPerJob: number;
+  rate: number;
+  behind: number;
+  tailMs: number;
+}
+
 /** One phase: server CPU µs per job. */
-async function phase(queue: 'plain' | 'cb', postsPerSecond?: number): Promise<{ usPerJob: number; rate: number; behind: number; tailMs: number }> {
+async function phase(queue: 'plain' | 'cb', postsPerSecond?: number): Promise<PhaseResult> {
   const before = received;
   const cpu0 = cpuMsOf(server.pid);
   const r = await runLoad({ mode: 'cycle', url: server.url, host: HOST, queue, inFlight, durationMs: 120_000, maxCount: jobs, itemBytes: 190, recordLatency: false, postsPerSecond });
@@ -129,7 +137,7 @@ try {
   const pacedPlain: number[] = [];
   for (let n = 0; n < rounds; n++) {
     const order: Array<'plain' | 'cb'> = n % 2 === 0 ? ['plain', 'cb'] : ['cb', 'plain'];
-    const got: Record<string, { usPerJob: number; rate: number; behind: number; tailMs: number }> = {};
+    const got: Record<string, PhaseResult> = {};
     for (const side of order) got[side] = await phase(side, pace);
     // The plain queue again, its posts paced at the rate the callback phase ran: the same work at
     // the same pace (a server that runs slower batches less, and pays more per job for it).

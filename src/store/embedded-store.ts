@@ -602,13 +602,14 @@ export class EmbeddedStore implements Store, EventOutbox {
       made: () => {
         const own = this.ownCallbacks;
         const handing = own !== undefined && !this.closed && own.wants();
+        const until = handing ? this.now() + own.holdMs : 0;
         const born: TakenCallback[] = [];
         for (const c of list) {
           const entry = this.callbacks.get(c.id);
           if (!entry) continue;
           entry.durable = true;
           // Taken as it becomes takeable, as takeCallbacks would take it (its heap entry is stale from now on).
-          if (handing && entry.c === c) born.push(this.takeOne(entry, c, this.now() + own.holdMs));
+          if (handing && entry.c === c) born.push(this.takeOne(entry, c, until));
         }
         if (born.length > 0) own!.deliver(born);
         else this.owedMade.raise();
