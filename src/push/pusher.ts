@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import type { QueueRuntime } from '../definitions/registry.js';
-import type { PushConfig } from '../engine/config.js';
+import type { PushConfig, QueueConfig } from '../engine/config.js';
+import { hasLimits } from '../engine/limits.js';
 import type { PushState } from '../operators/answers.js';
 import type { Delivery, RetryWish } from '../engine/rules.js';
 import type { Claimed, QueueRef, Store } from '../store/store.js';
@@ -19,6 +20,18 @@ const STORE_RETRY_MS = 1000;
  * after that claim's transaction (on PostgreSQL, milliseconds) comes back.
  */
 const CLAIMS_AT_ONCE = 2;
+/** A lease left shorter than the delivery's timeout and this: the item claimed ahead is released rather than sent. */
+const LEASE_MARGIN_MS = 1000;
+
+/**
+ * Items a lane claims ahead of its free slots, as `svcq work` prefetches: up to `concurrency`, on
+ * a queue with no limit and no fair turns (there every lease counts against the limits or the
+ * turns, and is taken only for a request that goes out at once). A request that ends starts the
+ * next item claimed ahead at once, without waiting for a claim's round trip to the store.
+ */
+function claimedAhead(config: QueueConfig, push: PushConfig): number {
+  return hasLimits(config) || config.fairness === 'groups' ? 0 : push.concurrency;
+}
 
 /** decisions §9.1: the outcome label of `svcq_push_requests_total`. */
 export type PushOutcome = 'delivered' | 'answered-error' | 'timeout' | 'connection-failed';
@@ -126,6 +139,9 @@ export class Pusher {
   }
 }
 
+/** A push queue as a lane claims from it. */
+type PushRef = QueueRef & { config: { push: PushConfig } };
+
 /** One delivery under way: its abort (a stop), and whether its request has ended (its slot is free). */
 interface InFlight {
   abort: AbortController;
@@ -138,6 +154,8 @@ class PushLane {
   readonly inFlight = new Map<string, InFlight>();
   /** Requests under way: what `concurrency` bounds. */
   private requests = 0;
+  /** Items claimed ahead, waiting for a request to end (see {@link claimedAhead}). */
+  private readonly ahead: Array<{ ref: PushRef; item: Claimed }> = [];
   /** Claims under way, and the slots they asked for together (not free for another claim until each comes back). */
   private claims = 0;
   private asked = 0;
@@ -165,10 +183,10 @@ class PushLane {
   ) {}
 
   /** The queue as it stands now, while it is a push queue. */
-  private current(): (QueueRef & { config: { push: PushConfig } }) | undefined {
+  private current(): PushRef | undefined {
     const q = this.deps.queue(this.key);
     if (!q?.config.push) return undefined;
-    return { key: q.key, host: q.host, name: q.name, config: q.config as QueueRef['config'] & { push: PushConfig } };
+    return { key: q.key, host: q.host, name: q.name, config: q.config as PushRef['config'] };
   }
 
   /** Claims while the queue is a push queue and the server runs; resolves once its last delivery has ended. */
@@ -194,25 +212,31 @@ class PushLane {
         await this.pause(retryIn);
         continue;
       }
-      const free = push.concurrency - this.requests - this.asked;
+      const free = push.concurrency + claimedAhead(ref.config, push) - this.requests - this.ahead.length - this.asked;
       if (free <= 0 || this.claims >= CLAIMS_AT_ONCE) {
         await this.pause();
         continue;
       }
       this.claim(ref, free);
     }
+    this.releaseAhead();
     await this.drained();
   }
 
-  /** One claim of up to `max` items, under way beside the loop: each item it gets is delivered at once. */
-  private claim(ref: QueueRef & { config: { push: PushConfig } }, max: number): void {
+  /** One claim of up to `max` items, under way beside the loop: each item it gets is delivered at once while a slot is free, else kept to go out as one frees. */
+  private claim(ref: PushRef, max: number): void {
     this.claims += 1;
     this.asked += max;
     this.deps.waits
       .claimMany(ref, { worker: this.worker, waitMs: CLAIM_WAIT_MS, max, signal: this.wait.signal, current: () => this.current() })
       .then(
         (claimed) => {
-          for (const item of claimed) this.start(ref, item);
+          for (const item of claimed) {
+            if (this.requests < ref.config.push.concurrency) this.start(ref, item);
+            // Brought by a claim under way as the server stops: released, not sent.
+            else if (this.stopping) this.start(ref, item, true);
+            else this.ahead.push({ ref, item });
+          }
         },
         (err: unknown) => {
           if (err instanceof QueueWithdrawn) this.withdrawn = true;
@@ -263,7 +287,13 @@ class PushLane {
   stopClaiming(): void {
     this.stopping = true;
     this.wait.abort();
+    this.releaseAhead();
     this.wakeUp();
+  }
+
+  /** The items claimed ahead are released (pending again at once, their attempt not counted), not sent. */
+  private releaseAhead(): void {
+    for (const { ref, item } of this.ahead.splice(0)) this.start(ref, item, true);
   }
 
   /** Abandons every delivery still in flight, and any a claim still under way brings: each is released rather than recorded. */
@@ -279,10 +309,10 @@ class PushLane {
     await new Promise<void>((resolve) => this.idle.push(resolve));
   }
 
-  private start(ref: QueueRef & { config: { push: PushConfig } }, item: Claimed): void {
+  private start(ref: PushRef, item: Claimed, release = false): void {
     const delivery: InFlight = { abort: new AbortController(), answered: false };
-    // Claimed as the stop's grace ran out: released at once, not sent.
-    if (this.abandoned) delivery.abort.abort();
+    // Claimed as the stop's grace ran out, or claimed ahead and not to be sent: released at once.
+    if (this.abandoned || release) delivery.abort.abort();
     this.inFlight.set(item.id, delivery);
     this.requests += 1;
     this.deliver(ref, item, delivery)
@@ -306,10 +336,16 @@ class PushLane {
     if (delivery.answered) return;
     delivery.answered = true;
     this.requests -= 1;
+    const next = this.ahead.shift();
+    if (next !== undefined) {
+      const ref = this.current() ?? next.ref;
+      // A lease that could end before the delivery's answer: released, to be claimed again.
+      this.start(next.ref, next.item, next.item.lease.until - Date.now() < ref.config.push.timeoutMs + LEASE_MARGIN_MS);
+    }
     this.wakeUp();
   }
 
-  private async deliver(claimedAs: QueueRef & { config: { push: PushConfig } }, item: Claimed, delivery: InFlight): Promise<void> {
+  private async deliver(claimedAs: PushRef, item: Claimed, delivery: InFlight): Promise<void> {
     // The rules as they stand now (a definition put since the claim), the URL checked again.
     const ref = this.current() ?? claimedAs;
     const push = ref.config.push;
