@@ -35,6 +35,8 @@ export interface PushState {
   /** Deliveries in flight on this node now, and the most it makes at once (`concurrency`). */
   inFlight: number;
   concurrency: number;
+  /** Items this node claimed ahead of its requests, leased and waiting for a request to end (absent from servers before it claimed ahead). */
+  claimedAhead?: number;
   /** This node's last delivery: delivered or failed, its status code (null: none came), its time (ms), when it ended (ms since the epoch); null before the first. */
   last: { outcome: 'delivered' | 'failed'; code: number | null; ms: number; at: number } | null;
   /** Deliveries that failed in a row on this node since the last one delivered. */

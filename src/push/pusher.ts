@@ -111,6 +111,7 @@ export class Pusher {
       url: push.url,
       inFlight: lane?.inFlight.size ?? 0,
       concurrency: push.concurrency,
+      claimedAhead: lane?.claimedAhead ?? 0,
       last: lane?.last ?? null,
       consecutiveFailures: lane?.consecutiveFailures ?? 0,
       failing: refused || (lane?.consecutiveFailures ?? 0) > 0,
@@ -156,6 +157,9 @@ class PushLane {
   private requests = 0;
   /** Items claimed ahead, waiting for a request to end (see {@link claimedAhead}). */
   private readonly ahead: Array<{ ref: PushRef; item: Claimed }> = [];
+  get claimedAhead(): number {
+    return this.ahead.length;
+  }
   /** Claims under way, and the slots they asked for together (not free for another claim until each comes back). */
   private claims = 0;
   private asked = 0;

@@ -229,6 +229,8 @@ describe('svcq queue shows a push queue\'s target and its health (decisions §9.
     const failing: QueueDetail = { ...detailFrom(0), push: { ...base, inFlight: 0, last: { outcome: 'failed', code: null, ms: 30000, at: NOW }, consecutiveFailures: 3, failing: true, lastError: 'no answer within 30 s' } };
     expect(pushLines(failing).slice(1)).to.deep.include.members(['target: failing (3 in a row), 0 of 10 deliveries in flight on this node', 'last error: no answer within 30 s']);
     expect(pushLines(failing)[2]).to.match(/^last delivery: failed, no answer in 30000 ms/);
+    const ahead: QueueDetail = { ...detailFrom(0), push: { ...base, claimedAhead: 10, last: null } };
+    expect(pushLines(ahead)[1]).to.equal('target: no delivery yet, 2 of 10 deliveries in flight on this node, 10 claimed ahead');
   });
 
   it('a URL outside --push-allow says so; nothing for a queue that is not a push queue', () => {

@@ -337,7 +337,8 @@ export function pushLines(q: QueueEntry): string[] {
   const p = q.push;
   if (!p) return [];
   const lines = [`${chalk.bold('push to:')} ${printable(p.url)}`];
-  const inFlight = `${p.inFlight} of ${p.concurrency} deliveries in flight on this node`;
+  const ahead = p.claimedAhead ? `, ${p.claimedAhead} claimed ahead` : '';
+  const inFlight = `${p.inFlight} of ${p.concurrency} deliveries in flight on this node${ahead}`;
   lines.push(`${chalk.bold('target:')} ${pushHealth(q) ?? ''}, ${inFlight}`);
   if (p.last) lines.push(`${chalk.bold('last delivery:')} ${p.last.outcome}${p.last.code === null ? ', no answer' : ` (${p.last.code})`} in ${p.last.ms} ms at ${localTime(p.last.at)}`);
   if (p.lastError !== null && p.failing) lines.push(`${chalk.bold('last error:')} ${chalk.red(printable(p.lastError))}`);
