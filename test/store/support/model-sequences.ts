@@ -80,10 +80,24 @@ export function fromEachRuns(runs: number, initials: readonly unknown[] = CONFIG
  * `initials` (every definition, unless told): a few runs of a slow store still begin once from
  * each, where a first definition drawn at random would leave some out. Each is a property of its
  * own, so fast-check prints the seed and the shrunk sequence of the one that fails.
+ *
+ * With `endBy` (a time, as Date.now gives it, before the test's own timeout): a sequence that has
+ * not ended after `sequenceMs` fails as any other failure, and the search for a shorter failing
+ * sequence stops at `endBy`, so that the failure is reported with the sequence found so far
+ * rather than lost in the test's timeout (on PostgreSQL every sequence tried makes a database).
  */
-export async function fromEach<C>(runs: number, commands: fc.Arbitrary<C[]>, run: (initial: number, commands: C[]) => Promise<void>, initials: readonly number[] = CONFIGS.map((_, n) => n)): Promise<void> {
+export async function fromEach<C>(
+  runs: number,
+  commands: fc.Arbitrary<C[]>,
+  run: (initial: number, commands: C[]) => Promise<void>,
+  initials: readonly number[] = CONFIGS.map((_, n) => n),
+  limits?: { endBy: number; sequenceMs: number },
+): Promise<void> {
   const each = fromEachRuns(runs, initials) / initials.length;
-  for (const initial of initials) await fc.assert(fc.asyncProperty(fc.constant(initial), commands, run), { numRuns: each });
+  for (const initial of initials) {
+    const bounded = limits ? { timeout: limits.sequenceMs, interruptAfterTimeLimit: Math.max(1000, limits.endBy - Date.now()), markInterruptAsFailure: true } : {};
+    await fc.assert(fc.asyncProperty(fc.constant(initial), commands, run), { numRuns: each, ...bounded });
+  }
 }
 
 const CRITERIA: Array<Criteria | undefined> = [
