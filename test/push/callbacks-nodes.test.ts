@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { defineQueue, PUBLIC_ACCESS, QueueApi, type Json } from '../http/queue-api.js';
 import type { TestServer } from '../support/server.js';
 import type { PushTarget } from '../support/push-target.js';
+import { until } from '../worker/support.js';
 import { metric, nodesAndTarget, queueView } from './support.js';
 
 /**
@@ -69,7 +70,8 @@ describe('callbacks on two nodes of one PostgreSQL database (decisions §9.2, §
     // Both nodes delivered: each counted attempts of its own.
     for (const node of nodes) expect(await metric(node, `svcq_callbacks_total{host="${HOST}",queue="ends",outcome="delivered"}`), `deliveries counted on ${node.url}`).to.be.greaterThan(0);
     // Settled everywhere: nothing owed, nothing failing.
-    expect(await callbacksOnceSettled(nodes[1]!, apis[1]!)).to.deep.equal({ owed: 0, failing: 0 });
+    await settled(nodes[1]!, apis[1]!);
+    expect((await queueView(nodes[1]!, apis[1]!)).callbacks).to.deep.equal({ owed: 0, failing: 0 });
   });
 
   it('a node stopped while its callbacks are under way hands them back: the other node delivers them within seconds, not when their 60 s holds run out', async () => {
@@ -102,17 +104,16 @@ describe('callbacks on two nodes of one PostgreSQL database (decisions §9.2, §
     while (delivered.size < 4) await once(target, 'answered');
     expect(Date.now() - stoppedAt, 'ms from the stop to the last delivery').to.be.below(15_000);
     expect([...delivered].sort()).to.deep.equal([...ids].sort());
-    expect(await callbacksOnceSettled(nodes[1]!, second)).to.deep.equal({ owed: 0, failing: 0 });
+    await settled(nodes[1]!, second);
+    expect((await queueView(nodes[1]!, second)).callbacks).to.deep.equal({ owed: 0, failing: 0 });
   });
 });
 
 /**
- * The queue view's callbacks once nothing is owed, or as they stand after 10 s: the target has had
- * its last answer sent when the test reads, and the node records that delivery in a transaction
- * after it, so a read at once can still count it owed.
+ * Waits (10 s at most) until the queue view counts nothing owed: the target has had its last
+ * answer sent when the test reads, and the node records that delivery in a transaction after it,
+ * so a read at once can still count it owed.
  */
-async function callbacksOnceSettled(node: TestServer, q: QueueApi): Promise<unknown> {
-  let callbacks = (await queueView(node, q)).callbacks as Json;
-  for (const end = Date.now() + 10_000; callbacks.owed !== 0 && Date.now() < end; callbacks = (await queueView(node, q)).callbacks as Json) await new Promise((r) => setTimeout(r, 50));
-  return callbacks;
+function settled(node: TestServer, q: QueueApi): Promise<void> {
+  return until(async () => ((await queueView(node, q)).callbacks as Json).owed === 0, 'nothing owed', 10_000);
 }

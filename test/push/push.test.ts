@@ -4,6 +4,7 @@ import { cleanupTemp, startServer, type TestServer } from '../support/server.js'
 import { defineQueue, PUBLIC_ACCESS, QueueApi, uniqueName, type Json } from '../http/queue-api.js';
 import { PushTarget } from '../support/push-target.js';
 import { metric, queueView, signatureChecks, taskEvents, terminal, until } from './support.js';
+import { until as untilTrue } from '../worker/support.js';
 
 /**
  * Push queues (decisions §9.1) as a black box: a real `svcq serve` (on the store the run chooses,
@@ -151,7 +152,7 @@ describe('push queues: the server delivers each item to an HTTP target (decision
       const ids = ((await q.raw('POST', `/${q.name}/batch`, JSON.stringify(Array.from({ length: 6 }, (_, i) => ({ i }))))).json as { items: Json[] }).items.map((i) => i.id as string);
       await target.heldCount(before + 2);
       // The claim ahead follows the claim that filled the slots; read until it is there (5 s at most).
-      for (const end = Date.now() + 5000; ahead > 0 && (await claimedNow(q)) < 2 + ahead && Date.now() < end; ) await new Promise((r) => setTimeout(r, 20));
+      if (ahead > 0) await untilTrue(async () => (await claimedNow(q)) >= 2 + ahead, 'the items claimed ahead', 5000);
       expect(await claimedNow(q)).to.equal(2 + ahead);
       expect((await queueView(server, q)).push).to.deep.include({ inFlight: 2, claimedAhead: ahead });
       expect(target.heldNow - before).to.equal(2);
@@ -234,7 +235,7 @@ describe('push queues and the allow-list, and a stop (decisions §9, §9.1, blac
     const ids = [await q.post({ n: 1 }), await q.post({ n: 2 }), await q.post({ n: 3 })];
     await target.heldCount(2);
     // The third is claimed ahead (no limit on the queue): read until it is (5 s at most).
-    for (const end = Date.now() + 5000; ((await queueView(server, q)).push as Json).claimedAhead !== 1 && Date.now() < end; ) await new Promise((r) => setTimeout(r, 20));
+    await untilTrue(async () => ((await queueView(server, q)).push as Json).claimedAhead === 1, 'the third item claimed ahead', 5000);
     expect(((await queueView(server, q)).push as Json).claimedAhead).to.equal(1);
     expect(await server.stop()).to.equal(0);
     expect(target.received.filter((r) => r.path === '/hold')).to.have.length(2);
