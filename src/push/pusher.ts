@@ -29,7 +29,7 @@ const LEASE_MARGIN_MS = 1000;
  * turns, and is taken only for a request that goes out at once). A request that ends starts the
  * next item claimed ahead at once, without waiting for a claim's round trip to the store.
  */
-function claimedAhead(config: QueueConfig, push: PushConfig): number {
+function mostClaimedAhead(config: QueueConfig, push: PushConfig): number {
   return hasLimits(config) || config.fairness === 'groups' ? 0 : push.concurrency;
 }
 
@@ -155,7 +155,7 @@ class PushLane {
   readonly inFlight = new Map<string, InFlight>();
   /** Requests under way: what `concurrency` bounds. */
   private requests = 0;
-  /** Items claimed ahead, waiting for a request to end (see {@link claimedAhead}). */
+  /** Items claimed ahead, waiting for a request to end (see {@link mostClaimedAhead}). */
   private readonly ahead: Array<{ ref: PushRef; item: Claimed }> = [];
   get claimedAhead(): number {
     return this.ahead.length;
@@ -216,7 +216,7 @@ class PushLane {
         await this.pause(retryIn);
         continue;
       }
-      const free = push.concurrency + claimedAhead(ref.config, push) - this.requests - this.ahead.length - this.asked;
+      const free = push.concurrency + mostClaimedAhead(ref.config, push) - this.requests - this.ahead.length - this.asked;
       if (free <= 0 || this.claims >= CLAIMS_AT_ONCE) {
         await this.pause();
         continue;
