@@ -19,7 +19,9 @@
  * - fairness: two queues of --items items each over --groups groups, one with `fairness: "groups"`,
  *   one plain FIFO. First 10,000 claims from the fair queue (100 at a time): how many groups they
  *   reach. Then drain slices (claim and result, --drain-connections connections) taking turns between the two queues:
- *   the ratio of the fair queue's rate to the FIFO queue's, per round.
+ *   the ratio of the fair queue's rate to the FIFO queue's, per round. On PostgreSQL, also what each
+ *   side cost the server's buffer pool and WAL per claim and result (blocks read in, dirty blocks a
+ *   backend wrote out to make room, full-page images, WAL bytes: server-wide counters).
  * - limits: full cycles (post, claim, result) on a queue with `maxActive` and `rateLimit` set too
  *   high to bind, and on one without, taking turns (after a warm-up of --jobs/4 on each): ratios
  *   of rate and of server CPU per job.
@@ -32,7 +34,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { backendCpuSeconds, freshDatabase } from './pg-admin.js';
+import { backendCpuSeconds, bufferCounters, freshDatabase, type BufferCounters } from './pg-admin.js';
 import { Pool } from 'undici';
 import { killAll, runLoad, startSvcq, type Svcq } from './procs.js';
 import type { LoadResult, LoadSpec } from './protocol.js';
@@ -169,6 +171,19 @@ function cpuBetween(from: Map<number, number>, to: Map<number, number>): number 
   for (const [pid, s] of to) ms += (s - (from.get(pid) ?? 0)) * 1000;
   return ms;
 }
+/** The server's buffer and WAL counters (PostgreSQL only). */
+async function buffers(): Promise<BufferCounters | undefined> {
+  if (!database || !opts.store) return undefined;
+  return bufferCounters(opts.store, new URL(database.url).pathname.slice(1));
+}
+/** Per side of the fairness phase: the counters' growth over its drain slices, and the claims they made. */
+const bufferTotals = new Map<string, BufferCounters & { claims: number }>();
+function addBuffers(side: string, from: BufferCounters, to: BufferCounters, claims: number): void {
+  let t = bufferTotals.get(side);
+  if (!t) bufferTotals.set(side, (t = { read: 0, hit: 0, backendWrites: 0, fullPages: 0, walBytes: 0, claims: 0 }));
+  for (const k of ['read', 'hit', 'backendWrites', 'fullPages', 'walBytes'] as const) t[k] += to[k] - from[k];
+  t.claims += claims;
+}
 /** What the last {@link timed} run cost the database's backends, in CPU ms. */
 let lastDatabaseCpuMs = 0;
 async function timed(s: LoadSpec): Promise<LoadResult> {
@@ -207,7 +222,14 @@ async function fairnessPhase(): Promise<void> {
   // on a fresh server measured its start (code not yet optimised) on whichever side came first.
   for (const q of ['fair', 'fifo']) await timed(spec('drain', q, { durationMs: 1000, inFlight: DRAIN_CONNECTIONS }));
   for (let round = 0; round < ROUNDS; round++) {
-    const side = async (q: string): Promise<{ r: LoadResult; db: number }> => ({ r: await timed(spec('drain', q, { inFlight: DRAIN_CONNECTIONS })), db: lastDatabaseCpuMs });
+    const side = async (q: string): Promise<{ r: LoadResult; db: number }> => {
+      const before = await buffers();
+      const r = await timed(spec('drain', q, { inFlight: DRAIN_CONNECTIONS }));
+      const db = lastDatabaseCpuMs;
+      const after = await buffers();
+      if (before && after) addBuffers(q, before, after, r.count);
+      return { r, db };
+    };
     let f: { r: LoadResult; db: number };
     let p: { r: LoadResult; db: number };
     if (round % 2 === 0) {
@@ -223,6 +245,10 @@ async function fairnessPhase(): Promise<void> {
     const perClaim = (ms: number, r: LoadResult): string => `${((ms * 1000) / Math.max(1, r.count)).toFixed(0)} µs`;
     const cpu = (r: LoadResult, db: number): string => `server ${perClaim(r.serverCpuMs!, r)}${database ? `, database ${perClaim(db, r)}` : ''} CPU per claim`;
     log(`  round ${round + 1}: fair ${fair.rate.toFixed(0)}/s (${cpu(fair, fairDb)}), fifo ${fifo.rate.toFixed(0)}/s (${cpu(fifo, fifoDb)}) (claim and result, ${DRAIN_CONNECTIONS} connections)`);
+  }
+  for (const [q, b] of bufferTotals) {
+    const per = (x: number, digits = 2): string => (x / b.claims).toFixed(digits);
+    log(`  ${q}, per claim and result: ${per(b.read)} blocks read into the buffer pool, ${per(b.backendWrites)} dirty ones written out by a backend to make room, ${per(b.fullPages)} full-page images, ${per(b.walBytes, 0)} bytes of WAL`);
   }
   log(`fairness: fair/fifo drain rate ${ratio(ratios)} (target ≥ 0.8)`);
 }

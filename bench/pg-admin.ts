@@ -46,3 +46,26 @@ export async function backendCpuSeconds(base: string, database: string): Promise
   }
   return out;
 }
+
+/** What the buffer pool and the WAL of the server have done so far (cumulative counters). */
+export interface BufferCounters {
+  /** Blocks of `database` read from outside the buffer pool, and found in it. */
+  read: number;
+  hit: number;
+  /** Dirty buffers written out by a backend itself to make room (the background writer and the checkpoints write the others). */
+  backendWrites: number;
+  /** Full-page images written to the WAL, and the WAL's bytes. */
+  fullPages: number;
+  walBytes: number;
+}
+
+/** The server's {@link BufferCounters} now (pg_stat_database, pg_stat_bgwriter, pg_stat_wal: PostgreSQL 14 or later). */
+export async function bufferCounters(base: string, database: string): Promise<BufferCounters> {
+  const [row] = await query<Record<keyof BufferCounters, number>>(
+    base,
+    'postgres',
+    `SELECT d.blks_read::float8 AS "read", d.blks_hit::float8 AS "hit", b.buffers_backend::float8 AS "backendWrites", w.wal_fpi::float8 AS "fullPages", w.wal_bytes::float8 AS "walBytes"
+       FROM pg_stat_database d, pg_stat_bgwriter b, pg_stat_wal w WHERE d.datname = '${database}'`,
+  );
+  return row!;
+}
