@@ -8,6 +8,7 @@
  *   --rounds 3                      paired slices (fairness) or cycles (limits) per side
  *   --seconds 3                     seconds per drain slice (fairness)
  *   --drain-connections 8           connections draining each queue in the fairness phase (each claims one item, then posts its result)
+ *   --buffers                       PostgreSQL: each fairness side's cost to the buffer pool and the WAL, read after 11 s of quiet (below)
  *   --jobs 4000                     jobs per full cycle (limits)
  *   --nodes 1                       servers on the database (PostgreSQL only; 3 for the multi-node figures)
  *   --rate-seconds 30               length of the rate-limit accuracy run
@@ -19,9 +20,12 @@
  * - fairness: two queues of --items items each over --groups groups, one with `fairness: "groups"`,
  *   one plain FIFO. First 10,000 claims from the fair queue (100 at a time): how many groups they
  *   reach. Then drain slices (claim and result, --drain-connections connections) taking turns between the two queues:
- *   the ratio of the fair queue's rate to the FIFO queue's, per round. On PostgreSQL, also what each
- *   side cost the server's buffer pool and WAL per claim and result (blocks read in, dirty blocks a
- *   backend wrote out to make room, full-page images, WAL bytes: server-wide counters).
+ *   the ratio of the fair queue's rate to the FIFO queue's, per round. With --buffers (PostgreSQL),
+ *   also what each side cost the server's buffer pool and WAL per claim and result (blocks read in,
+ *   dirty blocks a backend wrote out to make room, full-page images, WAL bytes: server-wide
+ *   counters). A backend hands its counts in at most once a second while busy, and 10 s after it
+ *   goes idle: each side's are read after 11 s of quiet, or up to a second of one side's would be
+ *   counted in the next.
  * - limits: full cycles (post, claim, result) on a queue with `maxActive` and `rateLimit` set too
  *   high to bind, and on one without, taking turns (after a warm-up of --jobs/4 on each): ratios
  *   of rate and of server CPU per job.
@@ -54,6 +58,7 @@ const { values: opts } = parseArgs({
     'rate-batch': { type: 'boolean', default: false },
     'rate-workers': { type: 'string', default: '12' },
     'drain-connections': { type: 'string', default: '8' },
+    buffers: { type: 'boolean', default: false },
     'cpu-prof': { type: 'string' },
   },
 });
@@ -171,9 +176,11 @@ function cpuBetween(from: Map<number, number>, to: Map<number, number>): number 
   for (const [pid, s] of to) ms += (s - (from.get(pid) ?? 0)) * 1000;
   return ms;
 }
-/** The server's buffer and WAL counters (PostgreSQL only). */
+/** How long the counters are left to settle after a side: PostgreSQL's idle backends hand in what they counted after 10 s (PGSTAT_IDLE_INTERVAL). */
+const STATS_SETTLE_MS = 11_000;
+/** The server's buffer and WAL counters (PostgreSQL, with --buffers). */
 async function buffers(): Promise<BufferCounters | undefined> {
-  if (!database || !opts.store) return undefined;
+  if (!database || !opts.store || !opts.buffers) return undefined;
   return bufferCounters(opts.store, new URL(database.url).pathname.slice(1));
 }
 /** Per side of the fairness phase: the counters' growth over its drain slices, and the claims they made. */
@@ -226,6 +233,7 @@ async function fairnessPhase(): Promise<void> {
       const before = await buffers();
       const r = await timed(spec('drain', q, { inFlight: DRAIN_CONNECTIONS }));
       const db = lastDatabaseCpuMs;
+      if (before) await new Promise((done) => setTimeout(done, STATS_SETTLE_MS));
       const after = await buffers();
       if (before && after) addBuffers(q, before, after, r.count);
       return { r, db };
