@@ -204,6 +204,23 @@ export function limitsConformance(ctx: LimitsContext): void {
       expect(await claimId(q)).to.equal(null);
     });
 
+    it('rateLimit: claims made at once, with criteria and without, in either order, together lease at most max in the window; the one left out is held with retryAt a window on', async () => {
+      for (const criteriaFirst of [false, true]) {
+        const q = ctx.queue({ leaseSeconds: 300, rateLimit: { max: 2, perSeconds: 3 } });
+        const ids = await postGroups(q, [null, null, null, null]);
+        const held: ClaimHold = {};
+        const picky = (): Promise<string | null> => claimId(q, held, { i: { gte: 2 } });
+        const calls = criteriaFirst ? [picky, () => claimId(q), () => claimId(q)] : [() => claimId(q), () => claimId(q), picky];
+        // Made in one turn: the PostgreSQL store runs them in one transaction, the plain claims in one statement.
+        const got = await Promise.all(calls.map((call) => call()));
+        expect(got.filter((id) => id !== null), `criteria first: ${criteriaFirst}`).to.have.length(2);
+        expect(new Set(got.filter((id) => id !== null)).size).to.equal(2);
+        for (const id of got) if (id !== null) expect(ids).to.include(id);
+        expect(await claimId(q)).to.equal(null);
+        if (got[criteriaFirst ? 0 : 2] === null) expect(held).to.deep.equal({ reason: 'rateLimit', retryAt: now() + 3000 });
+      }
+    });
+
     it('rateLimit follows a definition change: a larger max lets more through in the same window, a smaller one fewer', async () => {
       let q = ctx.queue({ leaseSeconds: 300, rateLimit: { max: 2, perSeconds: 60 } });
       const ids = await postGroups(q, [null, null, null, null, null, null]);

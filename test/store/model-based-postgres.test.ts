@@ -63,6 +63,18 @@ describe('the PostgreSQL store against the reference model (model-based, fast-ch
     await turns({ name: 'postgres', factory: pg.factory }, 16, commands);
   });
 
+  it('answers as the model does a turn of two claims and a claim with criteria under a rate limit of 2 (seed -336405678: the claim with criteria, run after the plain claims in their transaction, read the rate slots their leases would fill as the table still had them, and leased a third item in the window; decisions §6, §8.5)', async () => {
+    if (!('factory' in pg)) return;
+    const claim = (criteria: number) => ({ queue: 0, c: { op: 'claim', criteria, worker: 'w1' } });
+    const commands = [
+      { op: 'turn', calls: [{ queue: 0, c: { op: 'postMany', items: [{ kind: 'a', key: null }, { kind: 'a', key: null }], options: null } }, { queue: 0, c: { op: 'progress', item: 0 } }] },
+      { op: 'define', config: 15 },
+      { op: 'turn', calls: [{ queue: 0, c: { op: 'post', kind: 'b', n: null, key: null, options: null } }] },
+      { op: 'turn', calls: [claim(0), claim(3), claim(0)] },
+    ] as unknown as TurnCommand[];
+    await turns({ name: 'postgres', factory: pg.factory }, 9, commands);
+  });
+
   it(`answers calls made in one turn as the model does on queues that purge an item the moment it ends (retainSeconds 0: a post with its key, a cancel or a submission later in the same transaction meets it gone), over ${fromEachRuns(PURGED_RUNS, PURGED_AT_ONCE)} random sequences, as many from each such definition (decisions §3.5, §5, §6.1)`, async function () {
     if (!('factory' in pg)) return;
     const factory = pg.factory;

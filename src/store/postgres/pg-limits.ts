@@ -66,6 +66,17 @@ interface Limiter {
   lockedCount: number;
 }
 
+/**
+ * The times of the rate slots the next leases would overwrite (oldest first), as this transaction
+ * must count them: the leases it noted itself reach svcq_rate_slots only with its last writes
+ * (finishLimits), so a slot that one of them fills still reads there as the lease before it, a
+ * window or more ago. Such a slot is taken as filled now: together, a transaction's claims never
+ * lease more than `max` within the window.
+ */
+function slotsAsNoted(read: readonly number[], lim: Limiter, max: number, now: number): number[] {
+  return read.map((at, i) => (lim.noted + i >= max ? Math.max(at, now) : at));
+}
+
 /** Per transaction, the limiter rows it locked, by queue. */
 const limiters = new WeakMap<Tx, Map<string, Limiter>>();
 /** Per transaction, its lock of the limiter rows (answered or not). */
@@ -244,7 +255,7 @@ export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly Limite
   const times = new Map<number, number>();
   // bigint[] comes back as text.
   (state.slots ?? []).forEach((s, i) => times.set(Number(s), Number(state.at![i]!)));
-  const slotTimes = slotNumbers.map((n) => times.get(n) ?? -Infinity);
+  const slotTimes = rate ? slotsAsNoted(slotNumbers.map((n) => times.get(n) ?? -Infinity), lim, rate.max, tx.now) : [];
   const roomActive = config.maxActive === null ? Infinity : Math.max(0, config.maxActive - state.leased);
   let roomRate = Infinity;
   if (rate) {
@@ -329,6 +340,10 @@ async function claimCounted(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[
   const ahead = tx.flush();
   ahead.catch(() => undefined);
   const threshold = rate ? tx.now - rate.windowMs : 0;
+  // Leases earlier claims of this transaction noted (a claim with criteria folded before these):
+  // the slots they fill are not in the table yet (see slotsAsNoted), so the statement takes at
+  // most what the window leaves beside them.
+  const noted = limiters.get(tx)?.get(ref.key)?.noted ?? 0;
   const reading = tx.query<ItemRow & { paused: boolean; leased: number; ats: Array<number | string | null> | null }>(
     named(
       'svcq_claim_counted',
@@ -354,7 +369,7 @@ async function claimCounted(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[
        SELECT st.paused, st.leased, st.ats, c.* FROM st LEFT JOIN c ON true`,
       'ordered',
     ),
-    [ref.key, config.maxActive ?? 0, slotsToRead, threshold, wanted, limiters.get(tx)?.get(ref.key)?.noted ?? 0],
+    [ref.key, config.maxActive ?? 0, slotsToRead, threshold, rate ? Math.min(wanted, Math.max(0, rate.max - noted)) : wanted, noted],
   );
   reading.catch(() => undefined);
   await ahead;
@@ -380,7 +395,8 @@ async function claimCounted(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[
     for (let i = 0; i < calls.length; i++) if (asks[i]! > 0) hold(calls[i]!, 'paused');
     return calls.map(() => []);
   }
-  const slotTimes = (first.ats ?? []).map((at) => (at === null ? -Infinity : Number(at)));
+  const read = (first.ats ?? []).map((at) => (at === null ? -Infinity : Number(at)));
+  const slotTimes = rate ? slotsAsNoted(read, lim, rate.max, tx.now) : read;
   const roomActive = config.maxActive === null ? Infinity : Math.max(0, config.maxActive - first.leased);
   let roomRate = Infinity;
   if (rate) {
