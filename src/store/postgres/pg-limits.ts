@@ -67,14 +67,20 @@ interface Limiter {
 }
 
 /**
- * The times of the rate slots the next leases would overwrite (oldest first), as this transaction
- * must count them: the leases it noted itself reach svcq_rate_slots only with its last writes
- * (finishLimits), so a slot that one of them fills still reads there as the lease before it, a
- * window or more ago. Such a slot is taken as filled now: together, a transaction's claims never
- * lease more than `max` within the window.
+ * The rate window's room for the next leases: how many of the slots they would overwrite were last
+ * filled at or before `threshold` (a window before the leases' time), counted from the oldest; and
+ * those slots' times (`read`, oldest first), as this transaction must count them. The leases it
+ * noted itself reach svcq_rate_slots only with its last writes (finishLimits), so a slot that one of
+ * them fills still reads there as the lease before it, a window or more ago: such a slot is taken
+ * as filled now. Together, a transaction's claims never lease more than `max` within the window.
+ * Without a rateLimit, no room is counted.
  */
-function slotsAsNoted(read: readonly number[], lim: Limiter, max: number, now: number): number[] {
-  return read.map((at, i) => (lim.noted + i >= max ? Math.max(at, now) : at));
+function rateRoom(read: readonly number[], lim: Limiter, rate: QueueConfig['rateLimit'], now: number, threshold: number): { slotTimes: number[]; roomRate: number } {
+  if (!rate) return { slotTimes: [...read], roomRate: Infinity };
+  const slotTimes = read.map((at, i) => (lim.noted + i >= rate.max ? Math.max(at, now) : at));
+  let roomRate = 0;
+  while (roomRate < slotTimes.length && slotTimes[roomRate]! <= threshold) roomRate++;
+  return { slotTimes, roomRate };
 }
 
 /** Per transaction, the limiter rows it locked, by queue. */
@@ -255,13 +261,8 @@ export async function claimLimited(tx: Tx, ref: QueueRef, calls: readonly Limite
   const times = new Map<number, number>();
   // bigint[] comes back as text.
   (state.slots ?? []).forEach((s, i) => times.set(Number(s), Number(state.at![i]!)));
-  const slotTimes = rate ? slotsAsNoted(slotNumbers.map((n) => times.get(n) ?? -Infinity), lim, rate.max, tx.now) : [];
+  const { slotTimes, roomRate } = rateRoom(slotNumbers.map((n) => times.get(n) ?? -Infinity), lim, rate, tx.now, rate ? tx.now - rate.windowMs : 0);
   const roomActive = config.maxActive === null ? Infinity : Math.max(0, config.maxActive - state.leased);
-  let roomRate = Infinity;
-  if (rate) {
-    roomRate = 0;
-    while (roomRate < slotTimes.length && slotTimes[roomRate]! <= tx.now - rate.windowMs) roomRate++;
-  }
   const capped = share(calls, asks, Math.min(roomActive, roomRate));
   const out = await take(tx, ref, capped, rebuilt);
   lim.noted += out.reduce((a, o) => a + o.items.length, 0);
@@ -341,7 +342,7 @@ async function claimCounted(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[
   ahead.catch(() => undefined);
   const threshold = rate ? tx.now - rate.windowMs : 0;
   // Leases earlier claims of this transaction noted (a claim with criteria folded before these):
-  // the slots they fill are not in the table yet (see slotsAsNoted), so the statement takes at
+  // the slots they fill are not in the table yet (see rateRoom), so the statement takes at
   // most what the window leaves beside them.
   const noted = limiters.get(tx)?.get(ref.key)?.noted ?? 0;
   const reading = tx.query<ItemRow & { paused: boolean; leased: number; ats: Array<number | string | null> | null }>(
@@ -395,14 +396,8 @@ async function claimCounted(tx: Tx, ref: QueueRef, calls: readonly LimitedClaim[
     for (let i = 0; i < calls.length; i++) if (asks[i]! > 0) hold(calls[i]!, 'paused');
     return calls.map(() => []);
   }
-  const read = (first.ats ?? []).map((at) => (at === null ? -Infinity : Number(at)));
-  const slotTimes = rate ? slotsAsNoted(read, lim, rate.max, tx.now) : read;
+  const { slotTimes, roomRate } = rateRoom((first.ats ?? []).map((at) => (at === null ? -Infinity : Number(at))), lim, rate, tx.now, threshold);
   const roomActive = config.maxActive === null ? Infinity : Math.max(0, config.maxActive - first.leased);
-  let roomRate = Infinity;
-  if (rate) {
-    roomRate = 0;
-    while (roomRate < slotTimes.length && slotTimes[roomRate]! <= threshold) roomRate++;
-  }
   const room = Math.min(roomActive, roomRate);
   const capped = share(calls, asks, room);
   const rows = res.rows.filter((r) => r.id !== null).sort((a, b) => b.priority - a.priority || a.ord - b.ord);
