@@ -2,13 +2,13 @@
 // takes due callbacks from the store (each held for one attempt, whichever node takes it), POSTs
 // each item's status record, and settles the attempt; the store keeps the obligation durable and
 // decides the backoff and the drop.
-import { Agent } from 'undici';
+import type { Agent } from 'undici';
 import type { QueueConfig } from '../engine/config.js';
 import { sourceJson } from '../engine/rules.js';
 import { jsonString } from '../json-text.js';
 import type { CallbackAttempt, CallbackSettlement, StatusRecord, Store, TakenCallback } from '../store/store.js';
 import type { PushAllowList } from './allow-list.js';
-import { send } from './send.js';
+import { newAgent, send } from './send.js';
 import { sign } from './sign.js';
 
 /** How long one attempt may take, from connecting to the end of the answer. */
@@ -51,7 +51,9 @@ export function callbackBody(r: StatusRecord): string {
  * {@link CALLBACK_POLL_MS} besides; takes at most as many callbacks as it has room for attempts.
  */
 export class CallbackDelivery {
-  private readonly agent: Agent;
+  /** This loop's connections, made at its first attempt (undici is loaded then: see send.ts). */
+  private agent: Agent | undefined;
+  private agentMade: Promise<Agent> | undefined;
   private readonly now: () => number;
   private readonly timeoutMs: number;
   private readonly pollMs: number;
@@ -76,7 +78,6 @@ export class CallbackDelivery {
     this.now = options.now ?? Date.now;
     this.timeoutMs = options.timeoutMs ?? CALLBACK_TIMEOUT_MS;
     this.pollMs = options.pollMs ?? CALLBACK_POLL_MS;
-    this.agent = new Agent({ connect: { timeout: this.timeoutMs }, headersTimeout: this.timeoutMs, bodyTimeout: this.timeoutMs });
     options.store.onCallbacksOwed(() => this.wake());
     this.adopting = options.store.holdOwnCallbacks !== undefined;
     options.store.holdOwnCallbacks?.({
@@ -152,7 +153,7 @@ export class CallbackDelivery {
     this.closed = true;
     clearTimeout(this.timer);
     await this.looking;
-    await this.agent.destroy().catch(() => undefined);
+    if (this.agentMade) await (await this.agentMade).destroy().catch(() => undefined);
     await Promise.allSettled([...this.inFlight]);
     // Not attempted after all: due at once for any node, not at the end of their holds.
     const left = [...this.born.splice(0), ...this.cut.splice(0)];
@@ -223,6 +224,11 @@ export class CallbackDelivery {
     if (settled === 'dropped') this.options.warn(`a callback to ${c.url} for item ${c.itemId} of ${c.queue} was dropped: it still failed 24 hours after the item ended (${attempt.delivered ? '' : attempt.reason})`);
   }
 
+  private async makeAgent(): Promise<Agent> {
+    this.agentMade ??= newAgent({ connect: { timeout: this.timeoutMs }, headersTimeout: this.timeoutMs, bodyTimeout: this.timeoutMs });
+    return (this.agent = await this.agentMade);
+  }
+
   /** One attempt: a 2xx within the timeout delivers it; anything else is a failure, with a sentence saying why. */
   private async attempt(c: TakenCallback): Promise<CallbackAttempt> {
     if (!this.allowed(c.url)) return { delivered: false, reason: this.options.allow.refusal(c.url) };
@@ -237,7 +243,7 @@ export class CallbackDelivery {
     const secret = this.options.configFor(c.queue)?.push?.secret;
     if (secret) Object.assign(headers, sign(secret, body, this.now()));
     // decisions §9.1's sender: one POST, no redirect followed, the whole exchange within the timeout.
-    const sent = await send(c.url, body, headers, { timeoutMs: this.timeoutMs, maxBytes: 200, dispatcher: this.agent });
+    const sent = await send(c.url, body, headers, { timeoutMs: this.timeoutMs, maxBytes: 200, dispatcher: this.agent ?? (await this.makeAgent()) });
     return sent.reason === null ? { delivered: true } : { delivered: false, reason: sent.reason };
   }
 }

@@ -1,9 +1,11 @@
 import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
-import { existsSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { copyBuiltPackage } from '../support/package-copy.js';
-import { tempDirEachTest } from '../support/server.js';
+import { REPO, tempDirEachTest } from '../support/server.js';
+
+const BUNDLE = path.join(REPO, 'dist', 'cli');
 
 /**
  * `svcq serve` starts its server thread as soon as it sees its command, before oclif has loaded
@@ -33,5 +35,24 @@ describe('svcq serve, its server thread started ahead of the flags', () => {
     expect(run.stdout).to.equal('');
     expect(run.stderr).to.match(/^svcq: cannot start: .*server-worker\.js.*\n$/);
     expect(existsSync(root)).to.equal(false);
+  });
+});
+
+describe('the server thread\'s code as a server loads it at start (dist/cli/server-worker.js and the chunks it imports)', () => {
+  /** The bundle's files that `file` imports statically, and theirs, `file` included. */
+  function loadedWith(file: string, seen = new Set<string>()): Set<string> {
+    if (seen.has(file)) return seen;
+    seen.add(file);
+    for (const m of readFileSync(path.join(BUNDLE, file), 'utf8').matchAll(/^(?:import|export)\s[^;]*?["'](\.\/[^"']+\.js)["']/gm)) loadedWith(m[1]!.slice(2), seen);
+    return seen;
+  }
+
+  it('leaves out undici, loaded at the first outbound call (a push delivery or a callback): half of the thread\'s code, which a server that never calls out would read and compile at every start', () => {
+    const atStart = loadedWith('server-worker.js');
+    expect(atStart.size, 'files loaded at start').to.be.above(1);
+    const holding = (files: Iterable<string>): string[] => [...files].filter((f) => readFileSync(path.join(BUNDLE, f), 'utf8').includes('node_modules/undici/'));
+    expect(holding(atStart), 'files loaded at start that hold undici').to.deep.equal([]);
+    // It is in the bundle all the same, in a file of its own that the thread imports when asked.
+    expect(holding(readdirSync(BUNDLE).filter((f) => f.endsWith('.js'))), 'files that hold undici').to.have.length.above(0);
   });
 });
