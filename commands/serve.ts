@@ -25,7 +25,7 @@ One SIGINT or SIGTERM stops it: held long polls are answered at once, requests u
     'max-body': Flags.integer({ description: 'largest request body in bytes', env: 'SVCQ_MAX_BODY', default: 1024 * 1024, min: 1024 }),
     'log-max-bytes': Flags.integer({ description: 'rotate the access log once it passes this many bytes', env: 'SVCQ_LOG_MAX_BYTES', default: 16 * 1024 * 1024, min: 1 }),
     'log-keep': Flags.integer({ description: 'rotated access logs to keep', env: 'SVCQ_LOG_KEEP', default: 20, min: 0 }),
-    'stats-interval': Flags.integer({ description: 'milliseconds between server-health samples', env: 'SVCQ_STATS_INTERVAL', default: 15_000, min: 100, max: 2 ** 31 - 1 }),
+    'stats-interval': Flags.integer({ description: 'milliseconds between server-health samples, at least 100 (0: take none; stats now still answers)', env: 'SVCQ_STATS_INTERVAL', default: 15_000, min: 0, max: 2 ** 31 - 1 }),
     'history-days': Flags.integer({ description: 'remove task-history day-files of days more than N days past, at start and once an hour (default 0: keep every one)', env: 'SVCQ_HISTORY_DAYS', default: 0, min: 0, max: 1_000_000 }),
     'stats-days': Flags.integer({ description: 'remove stats day-files of days more than N days past, at start and once a day (default 0: keep every one)', env: 'SVCQ_STATS_DAYS', default: 0, min: 0, max: 1_000_000 }),
     'compact-bytes': Flags.integer({ description: 'journal size in bytes past which the store writes a snapshot (and at least four times the last snapshot)', env: 'SVCQ_COMPACT_BYTES', default: 64 * 1024 * 1024, min: 1024 }),
@@ -40,6 +40,8 @@ One SIGINT or SIGTERM stops it: held long polls are answered at once, requests u
 
   async run(): Promise<void> {
     const { flags } = await this.parse(Serve);
+    const statsInterval = flags['stats-interval'];
+    if (statsInterval > 0 && statsInterval < 100) this.error(`Parsing --stats-interval\n\tExpected 0 (no samples) or an integer greater than or equal to 100 but received: ${statsInterval}`, { exit: 2 });
     // Installed before anything starts, and for the life of the process: a signal that arrives
     // while the server starts still stops it cleanly, and a library that watches signals (and
     // re-raises one when it sees no other listener) never finds ours gone.
@@ -63,7 +65,7 @@ One SIGINT or SIGTERM stops it: held long polls are answered at once, requests u
     let server;
     try {
       server = await startServerThread(
-        { root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], replaceMasterToken: flags['replace-master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval: flags['stats-interval'], historyDays: flags['history-days'], statsDays: flags['stats-days'], compactBytes: flags['compact-bytes'], shutdownGraceMs: graceMs, store: flags.store, pushAllow: pushAllowOf(flags['push-allow']) },
+        { root: flags.root, port: flags.port, bind: flags.bind, masterToken: flags['master-token'], replaceMasterToken: flags['replace-master-token'], maxBody: flags['max-body'], logMaxBytes: flags['log-max-bytes'], logKeep: flags['log-keep'], statsInterval, historyDays: flags['history-days'], statsDays: flags['stats-days'], compactBytes: flags['compact-bytes'], shutdownGraceMs: graceMs, store: flags.store, pushAllow: pushAllowOf(flags['push-allow']) },
         (err) => {
           // The server stopped on its own (a bug): say why, with the stack, and end the process as an uncaught error would.
           stderrLine(`svcq: the server stopped: ${err.stack ?? err.message}`);

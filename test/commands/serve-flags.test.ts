@@ -92,7 +92,7 @@ describe('svcq serve --stats-days (decisions §5: stats day-files, one per type 
     mkdirSync(stats, { recursive: true });
     writeFileSync(path.join(stats, 'cpu-2020-01-01.log'), '{}\n');
     writeFileSync(path.join(stats, 'memory-2020-01-02.log'), '{}\n');
-    const server = await startServer({ root, env: { SVCQ_STATS_DAYS: '2' } });
+    const server = await startServer({ root, env: { SVCQ_STATS_DAYS: '2', SVCQ_STATS_INTERVAL: '3600000' } });
     try {
       const today = new Date().toISOString().slice(0, 10);
       const deadline = Date.now() + 10_000;

@@ -102,7 +102,9 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
   const entry = options.fromSources ? ['--import', 'tsx', '--no-warnings', path.join(REPO, 'bin/dev.js')] : [BIN];
   const proc = spawn(process.execPath, [...entry, 'serve', '--root', root, '--port', String(options.port ?? 0), '--master-token', masterToken, ...store, ...(options.args ?? [])], {
     cwd: REPO,
-    env: { ...process.env, ...options.env },
+    // No server-health samples unless a test asks for them (--stats-interval): each takes a
+    // third of a server's start in CPU, on a thread of its own, for day-files no other test reads.
+    env: { SVCQ_STATS_INTERVAL: '0', ...process.env, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';

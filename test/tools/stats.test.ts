@@ -3,6 +3,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { StatsSampler, takeSnapshot, type Snapshot } from '../../src/tools/stats.js';
+import { runCli } from '../support/cli.js';
 import { cleanupTemp, startServer, tempDirEachTest, type TestServer } from '../support/server.js';
 import { eventually, expectBadRequest, expectEmpty200, expectIntegers, today, tools } from './helpers.js';
 
@@ -156,6 +157,35 @@ describe('server-health stats (interface §4.6, decisions §5)', () => {
       expect(Object.keys(now.netIo as object).sort()).to.deep.equal(['rxBytes', 'txBytes']);
       expectNumbers(now.netIo, ['rxBytes', 'txBytes'], 'netIo');
     }
+  });
+});
+
+describe('serve --stats-interval 0 (docs/behaviour.md: a server that takes no samples still answers stats now)', () => {
+  it('writes no day-file, not even the one a server writes as it starts, while stats now still answers; a stop waits for a sample under way, so the files are read after one', async () => {
+    const stopped = async (interval: string): Promise<string[]> => {
+      const server = await startServer({ args: ['--stats-interval', interval] });
+      try {
+        const now = await tools(server, 'stats/now');
+        expect(now.status, `stats/now with --stats-interval ${interval}`).to.equal(200);
+        expect((now.json as Snapshot).cpu, `stats/now with --stats-interval ${interval}`).to.be.an('object');
+        expect(((await tools(server, 'stats')).json as StatList).interval).to.equal(Number(interval));
+      } finally {
+        await server.stop();
+      }
+      const dir = path.join(server.root, '_svcq', 'stats');
+      const files = existsSync(dir) ? readdirSync(dir) : [];
+      cleanupTemp(server.root);
+      return files;
+    };
+    // The same steps with samples on: the first, taken at start, is on disk once the server has stopped.
+    expect(await stopped('3600000'), 'day-files with --stats-interval 3600000').to.include(`cpu-${today()}.log`);
+    expect(await stopped('0'), 'day-files with --stats-interval 0').to.deep.equal([]);
+  });
+
+  it('refuses an interval between 0 and 100 ms, naming the flag', async () => {
+    const r = await runCli(['serve', '--root', path.join(os.tmpdir(), 'svcq-never-made'), '--stats-interval', '50']);
+    expect(r.code).to.equal(2);
+    expect(r.stderr).to.match(/--stats-interval/).and.to.match(/Expected 0 \(no samples\) or an integer greater than or equal to 100/).and.to.match(/received: 50/);
   });
 });
 
