@@ -8,8 +8,6 @@ import { DefinitionRegistry } from '../definitions/registry.js';
 import { PushAllowList } from '../push/allow-list.js';
 import { CallbackDelivery } from '../push/callbacks.js';
 import { openStore, parseStoreLocation } from '../store/open-store.js';
-import { openPostgresDefinitions } from '../store/postgres/pg-definition-store.js';
-import { PostgresStore } from '../store/postgres/postgres-store.js';
 import { EmbeddedStore } from '../store/embedded-store.js';
 import type { PayloadKind } from '../store/store.js';
 import { LongPolls } from '../waiting/long-poll.js';
@@ -152,7 +150,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
   // node follows the others' changes (decisions §6.1).
   const definitions =
     location.kind === 'postgres'
-      ? await openPostgresDefinitions(location.url, warn).catch((err: Error) => {
+      ? await import('../store/postgres/pg-definition-store.js').then(({ openPostgresDefinitions }) => openPostgresDefinitions(location.url, warn)).catch((err: Error) => {
           throw new Error(`cannot reach the PostgreSQL store at ${new URL(location.url).host} (${err.message})`, { cause: err });
         })
       : undefined;
@@ -216,7 +214,7 @@ async function serve(server: Server, open: ReadonlySet<Socket>, options: ServeOp
     stopping: stopping.signal,
     operators,
     pushAllow,
-    payloads: store instanceof PostgresStore ? { read: (host, queue, id, kind) => store.readPayload(host, queue, id, kind) } : undefined,
+    payloads: opened.payloads,
   };
   // A held claim or fetch whose queue is deleted, or whose caller loses the access, gets the wall at once (decisions §2.4).
   registry.onHostChange((host) => ctx.waits.definitionsChanged(host));
