@@ -52,8 +52,7 @@ export function callbackBody(r: StatusRecord): string {
  */
 export class CallbackDelivery {
   /** This loop's connections, made at its first attempt (undici is loaded then: see send.ts). */
-  private agent: Agent | undefined;
-  private agentMade: Promise<Agent> | undefined;
+  private agent: Promise<Agent> | undefined;
   private readonly now: () => number;
   private readonly timeoutMs: number;
   private readonly pollMs: number;
@@ -153,7 +152,7 @@ export class CallbackDelivery {
     this.closed = true;
     clearTimeout(this.timer);
     await this.looking;
-    if (this.agentMade) await (await this.agentMade).destroy().catch(() => undefined);
+    if (this.agent) await (await this.agent).destroy().catch(() => undefined);
     await Promise.allSettled([...this.inFlight]);
     // Not attempted after all: due at once for any node, not at the end of their holds.
     const left = [...this.born.splice(0), ...this.cut.splice(0)];
@@ -224,11 +223,6 @@ export class CallbackDelivery {
     if (settled === 'dropped') this.options.warn(`a callback to ${c.url} for item ${c.itemId} of ${c.queue} was dropped: it still failed 24 hours after the item ended (${attempt.delivered ? '' : attempt.reason})`);
   }
 
-  private async makeAgent(): Promise<Agent> {
-    this.agentMade ??= newAgent({ connect: { timeout: this.timeoutMs }, headersTimeout: this.timeoutMs, bodyTimeout: this.timeoutMs });
-    return (this.agent = await this.agentMade);
-  }
-
   /** One attempt: a 2xx within the timeout delivers it; anything else is a failure, with a sentence saying why. */
   private async attempt(c: TakenCallback): Promise<CallbackAttempt> {
     if (!this.allowed(c.url)) return { delivered: false, reason: this.options.allow.refusal(c.url) };
@@ -243,7 +237,7 @@ export class CallbackDelivery {
     const secret = this.options.configFor(c.queue)?.push?.secret;
     if (secret) Object.assign(headers, sign(secret, body, this.now()));
     // decisions §9.1's sender: one POST, no redirect followed, the whole exchange within the timeout.
-    const sent = await send(c.url, body, headers, { timeoutMs: this.timeoutMs, maxBytes: 200, dispatcher: this.agent ?? (await this.makeAgent()) });
+    const sent = await send(c.url, body, headers, { timeoutMs: this.timeoutMs, maxBytes: 200, dispatcher: await (this.agent ??= newAgent({ connect: { timeout: this.timeoutMs }, headersTimeout: this.timeoutMs, bodyTimeout: this.timeoutMs })) });
     return sent.reason === null ? { delivered: true } : { delivered: false, reason: sent.reason };
   }
 }
