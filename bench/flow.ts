@@ -9,6 +9,7 @@
  *   --seconds 3                     seconds per drain slice (fairness)
  *   --drain-connections 8           connections draining each queue in the fairness phase (each claims one item, then posts its result)
  *   --buffers                       PostgreSQL: each fairness side's cost to the buffer pool and the WAL, read after 11 s of quiet (below)
+ *   --statements                    PostgreSQL with pg_stat_statements loaded: each fairness side's statements per claim (below)
  *   --jobs 4000                     jobs per full cycle (limits)
  *   --nodes 1                       servers on the database (PostgreSQL only; 3 for the multi-node figures)
  *   --rate-seconds 30               length of the rate-limit accuracy run
@@ -25,7 +26,9 @@
  *   dirty blocks a backend wrote out to make room, full-page images, WAL bytes: server-wide
  *   counters). A backend hands its counts in at most once a second while busy, and 10 s after it
  *   goes idle: each side's are read after 11 s of quiet, or up to a second of one side's would be
- *   counted in the next.
+ *   counted in the next. With --statements, the statements each side ran (pg_stat_statements, reset
+ *   before each slice, BEGIN and COMMIT included), per claim and result: calls and time, and the
+ *   transactions committed (pg_stat_database, read after the same quiet).
  * - limits: full cycles (post, claim, result) on a queue with `maxActive` and `rateLimit` set too
  *   high to bind, and on one without, taking turns (after a warm-up of --jobs/4 on each): ratios
  *   of rate and of server CPU per job.
@@ -38,7 +41,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { backendCpuSeconds, bufferCounters, freshDatabase, type BufferCounters } from './pg-admin.js';
+import { backendCpuSeconds, bufferCounters, freshDatabase, query, type BufferCounters } from './pg-admin.js';
 import { Pool } from 'undici';
 import { killAll, runLoad, startSvcq, type Svcq } from './procs.js';
 import type { LoadResult, LoadSpec } from './protocol.js';
@@ -59,6 +62,7 @@ const { values: opts } = parseArgs({
     'rate-workers': { type: 'string', default: '12' },
     'drain-connections': { type: 'string', default: '8' },
     buffers: { type: 'boolean', default: false },
+    statements: { type: 'boolean', default: false },
     'cpu-prof': { type: 'string' },
   },
 });
@@ -191,6 +195,41 @@ function addBuffers(side: string, from: BufferCounters, to: BufferCounters, clai
   for (const k of ['read', 'hit', 'backendWrites', 'fullPages', 'walBytes'] as const) t[k] += to[k] - from[k];
   t.claims += claims;
 }
+/** Per side of the fairness phase (--statements): each statement's calls and time over its slices, and the claims they made. */
+const statementTotals = new Map<string, { claims: number; byQuery: Map<string, { calls: number; ms: number }> }>();
+const databaseName = (): string => new URL(database!.url).pathname.slice(1);
+/** Starts pg_stat_statements' counts afresh (the whole server's: nothing else runs). */
+async function resetStatements(): Promise<boolean> {
+  if (!database || !opts.store || !opts.statements) return false;
+  await query(opts.store, databaseName(), 'SELECT pg_stat_statements_reset()');
+  return true;
+}
+async function addStatements(side: string, claims: number): Promise<void> {
+  const rows = await query<{ query: string; calls: string; ms: number }>(
+    opts.store!,
+    databaseName(),
+    `SELECT s.query, s.calls::text AS calls, s.total_exec_time AS ms FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+      WHERE d.datname = current_database() AND s.query NOT LIKE '%pg_stat_statements%'`,
+  );
+  let t = statementTotals.get(side);
+  if (!t) statementTotals.set(side, (t = { claims: 0, byQuery: new Map() }));
+  t.claims += claims;
+  for (const r of rows) {
+    const key = r.query.replace(/\s+/g, ' ').trim();
+    const q = t.byQuery.get(key) ?? { calls: 0, ms: 0 };
+    q.calls += Number(r.calls);
+    q.ms += r.ms;
+    t.byQuery.set(key, q);
+  }
+}
+function printStatements(): void {
+  for (const [side, t] of statementTotals) {
+    const all = [...t.byQuery.values()].reduce((a, q) => ({ calls: a.calls + q.calls, ms: a.ms + q.ms }), { calls: 0, ms: 0 });
+    log(`  ${side}, statements per claim and result: ${(all.calls / t.claims).toFixed(2)} calls, ${((all.ms * 1000) / t.claims).toFixed(0)} µs (${t.claims.toLocaleString('en')} claims)`);
+    const top = [...t.byQuery].sort((a, b) => b[1].ms - a[1].ms).slice(0, 10);
+    for (const [text, q] of top) log(`    ${(q.calls / t.claims).toFixed(3).padStart(7)} calls ${((q.ms * 1000) / t.claims).toFixed(1).padStart(7)} µs  ${text.slice(0, 110)}`);
+  }
+}
 /** What the last {@link timed} run cost the database's backends, in CPU ms. */
 let lastDatabaseCpuMs = 0;
 async function timed(s: LoadSpec): Promise<LoadResult> {
@@ -204,6 +243,7 @@ async function timed(s: LoadSpec): Promise<LoadResult> {
 }
 
 async function fairnessPhase(): Promise<void> {
+  if (opts.statements && database && opts.store) await query(opts.store, databaseName(), 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
   await define('fair', { fairness: 'groups' });
   await define('fifo', {});
   log(`fairness: filling two queues of ${ITEMS.toLocaleString('en')} items over ${GROUPS.toLocaleString('en')} groups (the first holds half)`);
@@ -231,8 +271,10 @@ async function fairnessPhase(): Promise<void> {
   for (let round = 0; round < ROUNDS; round++) {
     const side = async (q: string): Promise<{ r: LoadResult; db: number }> => {
       const before = await buffers();
+      const counting = await resetStatements();
       const r = await timed(spec('drain', q, { inFlight: DRAIN_CONNECTIONS }));
       const db = lastDatabaseCpuMs;
+      if (counting) await addStatements(q, r.count);
       if (before) await new Promise((done) => setTimeout(done, STATS_SETTLE_MS));
       const after = await buffers();
       if (before && after) addBuffers(q, before, after, r.count);
@@ -258,6 +300,7 @@ async function fairnessPhase(): Promise<void> {
     const per = (x: number, digits = 2): string => (x / b.claims).toFixed(digits);
     log(`  ${q}, per claim and result: ${per(b.read)} blocks read into the buffer pool, ${per(b.backendWrites)} dirty ones written out by a backend to make room, ${per(b.fullPages)} full-page images, ${per(b.walBytes, 0)} bytes of WAL`);
   }
+  printStatements();
   log(`fairness: fair/fifo drain rate ${ratio(ratios)} (target ≥ 0.8)`);
 }
 

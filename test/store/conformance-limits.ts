@@ -307,6 +307,14 @@ export function limitsConformance(ctx: LimitsContext): void {
       expect(await drain(q)).to.deep.equal([late[0], late[1], first[2], first[3]]);
     });
 
+    it('a group served and left with nothing that gets an item again is the least recently served: it goes before the groups served after it', async () => {
+      const q = ctx.queue({ fairness: 'groups' });
+      const first = await postGroups(q, ['a', 'b', 'c', 'b', 'c']);
+      for (const id of first.slice(0, 3)) expect(await claimId(q)).to.equal(id);
+      const again = await postGroups(q, ['a']);
+      expect(await drain(q)).to.deep.equal([again[0], first[3], first[4]]);
+    });
+
     it('priority comes first: the turns run among the groups holding an item of the highest claimable priority', async () => {
       const q = ctx.queue({ fairness: 'groups' });
       const low = await postGroups(q, ['a', 'b', 'a']);
