@@ -16,7 +16,8 @@
  *   --rate-max 1000                 its rateLimit max per second (lower it where the machine cannot lease 1,000 a second)
  *   --rate-batch                    the rate drain claims up to 100 items a claim, handing results in with the next (decisions §3.8)
  *   --rate-workers 12               connections draining in the rate run, spread over the nodes (each claims, then hands its result in)
- *   --cpu-prof DIR                  profile the servers (written to DIR when they stop)
+ *   --cpu-prof DIR                  profile the servers (written to DIR when they stop); the fairness phase logs each
+ *                                   slice's window in the first node's profile (for bench/profile-summary.ts)
  *
  * - fairness: two queues of --items items each over --groups groups, one with `fairness: "groups"`,
  *   one plain FIFO. First 10,000 claims from the fair queue (100 at a time): how many groups they
@@ -84,6 +85,8 @@ const t00 = performance.now();
 const log = (line: string): void => console.log(`[${((performance.now() - t00) / 1000).toFixed(0).padStart(5)} s] ${line}`);
 
 const roots: string[] = [];
+/** When the first node was started: a profile's times (--cpu-prof) count from about then. */
+let firstNodeAt = 0;
 const nodes: Svcq[] = [];
 let database: { url: string; drop: () => Promise<void> } | undefined;
 
@@ -95,6 +98,7 @@ async function startNodes(): Promise<void> {
   for (let n = 0; n < NODES; n++) {
     const root = mkdtempSync(path.join(os.tmpdir(), 'svcq-flow-bench-'));
     roots.push(root);
+    if (n === 0) firstNodeAt = performance.now();
     nodes.push(await startSvcq({ root, masterToken: MASTER, nodeArgs: opts['cpu-prof'] ? ['--cpu-prof', '--cpu-prof-dir', opts['cpu-prof']] : [] }));
   }
   delete process.env.SVCQ_STORE;
@@ -272,7 +276,10 @@ async function fairnessPhase(): Promise<void> {
     const side = async (q: string): Promise<{ r: LoadResult; db: number }> => {
       const before = await buffers();
       const counting = await resetStatements();
+      const from = performance.now() - firstNodeAt;
       const r = await timed(spec('drain', q, { inFlight: DRAIN_CONNECTIONS }));
+      // The slice's window in the first node's profile, for bench/profile-summary.ts.
+      if (opts['cpu-prof']) log(`  ${q} slice: profile window ${from.toFixed(0)} ${(performance.now() - firstNodeAt).toFixed(0)} ms`);
       const db = lastDatabaseCpuMs;
       if (counting) await addStatements(q, r.count);
       if (before) await new Promise((done) => setTimeout(done, STATS_SETTLE_MS));
