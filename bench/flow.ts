@@ -28,8 +28,8 @@
  *   counters). A backend hands its counts in at most once a second while busy, and 10 s after it
  *   goes idle: each side's are read after 11 s of quiet, or up to a second of one side's would be
  *   counted in the next. With --statements, the statements each side ran (pg_stat_statements, reset
- *   before each slice, BEGIN and COMMIT included), per claim and result: calls and time, and the
- *   transactions committed (pg_stat_database, read after the same quiet).
+ *   before each slice; the server must load it: shared_preload_libraries), per claim and result:
+ *   calls and time, all of them and the ten that took longest.
  * - limits: full cycles (post, claim, result) on a queue with `maxActive` and `rateLimit` set too
  *   high to bind, and on one without, taking turns (after a warm-up of --jobs/4 on each): ratios
  *   of rate and of server CPU per job.
