@@ -1,5 +1,4 @@
 import pg from 'pg';
-import type { EventOutbox } from '../store.js';
 import type { OpenedStore, OpenStoreOptions } from '../open-store.js';
 import { PgNotifier } from './pg-notifier.js';
 import { PostgresStore } from './postgres-store.js';
@@ -23,10 +22,10 @@ export async function openPostgres(url: string, options: OpenStoreOptions): Prom
     await notifier.close();
     throw err;
   }
-  const outbox = isEventOutbox(store) ? store : undefined;
   return {
     store,
-    outbox,
+    // The store is its own outbox (PostgresStore implements EventOutbox).
+    outbox: store,
     notifier,
     payloads: { read: (host, queue, id, kind) => store.readPayload(host, queue, id, kind) },
     close: async () => {
@@ -79,9 +78,4 @@ async function databaseClock(url: string, warn: (line: string) => void): Promise
   }, CLOCK_CHECK_MS);
   timer.unref();
   return { now: () => Date.now() + offset, close: () => clearInterval(timer) };
-}
-
-function isEventOutbox(store: object): store is EventOutbox {
-  const s = store as Partial<EventOutbox>;
-  return typeof s.readEvents === 'function' && typeof s.eventsDelivered === 'function' && typeof s.onEvents === 'function';
 }
