@@ -59,7 +59,7 @@ describe('PostgreSQL store: flow control (decisions §8.5)', function () {
 
   if (postgresPresent(target)) {
     beforeEach(async () => {
-      db = await freshDatabaseWithClient(target.url);
+      db = await freshDatabaseWithClient(target.url, true);
       clock = new FakeClock();
       configs.clear();
       posted = 0;

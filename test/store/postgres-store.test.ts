@@ -40,7 +40,7 @@ describe('PostgreSQL store: transactions, events and sweeps', function () {
 
   if (postgresPresent(target)) {
     beforeEach(async () => {
-      db = await freshDatabaseWithClient(target.url);
+      db = await freshDatabaseWithClient(target.url, true);
       admin = db.admin;
       clock = new FakeClock();
       commits = [];
@@ -444,7 +444,7 @@ describe('PostgreSQL store: the last write and the COMMIT sent together', functi
 
   if (postgresPresent(target)) {
     beforeEach(async () => {
-      db = await freshDatabaseWithClient(target.url);
+      db = await freshDatabaseWithClient(target.url, true);
       store = new PostgresStore({ url: db.url, configFor: () => config });
       await store.open();
     });
@@ -498,7 +498,7 @@ describe('PostgreSQL store: deadlines applied as they fall, on the real clock', 
   /** A store on the real clock sweeping every `sweepIntervalMs`, and a promise of the next announcement that q has items to claim. */
   async function open(config: ReturnType<typeof resolveQueue>, sweepIntervalMs: number) {
     if (!postgresPresent(target)) throw new Error('unreachable');
-    db = await freshDatabaseWithClient(target.url);
+    db = await freshDatabaseWithClient(target.url, true);
     const notifier = new InProcessNotifier();
     const ref: QueueRef = { key: 'wake.example.com/q', host: 'wake.example.com', name: 'q', config };
     store = new PostgresStore({ url: db.url, notifier, configFor: (key) => (key === ref.key ? config : undefined), sweepIntervalMs });
