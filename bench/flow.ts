@@ -29,7 +29,7 @@
  *   goes idle: each side's are read after 11 s of quiet, or up to a second of one side's would be
  *   counted in the next. With --statements, the statements each side ran (pg_stat_statements, reset
  *   before each slice; the server must load it: shared_preload_libraries), per claim and result:
- *   calls and time, all of them and the ten that took longest.
+ *   calls and time, all of them, the ten that took longest and the ten called most often (BEGIN and COMMIT among them: transactions per claim).
  * - limits: full cycles (post, claim, result) on a queue with `maxActive` and `rateLimit` set too
  *   high to bind, and on one without, taking turns (after a warm-up of --jobs/4 on each): ratios
  *   of rate and of server CPU per job.
@@ -232,6 +232,9 @@ function printStatements(): void {
     log(`  ${side}, statements per claim and result: ${(all.calls / t.claims).toFixed(2)} calls, ${((all.ms * 1000) / t.claims).toFixed(0)} µs (${t.claims.toLocaleString('en')} claims)`);
     const top = [...t.byQuery].sort((a, b) => b[1].ms - a[1].ms).slice(0, 10);
     for (const [text, q] of top) log(`    ${(q.calls / t.claims).toFixed(3).padStart(7)} calls ${((q.ms * 1000) / t.claims).toFixed(1).padStart(7)} µs  ${text.slice(0, 110)}`);
+    log(`  ${side}, the ten called most often:`);
+    const often = [...t.byQuery].sort((a, b) => b[1].calls - a[1].calls).slice(0, 10);
+    for (const [text, q] of often) log(`    ${(q.calls / t.claims).toFixed(3).padStart(7)} calls ${((q.ms * 1000) / t.claims).toFixed(1).padStart(7)} µs  ${text.slice(0, 110)}`);
   }
 }
 /** What the last {@link timed} run cost the database's backends, in CPU ms. */
