@@ -29,7 +29,8 @@
  *   goes idle: each side's are read after 11 s of quiet, or up to a second of one side's would be
  *   counted in the next. With --statements, the statements each side ran (pg_stat_statements, reset
  *   before each slice; the server must load it: shared_preload_libraries), per claim and result:
- *   calls and time, all of them, the ten that took longest and the ten called most often (BEGIN and COMMIT among them: transactions per claim).
+ *   calls and time, all of them, the ten that took longest and the ten called most often (BEGIN
+ *   and COMMIT among them: transactions per claim).
  * - limits: full cycles (post, claim, result) on a queue with `maxActive` and `rateLimit` set too
  *   high to bind, and on one without, taking turns (after a warm-up of --jobs/4 on each): ratios
  *   of rate and of server CPU per job.
