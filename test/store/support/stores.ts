@@ -289,15 +289,19 @@ export async function emptied(url: string, sequences: SequenceStates): Promise<v
   await client.connect();
   try {
     await client.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()');
-    const { rows } = await client.query<{ tables: string[] }>(
+    // Only the tables a row was ever written to (a table of the copy has no page): a TRUNCATE
+    // makes every table and index it names a new file, some 3 ms each on a quiet machine.
+    const { rows } = await client.query<{ tables: string[] | null }>(
       `SELECT array_agg(format('%I', relname) ORDER BY relname) AS tables FROM pg_class
-        WHERE relnamespace = 'public'::regnamespace AND relkind = 'r' AND relname NOT IN ('svcq_migrations', 'svcq_definition_revision')`,
+        WHERE relnamespace = 'public'::regnamespace AND relkind = 'r' AND relname NOT IN ('svcq_migrations', 'svcq_definition_revision')
+          AND pg_relation_size(oid) > 0`,
     );
+    const written = rows[0]!.tables ?? [];
     // The backends cut off above may hold their locks a moment longer: the TRUNCATE waits for them.
     await client.query('BEGIN');
     try {
       await client.query("SET LOCAL lock_timeout = '10s'");
-      await client.query(`TRUNCATE ${rows[0]!.tables.join(', ')}`);
+      if (written.length > 0) await client.query(`TRUNCATE ${written.join(', ')}`);
       await client.query('UPDATE svcq_definition_revision SET revision = 0');
       for (const s of sequences) await client.query('SELECT setval($1::regclass, $2::bigint, $3)', [s.name, s.value, s.called]);
       await client.query("DELETE FROM pg_statistic WHERE starelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'public'::regnamespace)");
