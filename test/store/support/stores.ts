@@ -276,8 +276,8 @@ export async function sequenceStates(url: string): Promise<SequenceStates> {
 
 /**
  * Empties a migrated database that a store used, so that the next store finds it as a fresh copy
- * of the migrated one ({@link migratedDatabase}): what is left connected is cut off, every table
- * but the migrations' own is truncated, the definitions' revision is 0 again, the sequences are
+ * of the migrated one ({@link migratedDatabase}): what is left connected is cut off, the tables a
+ * row was written to are truncated, the definitions' revision is 0 again, the sequences are
  * put back as the copy had them (`sequences`, read from it before its first use), and the
  * statistics the tables gathered are forgotten, as a copy has none. A database copied from the
  * template costs the server a copy of every page of it, and a checkpoint when it is dropped:
