@@ -356,9 +356,13 @@ export function postgresFactory(baseUrl: string): StoreFactory {
     const clock = options.clock ?? new FakeClock();
     const db = (await spare.shift()) ?? (await newCopy(baseUrl));
     const warnings: string[] = [];
+    // Whether the store and its notifier were last closed without a failure: only then is the
+    // database emptied for the next store, as nothing of this one can still write to it.
+    let closed = false;
     return underTest(
       clock,
       async () => {
+        closed = false;
         const notifier = new PgNotifier({ url: db.url, warn: (l) => warnings.push(l) });
         await notifier.start();
         const store = new PostgresStore({ url: db.url, now: clock.now, notifier, configFor: options.configFor, warn: (l) => warnings.push(l) });
@@ -373,9 +377,12 @@ export function postgresFactory(baseUrl: string): StoreFactory {
       async ({ store, notifier }) => {
         await store.close();
         await notifier.close();
+        closed = true;
       },
-      // Emptied for the next store of this file (dropped at its end by droppedAll), or dropped now where that failed.
+      // Emptied for the next store of this file (dropped at its end by droppedAll), or dropped now
+      // where the store did not close cleanly or the emptying failed.
       () => {
+        if (!closed) return dropLater(db);
         spare.push(
           emptied(db.url, db.sequences).then(
             () => db,
