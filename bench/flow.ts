@@ -231,11 +231,13 @@ function printStatements(): void {
   for (const [side, t] of statementTotals) {
     const all = [...t.byQuery.values()].reduce((a, q) => ({ calls: a.calls + q.calls, ms: a.ms + q.ms }), { calls: 0, ms: 0 });
     log(`  ${side}, statements per claim and result: ${(all.calls / t.claims).toFixed(2)} calls, ${((all.ms * 1000) / t.claims).toFixed(0)} µs (${t.claims.toLocaleString('en')} claims)`);
-    const top = [...t.byQuery].sort((a, b) => b[1].ms - a[1].ms).slice(0, 10);
-    for (const [text, q] of top) log(`    ${(q.calls / t.claims).toFixed(3).padStart(7)} calls ${((q.ms * 1000) / t.claims).toFixed(1).padStart(7)} µs  ${text.slice(0, 110)}`);
+    /** The ten first statements by `key`, a line each. */
+    const ten = (key: (q: { calls: number; ms: number }) => number): void => {
+      for (const [text, q] of [...t.byQuery].sort((a, b) => key(b[1]) - key(a[1])).slice(0, 10)) log(`    ${(q.calls / t.claims).toFixed(3).padStart(7)} calls ${((q.ms * 1000) / t.claims).toFixed(1).padStart(7)} µs  ${text.slice(0, 110)}`);
+    };
+    ten((q) => q.ms);
     log(`  ${side}, the ten called most often:`);
-    const often = [...t.byQuery].sort((a, b) => b[1].calls - a[1].calls).slice(0, 10);
-    for (const [text, q] of often) log(`    ${(q.calls / t.claims).toFixed(3).padStart(7)} calls ${((q.ms * 1000) / t.claims).toFixed(1).padStart(7)} µs  ${text.slice(0, 110)}`);
+    ten((q) => q.calls);
   }
 }
 /** What the last {@link timed} run cost the database's backends, in CPU ms. */

@@ -24,11 +24,7 @@ async function contents(url: string): Promise<Record<string, unknown>> {
       const { rows } = await client.query<{ row: string }>(`SELECT to_jsonb(t)::text AS row FROM ${pg.escapeIdentifier(name)} t ORDER BY 1`);
       out[name] = rows.map((r) => r.row);
     }
-    const sequences = await client.query<{ name: string }>("SELECT relname AS name FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind = 'S' ORDER BY relname");
-    for (const { name } of sequences.rows) {
-      const { rows } = await client.query(`SELECT last_value::text, is_called FROM ${pg.escapeIdentifier(name)}`);
-      out[`sequence ${name}`] = rows[0];
-    }
+    out.sequences = await sequenceStates(url);
     const stats = await client.query<{ n: number }>("SELECT count(*)::integer AS n FROM pg_statistic WHERE starelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'public'::regnamespace)");
     out.statistics = stats.rows[0]!.n;
     return out;
